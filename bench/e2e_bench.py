@@ -1,0 +1,169 @@
+"""End-to-end benchmark: sessions through the real manager and agents (``dev up``'s cluster).
+
+Starts a throwaway local cluster (child processes: the manager with SQLite and the
+embedded config store, agents with the process runtime and the 2-fGPU mock; each agent
+advertises ``--cpus`` cores and ``--mem`` so that CPU, not the GPUs, bounds how many
+sessions fit), then measures through the SDK, as a client sees it:
+
+1. **create -> RUNNING latency**: ``--samples`` sessions created one at a time with
+   ``maxWaitSeconds`` (the answer comes when the session is RUNNING), each destroyed
+   before the next; p50 / p90 / p99 / max of the wall time of the create call.
+2. **sustained throughput**: ``--sessions`` sessions created by ``--concurrency``
+   concurrent clients, each waiting for RUNNING; sessions/s = sessions / wall time
+   (first request to last RUNNING).  Then every session is destroyed (also timed).
+
+Each session is ``cpu=1 mem=64m`` running the process runtime's idle command, so the
+figures include the agent starting a real kernel (a Python supervisor and ``sleep``).
+Targets: p50 <= 150 ms, >= 50 sessions/s.
+
+Run: ``.venv/bin/python bench/e2e_bench.py [--samples 50] [--sessions 200]
+[--concurrency 16] [--agents 1]``.  A script that prints figures, not a timed test.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from accelshare.client import AccelshareClient
+from accelshare.devcluster import DevClusterOptions, LocalCluster, free_port
+
+RESOURCES = {"cpu": "1", "mem": "64m"}
+
+
+def pct(samples: list[float], q: float) -> float:
+    ordered = sorted(samples)
+    index = min(len(ordered) - 1, max(0, round(q / 100 * len(ordered)) - 1))
+    return ordered[index]
+
+
+def ms(seconds: float) -> str:
+    return f"{seconds * 1000:.1f} ms"
+
+
+async def latency(client: AccelshareClient, samples: int) -> list[float]:
+    times: list[float] = []
+    for _ in range(samples):
+        start = time.perf_counter()
+        created = await client.sessions.create("python", resources=RESOURCES, max_wait_s=60)
+        elapsed = time.perf_counter() - start
+        if created.status != "RUNNING":
+            raise SystemExit(f"session {created.session_id} is {created.status}, not RUNNING")
+        times.append(elapsed)
+        await client.sessions.destroy(created.session_id)
+    return times
+
+
+async def throughput(
+    client: AccelshareClient, sessions: int, concurrency: int
+) -> tuple[float, float, list[float], list[str]]:
+    sem = asyncio.Semaphore(concurrency)
+    ids: list[str] = []
+    per_call: list[float] = []
+
+    async def one() -> None:
+        async with sem:
+            start = time.perf_counter()
+            created = await client.sessions.create("python", resources=RESOURCES, max_wait_s=120)
+            per_call.append(time.perf_counter() - start)
+            if created.status != "RUNNING":
+                raise SystemExit(f"session {created.session_id} is {created.status}")
+            ids.append(created.session_id)
+
+    start = time.perf_counter()
+    await asyncio.gather(*(one() for _ in range(sessions)))
+    create_s = time.perf_counter() - start
+
+    async def destroy(session_id: str) -> None:
+        async with sem:
+            await client.sessions.destroy(session_id)
+
+    start = time.perf_counter()
+    await asyncio.gather(*(destroy(i) for i in ids))
+    destroy_s = time.perf_counter() - start
+    return create_s, destroy_s, per_call, ids
+
+
+async def measure(cluster: LocalCluster, args: argparse.Namespace) -> None:
+    async with AccelshareClient(cluster.client_config(), timeout_s=180) as client:
+        # warm-up: imports, first DB pages, the agent's first kernel
+        await latency(client, 3)
+        lat = await latency(client, args.samples)
+        create_s, destroy_s, per_call, ids = await throughput(
+            client, args.sessions, args.concurrency
+        )
+    rate = len(ids) / create_s
+    p50 = statistics.median(lat)
+    rows = [
+        ("create -> RUNNING, one at a time", f"p50 {ms(p50)}", "p50 <= 150 ms", p50 <= 0.150),
+        ("", f"p90 {ms(pct(lat, 90))}", "", None),
+        ("", f"p99 {ms(pct(lat, 99))}", "", None),
+        ("", f"max {ms(max(lat))}  (n={len(lat)})", "", None),
+        (
+            f"sustained create, {args.concurrency} concurrent",
+            f"{rate:.1f} sessions/s  ({len(ids)} in {create_s:.2f} s)",
+            ">= 50 sessions/s",
+            rate >= 50,
+        ),
+        (
+            "",
+            f"per call p50 {ms(statistics.median(per_call))}, p99 {ms(pct(per_call, 99))}",
+            "",
+            None,
+        ),
+        ("destroy, same concurrency", f"{len(ids) / destroy_s:.1f} sessions/s", "", None),
+    ]
+    width = max(len(r[0]) for r in rows)
+    vwidth = max(len(r[1]) for r in rows)
+    print()
+    print(f"accelshare end-to-end benchmark ({args.agents} agent(s), process runtime, SQLite)")
+    print(f"{'metric':<{width}}  {'value':<{vwidth}}  target")
+    print(f"{'-' * width}  {'-' * vwidth}  ------")
+    for metric, value, target, ok in rows:
+        verdict = "" if ok is None else (" (met)" if ok else " (NOT met)")
+        print(f"{metric:<{width}}  {value:<{vwidth}}  {target}{verdict}")
+    load = os.getloadavg()[0]
+    print(
+        f"\n({os.cpu_count()} CPUs, load average {load:.1f} at the end, {platform.system()}"
+        f" {platform.release()}, Python {platform.python_version()})"
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--samples", type=int, default=50, help="latency samples")
+    parser.add_argument("--sessions", type=int, default=200, help="sessions for throughput")
+    parser.add_argument("--concurrency", type=int, default=16)
+    parser.add_argument("--agents", type=int, default=1)
+    parser.add_argument("--cpus", type=int, default=512, help="cores each agent advertises")
+    parser.add_argument("--mem", default="512g", help="memory each agent advertises")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="accelshare-bench-") as tmp:
+        from accelshare.common import BinarySize
+
+        cluster = LocalCluster(
+            DevClusterOptions(
+                data_dir=Path(tmp),
+                port=free_port(),
+                agents=args.agents,
+                cpus=args.cpus,
+                mem_bytes=int(BinarySize.finite_from_str(args.mem)),
+            ),
+            progress=lambda m: print(m, file=sys.stderr),
+        )
+        cluster.start()
+        try:
+            asyncio.run(measure(cluster, args))
+        finally:
+            cluster.stop(destroy_sessions=True)
+
+
+if __name__ == "__main__":
+    main()

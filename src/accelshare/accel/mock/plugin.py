@@ -1,0 +1,207 @@
+"""The ``mock`` accelerator plugin (spec 03-mock-accelerator.md).
+
+Devices come from ``mock-accelerator.toml``; the allocation mode and units come from
+the config store.  Slots, for key ``cuda``::
+
+    discrete:    cuda.device (count) = number of full devices (1 each)
+    fractional:  cuda.shares (count) = sum of per-device shares
+    either:      cuda.device:<profile>-mig (unique) per MIG profile, 1 per slice
+    exclusive:   {cuda.device, cuda.shares, cuda.device:*-mig}
+
+``device_mask`` removes devices (by device id, or by mother uuid for all slices of a
+MIG-split GPU) from slots, allocation and stats; a mask entry matching no device is a
+configuration error.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from decimal import Decimal
+
+from accelshare import __version__
+from accelshare.common import SlotTypes
+
+from ..accelerator import (
+    attached_devices,
+    cuda_resource_lines,
+    held_devices,
+    kernel_metrics,
+    node_metrics,
+)
+from ..errors import PluginConfigError
+from ..options import (
+    MIN_PROCESSOR_LIMIT,
+    AcceleratorOptions,
+    RawOptions,
+    parse_accelerator_options,
+    read_accelerator_options,
+)
+from ..protocol import PluginContext
+from ..stats import MockStatsGenerator
+from ..types import (
+    AllocationMode,
+    Device,
+    KernelAllocation,
+    KernelMetric,
+    KernelResources,
+    KernelStatTarget,
+    NodeMetric,
+    PluginInventory,
+    SlotMetadata,
+)
+from .config import MockConfig, MockDeviceSpec, load_mock_config, mig_profile
+
+__all__ = ["MOCK_DEFAULT_QUANTUM", "MockPlugin", "create_plugin", "mig_slot_name"]
+
+MOCK_DEFAULT_QUANTUM = Decimal("0.1")
+
+
+def mig_slot_name(model_name: str) -> str:
+    """``MIG-10g`` -> ``cuda.device:10g-mig``."""
+    return f"cuda.device:{mig_profile(model_name)}-mig"
+
+
+def _apply_mask(config: MockConfig, options: AcceleratorOptions) -> list[MockDeviceSpec]:
+    mask = set(options.device_mask)
+    known = {d.device_id for d in config.devices} | {d.mother_uuid for d in config.devices}
+    unknown = sorted(mask - known)
+    if unknown:
+        raise PluginConfigError(
+            options.source("device_mask"),
+            "device_mask",
+            "comma-separated ids of devices in "
+            f"{config.source} (one of: {', '.join(sorted(known))})",
+            ",".join(unknown),
+        )
+    return [d for d in config.devices if d.device_id not in mask and d.mother_uuid not in mask]
+
+
+class MockPlugin:
+    """A mocked accelerator; see the module docstring.  Only stats change over time."""
+
+    def __init__(self, config: MockConfig, options: AcceleratorOptions) -> None:
+        self.config = config
+        self.options = options
+        key, mode = config.slot_name, options.allocation_mode
+        main_slot = f"{key}.device" if mode is AllocationMode.DISCRETE else f"{key}.shares"
+        slot_types: dict[str, SlotTypes] = {main_slot: SlotTypes.COUNT}
+        reason = (
+            "required because allocation_mode = 'fractional'"
+            if mode is AllocationMode.FRACTIONAL
+            else "required in the discrete allocation mode"
+        )
+        subtype = main_slot.split(".", 1)[1]
+        metadata: dict[str, SlotMetadata] = {
+            main_slot: config.require_format(subtype, main_slot, reason)
+        }
+        devices: list[Device] = []
+        for spec in _apply_mask(config, options):
+            if spec.is_mig:
+                slot = mig_slot_name(spec.model_name)
+                slot_types.setdefault(slot, SlotTypes.UNIQUE)
+                if slot not in metadata:
+                    metadata[slot] = config.require_format(
+                        slot.split(":", 1)[1],
+                        slot,
+                        "required because the devices include MIG slices",
+                    )
+                capacity = Decimal(1)
+            else:
+                slot = main_slot
+                capacity = (
+                    options.shares(spec.memory_bytes, spec.subproc_count)
+                    if mode is AllocationMode.FRACTIONAL
+                    else Decimal(1)
+                )
+            devices.append(
+                Device(
+                    device_id=spec.device_id,
+                    slot_name=slot,
+                    capacity=capacity,
+                    model_name=spec.model_name,
+                    numa_node=spec.numa_node,
+                    memory_bytes=spec.memory_bytes,
+                    processors=spec.subproc_count,
+                    hw_location=spec.hw_location,
+                    is_mig=spec.is_mig,
+                    mother_id=spec.mother_uuid if spec.is_mig else "",
+                )
+            )
+        exclusive = (
+            frozenset({"cuda.device", "cuda.shares", "cuda.device:*-mig"})
+            if config.is_cuda
+            else frozenset()
+        )
+        settings = {
+            "config_file": config.source,
+            "device_plugin_name": config.device_plugin_name,
+            **options.describe(),
+            "stats_smoothing": config.stats_smoothing,
+            "stats_seed": "none" if config.stats_seed is None else str(config.stats_seed),
+        }
+        self._inventory = PluginInventory(
+            key=key,
+            version=__version__,
+            slot_types=slot_types,
+            devices=tuple(devices),
+            allocation_mode=mode,
+            strategy="EVENLY",
+            quantum_size=options.quantum_size if mode is AllocationMode.FRACTIONAL else None,
+            exclusive_slot_types=exclusive,
+            metadata=metadata,
+            extra_info={f"{key}_support": True, **config.attributes},
+            settings=settings,
+        )
+        self._stats = MockStatsGenerator(
+            [(d.device_id, d.memory_bytes) for d in devices],
+            smoothing=config.stats_smoothing,
+            factor=config.stats_smoothing_factor,
+            seed=config.stats_seed,
+        )
+
+    @property
+    def inventory(self) -> PluginInventory:
+        return self._inventory
+
+    def kernel_resources(self, allocation: KernelAllocation) -> KernelResources:
+        held = held_devices(self._inventory, allocation)
+        if not held:
+            return KernelResources()
+        env_key = self.config.slot_name.upper().replace("-", "_")
+        env = {
+            f"BACKENDAI_MOCK_{env_key}_DEVICES": ",".join(h.device.device_id for h in held),
+            f"BACKENDAI_MOCK_{env_key}_DEVICE_COUNT": str(len(held)),
+        }
+        lines: dict[str, str] = {}
+        if self.config.is_cuda:
+            env["TF_MIN_GPU_MULTIPROCESSOR_COUNT"] = str(MIN_PROCESSOR_LIMIT)
+            lines = cuda_resource_lines(held, options=self.options)
+        return KernelResources(
+            env=env,
+            resource_lines=lines,
+            attached_devices=attached_devices(held, options=self.options),
+        )
+
+    async def node_stats(self) -> Sequence[NodeMetric]:
+        return node_metrics(self._inventory.key, self._stats.tick())
+
+    async def kernel_stats(self, kernels: Mapping[str, KernelStatTarget]) -> Sequence[KernelMetric]:
+        return kernel_metrics(self._inventory, self.options, self._stats.current(), kernels)
+
+    async def close(self) -> None:
+        return None
+
+
+async def load_mock_options(ctx: PluginContext, key: str) -> AcceleratorOptions:
+    """Options from ``config/plugins/accelerator/<key>/``, falling back to ``.../mock/``."""
+    raw = RawOptions()
+    if ctx.store is not None:
+        raw = await read_accelerator_options(ctx.store, key, fallback_keys=("mock",))
+    return parse_accelerator_options(raw, default_quantum=MOCK_DEFAULT_QUANTUM)
+
+
+async def create_plugin(ctx: PluginContext) -> MockPlugin:
+    """Entry point ``mock``: read mock-accelerator.toml and the store's options."""
+    config = load_mock_config(ctx.agent_config.mock_accelerator_path())
+    options = await load_mock_options(ctx, config.slot_name)
+    return MockPlugin(config, options)

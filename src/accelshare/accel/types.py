@@ -1,0 +1,232 @@
+"""The data a compute plugin declares and returns: pure, immutable, JSON-friendly.
+
+A plugin describes itself once, at load time, as a :class:`PluginInventory` (its key,
+slots, devices, how its allocation map is built, UI metadata, extra info).  For each
+kernel it answers :class:`KernelResources` (environment variables, extra
+``resource.txt`` lines, device nodes, mounts and device requests for a container
+runtime).  Stats come back as :class:`NodeMetric` / :class:`KernelMetric`.
+
+Amounts are ``Decimal`` (exact); device ids and slot names are plain strings.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from decimal import Decimal
+from typing import Any, Literal, TypeAlias
+
+from accelshare.common import SlotTypes
+
+__all__ = [
+    "AllocationMode",
+    "AttachedDevice",
+    "Device",
+    "DeviceNode",
+    "KernelAllocation",
+    "KernelMetric",
+    "KernelResources",
+    "KernelStatTarget",
+    "MapStrategy",
+    "Measurement",
+    "Mount",
+    "NodeMetric",
+    "NumberFormat",
+    "PluginInventory",
+    "SlotMetadata",
+]
+
+KernelAllocation: TypeAlias = Mapping[str, Mapping[str, Decimal]]
+"""What an allocation map's ``allocate()`` returns: slot name -> device id -> amount."""
+
+MapStrategy: TypeAlias = Literal["FILL", "EVENLY"]
+"""Name of an ``accelshare.alloc.AllocationStrategy`` member."""
+
+
+class AllocationMode(enum.StrEnum):
+    """Whole units (``<key>.device``) or fractional shares (``<key>.shares``)."""
+
+    DISCRETE = "discrete"
+    FRACTIONAL = "fractional"
+
+
+@dataclass(frozen=True, slots=True)
+class NumberFormat:
+    binary: bool  # 2^10n suffixes instead of 10^3n
+    round_length: int  # decimal places; 0 = integer
+
+    def to_json(self) -> dict[str, Any]:
+        return {"binary": self.binary, "round_length": self.round_length}
+
+
+@dataclass(frozen=True, slots=True)
+class SlotMetadata:
+    """How the web console names and formats one slot (``GET /config/resource-slots/details``)."""
+
+    slot_name: str
+    human_readable_name: str
+    description: str
+    display_unit: str
+    display_icon: str
+    number_format: NumberFormat
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "slot_name": self.slot_name,
+            "human_readable_name": self.human_readable_name,
+            "description": self.description,
+            "display_unit": self.display_unit,
+            "number_format": self.number_format.to_json(),
+            "display_icon": self.display_icon,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Device:
+    """One allocatable unit: a CPU core, the memory root, a GPU, a MIG slice.
+
+    ``slot_name`` is the one slot this device belongs to and ``capacity`` its amount in
+    that slot (1 for a core, a whole device or a MIG slice; bytes for memory; shares in
+    fractional mode).
+    """
+
+    device_id: str
+    slot_name: str
+    capacity: Decimal
+    model_name: str
+    numa_node: int
+    memory_bytes: int
+    processors: int
+    hw_location: str = ""
+    is_mig: bool = False
+    mother_id: str = ""  # the physical device a MIG slice belongs to ("" otherwise)
+
+    def to_json(self, *, is_shares: bool) -> dict[str, Any]:
+        return {
+            "device_id": self.device_id,
+            "slot": self.slot_name,
+            "capacity": str(self.capacity),
+            "model_name": self.model_name,
+            "numa_node": self.numa_node,
+            "memory_bytes": self.memory_bytes,
+            "processors": self.processors,
+            "shares": str(self.capacity) if is_shares else None,
+            "hw_location": self.hw_location,
+            "is_mig": self.is_mig,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class PluginInventory:
+    """Everything a plugin declares once it has discovered its devices.
+
+    The agent builds the plugin's allocation map from it
+    (:func:`accelshare.accel.maps.build_alloc_map`), reports slot types, capacities
+    and metadata to the manager, and the ``accelshare agent plugins`` command prints it.
+    """
+
+    key: str
+    version: str
+    slot_types: Mapping[str, SlotTypes]  # declaration order is kept
+    devices: tuple[Device, ...]
+    allocation_mode: AllocationMode
+    strategy: MapStrategy
+    quantum_size: Decimal | None  # fractional maps only
+    exclusive_slot_types: frozenset[str]
+    metadata: Mapping[str, SlotMetadata]  # slot name -> UI metadata
+    extra_info: Mapping[str, Any] = field(default_factory=dict)
+    settings: Mapping[str, str] = field(default_factory=dict)  # effective options, for display
+
+    def capacities(self) -> dict[str, Decimal]:
+        """Slot -> total capacity (the sum over its devices; 0 for a slot without devices)."""
+        totals: dict[str, Decimal] = dict.fromkeys(self.slot_types, Decimal(0))
+        for device in self.devices:
+            totals[device.slot_name] = totals.get(device.slot_name, Decimal(0)) + device.capacity
+        return totals
+
+    def device(self, device_id: str) -> Device:
+        for device in self.devices:
+            if device.device_id == device_id:
+                return device
+        raise KeyError(device_id)
+
+
+@dataclass(frozen=True, slots=True)
+class AttachedDevice:
+    """A device as a kernel sees it (for session details in the UI)."""
+
+    device_id: str
+    model_name: str
+    memory_bytes: int
+    processors: int
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceNode:
+    """A host device node to pass into a container (docker ``HostConfig.Devices``)."""
+
+    host_path: str
+    container_path: str
+    permissions: str = "rwm"
+
+
+@dataclass(frozen=True, slots=True)
+class Mount:
+    source: str
+    target: str
+    read_only: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class KernelResources:
+    """What a kernel gets from one plugin for one allocation.
+
+    ``env`` goes into the kernel's environment in every runtime; ``resource_lines`` are
+    appended to its ``resource.txt`` in this order; ``device_nodes``, ``mounts`` and
+    ``device_requests`` (docker ``HostConfig.DeviceRequests`` entries) are for the docker
+    runtime; ``cpu_set`` / ``memory_limit_bytes`` are the limits the intrinsic plugins
+    derive (cgroup cpuset / memory limit in any runtime).
+    """
+
+    env: Mapping[str, str] = field(default_factory=dict)
+    resource_lines: Mapping[str, str] = field(default_factory=dict)
+    attached_devices: tuple[AttachedDevice, ...] = ()
+    device_nodes: tuple[DeviceNode, ...] = ()
+    mounts: tuple[Mount, ...] = ()
+    device_requests: tuple[Mapping[str, Any], ...] = ()
+    cpu_set: tuple[int, ...] = ()
+    memory_limit_bytes: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Measurement:
+    """One reading; ``capacity`` is the ceiling it is measured against (None: no ceiling)."""
+
+    value: Decimal
+    capacity: Decimal | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class NodeMetric:
+    """A node-wide metric (``cuda_mem``, ``cpu_util``...) with its per-device readings."""
+
+    key: str
+    unit: str  # "bytes", "percent", "watts", "celsius", "msec"
+    node: Measurement
+    per_device: Mapping[str, Measurement]
+
+
+@dataclass(frozen=True, slots=True)
+class KernelMetric:
+    key: str
+    unit: str
+    per_kernel: Mapping[str, Measurement]
+
+
+@dataclass(frozen=True, slots=True)
+class KernelStatTarget:
+    """What the agent knows about one kernel when it asks for its stats."""
+
+    allocation: KernelAllocation
+    pids: frozenset[int] = frozenset()

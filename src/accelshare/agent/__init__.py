@@ -1,0 +1,1 @@
+"""accelshare.agent"""

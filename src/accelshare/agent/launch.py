@@ -1,0 +1,101 @@
+"""From an allocated kernel to what a runtime starts: env, ``resource.txt``, limits (pure).
+
+For each plugin holding something, ``plugin.kernel_resources(allocation)`` gives::
+
+    env                      -> the kernel's environment (over the request's environ)
+    resource_lines           -> resource.txt extra lines, after the *_SHARES lines
+    cpu_set                  -> ResourceLimits.cpuset_cpus (only if the host has those cores)
+    memory_limit_bytes       -> ResourceLimits.mem_bytes
+    device_nodes / mounts / device_requests -> KernelSpec (docker runtime)
+
+The requested ``cpu`` amount is the CPU-time limit (cores' worth per period).  A cpuset
+naming cores this host does not have (a fixed ``[resource] cpu-count`` larger than the
+machine, e.g. a test or hollow agent) is not applied: the cores are accounting units
+there, and pinning to a missing core would fail the start.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Set
+from decimal import Decimal
+from typing import Any
+
+from accelshare.accel import ComputePlugin, DeviceNode, Mount
+from accelshare.alloc import KernelAllocation
+from accelshare.common import ResourceSlot, SlotTypes
+
+from .ledger import flatten_allocation
+from .resource_txt import ResourceTxt, render_resource_txt
+from .runtime.base import KERNEL_ID_LABEL, KernelSpec, ResourceLimits
+from .wire import CreateKernelRequest
+
+__all__ = ["SESSION_ID_ENV", "SESSION_ID_LABEL", "build_kernel_spec"]
+
+SESSION_ID_ENV = "ACCELSHARE_SESSION_ID"
+SESSION_ID_LABEL = "ai.accelshare.session-id"
+
+
+def build_kernel_spec(
+    request: CreateKernelRequest,
+    requested: Mapping[str, Decimal],
+    allocation: KernelAllocation,
+    plugins: Mapping[str, ComputePlugin],
+    slot_types: Mapping[str, SlotTypes],
+    *,
+    host_cpus: Set[int] | None = None,
+) -> tuple[KernelSpec, ResourceTxt]:
+    """The runtime spec and the ``resource.txt`` content for an allocated kernel."""
+    env: dict[str, str] = dict(request.environ)
+    env[SESSION_ID_ENV] = request.session_id
+    extra: list[tuple[str, str]] = []
+    cpu_set: tuple[int, ...] = ()
+    mem_bytes: int | None = None
+    device_nodes: list[DeviceNode] = []
+    mounts: list[Mount] = []
+    device_requests: list[Mapping[str, Any]] = []
+    for key, plugin in plugins.items():  # plugin order: cpu, mem, then accelerators
+        per_slot = allocation.get(key)
+        if not per_slot:
+            continue
+        res = plugin.kernel_resources(per_slot)
+        env.update(res.env)
+        extra.extend(res.resource_lines.items())
+        if res.cpu_set:
+            cpu_set = res.cpu_set
+        if res.memory_limit_bytes is not None:
+            mem_bytes = res.memory_limit_bytes
+        device_nodes.extend(res.device_nodes)
+        mounts.extend(res.mounts)
+        device_requests.extend(res.device_requests)
+    if host_cpus is not None and not set(cpu_set) <= set(host_cpus):
+        cpu_set = ()
+    content = ResourceTxt(
+        slots=ResourceSlot(requested),
+        allocations=flatten_allocation(allocation),
+        extra_lines=tuple(extra),
+    )
+    text = render_resource_txt(content, slot_types)
+    labels = {
+        **request.labels,
+        KERNEL_ID_LABEL: request.kernel_id,
+        SESSION_ID_LABEL: request.session_id,
+    }
+    cpu = requested.get("cpu")
+    spec = KernelSpec(
+        kernel_id=request.kernel_id,
+        image=request.image,
+        resource_txt=text,
+        command=tuple(request.command) if request.command is not None else None,
+        startup_command=request.startup_command,
+        env=env,
+        limits=ResourceLimits(
+            cpu_count=cpu if cpu is not None and cpu > 0 else None,
+            cpuset_cpus=cpu_set,
+            mem_bytes=mem_bytes,
+        ),
+        device_nodes=tuple(device_nodes),
+        mounts=tuple(mounts),
+        device_requests=tuple(device_requests),
+        labels=labels,
+    )
+    return spec, content

@@ -1,0 +1,541 @@
+"""The agent's allocation ledger: one map per plugin plus who holds what (pure, synchronous).
+
+:class:`AllocLedger` wraps the plugins' allocation maps (:mod:`accelshare.alloc`) and
+remembers, per kernel, what it holds, so that freeing happens exactly once and the
+allocation-map views (full and compatible forms) can be served from memory::
+
+    ledger = AllocLedger({"cpu": cpu_map, "mem": mem_map, "cuda": cuda_map}, models)
+    ledger.allocate("k1", {"cpu": 1, "mem": 2**30, "cuda.shares": Decimal("0.2")})
+    ledger.allocate("k2", {"cpu": 1, "mem": 2**30, "cuda.shares": Decimal("1.2")})
+    ledger.compat_view()   # {"...2d01": "0.60", "...2d02": "0.80"}
+    ledger.release("k1")   # True; a second release is a no-op (False)
+
+Restart recovery (:meth:`restore`) clears every map and re-applies each live kernel's
+recorded allocation (``resource.txt``).  A recorded entry whose slot the current plugin
+set does not know (the plugin was removed, or its mode changed) becomes a *legacy
+holding*: the kernel keeps it, and when its device still exists under another slot
+(spec 04 "Renamed slots") that device is reserved in the new map in proportion to what
+the old kernels hold, rounded *up* to the map's unit, until they end.  Example, the
+mock switched from fractional (1.0 share per GPU) to discrete::
+
+    k-old holds cuda.shares {GPU1: 0.5}          (recorded; GPU1 had 1.0 share)
+    new map: cuda.device {GPU1: 1, GPU2: 1}
+    -> GPU1 reserved: ceil(0.5 / 1.0 * 1) = 1 whole GPU; GPU2 free
+    -> view: GPU1 allocated 1, kernels {k-old: 0.5}; legacy_allocations
+       {"cuda.shares": {"GPU1": "0.5"}}
+    ledger.release("k-old") -> GPU1 free again
+
+``old_capacities`` (slot -> device -> capacity, as the agent last saw them) turn an old
+amount into a proportion; without it a device with any old use is reserved whole.  An
+entry of a known slot that no longer fits (capacity shrank) is kept the same way,
+reserving what is still free.
+
+Views are cached and rebuilt only after a change (:attr:`version`), so queries cost a
+dictionary lookup however many kernels run.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from decimal import ROUND_CEILING, ROUND_HALF_UP, Decimal
+
+from accelshare.alloc import (
+    AbstractAllocMap,
+    FractionAllocMap,
+    KernelAllocation,
+    ResourceError,
+    allocate_kernel,
+    apply_kernel,
+    free_kernel,
+)
+from accelshare.common import SlotTypes, canonical_decimal
+
+from .wire import AllocMapView, DeviceView, PluginMapView
+
+__all__ = [
+    "COMPAT_PLUGIN_KEY",
+    "AllocLedger",
+    "DeviceDetails",
+    "LegacyHolding",
+    "RestoreReport",
+    "flatten_allocation",
+    "plugin_key_of",
+]
+
+log = logging.getLogger(__name__)
+
+COMPAT_PLUGIN_KEY = "cuda"
+_ZERO = Decimal(0)
+_ONE = Decimal(1)
+_HUNDREDTH = Decimal("0.01")
+SlotAlloc = Mapping[str, Mapping[str, Decimal]]
+Target = tuple[str, str]  # (plugin key, device id)
+
+
+def plugin_key_of(slot: str) -> str:
+    """``cuda.shares`` -> ``cuda``; ``cpu`` -> ``cpu`` (as ``ResourceTxt.allocations_by_plugin``)."""
+    return slot.split(".", 1)[0]
+
+
+def flatten_allocation(allocation: Mapping[str, SlotAlloc]) -> dict[str, dict[str, Decimal]]:
+    """``{key: {slot: {device: amount}}}`` -> ``{slot: {device: amount}}`` (slots are unique)."""
+    return {
+        slot: dict(per_device)
+        for per_slot in allocation.values()
+        for slot, per_device in per_slot.items()
+        if per_device
+    }
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceDetails:
+    """What the views show of a device besides the map's own data."""
+
+    model_name: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class LegacyHolding:
+    """A recorded entry the current maps cannot hold as such.
+
+    ``target`` is the device in the current maps it still occupies (None: gone), and
+    ``share`` its contribution to that device's reservation in the target slot's units.
+    """
+
+    kernel_id: str
+    slot: str
+    device_id: str
+    amount: Decimal
+    target: Target | None
+    share: Decimal
+
+
+@dataclass(frozen=True, slots=True)
+class RestoreReport:
+    restored: tuple[str, ...]  # kernels whose allocation is back in the maps as recorded
+    legacy: tuple[str, ...]  # kernels with at least one legacy holding
+    messages: tuple[str, ...] = ()
+
+
+@dataclass(slots=True)
+class _Cache:
+    version: int = -1
+    view: AllocMapView | None = None
+    compat: dict[str, str] | None = None
+    agent_id: str = ""
+    extra: dict[str, object] = field(default_factory=dict)
+
+
+class AllocLedger:
+    """Allocation maps by plugin key + per-kernel holdings.  Not thread-safe: the agent
+    calls it from its event loop, allocation under its asyncio lock."""
+
+    def __init__(
+        self,
+        maps: Mapping[str, AbstractAllocMap],
+        details: Mapping[Target, DeviceDetails] | None = None,
+    ) -> None:
+        self._maps: dict[str, AbstractAllocMap] = dict(maps)
+        self._details = dict(details or {})
+        self._slot_types: dict[str, SlotTypes] = {}
+        self._slot_owner: dict[str, str] = {}
+        for key, alloc_map in self._maps.items():
+            for slot, slot_type in alloc_map.slot_types.items():
+                self._slot_types[slot] = slot_type
+                self._slot_owner[slot] = key
+        self._held: dict[str, KernelAllocation] = {}
+        self._holders: dict[Target, dict[str, Decimal]] = {}
+        self._holder_texts: dict[Target, dict[str, str]] = {}  # the same, as view strings
+        self._legacy: dict[str, list[LegacyHolding]] = {}
+        self._reserved: dict[Target, Decimal] = {}
+        self.version = 0
+        self._cache = _Cache()
+        # Per-device views, rebuilt only for devices a change touched (an allocation
+        # touches a handful of devices; a view has one entry per core).
+        self._device_views: dict[Target, DeviceView] = {}
+        self._dirty: set[Target] = set()
+        self._plugin_views: dict[str, PluginMapView] = {}
+
+    # -- read-only ------------------------------------------------------------------------
+    @property
+    def maps(self) -> Mapping[str, AbstractAllocMap]:
+        return self._maps
+
+    @property
+    def slot_types(self) -> Mapping[str, SlotTypes]:
+        """Every known slot (the agent's, fixed at start) -> its type, in plugin order."""
+        return self._slot_types
+
+    def holds(self, kernel_id: str) -> bool:
+        return kernel_id in self._held or kernel_id in self._legacy
+
+    def kernel_ids(self) -> list[str]:
+        return sorted(set(self._held) | set(self._legacy))
+
+    def held_by_plugin(self, kernel_id: str) -> KernelAllocation:
+        """What the kernel holds in the current maps: ``{key: {slot: {device: amount}}}``."""
+        return {
+            key: {slot: dict(per) for slot, per in per_slot.items()}
+            for key, per_slot in self._held.get(kernel_id, {}).items()
+        }
+
+    def recorded(self, kernel_id: str) -> dict[str, dict[str, Decimal]]:
+        """Everything the kernel holds as recorded, legacy holdings included: slot -> device."""
+        result = flatten_allocation(self._held.get(kernel_id, {}))
+        for holding in self._legacy.get(kernel_id, ()):
+            per = result.setdefault(holding.slot, {})
+            per[holding.device_id] = per.get(holding.device_id, _ZERO) + holding.amount
+        return result
+
+    def legacy_holdings(self) -> list[LegacyHolding]:
+        return [h for kernel_id in sorted(self._legacy) for h in self._legacy[kernel_id]]
+
+    # -- allocate / release ---------------------------------------------------------------
+    def allocate(
+        self,
+        kernel_id: str,
+        request: Mapping[str, Decimal],
+        *,
+        allocation_order: Sequence[str],
+        affinity_policy: str,
+        allow_fragmentation: bool = True,
+    ) -> KernelAllocation:
+        """Allocate ``request`` over every involved map, all or nothing (raises ResourceError)."""
+        if self.holds(kernel_id):
+            raise ValueError(f"kernel {kernel_id} already holds an allocation")
+        allocation = allocate_kernel(
+            self._maps,
+            request,
+            allocation_order=allocation_order,
+            affinity_policy=affinity_policy,
+            context_tag=kernel_id,
+            allow_resource_fragmentation=allow_fragmentation,
+        )
+        self._record(kernel_id, allocation)
+        return allocation
+
+    def _record(self, kernel_id: str, allocation: KernelAllocation) -> None:
+        held = {key: per_slot for key, per_slot in allocation.items() if per_slot}
+        if held:
+            self._held[kernel_id] = held
+        for key, per_slot in held.items():
+            for per_device in per_slot.values():
+                for device, amount in per_device.items():
+                    self._holders.setdefault((key, device), {})[kernel_id] = amount
+                    self._holder_texts.setdefault((key, device), {})[kernel_id] = _share_text(
+                        amount
+                    )
+                    self._dirty.add((key, device))
+        self.version += 1
+
+    def release(self, kernel_id: str) -> bool:
+        """Free everything the kernel holds; False (and nothing done) if it holds nothing."""
+        held = self._held.pop(kernel_id, None)
+        legacy = self._legacy.pop(kernel_id, None)
+        if held is None and legacy is None:
+            return False
+        if held:
+            free_kernel(self._maps, held)
+            for key, per_slot in held.items():
+                for per_device in per_slot.values():
+                    for device in per_device:
+                        holders = self._holders.get((key, device), {})
+                        holders.pop(kernel_id, None)
+                        self._holder_texts.get((key, device), {}).pop(kernel_id, None)
+                        if not holders:
+                            self._holders.pop((key, device), None)
+                            self._holder_texts.pop((key, device), None)
+                        self._dirty.add((key, device))
+        if legacy:
+            targets = {h.target for h in legacy if h.target is not None}
+            for target in sorted(targets):
+                self._apply_reservation(target)
+                log.info(
+                    "device %s of %s: legacy kernel %s ended, reservation now %s",
+                    target[1],
+                    target[0],
+                    kernel_id,
+                    canonical_decimal(self._reserved.get(target, _ZERO)),
+                )
+        self.version += 1
+        return True
+
+    # -- restart recovery -----------------------------------------------------------------
+    def restore(
+        self,
+        kernels: Iterable[tuple[str, SlotAlloc]],
+        *,
+        old_capacities: Mapping[str, Mapping[str, Decimal]] | None = None,
+    ) -> RestoreReport:
+        """Clear every map and re-apply the recorded allocations (see the module docstring).
+
+        ``kernels`` are ``(kernel_id, {slot: {device: amount}})``; they are applied in
+        kernel-id order, so the result does not depend on the order given.
+        """
+        for alloc_map in self._maps.values():
+            alloc_map.clear()
+        self._held.clear()
+        self._holders.clear()
+        self._holder_texts.clear()
+        self._legacy.clear()
+        self._reserved.clear()
+        self._device_views.clear()
+        self._plugin_views.clear()
+        old = old_capacities or {}
+        restored: list[str] = []
+        messages: list[str] = []
+        for kernel_id, recorded in sorted(kernels, key=lambda item: item[0]):
+            direct, leftover = self._split(recorded)
+            try:
+                apply_kernel(self._maps, direct)
+            except ResourceError as e:
+                messages.append(
+                    f"kernel {kernel_id}: its recorded allocation no longer fits ({e}); "
+                    "kept as a legacy holding"
+                )
+                direct, leftover = (
+                    {},
+                    [
+                        (slot, device, amount)
+                        for slot, per in recorded.items()
+                        for device, amount in per.items()
+                        if amount > 0
+                    ],
+                )
+            self._record(kernel_id, direct)
+            if leftover:
+                self._legacy[kernel_id] = [
+                    self._legacy_holding(kernel_id, slot, device, amount, old)
+                    for slot, device, amount in leftover
+                ]
+            else:
+                restored.append(kernel_id)
+        targets = {h.target for h in self.legacy_holdings() if h.target is not None}
+        for target in sorted(targets):
+            self._apply_reservation(target)
+        for holding in self.legacy_holdings():
+            where = (
+                f"reserving {canonical_decimal(self._reserved.get(holding.target, _ZERO))} of "
+                f"device {holding.target[1]} in the {holding.target[0]} map"
+                if holding.target is not None
+                else "its device is not in any current map"
+            )
+            messages.append(
+                f"kernel {holding.kernel_id} holds {canonical_decimal(holding.amount)} of "
+                f"{holding.slot} on {holding.device_id}, which the current plugin set does not "
+                f"allocate as such; kept until it ends ({where})"
+            )
+        self.version += 1
+        return RestoreReport(tuple(restored), tuple(sorted(self._legacy)), tuple(messages))
+
+    def _split(
+        self, recorded: SlotAlloc
+    ) -> tuple[KernelAllocation, list[tuple[str, str, Decimal]]]:
+        """Entries the current maps hold as such (by plugin key), and the rest."""
+        direct: KernelAllocation = {}
+        leftover: list[tuple[str, str, Decimal]] = []
+        for slot, per_device in recorded.items():
+            key = self._slot_owner.get(slot)
+            for device, amount in per_device.items():
+                if amount <= 0:
+                    continue
+                info = self._maps[key].device_slots.get(device) if key is not None else None
+                if key is not None and info is not None and info.slot_name == slot:
+                    direct.setdefault(key, {}).setdefault(slot, {})[device] = amount
+                else:
+                    leftover.append((slot, device, amount))
+        return direct, leftover
+
+    def _legacy_holding(
+        self,
+        kernel_id: str,
+        slot: str,
+        device: str,
+        amount: Decimal,
+        old: Mapping[str, Mapping[str, Decimal]],
+    ) -> LegacyHolding:
+        key = plugin_key_of(slot)
+        alloc_map = self._maps.get(key)
+        info = alloc_map.device_slots.get(device) if alloc_map is not None else None
+        if info is None:
+            return LegacyHolding(kernel_id, slot, device, amount, None, _ZERO)
+        if info.slot_name == slot:  # same slot, it just does not fit any more
+            share = amount
+        else:
+            old_capacity = old.get(slot, {}).get(device)
+            fraction = (
+                min(_ONE, amount / old_capacity)
+                if old_capacity is not None and old_capacity > 0
+                else _ONE  # unknown: any old use occupies the whole device
+            )
+            share = fraction * info.amount
+        return LegacyHolding(kernel_id, slot, device, amount, (key, device), share)
+
+    @staticmethod
+    def _unit_of(alloc_map: AbstractAllocMap) -> Decimal:
+        if isinstance(alloc_map, FractionAllocMap):
+            return alloc_map.quantum_size
+        return _ONE
+
+    def _apply_reservation(self, target: Target) -> None:
+        """(Re)compute the reservation of one device from the legacy holdings on it."""
+        key, device = target
+        alloc_map = self._maps[key]
+        info = alloc_map.device_slots[device]
+        self._dirty.add(target)
+        previous = self._reserved.pop(target, _ZERO)
+        if previous > 0:
+            alloc_map.free({info.slot_name: {device: previous}})
+        total = sum(
+            (h.share for h in self.legacy_holdings() if h.target == target),
+            _ZERO,
+        )
+        if total <= 0:
+            return
+        if info.slot_type is SlotTypes.UNIQUE:
+            wanted = info.amount
+        else:
+            unit = self._unit_of(alloc_map)
+            wanted = (total / unit).to_integral_value(rounding=ROUND_CEILING) * unit
+        free = info.amount - alloc_map.allocations[info.slot_name][device]
+        reservation = min(wanted, info.amount, free)
+        if reservation > 0:
+            alloc_map.apply_allocation({info.slot_name: {device: reservation}})
+            self._reserved[target] = reservation
+
+    # -- views ----------------------------------------------------------------------------
+    def view(self, agent_id: str) -> AllocMapView:
+        """The full allocation-map view (cached until the next change)."""
+        cache = self._cache
+        if cache.version != self.version or cache.agent_id != agent_id:
+            self._cache = cache = _Cache(self.version, agent_id=agent_id)
+        if cache.view is None:
+            dirty_plugins = {key for key, _ in self._dirty}
+            if self._legacy:  # legacy shares and totals: cheap, always recomputed
+                dirty_plugins.update(self._maps)
+            maps = {}
+            for key, alloc_map in self._maps.items():
+                plugin_view = self._plugin_views.get(key)
+                if plugin_view is None or key in dirty_plugins:
+                    plugin_view = self._plugin_views[key] = self._plugin_view(key, alloc_map)
+                maps[key] = plugin_view
+            self._dirty.clear()
+            # Built from values this class produced: no need to validate them again.
+            cache.view = AllocMapView.model_construct(agent_id=agent_id, maps=maps)
+        return cache.view
+
+    def _plugin_view(self, key: str, alloc_map: AbstractAllocMap) -> PluginMapView:
+        legacy_by_target: dict[str, dict[str, Decimal]] = {}
+        legacy_slots: dict[str, dict[str, Decimal]] = {}
+        for holding in self.legacy_holdings():
+            if holding.target is not None and holding.target[0] == key:
+                per = legacy_by_target.setdefault(holding.target[1], {})
+                per[holding.kernel_id] = per.get(holding.kernel_id, _ZERO) + holding.share
+            if plugin_key_of(holding.slot) == key:
+                per = legacy_slots.setdefault(holding.slot, {})
+                per[holding.device_id] = per.get(holding.device_id, _ZERO) + holding.amount
+        ledger: SlotAlloc | None = None
+        devices = []
+        for device, info in alloc_map.device_slots.items():
+            target = (key, device)
+            cached = self._device_views.get(target)
+            if cached is None or target in self._dirty or device in legacy_by_target:
+                if ledger is None:
+                    ledger = alloc_map.allocations
+                cached = self._device_views[target] = self._device_view(
+                    target,
+                    info.slot_name,
+                    info.slot_type,
+                    info.amount,
+                    ledger[info.slot_name][device],
+                    alloc_map.numa_nodes.get(device),
+                    legacy_by_target.get(device, {}),
+                )
+            devices.append(cached)
+        fractional = isinstance(alloc_map, FractionAllocMap)
+        return PluginMapView.model_construct(
+            key=key,
+            kind="fractional" if fractional else "discrete",
+            strategy=alloc_map.allocation_strategy.name,
+            quantum=canonical_decimal(alloc_map.quantum_size)
+            if isinstance(alloc_map, FractionAllocMap)
+            else None,
+            exclusive_slot_types=sorted(alloc_map.exclusive_slot_types),
+            devices=devices,
+            legacy_allocations={
+                slot: {d: canonical_decimal(a) for d, a in sorted(per.items())}
+                for slot, per in sorted(legacy_slots.items())
+            },
+        )
+
+    def _device_view(
+        self,
+        target: Target,
+        slot_name: str,
+        slot_type: SlotTypes,
+        capacity: Decimal,
+        allocated: Decimal,
+        numa_node: int | None,
+        legacy_shares: Mapping[str, Decimal],
+    ) -> DeviceView:
+        texts = self._holder_texts.get(target, {})
+        if legacy_shares:
+            kernels = dict(self._holders.get(target, {}))
+            for kernel_id, share in legacy_shares.items():
+                kernels[kernel_id] = kernels.get(kernel_id, _ZERO) + share
+            texts = {k: _share_text(v) for k, v in kernels.items()}
+        return DeviceView.model_construct(
+            device_id=target[1],
+            slot_name=slot_name,
+            slot_type=slot_type,
+            capacity=canonical_decimal(capacity),
+            allocated=canonical_decimal(allocated),
+            free=canonical_decimal(capacity - allocated),
+            numa_node=numa_node,
+            model_name=self._details.get(target, DeviceDetails()).model_name,
+            kernels={k: texts[k] for k in sorted(texts)},
+        )
+
+    def compat_view(self, plugin_key: str = COMPAT_PLUGIN_KEY) -> dict[str, str]:
+        """Backend.AI's ``gpu_alloc_map``: ``{device: "0.80"}`` over ``<key>.shares`` and
+        ``<key>.device`` devices, two decimals, a leading ``GPU-`` stripped."""
+        cache = self._cache
+        if cache.version != self.version:
+            self._cache = cache = _Cache(self.version, agent_id=cache.agent_id)
+        if cache.compat is None:
+            result: dict[str, str] = {}
+            alloc_map = self._maps.get(plugin_key)
+            if alloc_map is not None:
+                slots = {f"{plugin_key}.shares", f"{plugin_key}.device"}
+                ledger = alloc_map.allocations
+                for device, info in alloc_map.device_slots.items():
+                    if info.slot_name not in slots:
+                        continue
+                    shown = device.removeprefix("GPU-")
+                    amount = ledger[info.slot_name][device]
+                    total = Decimal(result[shown]) + amount if shown in result else amount
+                    result[shown] = str(total.quantize(_HUNDREDTH, rounding=ROUND_HALF_UP))
+            cache.compat = result
+        return dict(cache.compat)
+
+    def totals(self) -> dict[str, tuple[Decimal, Decimal]]:
+        """Slot -> (capacity, allocated) summed over devices (for metrics)."""
+        result: dict[str, tuple[Decimal, Decimal]] = {}
+        for alloc_map in self._maps.values():
+            ledger = alloc_map.allocations
+            for device, info in alloc_map.device_slots.items():
+                capacity, allocated = result.get(info.slot_name, (_ZERO, _ZERO))
+                result[info.slot_name] = (
+                    capacity + info.amount,
+                    allocated + ledger[info.slot_name][device],
+                )
+        return result
+
+
+def _share_text(value: Decimal) -> str:
+    """A holder's amount; proportional legacy shares are cut to 6 decimals (rounded up)."""
+    if value == value.quantize(Decimal("0.000001")):
+        return canonical_decimal(value)
+    return canonical_decimal(value.quantize(Decimal("0.000001"), rounding=ROUND_CEILING))

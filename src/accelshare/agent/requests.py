@@ -1,0 +1,85 @@
+"""Turning a kernel's ``requested_slots`` (wire strings) into an allocation request (pure).
+
+Rules (spec 01 "Known slot types", spec 04)::
+
+    known slots {cpu: count, mem: bytes, cuda.shares: count}
+    {"cpu": "1", "mem": "1g", "cuda.shares": "0.5"}   -> {cpu: 1, mem: 1073741824, cuda.shares: 0.5}
+    {"cpu": "1", "mem": "1g", "rocm.device": "0"}     -> rocm.device dropped (unknown, zero)
+    {"cpu": "1", "mem": "1g", "rocm.device": "1"}     -> UnsupportedResource('rocm.device')
+    {"mem": "1g"}                                     -> KernelRequestError (cpu missing)
+
+Amounts are decimal strings; a ``bytes`` slot also takes a binary size (``"2g"``).  Known
+slots requested as 0 are dropped as well (a map never allocates nothing).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from decimal import Decimal, InvalidOperation
+
+from accelshare.alloc import UnsupportedResource
+from accelshare.common import BinarySize, CommonValueError, SlotTypes
+
+__all__ = ["REQUIRED_SLOTS", "KernelRequestError", "parse_requested_slots"]
+
+REQUIRED_SLOTS = ("cpu", "mem")
+
+
+class KernelRequestError(ValueError):
+    """A create request the agent refuses before allocating (bad amount, cpu/mem missing).
+
+    The message starts with the class name, like the allocation errors, because it is
+    what the manager records as the kernel's failure reason.
+    """
+
+    def __init__(self, detail: str) -> None:
+        super().__init__(f"KernelRequestError: {detail}")
+        self.detail = detail
+
+
+def _amount(slot: str, text: str, slot_type: SlotTypes | None) -> Decimal:
+    value: Decimal | None
+    try:
+        value = Decimal(text.strip())
+    except (InvalidOperation, ValueError, AttributeError):
+        value = None
+    if value is None and slot_type in (SlotTypes.BYTES, None):
+        try:
+            value = Decimal(int(BinarySize.finite_from_str(text)))
+        except CommonValueError:
+            value = None
+    if value is None or not value.is_finite():
+        raise KernelRequestError(f"the amount {text!r} of slot {slot!r} is not a finite number")
+    if value < 0:
+        raise KernelRequestError(f"the amount {text!r} of slot {slot!r} cannot be negative")
+    return value
+
+
+def parse_requested_slots(
+    requested: Mapping[str, str],
+    known_slots: Mapping[str, SlotTypes],
+    *,
+    kernel_id: str | None = None,
+) -> dict[str, Decimal]:
+    """The allocation request for ``requested`` (see the module docstring).
+
+    Raises :class:`UnsupportedResource` for an unknown slot with a non-zero amount and
+    :class:`KernelRequestError` for a malformed amount or a missing/zero ``cpu`` or ``mem``.
+    """
+    request: dict[str, Decimal] = {}
+    for slot, text in requested.items():
+        slot_type = known_slots.get(slot)
+        amount = _amount(slot, text, slot_type)
+        if slot_type is None:
+            if amount != 0:
+                raise UnsupportedResource(slot, amount, list(known_slots), context_tag=kernel_id)
+            continue
+        if amount != 0:
+            request[slot] = amount
+    missing = [slot for slot in REQUIRED_SLOTS if request.get(slot, Decimal(0)) <= 0]
+    if missing:
+        raise KernelRequestError(
+            f"{' and '.join(missing)} must be requested with a positive amount "
+            f"(requested: {dict(requested)})"
+        )
+    return request

@@ -1,0 +1,161 @@
+"""The agent's RPC server (FastAPI): exactly the routes of :mod:`accelshare.agent.wire`.
+
+::
+
+    POST   /v1/kernels                  CreateKernelRequest -> KernelReport (RUNNING or FAILED)
+    DELETE /v1/kernels/{kernel_id}      -> KernelReport (EXITED; unknown id: reason not-found)
+    GET    /v1/kernels                  -> KernelList
+    GET    /v1/kernels/{kernel_id}/logs -> text/plain  (?tail_bytes=N)
+    GET    /v1/alloc-map                -> AllocMapView (?form=compat -> {device: "0.80"})
+    GET    /v1/stats/node               -> NodeStats
+    GET    /v1/stats/kernels            -> KernelStats
+    GET    /v1/health                   -> {"status": "ok", "agent_id": ...}
+    GET    /metrics                     -> Prometheus text (open)
+
+Every ``/v1`` route needs ``X-Accelshare-Cluster-Secret``, compared in constant time;
+without it or with a wrong one the answer is ``401 application/problem+json``.  A kernel
+that cannot be created is not an HTTP error: the report says FAILED with the reason
+(``UnsupportedResource: ...``, ``InsufficientResource: ...``) so that the manager can
+record it on the session.  Malformed bodies are ``400`` problems; a runtime that fails
+while destroying or reading logs gives a ``500`` problem (``kernel-runtime-error``).
+"""
+
+from __future__ import annotations
+
+import hmac
+import logging
+from typing import Annotated, Any, Literal
+
+from fastapi import APIRouter, Depends, FastAPI, Query, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, PlainTextResponse, Response
+
+from .metrics import CONTENT_TYPE
+from .runtime import KernelNotFound, KernelRuntimeError
+from .service import AgentService
+from .wire import CLUSTER_SECRET_HEADER, CreateKernelRequest
+
+__all__ = ["PROBLEM_MEDIA_TYPE", "RpcProblem", "create_rpc_app"]
+
+log = logging.getLogger(__name__)
+
+PROBLEM_MEDIA_TYPE = "application/problem+json"
+
+
+class RpcProblem(Exception):
+    def __init__(self, status: int, slug: str, title: str, detail: str) -> None:
+        super().__init__(detail)
+        self.status = status
+        self.slug = slug
+        self.title = title
+        self.detail = detail
+
+    def response(self) -> JSONResponse:
+        body = {
+            "type": f"/problems/{self.slug}",
+            "title": self.title,
+            "status": self.status,
+            "detail": self.detail,
+        }
+        headers = {"WWW-Authenticate": "ClusterSecret"} if self.status == 401 else None
+        return JSONResponse(
+            body, status_code=self.status, media_type=PROBLEM_MEDIA_TYPE, headers=headers
+        )
+
+
+def _secret_checker(secret: str | None) -> Any:
+    expected = secret.encode() if secret is not None else None
+
+    def check(request: Request) -> None:
+        if expected is None:  # dev mode on loopback (see accelshare.agent.secret)
+            return
+        given = request.headers.get(CLUSTER_SECRET_HEADER)
+        if given is None:
+            raise RpcProblem(
+                401, "unauthorized", "Unauthorized", f"missing {CLUSTER_SECRET_HEADER} header"
+            )
+        if not hmac.compare_digest(given.encode(), expected):
+            raise RpcProblem(401, "unauthorized", "Unauthorized", "wrong cluster secret")
+
+    return check
+
+
+def _json(model: Any) -> Response:
+    return Response(model.model_dump_json(), media_type="application/json")
+
+
+def create_rpc_app(service: AgentService, *, secret: str | None) -> FastAPI:
+    app = FastAPI(
+        title=f"accelshare agent {service.agent_id}",
+        docs_url=None,
+        redoc_url=None,
+        openapi_url=None,
+    )
+
+    @app.exception_handler(RpcProblem)
+    async def _problem(_: Request, exc: RpcProblem) -> Response:
+        return exc.response()
+
+    @app.exception_handler(KernelRuntimeError)
+    async def _runtime_error(_: Request, exc: KernelRuntimeError) -> Response:
+        log.error("runtime error: %s", exc)
+        return RpcProblem(500, "kernel-runtime-error", "Kernel runtime error", str(exc)).response()
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(_: Request, exc: RequestValidationError) -> Response:
+        first = exc.errors()[0] if exc.errors() else {}
+        where = ".".join(str(part) for part in first.get("loc", ()))
+        detail = f"{where}: {first.get('msg', 'invalid request')}"
+        return RpcProblem(400, "invalid-api-params", "Invalid API parameters", detail).response()
+
+    router = APIRouter(prefix="/v1", dependencies=[Depends(_secret_checker(secret))])
+
+    @router.post("/kernels")
+    async def create_kernel(body: CreateKernelRequest) -> Response:
+        return _json(await service.create_kernel(body))
+
+    @router.delete("/kernels/{kernel_id}")
+    async def destroy_kernel(kernel_id: str) -> Response:
+        return _json(await service.destroy_kernel(kernel_id))
+
+    @router.get("/kernels")
+    async def list_kernels() -> Response:
+        return _json(service.list_kernels())
+
+    @router.get("/kernels/{kernel_id}/logs")
+    async def kernel_logs(
+        kernel_id: str, tail_bytes: Annotated[int | None, Query(ge=0)] = None
+    ) -> Response:
+        try:
+            text = await service.kernel_logs(kernel_id, tail_bytes=tail_bytes)
+        except KernelNotFound:
+            raise RpcProblem(
+                404, "not-found", "Not found", f"kernel {kernel_id} not found"
+            ) from None
+        return PlainTextResponse(text)
+
+    @router.get("/alloc-map")
+    async def alloc_map(form: Literal["full", "compat"] = "full") -> Response:
+        if form == "compat":
+            return JSONResponse(service.compat_alloc_map())
+        return Response(service.alloc_map_json(), media_type="application/json")
+
+    @router.get("/stats/node")
+    async def node_stats() -> Response:
+        return _json(await service.node_stats())
+
+    @router.get("/stats/kernels")
+    async def kernel_stats() -> Response:
+        return _json(await service.kernel_stats())
+
+    @router.get("/health")
+    async def health() -> Response:
+        return JSONResponse(service.health())
+
+    app.include_router(router)
+
+    @app.get("/metrics")
+    async def metrics() -> Response:
+        return Response(service.metrics.render(), media_type=CONTENT_TYPE)
+
+    return app

@@ -1,0 +1,196 @@
+"""Kernel supervisor of the process runtime.  Standard library only, never imports accelshare.
+
+Run by the runtime as ``python -I -S _launcher.py <scratch>/<id>/state/launch.json STATUS_FD``,
+or started ahead as a *spare* with ``-`` instead of the path: it then waits for the path
+on stdin (one line; EOF without one: exit quietly), moves its own output to the kernel's
+``logs/launcher.log`` and its cwd to the scratch dir, and goes on as below:
+
+1. forks and lets the first process exit at once, so the supervisor is not the
+   agent's child: it survives the agent and is reaped by init, and the agent never
+   blocks on it;
+2. ``setsid()``: its own session, away from the agent's terminal and signals;
+3. forks the kernel process, which ``setsid()``s (own session and process group, so
+   the runtime can signal the whole group), writes its pid into every cgroup
+   ``cgroup.procs`` listed (it joins its cgroups *before* it execs the command, so
+   no byte of the command runs unlimited), applies rlimits and CPU affinity, sends
+   stdout/stderr to the kernel log, and execs the command;
+4. reports through STATUS_FD: an exec failure comes back through a close-on-exec
+   pipe as ``{"ok": false, "error": ...}``; success writes ``state/proc.json``
+   (both pids and their start times, the identity a restarted agent checks) and
+   then ``{"ok": true, ...}``;
+5. waits for the kernel, kills what is left of its process group, and writes
+   ``state/exit.json`` (exit code, signal): the exit code is recorded even if no
+   agent was running when the kernel ended.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import resource
+import signal
+import sys
+import time
+from typing import Any, NoReturn
+
+
+def _write_json_atomic(path: str, data: dict[str, Any]) -> None:
+    tmp = f"{path}.{os.getpid()}.tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(data, f, sort_keys=True)
+        f.write("\n")
+    os.replace(tmp, path)
+
+
+def _start_ticks(pid: int) -> int | None:
+    try:
+        with open(f"/proc/{pid}/stat", encoding="utf-8", errors="replace") as f:
+            fields = f.read().rpartition(")")[2].split()
+        return int(fields[19])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _report(status_fd: int, data: dict[str, Any]) -> None:
+    try:
+        os.write(status_fd, json.dumps(data).encode() + b"\n")
+        os.close(status_fd)
+    except OSError:
+        pass  # the agent is gone; proc.json / exit.json tell the next one
+
+
+def _exec_kernel(cfg: dict[str, Any], err_w: int) -> NoReturn:
+    try:
+        os.setsid()
+        pid = str(os.getpid()).encode()
+        for procs_file in cfg.get("procs_files", []):
+            fd = os.open(procs_file, os.O_WRONLY)
+            try:
+                os.write(fd, pid)
+            finally:
+                os.close(fd)
+        for name, soft, hard in cfg.get("rlimits", []):
+            resource.setrlimit(getattr(resource, name), (soft, hard))
+        if cfg.get("cpu_affinity"):
+            os.sched_setaffinity(0, cfg["cpu_affinity"])
+        stdin = os.open(os.devnull, os.O_RDONLY)
+        log = os.open(cfg["log_file"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        os.dup2(stdin, 0)
+        os.dup2(log, 1)
+        os.dup2(log, 2)
+        os.chdir(cfg["cwd"])
+        # Python ignores SIGPIPE/SIGXFSZ and the supervisor ignores TERM/INT/HUP; an
+        # ignored disposition survives exec, so give the command the defaults back.
+        for signum in (
+            signal.SIGPIPE,
+            signal.SIGXFSZ,
+            signal.SIGTERM,
+            signal.SIGINT,
+            signal.SIGHUP,
+            signal.SIGQUIT,
+        ):
+            signal.signal(signum, signal.SIG_DFL)
+        argv = cfg["argv"]
+        os.execvpe(argv[0], argv, cfg["env"])
+    except BaseException as e:  # report anything, then die without running atexit handlers
+        try:
+            os.write(err_w, f"{type(e).__name__}: {e}".encode(errors="replace"))
+        finally:
+            os._exit(127)
+
+
+def _read_all(fd: int) -> bytes:
+    chunks = []
+    while chunk := os.read(fd, 65536):
+        chunks.append(chunk)
+    os.close(fd)
+    return b"".join(chunks)
+
+
+def supervise(cfg: dict[str, Any], status_fd: int) -> int:
+    os.setsid()
+    err_r, err_w = os.pipe()  # both ends close-on-exec: EOF means the exec succeeded
+    kernel_pid = os.fork()
+    if kernel_pid == 0:
+        os.close(err_r)
+        _exec_kernel(cfg, err_w)
+    os.close(err_w)
+    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(signum, signal.SIG_IGN)  # stay to record the exit code
+    error = _read_all(err_r).decode(errors="replace")
+    if error:
+        os.waitpid(kernel_pid, 0)
+        _write_json_atomic(
+            cfg["exit_file"],
+            {"reason": "failed", "error": error, "exit_code": None, "finished_at": time.time()},
+        )
+        _report(status_fd, {"ok": False, "error": error})
+        return 1
+    supervisor_pid = os.getpid()
+    _write_json_atomic(
+        cfg["proc_file"],
+        {
+            "supervisor_pid": supervisor_pid,
+            "supervisor_start": _start_ticks(supervisor_pid),
+            "kernel_pid": kernel_pid,
+            "kernel_start": _start_ticks(kernel_pid),
+            "started_at": time.time(),
+        },
+    )
+    _report(status_fd, {"ok": True, "supervisor_pid": supervisor_pid, "kernel_pid": kernel_pid})
+    _, status = os.waitpid(kernel_pid, 0)
+    code = os.waitstatus_to_exitcode(status)
+    killed_by = -code if code < 0 else None
+    with contextlib.suppress(OSError):  # the kernel has ended: so has what it left in its group
+        os.killpg(kernel_pid, signal.SIGKILL)
+    _write_json_atomic(
+        cfg["exit_file"],
+        {
+            "reason": "killed" if killed_by else "exited",
+            "exit_code": 128 + killed_by if killed_by else code,
+            "signal": killed_by,
+            "finished_at": time.time(),
+        },
+    )
+    return 0
+
+
+def _wait_for_job() -> str | None:
+    """Spare mode: the launch file from stdin; output and cwd moved to the kernel's dir."""
+    line = sys.stdin.buffer.readline().decode().strip()
+    if not line:
+        return None
+    scratch_root = os.path.dirname(os.path.dirname(line))  # <root>/state/launch.json
+    log = os.open(
+        os.path.join(scratch_root, "logs", "launcher.log"),
+        os.O_WRONLY | os.O_CREAT | os.O_APPEND,
+        0o644,
+    )
+    os.dup2(log, 1)
+    os.dup2(log, 2)
+    os.close(log)
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(devnull, 0)
+    os.close(devnull)
+    os.chdir(scratch_root)
+    return line
+
+
+def main(argv: list[str]) -> int:
+    launch_file, status_fd = argv[1], int(argv[2])
+    os.set_inheritable(status_fd, False)  # the kernel must not hold the agent's pipe open
+    if launch_file == "-":
+        job = _wait_for_job()
+        if job is None:
+            return 0
+        launch_file = job
+    with open(launch_file, encoding="utf-8") as f:
+        cfg = json.load(f)
+    if os.fork() != 0:
+        os._exit(0)  # detach: the supervisor is re-parented to init
+    return supervise(cfg, status_fd)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

@@ -1,0 +1,107 @@
+"""Named environments ("images") of the process runtime.
+
+A docker kernel names an image; a process kernel names an *environment*: a command
+prefix, an optional image directory and extra environment variables, so that
+``session create python ...`` works the same with both runtimes.  Built in:
+
+    python   the agent's own Python interpreter:  argv = [sys.executable, *command]
+    shell    /bin/sh:                              argv = ["/bin/sh", "-c", *command]
+
+so ``command=("-c", "print(1)")`` runs Python code and, for ``shell``,
+``command=("echo $0 $1", "a", "b")`` runs a script with its ``$0``/``$1``.  A kernel
+with no command runs the environment's ``idle_command`` (``sleep infinity``) and stays
+up until it is destroyed.
+
+A batch session's *startup command* is one string (:meth:`ProcessEnvironment.startup_argv`):
+an environment whose prefix ends with ``-c`` (``shell``) takes it whole, as its script
+(``"echo hello; exit 3"``); any other takes its shell-style words (:func:`shlex.split`)
+as arguments (``python`` + ``"-c 'print(42)'"`` -> ``[python, "-c", "print(42)"]``).
+
+More come from configuration (:meth:`ProcessEnvironment.from_config`), e.g. a
+virtualenv::
+
+    [container.environments.torch]
+    command-prefix = ["/opt/venvs/torch/bin/python"]
+    image-dir = "/opt/venvs/torch"          # <image-dir>/bin goes first on PATH
+    env = { HF_HOME = "/data/hf" }
+"""
+
+from __future__ import annotations
+
+import shlex
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+__all__ = ["DEFAULT_IDLE_COMMAND", "ProcessEnvironment", "default_environments"]
+
+DEFAULT_IDLE_COMMAND = ("sleep", "infinity")
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessEnvironment:
+    name: str
+    command_prefix: tuple[str, ...]
+    env: Mapping[str, str] = field(default_factory=dict)
+    image_dir: Path | None = None
+    idle_command: tuple[str, ...] = DEFAULT_IDLE_COMMAND
+
+    def argv(self, command: tuple[str, ...] | None) -> tuple[str, ...]:
+        """The full argv for ``command`` (the idle command when there is none)."""
+        if command is None:
+            return self.idle_command
+        return (*self.command_prefix, *command)
+
+    @property
+    def takes_script(self) -> bool:
+        """Whether a startup command is passed whole (the prefix ends with ``-c``)."""
+        return self.command_prefix[-1] == "-c"
+
+    def startup_argv(self, startup_command: str) -> tuple[str, ...]:
+        """The full argv for a session's startup command (see the module docstring).
+
+        Raises ``ValueError`` for a command line :func:`shlex.split` cannot read
+        (an unclosed quote) in an environment that takes words."""
+        if self.takes_script:
+            return self.argv((startup_command,))
+        return self.argv(tuple(shlex.split(startup_command)))
+
+    @classmethod
+    def from_config(cls, name: str, data: Mapping[str, Any]) -> ProcessEnvironment:
+        """Build one from a config table; errors name the environment and the key."""
+
+        def strings(key: str, default: tuple[str, ...]) -> tuple[str, ...]:
+            value = data.get(key, list(default))
+            if not isinstance(value, list | tuple) or not all(isinstance(v, str) for v in value):
+                raise ValueError(
+                    f"environment {name!r}: {key!r} must be a list of strings, got {value!r}"
+                )
+            return tuple(value)
+
+        prefix = strings("command-prefix", ())
+        if not prefix:
+            raise ValueError(f"environment {name!r}: 'command-prefix' must not be empty")
+        env = data.get("env", {})
+        if not isinstance(env, Mapping) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in env.items()
+        ):
+            raise ValueError(f"environment {name!r}: 'env' must be a table of strings, got {env!r}")
+        image_dir = data.get("image-dir")
+        if image_dir is not None and not isinstance(image_dir, str):
+            raise ValueError(f"environment {name!r}: 'image-dir' must be a path, got {image_dir!r}")
+        return cls(
+            name=name,
+            command_prefix=prefix,
+            env=dict(env),
+            image_dir=Path(image_dir) if image_dir else None,
+            idle_command=strings("idle-command", DEFAULT_IDLE_COMMAND),
+        )
+
+
+def default_environments() -> dict[str, ProcessEnvironment]:
+    return {
+        "python": ProcessEnvironment("python", (sys.executable,)),
+        "shell": ProcessEnvironment("shell", ("/bin/sh", "-c")),
+    }

@@ -1,0 +1,763 @@
+"""The ``process`` runtime: kernels as local process groups, no daemon needed.
+
+How a kernel runs (see ``_launcher.py`` for the supervisor's side)::
+
+    agent ──Popen──> python -I -S _launcher.py launch.json   (exits at once: detached)
+                       └─ supervisor (own session; records pids, waits, records exit)
+                            └─ kernel (own session + process group, in its cgroups,
+                                       rlimits, cwd = work/, stdout+stderr -> logs/kernel.log)
+                                 [└─ with isolation: unshare --pid --mount-proc -> command as PID 1]
+
+Nothing lives only in the agent's memory: ``state/launch.json`` (written before the
+start), ``state/proc.json`` (pids + start times, by the supervisor) and
+``state/exit.json`` (by the supervisor, then completed by the runtime with OOM
+information) are the kernel's record, so a new :class:`ProcessRuntime` after an agent
+restart re-adopts running kernels (pid + start time + ``ACCELSHARE_KERNEL_ID`` in the
+process environment, so a recycled pid is never mistaken for a kernel) and learns the
+exit code of kernels that ended while no agent was running.
+
+Limits: cgroups (v2, else v1) when a hierarchy is writable, see :mod:`.cgroups`;
+otherwise memory through ``RLIMIT_DATA`` (default: private writable memory, close to
+what a program really uses) or ``RLIMIT_AS`` (address space: stricter, breaks programs
+that reserve large virtual ranges such as JVMs and some CUDA stacks), and a cpuset
+through CPU affinity.  CPU time and pids have no per-kernel rlimit: without cgroups
+they are reported as not enforced in :attr:`KernelInfo.limits`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import select
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Literal
+
+from ..resource_txt import with_container_id
+from ..scratch import ScratchDir, list_kernel_ids, read_json
+from .base import (
+    BACKENDAI_KERNEL_ID_ENV,
+    KERNEL_ID_ENV,
+    RESOURCE_TXT_ENV,
+    ExitReason,
+    KernelExit,
+    KernelInfo,
+    KernelSpec,
+    KernelState,
+)
+from .cgroups import CgroupError, CgroupLayout, CgroupManager, KernelCgroup
+from .environments import ProcessEnvironment, default_environments
+from .errors import (
+    KernelConflict,
+    KernelNotFound,
+    KernelStartFailed,
+    RuntimeUnavailable,
+    UnknownEnvironment,
+)
+from .procfs import find_marked_processes, is_same_process
+
+__all__ = ["ProcessRuntime", "ProcessRuntimeConfig"]
+
+log = logging.getLogger(__name__)
+
+LAUNCHER = Path(__file__).with_name("_launcher.py")
+_UNSHARE_ARGS = ("--pid", "--fork", "--kill-child", "--mount-proc", "--")
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessRuntimeConfig:
+    """Settings of the process runtime (from ``agent.toml`` ``[container]``).
+
+    * ``use_cgroups``: False forces the rlimit fallback (tests, unprivileged agents).
+    * ``cgroup_parent``: relative to the agent's own cgroup unless absolute.
+    * ``rlimit_memory``: which rlimit enforces memory when cgroups cannot.
+    * ``isolate_namespaces``: run the command in new PID + mount namespaces (needs
+      ``unshare`` from util-linux and privileges); off by default.  The command is then
+      PID 1 of its namespace: it only gets SIGTERM if it installs a handler, so
+      ``destroy`` falls back to SIGKILL after the grace period.
+    * ``passthrough_env``: the agent's own variables a kernel inherits (nothing else
+      leaks from the agent's environment).
+    """
+
+    scratch_root: Path
+    environments: Mapping[str, ProcessEnvironment] = field(default_factory=default_environments)
+    use_cgroups: bool = True
+    cgroup_parent: str = "accelshare"
+    rlimit_memory: Literal["data", "as"] = "data"
+    isolate_namespaces: bool = False
+    stop_grace_s: float = 5.0
+    start_timeout_s: float = 10.0
+    kill_timeout_s: float = 10.0
+    poll_interval_s: float = 0.02
+    passthrough_env: tuple[str, ...] = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TERM")
+    launcher_python: str = sys.executable
+    # Keep this many launchers started ahead (interpreter up, modules imported), each
+    # waiting for a launch file on stdin: a create then skips the ~20 ms Python start.
+    # Two cover back-to-back creates (the one used is replaced at once, and needs that
+    # long to start).  0 (default) starts a launcher per create; the agent uses 2 and
+    # calls close() to stop the spares.
+    prespawn_launchers: int = 0
+
+
+class ProcessRuntime:
+    """Kernels as supervised local process groups.  See the module docstring."""
+
+    def __init__(
+        self,
+        config: ProcessRuntimeConfig,
+        *,
+        cgroups: CgroupManager | None = None,
+        proc_root: Path = Path("/proc"),
+    ) -> None:
+        self.config = config
+        self._root = Path(config.scratch_root).absolute()
+        self._proc_root = proc_root
+        if cgroups is None and config.use_cgroups:
+            cgroups = CgroupManager(CgroupLayout.detect(proc_root), config.cgroup_parent)
+        self._cgroups = cgroups if config.use_cgroups else None
+        # Inspecting/removing a kernel's recorded cgroups needs no layout: kernels made
+        # by an earlier agent with cgroups are still collected if this one has none.
+        self._cgroup_ops = self._cgroups or CgroupManager(CgroupLayout())
+        self._unshare: str | None = None
+        if config.isolate_namespaces:
+            self._unshare = shutil.which("unshare")
+            if self._unshare is None:
+                raise RuntimeUnavailable(
+                    "isolate-namespaces needs the 'unshare' command (util-linux), not found on PATH"
+                )
+        self._locks: dict[str, asyncio.Lock] = {}
+        self._starting: set[str] = set()
+        self._collect_lock = threading.Lock()
+        self._spare_lock = threading.Lock()
+        self._spares: list[tuple[subprocess.Popen[bytes], int]] = []  # (launcher, status fd)
+        self._closed = False
+        self._ensure_spares()
+        log.info(
+            "process runtime: scratch root %s, limits via %s%s",
+            self._root,
+            self._cgroups.layout.describe() if self._cgroups else "rlimits (cgroups disabled)",
+            ", PID+mount namespaces" if self._unshare else "",
+        )
+
+    @property
+    def name(self) -> str:
+        return "process"
+
+    @property
+    def scratch_root(self) -> Path:
+        return self._root
+
+    @property
+    def cgroups(self) -> CgroupManager | None:
+        return self._cgroups
+
+    def _lock(self, kernel_id: str) -> asyncio.Lock:
+        return self._locks.setdefault(kernel_id, asyncio.Lock())
+
+    def _scratch(self, kernel_id: str) -> ScratchDir:
+        try:
+            return ScratchDir(self._root, kernel_id)
+        except ValueError as e:
+            raise KernelNotFound(kernel_id) from e
+
+    # -- create ---------------------------------------------------------------------------
+    async def create_kernel(self, spec: KernelSpec) -> KernelInfo:
+        kernel_id = spec.kernel_id
+        try:
+            scratch = ScratchDir(self._root, kernel_id)
+        except ValueError as e:
+            raise KernelStartFailed(kernel_id, str(e)) from e
+        environment = self.config.environments.get(spec.image)
+        if environment is None:
+            raise UnknownEnvironment(spec.image, list(self.config.environments), kernel_id)
+        try:
+            _kernel_argv(spec, environment)  # refuse an unreadable command line up front
+        except ValueError as e:
+            raise KernelStartFailed(kernel_id, f"cannot read the startup command: {e}") from e
+        async with self._lock(kernel_id):
+            if scratch.exists():
+                info = await self.get_kernel(kernel_id)
+                if info.is_running:
+                    log.info("kernel %s: already running (pid %s)", kernel_id, info.cid)
+                    return info
+                raise KernelConflict(kernel_id, "has exited and its scratch dir was not cleaned up")
+            self._starting.add(kernel_id)
+            try:
+                return await asyncio.to_thread(self._start, spec, environment, scratch)
+            finally:
+                self._starting.discard(kernel_id)
+
+    def _start(
+        self, spec: KernelSpec, environment: ProcessEnvironment, scratch: ScratchDir
+    ) -> KernelInfo:
+        kernel_id = spec.kernel_id
+        log.info("kernel %s: preparing scratch dir %s", kernel_id, scratch.root)
+        cgroup: KernelCgroup | None = None
+        try:
+            scratch.prepare()
+            scratch.write_resource_txt(spec.resource_txt)
+            if self._cgroups is not None:
+                cgroup = self._cgroups.create(kernel_id, spec.limits)
+            launch = self._launch_record(spec, environment, scratch, cgroup)
+            scratch.write_json(scratch.launch_file, launch)
+            log.info(
+                "kernel %s: starting %s (limits: %s)",
+                kernel_id,
+                launch["argv"],
+                launch["limits_applied"] or "none",
+            )
+            status = self._spawn(scratch)
+        except (CgroupError, OSError) as e:
+            self._fail(scratch, cgroup, f"{type(e).__name__}: {e}")
+            raise KernelStartFailed(kernel_id, str(e)) from e
+        if not status.get("ok"):
+            error = str(status.get("error") or "the launcher did not report")
+            if "supervisor_pid" not in status:  # no report at all: it may still start
+                marked = find_marked_processes(self._root, self._proc_root)
+                _kill_pids(tuple(marked.get(kernel_id, ())), signal.SIGKILL)
+            self._fail(scratch, cgroup, error)
+            raise KernelStartFailed(kernel_id, error)
+        kernel_pid = int(status["kernel_pid"])
+        scratch.write_resource_txt(with_container_id(scratch.read_resource_txt(), str(kernel_pid)))
+        log.info("kernel %s: running as pid %d", kernel_id, kernel_pid)
+        return KernelInfo(
+            kernel_id=kernel_id,
+            runtime=self.name,
+            state=KernelState.RUNNING,
+            cid=str(kernel_pid),
+            scratch_dir=scratch.root,
+            pids=(kernel_pid,),
+            limits=dict(launch["limits_applied"]),
+        )
+
+    def _launch_record(
+        self,
+        spec: KernelSpec,
+        environment: ProcessEnvironment,
+        scratch: ScratchDir,
+        cgroup: KernelCgroup | None,
+    ) -> dict[str, Any]:
+        limits = spec.limits
+        applied = dict(cgroup.applied) if cgroup else {}
+        rlimits: list[list[Any]] = []
+        if limits.mem_bytes is not None and "memory" not in applied:
+            name = "RLIMIT_AS" if self.config.rlimit_memory == "as" else "RLIMIT_DATA"
+            rlimits.append([name, limits.mem_bytes, limits.mem_bytes])
+            applied["memory"] = f"rlimit {name}={limits.mem_bytes}"
+        affinity: list[int] | None = None
+        if limits.cpuset_cpus and "cpuset" not in applied:
+            affinity = sorted(set(limits.cpuset_cpus))
+            applied["cpuset"] = f"sched_setaffinity {affinity}"
+        if limits.cpu_count is not None and "cpu" not in applied:
+            applied["cpu"] = "not enforced (no writable cgroup cpu controller)"
+        if limits.pids_max is not None and "pids" not in applied:
+            applied["pids"] = "not enforced (no writable cgroup pids controller)"
+        for limit, how in applied.items():
+            if how.startswith("not enforced"):
+                log.warning("kernel %s: %s limit %s", spec.kernel_id, limit, how)
+        argv = _kernel_argv(spec, environment)
+        if self._unshare is not None:
+            argv = (self._unshare, *_UNSHARE_ARGS, *argv)
+        return {
+            "kernel_id": spec.kernel_id,
+            "image": spec.image,
+            "argv": list(argv),
+            "env": self._kernel_env(spec, environment, scratch),
+            "cwd": str(scratch.work_dir),
+            "log_file": str(scratch.log_file),
+            "proc_file": str(scratch.proc_file),
+            "exit_file": str(scratch.exit_file),
+            "procs_files": [str(p) for p in cgroup.procs_files] if cgroup else [],
+            "rlimits": rlimits,
+            "cpu_affinity": affinity,
+            "cgroup": cgroup.to_json() if cgroup else None,
+            "limits_applied": applied,
+            "isolated": self._unshare is not None,
+            "created_at": time.time(),
+        }
+
+    def _kernel_env(
+        self, spec: KernelSpec, environment: ProcessEnvironment, scratch: ScratchDir
+    ) -> dict[str, str]:
+        env = {k: os.environ[k] for k in self.config.passthrough_env if k in os.environ}
+        env.setdefault("PATH", os.defpath)
+        env["HOME"] = str(scratch.work_dir)
+        if environment.image_dir is not None:
+            env["PATH"] = f"{environment.image_dir / 'bin'}:{env['PATH']}"
+        env.update(environment.env)
+        env.update(spec.env)
+        env[KERNEL_ID_ENV] = spec.kernel_id
+        env[BACKENDAI_KERNEL_ID_ENV] = spec.kernel_id
+        env[RESOURCE_TXT_ENV] = str(scratch.resource_txt)
+        return env
+
+    def _spawn(self, scratch: ScratchDir) -> dict[str, Any]:
+        """Start the launcher (or hand the launch file to the spare) and wait for its
+        one-line status report."""
+        spare = self._take_spare()
+        launcher: subprocess.Popen[bytes] | None = None
+        read_fd = -1
+        if spare is not None:
+            launcher, read_fd = spare
+            try:
+                assert launcher.stdin is not None
+                launcher.stdin.write(f"{scratch.launch_file}\n".encode())
+                launcher.stdin.close()
+            except OSError:  # the spare died: start a fresh launcher instead
+                os.close(read_fd)
+                launcher.kill()
+                launcher.wait()
+                launcher = None
+        if launcher is None:
+            read_fd, write_fd = os.pipe()
+            try:
+                with (scratch.log_dir / "launcher.log").open("ab") as launcher_log:
+                    launcher = subprocess.Popen(
+                        self._launcher_argv(str(scratch.launch_file), write_fd),
+                        pass_fds=(write_fd,),
+                        stdin=subprocess.DEVNULL,
+                        stdout=launcher_log,
+                        stderr=launcher_log,
+                        cwd=scratch.root,
+                    )
+            except BaseException:
+                os.close(read_fd)
+                raise
+            finally:
+                os.close(write_fd)
+        try:
+            # The status first: poll() wakes as soon as it arrives, while Popen.wait
+            # with a timeout polls with growing sleeps (1, 2, 4, ... ms) and would add up
+            # to ~10 ms to every start.  The launcher has exited by then (it exits right
+            # after forking the supervisor, which sends the status).
+            status = _read_status(read_fd, self.config.start_timeout_s)
+            try:
+                launcher.wait(timeout=self.config.start_timeout_s)
+            except subprocess.TimeoutExpired:
+                launcher.kill()
+                launcher.wait()
+                return {"ok": False, "error": "the launcher did not exit"}
+            return status
+        finally:
+            os.close(read_fd)
+            self._ensure_spares()
+
+    def _launcher_argv(self, launch_file: str, status_fd: int) -> list[str]:
+        return [
+            self.config.launcher_python,
+            "-I",
+            "-S",
+            str(LAUNCHER),
+            launch_file,
+            str(status_fd),
+        ]
+
+    def _ensure_spares(self) -> None:
+        """Top the spare launchers up to ``prespawn_launchers`` (thread-safe, never raises)."""
+        with self._spare_lock:
+            while len(self._spares) < self.config.prespawn_launchers and not self._closed:
+                read_fd, write_fd = os.pipe()
+                try:
+                    process = subprocess.Popen(
+                        self._launcher_argv("-", write_fd),  # "-": the launch file on stdin
+                        pass_fds=(write_fd,),
+                        stdin=subprocess.PIPE,
+                        stdout=subprocess.DEVNULL,  # until it knows its kernel's launcher.log
+                        stderr=subprocess.DEVNULL,
+                        cwd="/",
+                    )
+                except OSError as e:
+                    os.close(read_fd)
+                    log.warning("cannot start a spare launcher: %s", e)
+                    return
+                finally:
+                    os.close(write_fd)
+                self._spares.append((process, read_fd))
+
+    def _take_spare(self) -> tuple[subprocess.Popen[bytes], int] | None:
+        """The oldest spare still waiting (the most likely to be ready), if any."""
+        while True:
+            with self._spare_lock:
+                if not self._spares:
+                    return None
+                spare = self._spares.pop(0)
+            if spare[0].poll() is None:
+                return spare
+            os.close(spare[1])  # it died waiting
+
+    def _fail(self, scratch: ScratchDir, cgroup: KernelCgroup | None, error: str) -> None:
+        log.error("kernel %s: failed to start: %s", scratch.kernel_id, error)
+        if read_json(scratch.exit_file) is None:
+            exit_ = KernelExit(ExitReason.FAILED, error=error, finished_at=time.time())
+            with contextlib.suppress(OSError):
+                scratch.write_json(scratch.exit_file, {**exit_.to_json(), "collected": True})
+        if cgroup is not None:
+            self._cgroup_ops.kill_all(cgroup)
+            self._cgroup_ops.remove(cgroup)
+
+    # -- inspect --------------------------------------------------------------------------
+    async def get_kernel(self, kernel_id: str) -> KernelInfo:
+        scratch = self._scratch(kernel_id)
+        if scratch.exists():
+            return self._evaluate(scratch)
+        marked = await asyncio.to_thread(find_marked_processes, self._root, self._proc_root)
+        if kernel_id in marked:
+            return self._orphan(kernel_id, marked[kernel_id])
+        raise KernelNotFound(kernel_id)
+
+    async def scan_kernels(self) -> list[KernelInfo]:
+        return await asyncio.to_thread(self._scan)
+
+    def _scan(self) -> list[KernelInfo]:
+        marked = find_marked_processes(self._root, self._proc_root)
+        infos = []
+        kernel_ids = list_kernel_ids(self._root)
+        for kernel_id in kernel_ids:
+            scratch = ScratchDir(self._root, kernel_id)
+            info = self._evaluate(scratch, marked=marked)
+            if info.is_running and info.cid is not None:
+                self._ensure_cid(scratch, info.cid)
+            infos.append(info)
+        for kernel_id in sorted(set(marked) - set(kernel_ids)):
+            log.warning(
+                "kernel %s: live processes %s without a scratch dir (orphan)",
+                kernel_id,
+                marked[kernel_id],
+            )
+            infos.append(self._orphan(kernel_id, marked[kernel_id]))
+        return infos
+
+    def _ensure_cid(self, scratch: ScratchDir, cid: str) -> None:
+        """Add ``CID`` if the agent died between start and writing it (never twice)."""
+        with contextlib.suppress(OSError):
+            text = scratch.read_resource_txt()
+            updated = with_container_id(text, cid)
+            if updated != text:
+                log.info("kernel %s: adding CID=%s to resource.txt", scratch.kernel_id, cid)
+                scratch.write_resource_txt(updated)
+
+    def _orphan(self, kernel_id: str, pids: list[int]) -> KernelInfo:
+        return KernelInfo(
+            kernel_id=kernel_id,
+            runtime=self.name,
+            state=KernelState.RUNNING,
+            pids=tuple(sorted(pids)),
+        )
+
+    def _evaluate(
+        self, scratch: ScratchDir, *, marked: Mapping[str, list[int]] | None = None
+    ) -> KernelInfo:
+        """The kernel's state from its files and ``/proc``; collects a fresh exit."""
+        kernel_id = scratch.kernel_id
+        launch = read_json(scratch.launch_file) or {}
+        limits = launch.get("limits_applied")
+        base = KernelInfo(
+            kernel_id=kernel_id,
+            runtime=self.name,
+            state=KernelState.RUNNING,
+            scratch_dir=scratch.root,
+            limits=dict(limits) if isinstance(limits, dict) else {},
+        )
+        exit_data = read_json(scratch.exit_file)
+        proc = read_json(scratch.proc_file)
+        if exit_data is None and proc is not None:
+            if self._proc_alive(kernel_id, proc):
+                pid = int(proc["kernel_pid"])
+                return replace(base, cid=str(pid), pids=(pid,))
+            exit_data = read_json(scratch.exit_file)  # the supervisor may have just written it
+            if exit_data is None:
+                exit_data = self._record_lost(scratch, "the supervisor ended without a record")
+        if exit_data is None:
+            if kernel_id in self._starting:
+                return base
+            if marked is None:
+                marked = find_marked_processes(self._root, self._proc_root)
+            if kernel_id in marked:  # an agent died while starting it; the launcher goes on
+                return replace(base, pids=tuple(sorted(marked[kernel_id])))
+            exit_data = self._record_lost(scratch, "it never reported a start", failed=True)
+        exit_ = self._collect(scratch, launch, exit_data)
+        cid = str(proc["kernel_pid"]) if proc and "kernel_pid" in proc else None
+        return replace(base, state=KernelState.EXITED, cid=cid, exit=exit_)
+
+    def _proc_alive(self, kernel_id: str, proc: Mapping[str, Any]) -> bool:
+        try:
+            kernel_pid, supervisor_pid = int(proc["kernel_pid"]), int(proc["supervisor_pid"])
+        except (KeyError, TypeError, ValueError):
+            return False
+        kernel_start, supervisor_start = proc.get("kernel_start"), proc.get("supervisor_start")
+        return is_same_process(
+            kernel_pid,
+            kernel_start if isinstance(kernel_start, int) else None,
+            kernel_id=kernel_id,
+            proc_root=self._proc_root,
+        ) or is_same_process(
+            supervisor_pid,
+            supervisor_start if isinstance(supervisor_start, int) else None,
+            proc_root=self._proc_root,
+        )
+
+    def _record_lost(
+        self, scratch: ScratchDir, why: str, *, failed: bool = False
+    ) -> dict[str, Any]:
+        reason = ExitReason.FAILED if failed else ExitReason.LOST
+        log.warning("kernel %s: %s (%s)", scratch.kernel_id, reason.value, why)
+        data = KernelExit(reason, error=why, finished_at=time.time()).to_json()
+        with contextlib.suppress(OSError):
+            scratch.write_json(scratch.exit_file, data)
+        return data
+
+    def _collect(
+        self, scratch: ScratchDir, launch: Mapping[str, Any], exit_data: dict[str, Any]
+    ) -> KernelExit:
+        """Complete a fresh exit record once: destroyed or OOM-killed?  Then drop the cgroup.
+
+        Serialised (scans run in a worker thread) and re-read under the lock: the OOM
+        counters vanish with the cgroup, so only the first collector may judge them.
+        """
+        cgroup = KernelCgroup.from_json(launch["cgroup"]) if launch.get("cgroup") else None
+        with self._collect_lock:
+            exit_data = read_json(scratch.exit_file) or exit_data
+            if exit_data.get("collected"):
+                if exit_data.get("cgroup_left") and cgroup is not None:
+                    self._remove_cgroup(scratch, cgroup, exit_data)
+                return KernelExit.from_json(exit_data)
+            exit_ = KernelExit.from_json(exit_data)
+            oom_kills = 0
+            if cgroup is not None:
+                oom_kills = self._cgroup_ops.oom_status(cgroup).oom_kills
+            reason = exit_.reason
+            if scratch.state_dir.joinpath("destroy.json").exists():
+                reason = ExitReason.DESTROYED
+            elif oom_kills and exit_.signal == signal.SIGKILL:
+                reason = ExitReason.OOM_KILLED
+            exit_ = replace(exit_, reason=reason, oom_killed=exit_.oom_killed or oom_kills > 0)
+            log.info(
+                "kernel %s: %s (exit code %s%s)",
+                scratch.kernel_id,
+                exit_.reason.value,
+                exit_.exit_code,
+                ", out of memory" if exit_.oom_killed else "",
+            )
+            record = {**exit_.to_json(), "collected": True, "cgroup_left": cgroup is not None}
+            with contextlib.suppress(OSError):
+                scratch.write_json(scratch.exit_file, record)
+            if cgroup is not None:
+                self._remove_cgroup(scratch, cgroup, record)
+            return exit_
+
+    def _remove_cgroup(
+        self, scratch: ScratchDir, cgroup: KernelCgroup, record: dict[str, Any]
+    ) -> None:
+        """Kill strays that left the process group, then remove the cgroup; a busy one is
+        retried at the next look (``cgroup_left`` stays set) or by ``cleanup_kernel``."""
+        self._cgroup_ops.kill_all(cgroup)
+        if self._cgroup_ops.remove(cgroup):
+            with contextlib.suppress(OSError):
+                scratch.write_json(scratch.exit_file, {**record, "cgroup_left": False})
+
+    # -- wait / destroy -------------------------------------------------------------------
+    async def wait_exit(self, kernel_id: str, *, timeout_s: float | None = None) -> KernelInfo:
+        """Return once the kernel has exited (``TimeoutError`` after ``timeout_s``)."""
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        while True:
+            info = await self.get_kernel(kernel_id)
+            if not info.is_running:
+                return info
+            remaining = None if deadline is None else deadline - time.monotonic()
+            if remaining is not None and remaining <= 0:
+                raise TimeoutError(f"kernel {kernel_id} still running after {timeout_s} s")
+            await self._wait_supervisor(kernel_id, remaining)
+
+    async def _wait_supervisor(self, kernel_id: str, timeout_s: float | None) -> None:
+        """Sleep until the supervisor (or, if it is gone, the kernel process) ends, or timeout.
+
+        Uses a pidfd (readable when the process exits; works for non-children) so that a
+        long wait costs nothing; falls back to one poll tick.
+        """
+        proc = read_json(self._scratch(kernel_id).proc_file) or {}
+        for pid_key, start_key, marked_id in (
+            ("supervisor_pid", "supervisor_start", None),
+            ("kernel_pid", "kernel_start", kernel_id),
+        ):
+            pid, start = proc.get(pid_key), proc.get(start_key)
+            if not isinstance(pid, int) or not hasattr(os, "pidfd_open"):
+                continue
+            try:
+                pidfd = os.pidfd_open(pid)
+            except OSError:
+                continue
+            try:
+                # Checked after opening: the pidfd now pins this very process.
+                if is_same_process(
+                    pid,
+                    start if isinstance(start, int) else None,
+                    kernel_id=marked_id,
+                    proc_root=self._proc_root,
+                ):
+                    await _wait_readable(pidfd, timeout_s)
+                    return
+            finally:
+                os.close(pidfd)
+        poll = self.config.poll_interval_s
+        await asyncio.sleep(poll if timeout_s is None else min(poll, timeout_s))
+
+    async def destroy_kernel(self, kernel_id: str, *, grace_s: float | None = None) -> KernelInfo:
+        grace = self.config.stop_grace_s if grace_s is None else grace_s
+        async with self._lock(kernel_id):
+            info = await self.get_kernel(kernel_id)
+            if not info.is_running:
+                log.info("kernel %s: already exited", kernel_id)
+                return info
+            if info.is_orphan:
+                return await self._destroy_orphan(info, grace)
+            scratch = self._scratch(kernel_id)
+            scratch.write_json(scratch.state_dir / "destroy.json", {"requested_at": time.time()})
+            log.info("kernel %s: SIGTERM (grace %.1f s)", kernel_id, grace)
+            self._signal(scratch, info, signal.SIGTERM)
+            with contextlib.suppress(TimeoutError):
+                return await self.wait_exit(kernel_id, timeout_s=grace)
+            log.info("kernel %s: still running after %.1f s, SIGKILL", kernel_id, grace)
+            self._signal(scratch, info, signal.SIGKILL)
+            return await self.wait_exit(kernel_id, timeout_s=self.config.kill_timeout_s)
+
+    def _signal(self, scratch: ScratchDir, info: KernelInfo, signum: int) -> None:
+        proc = read_json(scratch.proc_file)
+        if proc is not None and "kernel_pid" in proc:
+            kernel_pid = int(proc["kernel_pid"])
+            start = proc.get("kernel_start")
+            if is_same_process(
+                kernel_pid,
+                start if isinstance(start, int) else None,
+                kernel_id=scratch.kernel_id,
+                proc_root=self._proc_root,
+            ):
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(kernel_pid, signum)
+        else:
+            _kill_pids(info.pids, signum)
+        if signum == signal.SIGKILL:
+            launch = read_json(scratch.launch_file) or {}
+            cgroup = KernelCgroup.from_json(launch["cgroup"]) if launch.get("cgroup") else None
+            if cgroup is not None:
+                self._cgroup_ops.kill_all(cgroup)
+
+    async def _destroy_orphan(self, info: KernelInfo, grace_s: float) -> KernelInfo:
+        log.info("kernel %s: destroying orphan processes %s", info.kernel_id, info.pids)
+        _kill_pids(info.pids, signal.SIGTERM)
+        deadline = time.monotonic() + grace_s
+        pids = info.pids
+        while pids and time.monotonic() < deadline:
+            await asyncio.sleep(self.config.poll_interval_s)
+            pids = tuple(p for p in pids if is_same_process(p, None, proc_root=self._proc_root))
+        _kill_pids(pids, signal.SIGKILL)
+        return replace(
+            info,
+            state=KernelState.EXITED,
+            exit=KernelExit(ExitReason.DESTROYED, finished_at=time.time()),
+        )
+
+    # -- logs / cleanup -------------------------------------------------------------------
+    async def get_logs(self, kernel_id: str, *, tail_bytes: int | None = None) -> str:
+        scratch = self._scratch(kernel_id)
+        if not scratch.exists():
+            raise KernelNotFound(kernel_id)
+        return await asyncio.to_thread(scratch.read_log_tail, tail_bytes)
+
+    async def cleanup_kernel(self, kernel_id: str) -> None:
+        async with self._lock(kernel_id):
+            info = await self.get_kernel(kernel_id)
+            if info.is_running:
+                raise KernelConflict(kernel_id, "is still running; destroy it first")
+            scratch = self._scratch(kernel_id)
+            launch = read_json(scratch.launch_file) or {}
+            cgroup = KernelCgroup.from_json(launch["cgroup"]) if launch.get("cgroup") else None
+            if cgroup is not None:
+                deadline = time.monotonic() + self.config.kill_timeout_s
+                while not self._cgroup_ops.remove(cgroup) and time.monotonic() < deadline:
+                    self._cgroup_ops.kill_all(cgroup)
+                    await asyncio.sleep(self.config.poll_interval_s)
+            await asyncio.to_thread(scratch.remove)
+            log.info("kernel %s: scratch dir removed", kernel_id)
+        self._locks.pop(kernel_id, None)
+
+    async def close(self) -> None:
+        """Stop the spare launchers, if any; kernels keep running without the agent."""
+        with self._spare_lock:
+            self._closed = True
+            spares, self._spares = self._spares, []
+        for process, read_fd in spares:
+            if process.stdin is not None:
+                with contextlib.suppress(OSError):
+                    process.stdin.close()  # EOF: the spare exits without launching
+            try:
+                await asyncio.to_thread(process.wait, 5)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                await asyncio.to_thread(process.wait)
+            os.close(read_fd)
+
+
+def _kernel_argv(spec: KernelSpec, environment: ProcessEnvironment) -> tuple[str, ...]:
+    if spec.startup_command is not None:
+        return environment.startup_argv(spec.startup_command)
+    return environment.argv(spec.command)
+
+
+def _kill_pids(pids: tuple[int, ...], signum: int) -> None:
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signum)
+
+
+async def _wait_readable(fd: int, timeout_s: float | None) -> None:
+    loop = asyncio.get_running_loop()
+    ready = loop.create_future()
+
+    def on_ready() -> None:
+        if not ready.done():
+            ready.set_result(None)
+
+    loop.add_reader(fd, on_ready)
+    try:
+        await asyncio.wait_for(ready, timeout_s)
+    except TimeoutError:
+        pass
+    finally:
+        loop.remove_reader(fd)
+
+
+def _read_status(fd: int, timeout_s: float) -> dict[str, Any]:
+    """One JSON line from the launcher; ``{"ok": False, ...}`` on EOF, junk or timeout."""
+    deadline = time.monotonic() + timeout_s
+    data = b""
+    # poll(), not select(): an agent watching many kernels holds more than 1024 fds
+    # (a pidfd per kernel), and select() refuses any fd above FD_SETSIZE.
+    poller = select.poll()
+    poller.register(fd, select.POLLIN)
+    while b"\n" not in data:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            return {"ok": False, "error": f"the launcher did not report within {timeout_s} s"}
+        if not poller.poll(remaining * 1000):
+            continue
+        chunk = os.read(fd, 4096)
+        if not chunk:
+            break
+        data += chunk
+    try:
+        status = json.loads(data.decode(errors="replace").split("\n", 1)[0])
+    except ValueError:
+        status = None
+    if not isinstance(status, dict):
+        return {"ok": False, "error": "the launcher exited without reporting (see launcher.log)"}
+    return status

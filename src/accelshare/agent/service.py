@@ -1,0 +1,685 @@
+"""The agent: plugins + allocation ledger + runtime + kernel registry + manager link.
+
+This module is the orchestration (I/O); the state it drives lives in pure modules:
+:mod:`.ledger` (who holds what), :mod:`.kernels` (kernel records), :mod:`.events`
+(events until acknowledged), :mod:`.requests` and :mod:`.launch` (request -> spec).
+
+Lifecycle::
+
+    service = AgentService(config, store=store, secret=secret)
+    await service.start()     # lock the scratch root, load plugins, build maps, restart
+                              # recovery, watch live kernels
+    service.start_reporting() # register, heartbeats, events (once the RPC listens)
+    await service.create_kernel(CreateKernelRequest(...))   # -> KernelReport (RUNNING/FAILED)
+    await service.destroy_kernel("k1")                      # -> KernelReport (EXITED)
+    await service.stop()      # kernels keep running; a new agent re-adopts them;
+                              # undelivered events are saved for the next agent
+
+Contracts:
+
+* ``create_kernel`` is idempotent by kernel id (the existing kernel's report is returned,
+  whatever its state); concurrent calls with one id wait for each other.
+* Allocation happens under one asyncio lock over every involved map, all or nothing;
+  a runtime failure frees it again.  A kernel's allocation is freed exactly once, when
+  it has exited (destroyed or ended by itself), by whichever of destroy and the
+  kernel's watcher gets there first.
+* ``destroy_kernel`` is idempotent; an unknown id answers EXITED with reason
+  ``not-found``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import time
+import weakref
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from accelshare.accel import (
+    ComputePlugin,
+    LoadedPlugins,
+    PluginContext,
+    PluginEntry,
+    build_alloc_map,
+    load_compute_plugins,
+)
+from accelshare.alloc import ResourceError
+from accelshare.config.agent_file import AgentConfig, AgentConfigError
+from accelshare.config.store import ConfigStore
+
+from .events import EventOutbox
+from .kernels import KernelRecord, KernelRegistry
+from .launch import build_kernel_spec
+from .ledger import AllocLedger, DeviceDetails
+from .manager_link import ManagerLink
+from .metrics import AgentMetrics, StateSample
+from .recovery import discover_kernels
+from .requests import KernelRequestError, parse_requested_slots
+from .runtime import (
+    KernelInfo,
+    KernelNotFound,
+    KernelRuntime,
+    KernelRuntimeError,
+    ProcessEnvironment,
+    ProcessRuntime,
+    ProcessRuntimeConfig,
+    default_environments,
+)
+from .scratch import is_valid_kernel_id
+from .state_files import (
+    AgentLock,
+    load_pending_events,
+    read_device_history,
+    read_kernel_meta,
+    save_pending_events,
+    write_device_history,
+    write_kernel_meta,
+)
+from .stats import StatsCollector, build_heartbeat
+from .wire import (
+    AllocMapView,
+    CreateKernelRequest,
+    Heartbeat,
+    HeartbeatAck,
+    KernelEventType,
+    KernelList,
+    KernelReport,
+    KernelStats,
+    KernelStatus,
+    NodeStats,
+)
+
+__all__ = ["AgentService", "resolve_scratch_root"]
+
+log = logging.getLogger(__name__)
+
+
+def resolve_scratch_root(config: AgentConfig) -> Path:
+    """``[container] scratch-root``, relative paths from agent.toml's folder."""
+    root = config.container.scratch_root
+    return (root if root.is_absolute() else config.config_dir / root).absolute()
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+def _environments(config: AgentConfig) -> dict[str, ProcessEnvironment]:
+    environments = default_environments()
+    source = str(config.source_path or "agent.toml")
+    for name, table in config.container.environments.items():
+        try:
+            environments[name] = ProcessEnvironment.from_config(name, table)
+        except ValueError as e:
+            raise AgentConfigError(
+                source, f"container.environments.{name}", "a valid environment", str(e)
+            ) from None
+    return environments
+
+
+class AgentService:
+    """One agent.  See the module docstring for the lifecycle and contracts."""
+
+    def __init__(
+        self,
+        config: AgentConfig,
+        *,
+        store: ConfigStore | None,
+        secret: str | None,
+        transport: httpx.AsyncBaseTransport | None = None,
+        runtime: KernelRuntime | None = None,
+        plugin_entries: list[PluginEntry] | None = None,
+        report_to_manager: bool = True,
+        host_root: Path = Path("/"),
+    ) -> None:
+        self.config = config
+        self.agent_id = config.agent.id
+        self.scratch_root = resolve_scratch_root(config)
+        self._store = store
+        self._secret = secret
+        self._transport = transport
+        self._runtime_override = runtime
+        self._plugin_entries = plugin_entries
+        self._report_to_manager = report_to_manager
+        self._host_root = host_root
+        self._lock_file = AgentLock(self.scratch_root)
+        self._alloc_lock = asyncio.Lock()
+        self._kernel_locks: weakref.WeakValueDictionary[str, asyncio.Lock] = (
+            weakref.WeakValueDictionary()
+        )
+        self._watchers: dict[str, asyncio.Task[None]] = {}
+        self._background: set[asyncio.Task[Any]] = set()
+        self._destroying: set[str] = set()
+        self._loaded: LoadedPlugins | None = None
+        self._ledger: AllocLedger | None = None
+        self._runtime: KernelRuntime | None = None
+        self._stats: StatsCollector | None = None
+        self._link: ManagerLink | None = None
+        self._view_json: tuple[int, bytes] | None = None
+        self._host_cpus = frozenset(os.sched_getaffinity(0))
+        self.registry = KernelRegistry()
+        self.outbox = EventOutbox()
+        self.metrics = AgentMetrics(self._sample)
+        self.started_at: float | None = None
+        self.images: list[str] = []
+
+    # -- accessors ------------------------------------------------------------------------
+    @property
+    def ledger(self) -> AllocLedger:
+        if self._ledger is None:
+            raise RuntimeError("the agent is not started")
+        return self._ledger
+
+    @property
+    def runtime(self) -> KernelRuntime:
+        if self._runtime is None:
+            raise RuntimeError("the agent is not started")
+        return self._runtime
+
+    @property
+    def plugins(self) -> Mapping[str, ComputePlugin]:
+        if self._loaded is None:
+            raise RuntimeError("the agent is not started")
+        return self._loaded.plugins
+
+    @property
+    def link(self) -> ManagerLink | None:
+        return self._link
+
+    def _sample(self) -> StateSample:
+        ledger = self._ledger
+        return StateSample(
+            kernels_running=len(self.registry),
+            slots=ledger.totals() if ledger is not None else {},
+            legacy_kernels=len({h.kernel_id for h in ledger.legacy_holdings()}) if ledger else 0,
+            events_pending=len(self.outbox),
+        )
+
+    # -- start / stop ---------------------------------------------------------------------
+    async def start(self) -> None:
+        t0 = time.perf_counter()
+        self.scratch_root.mkdir(parents=True, exist_ok=True)
+        self._lock_file.acquire()
+        try:
+            await self._start()
+        except BaseException:
+            await self._close_resources()
+            raise
+        self.started_at = time.time()
+        log.info(
+            "agent %s started in %.0f ms: %d kernel(s) running, plugins %s",
+            self.agent_id,
+            (time.perf_counter() - t0) * 1000,
+            len(self.registry),
+            ", ".join(self.plugins),
+        )
+
+    async def _start(self) -> None:
+        ctx = PluginContext(self.config, self._store, self._host_root)
+        self._loaded = await load_compute_plugins(ctx, entries=self._plugin_entries)
+        maps = {key: build_alloc_map(p.inventory) for key, p in self._loaded.plugins.items()}
+        details = {
+            (key, device.device_id): DeviceDetails(model_name=device.model_name)
+            for key, plugin in self._loaded.plugins.items()
+            for device in plugin.inventory.devices
+        }
+        self._ledger = AllocLedger(maps, details)
+        self._stats = StatsCollector(self._loaded.plugins, self.agent_id)
+        self._runtime = self._runtime_override or await self._make_runtime()
+        if isinstance(self._runtime, ProcessRuntime):
+            self.images = sorted(self._runtime.config.environments)
+        await self._recover()
+
+    def start_reporting(self) -> None:
+        """Register with the manager and start heartbeats and event delivery.
+
+        Called once the RPC listens (the manager may call back as soon as it hears from
+        the agent); a no-op for an agent built with ``report_to_manager=False``.
+        """
+        if self._report_to_manager and self._link is None:
+            self._link = ManagerLink(
+                endpoint=self.config.manager.endpoint,
+                agent_id=self.agent_id,
+                secret=self._secret,
+                outbox=self.outbox,
+                build_heartbeat=self.heartbeat,
+                on_ack=self._on_heartbeat_ack,
+                interval_s=self.config.agent.heartbeat_interval_s,
+                transport=self._transport,
+            )
+            self._link.start()
+            if len(self.outbox):
+                self._link.notify_events()
+
+    async def _make_runtime(self) -> KernelRuntime:
+        container = self.config.container
+        if container.runtime == "docker":
+            from .runtime.docker import DockerRuntime, DockerRuntimeConfig
+
+            return await DockerRuntime.connect(
+                DockerRuntimeConfig(
+                    scratch_root=self.scratch_root,
+                    docker_url=container.docker_url,
+                    agent_id=self.agent_id,
+                    stop_grace_s=container.stop_grace_s,
+                )
+            )
+        return ProcessRuntime(
+            ProcessRuntimeConfig(
+                scratch_root=self.scratch_root,
+                environments=_environments(self.config),
+                use_cgroups=container.use_cgroups,
+                cgroup_parent=container.cgroup_parent,
+                rlimit_memory=container.rlimit_memory,
+                isolate_namespaces=container.isolate_namespaces,
+                stop_grace_s=container.stop_grace_s,
+                prespawn_launchers=container.prespawn_launchers,
+            )
+        )
+
+    async def stop(self) -> None:
+        """Stop serving; kernels keep running (the next agent re-adopts them)."""
+        if self._link is not None:
+            await self._link.stop()
+            self._link = None
+        tasks = [*self._watchers.values(), *self._background]
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        self._watchers.clear()
+        self._background.clear()
+        if len(self.outbox):
+            with contextlib.suppress(OSError):
+                await asyncio.to_thread(save_pending_events, self.scratch_root, self.outbox)
+        await self._close_resources()
+        log.info("agent %s stopped; %d kernel(s) left running", self.agent_id, len(self.registry))
+
+    async def _close_resources(self) -> None:
+        if self._runtime is not None and self._runtime_override is None:
+            with contextlib.suppress(Exception):
+                await self._runtime.close()
+        if self._loaded is not None:
+            await self._loaded.close()
+        self._lock_file.release()
+
+    # -- restart recovery -----------------------------------------------------------------
+    async def _recover(self) -> None:
+        ledger, runtime = self.ledger, self.runtime
+        for event in await asyncio.to_thread(load_pending_events, self.scratch_root):
+            self.outbox.requeue(event)  # undelivered at the last clean stop
+        report = await discover_kernels(runtime, ledger.slot_types)
+        history = await asyncio.to_thread(read_device_history, self.scratch_root)
+        async with self._alloc_lock:
+            restored = ledger.restore(
+                [(k.kernel_id, k.allocations) for k in report.live], old_capacities=history
+            )
+        await asyncio.to_thread(write_device_history, self.scratch_root, ledger.maps, history)
+        for message in restored.messages:
+            log.warning("restart recovery: %s", message)
+        metas = await asyncio.to_thread(
+            lambda: {
+                info.kernel_id: read_kernel_meta(info.scratch_dir)
+                for info in [*(k.info for k in report.live), *report.exited]
+            }
+        )
+        for kernel in report.live:
+            meta = metas.get(kernel.kernel_id, {})
+            record = self._record_from_meta(kernel.kernel_id, meta, KernelStatus.RUNNING)
+            record.allocations = ledger.recorded(kernel.kernel_id)
+            record.requested_slots = dict(kernel.resources.slots.to_json())
+            record.mark_running(cid=kernel.info.cid, pids=kernel.info.pids, at=time.time())
+            self.registry.add(record)
+            self._watch(kernel.kernel_id)
+        for info in report.exited:
+            record = self._record_from_meta(
+                info.kernel_id, metas.get(info.kernel_id, {}), KernelStatus.EXITED
+            )
+            record.container_id = info.cid
+            self._apply_exit(record, info)
+            self.registry.add(record)
+            self._emit(record, KernelEventType.EXITED)
+        for bad in report.unrecoverable:
+            record = KernelRecord(bad.info.kernel_id, status=KernelStatus.RUNNING)
+            record.reason = f"allocation unknown: {bad.reason}"
+            record.mark_running(cid=bad.info.cid, pids=bad.info.pids, at=time.time())
+            self.registry.add(record)
+            self._watch(bad.info.kernel_id)
+        log.info(
+            "restart recovery: %d kernel(s) re-adopted (%d with legacy holdings), %d exited "
+            "while the agent was away, %d with an unknown allocation",
+            len(report.live),
+            len(restored.legacy),
+            len(report.exited),
+            len(report.unrecoverable),
+        )
+
+    @staticmethod
+    def _record_from_meta(
+        kernel_id: str, meta: Mapping[str, Any], status: KernelStatus
+    ) -> KernelRecord:
+        def text(key: str) -> str:
+            value = meta.get(key)
+            return value if isinstance(value, str) else ""
+
+        labels = meta.get("labels")
+        created = meta.get("created_at")
+        return KernelRecord(
+            kernel_id,
+            session_id=text("session_id"),
+            image=text("image"),
+            status=status,
+            owner_access_key=text("owner_access_key"),
+            labels={str(k): str(v) for k, v in labels.items()} if isinstance(labels, dict) else {},
+            created_at=float(created) if isinstance(created, int | float) else None,
+        )
+
+    # -- create ---------------------------------------------------------------------------
+    def _kernel_lock(self, kernel_id: str) -> asyncio.Lock:
+        lock = self._kernel_locks.get(kernel_id)
+        if lock is None:
+            lock = self._kernel_locks[kernel_id] = asyncio.Lock()
+        return lock
+
+    async def create_kernel(self, request: CreateKernelRequest) -> KernelReport:
+        lock = self._kernel_lock(request.kernel_id)
+        async with lock:
+            existing = self.registry.get(request.kernel_id)
+            if existing is not None:
+                log.info("kernel %s: create repeated, %s", request.kernel_id, existing.status)
+                return existing.report()
+            t0 = time.perf_counter()
+            report = await self._create(request)
+            if report.status is KernelStatus.RUNNING:
+                self.metrics.create_seconds.observe(time.perf_counter() - t0)
+            self.metrics.creates.labels(result=report.status.value.lower()).inc()
+            return report
+
+    async def _create(self, request: CreateKernelRequest) -> KernelReport:
+        kernel_id = request.kernel_id
+        record = self.registry.add(
+            KernelRecord(
+                kernel_id,
+                session_id=request.session_id,
+                image=request.image,
+                requested_slots=dict(request.requested_slots),
+                owner_access_key=request.owner_access_key,
+                labels=dict(request.labels),
+                created_at=time.time(),
+            )
+        )
+        ledger = self.ledger
+        try:
+            if not is_valid_kernel_id(kernel_id):
+                raise KernelRequestError(
+                    f"invalid kernel id {kernel_id!r}: letters, digits, '_', '.', '-' "
+                    "(at most 128, starting with a letter or digit)"
+                )
+            requested = parse_requested_slots(
+                request.requested_slots, ledger.slot_types, kernel_id=kernel_id
+            )
+            async with self._alloc_lock:
+                allocation = ledger.allocate(
+                    kernel_id,
+                    requested,
+                    allocation_order=self.config.agent.allocation_order,
+                    affinity_policy=self.config.agent.affinity_policy,
+                    allow_fragmentation=request.allow_fractional_resource_fragmentation,
+                )
+        except (ResourceError, KernelRequestError) as e:
+            return self._fail(record, str(e))
+        record.allocations = ledger.recorded(kernel_id)
+        log.info("kernel %s: allocated %s", kernel_id, record.report().allocations)
+        try:
+            spec, _ = build_kernel_spec(
+                request,
+                requested,
+                allocation,
+                self.plugins,
+                ledger.slot_types,
+                host_cpus=self._host_cpus,
+            )
+            info = await self.runtime.create_kernel(spec)
+        except Exception as e:  # the runtime's errors, and any bug: never leak the allocation
+            if not isinstance(e, KernelRuntimeError | ValueError | OSError):
+                log.exception("kernel %s: unexpected error while starting", kernel_id)
+            async with self._alloc_lock:
+                ledger.release(kernel_id)
+            await self._cleanup_failed(kernel_id)
+            return self._fail(record, f"{type(e).__name__}: {e}")
+        if info.scratch_dir is not None:
+            meta = {
+                "session_id": request.session_id,
+                "image": request.image,
+                "owner_access_key": request.owner_access_key,
+                "labels": dict(request.labels),
+                "created_at": record.created_at,
+            }
+            with contextlib.suppress(OSError):
+                await asyncio.to_thread(write_kernel_meta, info.scratch_dir, meta)
+        record.mark_running(cid=info.cid, pids=info.pids, at=time.time())
+        log.info("kernel %s: running (%s %s)", kernel_id, info.runtime, info.cid)
+        self._emit(record, KernelEventType.STARTED)
+        self._watch(kernel_id)
+        return record.report()
+
+    def _fail(self, record: KernelRecord, reason: str) -> KernelReport:
+        log.warning("kernel %s: failed: %s", record.kernel_id, reason)
+        record.allocations = {}
+        self.registry.finish(record.kernel_id, KernelStatus.FAILED, reason=reason, at=time.time())
+        self._emit(record, KernelEventType.FAILED)
+        return record.report()
+
+    async def _cleanup_failed(self, kernel_id: str) -> None:
+        if self.config.container.keep_scratch or not is_valid_kernel_id(kernel_id):
+            return
+        with contextlib.suppress(KernelRuntimeError, OSError):
+            await self.runtime.cleanup_kernel(kernel_id)
+
+    # -- exits ----------------------------------------------------------------------------
+    def _watch(self, kernel_id: str) -> None:
+        task = asyncio.create_task(self._watch_exit(kernel_id), name=f"watch-{kernel_id}")
+        self._watchers[kernel_id] = task
+
+    async def _watch_exit(self, kernel_id: str) -> None:
+        """Await the kernel's exit, then free its allocation and report it (once)."""
+        delay = 0.5
+        while True:
+            try:
+                info: KernelInfo | None = await self.runtime.wait_exit(kernel_id)
+                break
+            except KernelNotFound:
+                info = None
+                break
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("kernel %s: watching for its exit failed; retrying", kernel_id)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 30.0)
+        self._watchers.pop(kernel_id, None)
+        await self._finalize(kernel_id, info)
+
+    @staticmethod
+    def _apply_exit(record: KernelRecord, info: KernelInfo | None) -> None:
+        exit_ = info.exit if info is not None else None
+        if exit_ is None:
+            record.exit_code, record.reason = None, "lost"
+            return
+        reason = exit_.reason.value
+        if exit_.oom_killed and "oom" not in reason:
+            reason += " (out of memory)"
+        if exit_.error:
+            reason += f": {exit_.error}"
+        record.exit_code, record.reason = exit_.exit_code, reason
+        record.finished_at = exit_.finished_at
+
+    async def _finalize(self, kernel_id: str, info: KernelInfo | None) -> None:
+        record = self.registry.get(kernel_id)
+        if record is None or not record.is_live:
+            return
+        self._apply_exit(record, info)
+        # Finished first (synchronously): a concurrent finalize now returns above.
+        self.registry.finish(
+            kernel_id,
+            KernelStatus.EXITED,
+            exit_code=record.exit_code,
+            reason=record.reason,
+            at=record.finished_at or time.time(),
+        )
+        async with self._alloc_lock:
+            freed = self.ledger.release(kernel_id)
+        log.info(
+            "kernel %s: exited (%s, exit code %s)%s",
+            kernel_id,
+            record.reason,
+            record.exit_code,
+            ", allocation freed" if freed else "",
+        )
+        self._emit(record, KernelEventType.EXITED)
+
+    def _emit(self, record: KernelRecord, event: KernelEventType) -> None:
+        self.outbox.emit(
+            record.kernel_id,
+            record.session_id,
+            event,
+            at=_now(),
+            exit_code=record.exit_code if event is KernelEventType.EXITED else None,
+            reason=record.reason,
+        )
+        if self._link is not None:
+            self._link.notify_events()
+
+    # -- destroy --------------------------------------------------------------------------
+    async def destroy_kernel(self, kernel_id: str) -> KernelReport:
+        async with self._kernel_lock(kernel_id):
+            record = self.registry.get(kernel_id)
+            if record is None:
+                await self._cleanup_unknown(kernel_id)
+                return KernelReport(
+                    kernel_id=kernel_id, status=KernelStatus.EXITED, reason="not-found"
+                )
+            if record.is_live:
+                log.info("kernel %s: destroying", kernel_id)
+                try:
+                    info: KernelInfo | None = await self.runtime.destroy_kernel(
+                        kernel_id, grace_s=self.config.container.stop_grace_s
+                    )
+                except KernelNotFound:
+                    info = None
+                watcher = self._watchers.pop(kernel_id, None)
+                if watcher is not None:
+                    watcher.cancel()
+                await self._finalize(kernel_id, info)
+            if (
+                record.status is KernelStatus.EXITED
+                and not record.scratch_removed
+                and not self.config.container.keep_scratch
+            ):
+                try:
+                    await self.runtime.cleanup_kernel(kernel_id)
+                    record.scratch_removed = True
+                except KernelNotFound:
+                    record.scratch_removed = True
+                except KernelRuntimeError as e:
+                    log.warning("kernel %s: cleanup failed: %s", kernel_id, e)
+            return record.report()
+
+    async def _cleanup_unknown(self, kernel_id: str) -> None:
+        """A destroy for a kernel this agent does not track: remove leftovers, if any."""
+        if self.config.container.keep_scratch or not is_valid_kernel_id(kernel_id):
+            return
+        with contextlib.suppress(KernelRuntimeError, OSError):
+            await self.runtime.cleanup_kernel(kernel_id)
+
+    async def _on_heartbeat_ack(self, ack: HeartbeatAck) -> None:
+        """Destroy what the manager considers gone: live kernels, and exited ones whose
+        scratch dir is still here.  Kernels this agent does not know are ignored."""
+        for kernel_id in ack.destroy_kernels:
+            record = self.registry.get(kernel_id)
+            if (
+                record is None
+                or kernel_id in self._destroying
+                or record.status is KernelStatus.FAILED
+                or (not record.is_live and record.scratch_removed)
+            ):
+                continue
+            self._destroying.add(kernel_id)
+            task = asyncio.create_task(self.destroy_kernel(kernel_id), name=f"destroy-{kernel_id}")
+            self._background.add(task)
+
+            def done(task: asyncio.Task[KernelReport], kernel_id: str = kernel_id) -> None:
+                self._background.discard(task)
+                self._destroying.discard(kernel_id)
+
+            task.add_done_callback(done)
+
+    # -- queries --------------------------------------------------------------------------
+    def list_kernels(self) -> KernelList:
+        return KernelList(kernels=[record.report() for record in self.registry.all()])
+
+    async def kernel_logs(self, kernel_id: str, *, tail_bytes: int | None = None) -> str:
+        return await self.runtime.get_logs(kernel_id, tail_bytes=tail_bytes)
+
+    def alloc_map_view(self) -> AllocMapView:
+        return self.ledger.view(self.agent_id)
+
+    def alloc_map_json(self) -> bytes:
+        """The full view as JSON, serialised once per ledger change."""
+        ledger = self.ledger
+        cached = self._view_json
+        if cached is None or cached[0] != ledger.version:
+            cached = (ledger.version, ledger.view(self.agent_id).model_dump_json().encode())
+            self._view_json = cached
+        return cached[1]
+
+    def compat_alloc_map(self) -> dict[str, str]:
+        return self.ledger.compat_view()
+
+    async def node_stats(self) -> NodeStats:
+        assert self._stats is not None
+        return await self._stats.node_stats()
+
+    async def kernel_stats(self) -> KernelStats:
+        assert self._stats is not None
+        live = self.registry.live()
+        return await self._stats.kernel_stats(
+            {r.kernel_id: (self.ledger.held_by_plugin(r.kernel_id), r.pids) for r in live}
+        )
+
+    def heartbeat(self) -> Heartbeat:
+        return build_heartbeat(
+            self.config,
+            {key: p.inventory for key, p in self.plugins.items()},
+            self.alloc_map_view(),
+            [r.report() for r in self.registry.live()],
+            images=self.images,
+        )
+
+    def health(self) -> dict[str, Any]:
+        link = self._link
+        return {
+            "status": "ok",
+            "agent_id": self.agent_id,
+            "kernels": len(self.registry),
+            "manager_reachable": link.reachable if link is not None else None,
+            "events_pending": len(self.outbox),
+            "uptime_s": round(time.time() - self.started_at, 3) if self.started_at else 0,
+        }
+
+    def requested_total(self) -> dict[str, Decimal]:
+        """Sum of what live kernels hold, per slot (for checks: nothing double-counted)."""
+        total: dict[str, Decimal] = {}
+        for record in self.registry.live():
+            for slot, per_device in record.allocations.items():
+                total[slot] = total.get(slot, Decimal(0)) + sum(per_device.values(), Decimal(0))
+        return total

@@ -1,0 +1,160 @@
+"""The agent's own small files on disk (besides what the runtimes write).
+
+::
+
+    <scratch-root>/.accelshare-agent/lock          flock: one agent per scratch root
+    <scratch-root>/.accelshare-agent/devices.json  every (slot, device) -> capacity seen,
+                                                   to judge renamed slots after a restart
+    <scratch-root>/.accelshare-agent/events.json   kernel events not yet delivered when the
+                                                   agent stopped cleanly (read and removed
+                                                   by the next agent)
+    <scratch-root>/<kernel_id>/state/agent.json    session id, image, requested slots,
+                                                   owner, labels, created_at of the kernel
+
+The folder name starts with a dot, which no kernel id may (so runtimes never take it for a
+kernel).  Everything is written atomically; unreadable files read as empty.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+from collections.abc import Mapping
+from decimal import Decimal, InvalidOperation
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from accelshare.alloc import AbstractAllocMap
+from accelshare.common import canonical_decimal
+
+from .events import EventOutbox
+from .scratch import atomic_write_text, read_json
+from .wire import KernelEvent
+
+__all__ = [
+    "AGENT_DIR",
+    "AgentLock",
+    "AgentLockError",
+    "load_pending_events",
+    "read_device_history",
+    "read_kernel_meta",
+    "save_pending_events",
+    "write_device_history",
+    "write_kernel_meta",
+]
+
+AGENT_DIR = ".accelshare-agent"
+KERNEL_META = "agent.json"
+
+
+class AgentLockError(RuntimeError):
+    pass
+
+
+class AgentLock:
+    """An exclusive ``flock`` on the scratch root (released by the OS if the agent dies)."""
+
+    def __init__(self, scratch_root: Path) -> None:
+        self.path = Path(scratch_root).absolute() / AGENT_DIR / "lock"
+        self._fd: int | None = None
+
+    def acquire(self) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = ""
+            with contextlib.suppress(OSError):
+                holder = os.pread(fd, 64, 0).decode(errors="replace").strip()
+            os.close(fd)
+            raise AgentLockError(
+                f"another agent (pid {holder or '?'}) already uses the scratch root "
+                f"{self.path.parent.parent}"
+            ) from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        self._fd = fd
+
+    def release(self) -> None:
+        if self._fd is not None:
+            with contextlib.suppress(OSError):
+                fcntl.flock(self._fd, fcntl.LOCK_UN)
+            os.close(self._fd)
+            self._fd = None
+
+
+def _history_path(scratch_root: Path) -> Path:
+    return Path(scratch_root).absolute() / AGENT_DIR / "devices.json"
+
+
+def read_device_history(scratch_root: Path) -> dict[str, dict[str, Decimal]]:
+    """slot -> device -> the last capacity seen (empty when there is no history)."""
+    data = read_json(_history_path(scratch_root)) or {}
+    slots = data.get("slots")
+    history: dict[str, dict[str, Decimal]] = {}
+    if not isinstance(slots, dict):
+        return history
+    for slot, per_device in slots.items():
+        if not isinstance(per_device, dict):
+            continue
+        for device, text in per_device.items():
+            with contextlib.suppress(InvalidOperation, TypeError, ValueError):
+                history.setdefault(str(slot), {})[str(device)] = Decimal(str(text))
+    return history
+
+
+def write_device_history(
+    scratch_root: Path,
+    maps: Mapping[str, AbstractAllocMap],
+    previous: Mapping[str, Mapping[str, Decimal]],
+) -> None:
+    """Merge the current maps' (slot, device, capacity) into the history and save it."""
+    merged: dict[str, dict[str, str]] = {
+        slot: {d: canonical_decimal(a) for d, a in per.items()} for slot, per in previous.items()
+    }
+    for alloc_map in maps.values():
+        for device, info in alloc_map.device_slots.items():
+            merged.setdefault(info.slot_name, {})[device] = canonical_decimal(info.amount)
+    path = _history_path(scratch_root)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(path, json.dumps({"slots": merged}, indent=1, sort_keys=True) + "\n")
+
+
+def write_kernel_meta(scratch_dir: Path, meta: Mapping[str, Any]) -> None:
+    state = scratch_dir / "state"
+    state.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(state / KERNEL_META, json.dumps(dict(meta), sort_keys=True) + "\n")
+
+
+def read_kernel_meta(scratch_dir: Path | None) -> dict[str, Any]:
+    if scratch_dir is None:
+        return {}
+    return read_json(scratch_dir / "state" / KERNEL_META) or {}
+
+
+def _events_path(scratch_root: Path) -> Path:
+    return Path(scratch_root).absolute() / AGENT_DIR / "events.json"
+
+
+def save_pending_events(scratch_root: Path, outbox: EventOutbox) -> None:
+    events = [json.loads(e.model_dump_json()) for e in outbox.peek(len(outbox))]
+    path = _events_path(scratch_root)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(path, json.dumps({"events": events}) + "\n")
+
+
+def load_pending_events(scratch_root: Path) -> list[KernelEvent]:
+    """The events a previous agent could not deliver; the file is removed once read."""
+    path = _events_path(scratch_root)
+    data = read_json(path) or {}
+    path.unlink(missing_ok=True)
+    events = []
+    for item in data.get("events") or ():
+        with contextlib.suppress(ValidationError, TypeError):
+            events.append(KernelEvent.model_validate(item))
+    return events

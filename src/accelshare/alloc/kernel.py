@@ -1,0 +1,128 @@
+"""Allocating one kernel over several maps (cuda, then cpu, then mem), all or nothing.
+
+The agent keeps one map per plugin, keyed by the plugin key (the *device name*:
+``cuda``, ``cpu``, ``mem``).  A kernel's request mentions slots of several maps;
+:func:`allocate_kernel` allocates them kind by kind in the agent's
+``allocation-order`` and steers each kind towards the NUMA nodes the previous kind
+got.  If any kind fails, every map is rolled back from a snapshot and the error is
+raised unchanged.  Pure and synchronous: the agent calls it under its lock.
+
+Example, two NUMA nodes, GPUs and cores on both::
+
+    allocate_kernel({"cuda": gpus, "cpu": cores, "mem": memory},
+                    {"cuda.shares": Decimal("0.5"), "cpu": Decimal(2), "mem": Decimal(2**30)})
+    # cuda first (grouped by NUMA node), say GPU3 on node 1;
+    # cpu next with AffinityHint((1,)): cores on node 1 first;
+    # mem last, steered by the nodes of the cores chosen.
+    # -> {"cuda": {"cuda.shares": {...}}, "cpu": {"cpu": {...}}, "mem": {"mem": {...}}}
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from decimal import Decimal
+
+from .affinity import AffinityHint, AffinityPolicy
+from .amounts import validate_request
+from .base import DEFAULT_MIN_MEMORY, AbstractAllocMap
+from .errors import UnsupportedResource
+from .model import KernelAllocation, SlotAllocation
+
+__all__ = ["DEFAULT_ALLOCATION_ORDER", "allocate_kernel", "apply_kernel", "free_kernel"]
+
+DEFAULT_ALLOCATION_ORDER: tuple[str, ...] = ("cuda", "rocm", "tpu", "cpu", "mem")
+
+
+def _group_by_kind(
+    maps: Mapping[str, AbstractAllocMap],
+    request: Mapping[str, Decimal],
+    context_tag: str | None,
+) -> dict[str, dict[str, Decimal]]:
+    """Split a request by the map that owns each slot; unknown slots are unsupported."""
+    owner = {slot: kind for kind, alloc_map in maps.items() for slot in alloc_map.slot_types}
+    grouped: dict[str, dict[str, Decimal]] = {}
+    for slot, amount in request.items():
+        if slot not in owner:
+            raise UnsupportedResource(slot, amount, list(owner), context_tag=context_tag)
+        grouped.setdefault(owner[slot], {})[slot] = amount
+    return grouped
+
+
+def _kind_order(maps: Mapping[str, AbstractAllocMap], order: Sequence[str]) -> list[str]:
+    """Kinds in ``order`` first, then any other map in its declaration order."""
+    return [k for k in order if k in maps] + [k for k in maps if k not in order]
+
+
+def allocate_kernel(
+    maps: Mapping[str, AbstractAllocMap],
+    slots: Mapping[str, Decimal],
+    *,
+    allocation_order: Sequence[str] = DEFAULT_ALLOCATION_ORDER,
+    affinity_policy: AffinityPolicy | str = AffinityPolicy.INTERLEAVED,
+    context_tag: str | None = None,
+    min_memory: Decimal = DEFAULT_MIN_MEMORY,
+    allow_resource_fragmentation: bool = True,
+) -> KernelAllocation:
+    """Allocate one kernel's ``slots`` over ``maps`` (device name -> map), all or nothing.
+
+    Returns ``{device name: {slot: {device id: amount}}}`` for the kinds that got
+    something.  The first kind gets ``AffinityHint()`` (NUMA grouping by ``affinity_policy``);
+    each later kind gets the NUMA nodes of the devices the previous allocating kind got.
+    """
+    request = validate_request(slots, context_tag=context_tag)
+    grouped = _group_by_kind(maps, request, context_tag)
+    policy = AffinityPolicy.parse(affinity_policy)
+    kinds = [k for k in _kind_order(maps, allocation_order) if k in grouped]
+    snapshots = {kind: maps[kind].snapshot() for kind in kinds}
+    result: KernelAllocation = {}
+    hint = AffinityHint((), policy)
+    try:
+        for kind in kinds:
+            alloc_map = maps[kind]
+            result[kind] = alloc_map.allocate(
+                grouped[kind],
+                affinity_hint=hint,
+                context_tag=context_tag,
+                min_memory=min_memory,
+                allow_resource_fragmentation=allow_resource_fragmentation,
+            )
+            nodes = tuple(
+                alloc_map.numa_nodes[device]
+                for per_device in result[kind].values()
+                for device in per_device
+            )
+            hint = AffinityHint(nodes, policy)
+    except BaseException:
+        # Roll every map back, whatever went wrong, before the caller sees the error.
+        for kind, snapshot in snapshots.items():
+            maps[kind].restore(snapshot)
+        raise
+    return result
+
+
+def _each_map(
+    maps: Mapping[str, AbstractAllocMap],
+    allocation: KernelAllocation,
+    action: Callable[[AbstractAllocMap, SlotAllocation], None],
+) -> None:
+    unknown = [kind for kind in allocation if kind not in maps]
+    if unknown:
+        raise UnsupportedResource(unknown[0], None, list(maps))
+    snapshots = {kind: maps[kind].snapshot() for kind in allocation}
+    try:
+        for kind, per_slot in allocation.items():
+            action(maps[kind], per_slot)
+    except BaseException:
+        for kind, snapshot in snapshots.items():
+            maps[kind].restore(snapshot)
+        raise
+
+
+def free_kernel(maps: Mapping[str, AbstractAllocMap], allocation: KernelAllocation) -> None:
+    """Free what :func:`allocate_kernel` returned, on every map or on none."""
+    _each_map(maps, allocation, AbstractAllocMap.free)
+
+
+def apply_kernel(maps: Mapping[str, AbstractAllocMap], allocation: KernelAllocation) -> None:
+    """Re-apply a kernel's recorded allocation (restart recovery), on every map or on none."""
+    _each_map(maps, allocation, AbstractAllocMap.apply_allocation)

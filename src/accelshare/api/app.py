@@ -1,0 +1,241 @@
+"""The manager's FastAPI application: authentication, errors, health, and the control plane.
+
+Two ways to build it:
+
+* :func:`create_app` — from parts (a credential store, auth settings, optionally a
+  database and a :class:`~accelshare.manager.runtime.Manager`); unit tests use an
+  in-memory store and a frozen clock;
+* :func:`create_manager_app` — from ``manager.toml``: opens the database, creates or
+  upgrades the schema, bootstraps the defaults and the superadmin, loads (or creates)
+  the cookie and cluster secrets, opens the config store and builds the control plane;
+  its lifespan starts the scheduler and the LOST sweep and stops them (binds in flight
+  get a few seconds), then closes the store and disposes the engine.
+
+Routes: ``GET /`` (API version, public; Backend.AI clients negotiate with it),
+``GET /health`` (public), ``GET /whoami``, ``GET /auth/role``, ``POST /auth/login``,
+``POST /auth/logout``; with a manager also the sessions (:mod:`.sessions`), agents
+(:mod:`.agents`), agent endpoints (:mod:`.internal`), slot types and the config tree
+(:mod:`.config_routes`), admin (:mod:`.admin`), GraphQL at ``/admin/gql`` (:mod:`.gql`)
+and ``/metrics``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from datetime import timedelta
+from typing import Any
+
+import httpx
+from fastapi import FastAPI, Request
+from sqlalchemy.exc import SQLAlchemyError
+
+from accelshare import __version__
+from accelshare.config import (
+    ConfigStore,
+    ConfigStoreSettings,
+    load_config_store_settings,
+    open_config_store,
+)
+from accelshare.config.settings import DEFAULT_EMBEDDED_PATH
+from accelshare.manager.bootstrap import bootstrap, load_or_create_secret
+from accelshare.manager.clock import Clock, utcnow
+from accelshare.manager.config import ENV_CLUSTER_SECRET, ManagerConfig
+from accelshare.manager.credentials import CredentialStore, DBCredentialStore
+from accelshare.manager.db import Database
+from accelshare.manager.models import UserRole
+from accelshare.manager.runtime import Manager, ManagerOptions
+from accelshare.manager.schema import ensure_schema
+
+from . import admin, agents, config_routes, internal, login, metrics_route, sessions
+from .auth import Authenticator, AuthSettings, CurrentIdentity
+from .problems import ServiceUnavailable, install_problem_handlers
+from .signing import API_VERSION
+
+__all__ = [
+    "auth_settings_from_config",
+    "cluster_secret_from_config",
+    "config_store_settings",
+    "create_app",
+    "create_manager_app",
+    "manager_options_from_config",
+]
+
+log = logging.getLogger(__name__)
+
+
+def create_app(
+    *,
+    store: CredentialStore,
+    settings: AuthSettings,
+    db: Database | None = None,
+    title: str = "accelshare manager",
+    manager: Manager | None = None,
+) -> FastAPI:
+    """The application with authentication, problem+json errors and the base routes
+    (plus the control plane's routes when a ``manager`` is given)."""
+    app = FastAPI(title=title, version=__version__)
+    app.state.authenticator = Authenticator(store, settings)
+    app.state.db = db
+    app.state.manager = manager
+    install_problem_handlers(app)
+
+    @app.get("/", tags=["meta"])
+    async def hello() -> dict[str, str]:
+        """The API version (Backend.AI clients read ``version`` to pick theirs)."""
+        return {"version": API_VERSION, "manager": __version__}
+
+    @app.get("/health", tags=["meta"])
+    async def health(request: Request) -> dict[str, str]:
+        database: Database | None = request.app.state.db
+        if database is None:
+            return {"status": "ok", "database": "none"}
+        try:
+            await database.ping()
+        except (SQLAlchemyError, OSError) as e:
+            log.warning("health: the database does not answer: %s", e)
+            raise ServiceUnavailable("The database does not answer") from None
+        return {"status": "ok", "database": database.dialect}
+
+    @app.get("/whoami", tags=["auth"])
+    async def whoami(identity: CurrentIdentity) -> dict[str, Any]:
+        """The authenticated caller: user, role, domain and access key."""
+        return identity.to_json()
+
+    @app.get("/auth/role", tags=["auth"])
+    async def role(identity: CurrentIdentity) -> dict[str, Any]:
+        """Backend.AI's ``GET /auth/role`` shape."""
+        return {
+            "global_role": "superadmin" if identity.is_superadmin else "user",
+            "domain_role": "admin" if identity.role.includes(UserRole.ADMIN) else "user",
+            "group_role": None,
+        }
+
+    app.include_router(login.router)
+    if manager is not None:
+        from .gql import create_graphql_router  # strawberry: only with a control plane
+
+        for router in (
+            sessions.router,
+            agents.router,
+            internal.router,
+            config_routes.router,
+            admin.router,
+            metrics_route.router,
+        ):
+            app.include_router(router)
+        app.include_router(create_graphql_router(), prefix="/admin/gql")
+    return app
+
+
+def auth_settings_from_config(
+    config: ManagerConfig, *, cookie_secret: bytes, clock: Clock = utcnow
+) -> AuthSettings:
+    return AuthSettings(
+        cookie_secret=cookie_secret,
+        max_clock_skew=timedelta(seconds=config.api.max_clock_skew),
+        cookie_name=config.api.session_cookie_name,
+        cookie_max_age=timedelta(seconds=config.api.session_cookie_max_age),
+        cookie_secure=config.api.session_cookie_secure,
+        clock=clock,
+    )
+
+
+def cluster_secret_from_config(config: ManagerConfig) -> str:
+    """``[manager] cluster-secret``, else ``$ACCELSHARE_CLUSTER_SECRET``, else the
+    ``<data-dir>/cluster-secret`` file (created once, mode 0600, for a local cluster)."""
+    if config.manager.cluster_secret is not None:
+        return config.manager.cluster_secret.get_secret_value()
+    from_env = os.environ.get(ENV_CLUSTER_SECRET, "")
+    if from_env:
+        return from_env
+    return load_or_create_secret(config.cluster_secret_file).decode("utf-8")
+
+
+def config_store_settings(config: ManagerConfig) -> ConfigStoreSettings:
+    """The config store named by manager.toml ``[etcd]`` / ``[config-store]`` and the
+    environment (as ``accelshare mgr etcd`` resolves it); the embedded store's default
+    file is ``<data-dir>/config-store.db`` (``./.accelshare/config-store.db`` by default,
+    where the agents look too)."""
+    settings = load_config_store_settings(config.source)
+    if settings.backend == "embedded" and settings.embedded.path == DEFAULT_EMBEDDED_PATH:
+        embedded = settings.embedded.model_copy(
+            update={"path": config.data_dir / "config-store.db"}
+        )
+        settings = settings.model_copy(update={"embedded": embedded})
+    return settings
+
+
+def manager_options_from_config(config: ManagerConfig, cluster_secret: str) -> ManagerOptions:
+    section = config.manager
+    return ManagerOptions(
+        cluster_secret=cluster_secret,
+        agent_timeout_s=section.agent_timeout,
+        schedule_interval_s=section.schedule_interval,
+        sweep_interval_s=section.sweep_interval,
+        agent_rpc_timeout_s=section.agent_rpc_timeout,
+        default_scaling_group=config.bootstrap.scaling_group,
+    )
+
+
+async def create_manager_app(
+    config: ManagerConfig,
+    *,
+    clock: Clock = utcnow,
+    auto_upgrade: bool = True,
+    config_store: ConfigStore | None = None,
+    agent_transport: httpx.AsyncBaseTransport | None = None,
+    background: bool = True,
+) -> FastAPI:
+    """Open the database, bring the schema to head, bootstrap, and build the app.
+
+    ``config_store``: the cluster's config store (default: the one ``manager.toml`` and
+    the environment name, as ``accelshare mgr etcd`` resolves it; closed at shutdown
+    only when opened here).  ``agent_transport``: an httpx transport for the agent RPC
+    (tests route it to hollow agents).  ``background=False`` starts no loops (tests
+    drive passes and sweeps by hand).
+    """
+    db = Database.from_config(config)
+    owned_store: ConfigStore | None = None
+    try:
+        await ensure_schema(db, auto_upgrade=auto_upgrade)
+        await bootstrap(db, config, clock=clock)
+        secret = load_or_create_secret(config.cookie_secret_file)
+        cluster_secret = cluster_secret_from_config(config)
+        if config_store is None:
+            owned_store = await open_config_store(config_store_settings(config))
+            config_store = owned_store
+    except BaseException:
+        await db.dispose()
+        raise
+    manager = Manager(
+        db=db,
+        store=config_store,
+        options=manager_options_from_config(config, cluster_secret),
+        clock=clock,
+        agent_transport=agent_transport,
+    )
+    app = create_app(
+        store=DBCredentialStore(db),
+        settings=auth_settings_from_config(config, cookie_secret=secret, clock=clock),
+        db=db,
+        manager=manager,
+    )
+
+    @asynccontextmanager
+    async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
+        try:
+            await manager.start(background=background)
+            yield
+        finally:
+            try:
+                await manager.stop()
+            finally:
+                if owned_store is not None:
+                    await owned_store.close()
+                await db.dispose()
+
+    app.router.lifespan_context = lifespan
+    return app

@@ -1,0 +1,169 @@
+"""Slot types, slot UI metadata and the configuration tree.
+
+| route | auth | answer |
+|---|---|---|
+| ``GET /config/resource-slots`` | any | ``{slot: type}``: the known set (``cpu: count``, ``mem: bytes``, ...) |
+| ``GET /config/resource-slots/details?sgroup=`` | any | ``{slot: {slot_name, human_readable_name, description, display_unit, number_format, display_icon}}`` from the agents' plugins (of one scaling group when given) |
+| ``GET /admin/etcd?key=K`` | superadmin | ``{"key": K, "value": "..." or null}`` |
+| ``GET /admin/etcd?prefix=P`` | superadmin | ``{"prefix": P, "tree": {...}}`` |
+| ``PUT /admin/etcd`` | superadmin | body ``{"key", "value"}`` or ``{"prefix", "tree", "replace"}`` -> ``{"result": "ok"}`` |
+| ``DELETE /admin/etcd?key=K`` / ``?prefix=P`` | superadmin | ``{"result": "ok"}`` |
+
+``scope`` (``global`` default for writes, ``merged`` default for reads, ``sgroup``,
+``node``) with ``sgroup=`` / ``node=`` names select the config-store scope, like
+``accelshare mgr etcd``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter
+from pydantic import BaseModel, ConfigDict
+
+from accelshare.config import ConfigScopes, ConfigStore, ConfigStoreError, InvalidConfigInput
+from accelshare.manager.agents import slot_details
+
+from .auth import CurrentIdentity, SuperadminIdentity
+from .deps import ManagerDep
+from .problems import InvalidAPIParameters, ServiceUnavailable
+
+__all__ = ["router"]
+
+router = APIRouter(tags=["config"])
+
+
+@router.get("/config/resource-slots")
+async def resource_slots(_identity: CurrentIdentity, manager: ManagerDep) -> dict[str, str]:
+    known = await manager.known_slots.load()
+    return {slot: slot_type.value for slot, slot_type in known.items()}
+
+
+@router.get("/config/resource-slots/details")
+async def resource_slot_details(
+    _identity: CurrentIdentity, manager: ManagerDep, sgroup: str | None = None
+) -> dict[str, Any]:
+    known = await manager.known_slots.load()
+    agents = await manager.list_agents(scaling_group=sgroup)
+    return slot_details(agents, known)
+
+
+def _scoped(
+    store: ConfigStore, scope: str | None, sgroup: str | None, node: str | None, *, read: bool
+) -> tuple[ConfigStore, ConfigScopes]:
+    raw = scope or ("merged" if read else "global")
+    try:
+        chosen = ConfigScopes(raw)
+    except ValueError:
+        raise InvalidAPIParameters(
+            f"Unknown scope {raw!r}",
+            field="scope",
+            expected="one of " + ", ".join(ConfigScopes),
+            received=raw,
+        ) from None
+    if sgroup or node:
+        store = store.scoped(sgroup=sgroup, node_id=node)
+    return store, chosen
+
+
+def _one_of(key: str | None, prefix: str | None) -> None:
+    if (key is None) == (prefix is None):
+        raise InvalidAPIParameters(
+            "Give exactly one of key and prefix",
+            field="key",
+            expected="key=... or prefix=...",
+            received={"key": key, "prefix": prefix},
+        )
+
+
+def _config_problem(e: ConfigStoreError) -> Exception:
+    if isinstance(e, InvalidConfigInput):
+        return InvalidAPIParameters(
+            str(e), field="key", expected=e.expected or None, received=e.received
+        )
+    return ServiceUnavailable(f"The configuration store failed: {e}")
+
+
+@router.get("/admin/etcd")
+async def get_config(
+    _identity: SuperadminIdentity,
+    manager: ManagerDep,
+    key: str | None = None,
+    prefix: str | None = None,
+    scope: str | None = None,
+    sgroup: str | None = None,
+    node: str | None = None,
+) -> dict[str, Any]:
+    _one_of(key, prefix)
+    store, chosen = _scoped(manager.store, scope, sgroup, node, read=True)
+    try:
+        if key is not None:
+            return {"key": key, "value": await store.get(key, scope=chosen)}
+        assert prefix is not None
+        return {"prefix": prefix, "tree": await store.get_prefix(prefix, scope=chosen)}
+    except ConfigStoreError as e:
+        raise _config_problem(e) from None
+
+
+class PutConfigBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    key: str | None = None
+    value: str | None = None
+    prefix: str | None = None
+    tree: dict[str, Any] | None = None
+    replace: bool = False
+    scope: str | None = None
+    sgroup: str | None = None
+    node: str | None = None
+
+
+@router.put("/admin/etcd")
+async def put_config(
+    body: PutConfigBody, _identity: SuperadminIdentity, manager: ManagerDep
+) -> dict[str, str]:
+    _one_of(body.key, body.prefix)
+    store, chosen = _scoped(manager.store, body.scope, body.sgroup, body.node, read=False)
+    try:
+        if body.key is not None:
+            if body.value is None:
+                raise InvalidAPIParameters(
+                    "A value is needed with key", field="value", expected="a string", received=None
+                )
+            await store.put(body.key, body.value, scope=chosen)
+        else:
+            assert body.prefix is not None
+            if body.tree is None:
+                raise InvalidAPIParameters(
+                    "A tree is needed with prefix",
+                    field="tree",
+                    expected="an object",
+                    received=None,
+                )
+            await store.put_prefix(body.prefix, body.tree, scope=chosen, replace=body.replace)
+    except ConfigStoreError as e:
+        raise _config_problem(e) from None
+    return {"result": "ok"}
+
+
+@router.delete("/admin/etcd")
+async def delete_config(
+    _identity: SuperadminIdentity,
+    manager: ManagerDep,
+    key: str | None = None,
+    prefix: str | None = None,
+    scope: str | None = None,
+    sgroup: str | None = None,
+    node: str | None = None,
+) -> dict[str, str]:
+    _one_of(key, prefix)
+    store, chosen = _scoped(manager.store, scope, sgroup, node, read=False)
+    try:
+        if key is not None:
+            await store.delete(key, scope=chosen)
+        else:
+            assert prefix is not None
+            await store.delete_prefix(prefix, scope=chosen)
+    except ConfigStoreError as e:
+        raise _config_problem(e) from None
+    return {"result": "ok"}

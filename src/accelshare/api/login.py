@@ -1,0 +1,102 @@
+"""Email/password login for the web console: sets the signed session cookie.
+
+``POST /auth/login`` ``{"email": "...", "password": "..."}`` (``username`` is accepted
+for ``email``, as Backend.AI's ``authorize`` does) -> 200 with the user, its role,
+the access key the session acts with and the CSRF token; the cookie is HttpOnly and
+SameSite=Lax (Secure when ``[api] session-cookie-secure``).  ``POST /auth/logout``
+clears it.
+
+Unknown email and wrong password give the same 401 (``bad-credentials``) after the
+same amount of hashing work, so the endpoint does not reveal which emails exist.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+from typing import Any
+
+from fastapi import APIRouter, Request, Response
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field
+
+from accelshare.manager.credentials import LoginRecord
+from accelshare.manager.models import UserStatus
+from accelshare.manager.passwords import hash_password, verify_password
+
+from .auth import Authenticator, AuthFailure, CurrentIdentity
+from .cookies import SessionCookie, encode_session_cookie
+from .problems import Unauthorized
+
+__all__ = ["LoginRequest", "router"]
+
+router = APIRouter(prefix="/auth", tags=["auth"])
+
+
+class LoginRequest(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    email: str = Field(
+        min_length=1, max_length=128, validation_alias=AliasChoices("email", "username")
+    )
+    password: str = Field(min_length=1, max_length=1024)
+
+
+@functools.cache
+def _dummy_hash() -> str:
+    return hash_password("accelshare-dummy-password")
+
+
+async def _check_password(record: LoginRecord | None, password: str) -> LoginRecord:
+    stored = record.password_hash if record is not None else _dummy_hash()
+    ok = await asyncio.to_thread(verify_password, password, stored)
+    if record is None or not ok:
+        raise Unauthorized("Wrong email or password", reason=AuthFailure.BAD_CREDENTIALS.value)
+    return record
+
+
+@router.post("/login")
+async def login(body: LoginRequest, request: Request, response: Response) -> dict[str, Any]:
+    authenticator: Authenticator = request.app.state.authenticator
+    settings = authenticator.settings
+    if not _dummy_hash.cache_info().currsize:
+        await asyncio.to_thread(_dummy_hash)
+    record = await _check_password(await authenticator.store.get_login(body.email), body.password)
+    if record.status is not UserStatus.ACTIVE:
+        raise Unauthorized(
+            f"The user account is {record.status.value}", reason=AuthFailure.INACTIVE_USER.value
+        )
+    if record.access_key is None:
+        raise Unauthorized(
+            "The user has no active access key; ask an administrator to issue one",
+            reason=AuthFailure.INACTIVE_ACCESS_KEY.value,
+        )
+    cookie = SessionCookie.issue(
+        user_id=str(record.user_id),
+        access_key=record.access_key,
+        now=settings.clock(),
+        max_age=settings.cookie_max_age,
+    )
+    response.set_cookie(
+        settings.cookie_name,
+        encode_session_cookie(cookie, settings.cookie_secret),
+        max_age=int(settings.cookie_max_age.total_seconds()),
+        httponly=True,
+        secure=settings.cookie_secure,
+        samesite="lax",
+        path="/",
+    )
+    return {
+        "email": record.email,
+        "role": record.role.value,
+        "domain": record.domain_name,
+        "access_key": record.access_key,
+        "csrf_token": cookie.csrf_token,
+        "expires_at": cookie.expires.isoformat(),
+    }
+
+
+@router.post("/logout")
+async def logout(identity: CurrentIdentity, request: Request, response: Response) -> dict[str, Any]:
+    authenticator: Authenticator = request.app.state.authenticator
+    response.delete_cookie(authenticator.settings.cookie_name, path="/")
+    return {"email": identity.email, "logged_out": True}

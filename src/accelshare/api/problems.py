@@ -1,0 +1,315 @@
+"""RFC 9457 problem details: the one error shape of the REST API.
+
+Every error response is ``application/problem+json``::
+
+    {"type": "/problems/invalid-api-params", "title": "Invalid API parameters",
+     "status": 400, "detail": "body.email: Field required (received: {...})",
+     "field": "email", "expected": "Field required", "received": {...}}
+
+``type`` is a relative URI ``/problems/<slug>``; Backend.AI's client matches error
+kinds on the slug after the last ``/`` and prints ``title`` and ``msg``, so ``msg``
+repeats ``detail``.  Extension members: ``field`` / ``expected`` / ``received`` when one
+input value is at fault, ``reason`` for authentication failures, ``errors`` and
+``data`` (field -> message) for validation errors.
+
+Exception hierarchy (raise these from routes and dependencies)::
+
+    Problem                         500 internal-server-error
+     ├── BadRequest                 400 bad-request
+     │    └── InvalidAPIParameters  400 invalid-api-params
+     ├── Unauthorized               401 unauthorized     (adds WWW-Authenticate)
+     ├── Forbidden                  403 forbidden
+     ├── NotFound                   404 not-found
+     ├── Conflict                   409 conflict
+     ├── QuotaExceeded              412 quota-exceeded
+     └── ServiceUnavailable         503 service-unavailable
+
+The control plane's services raise ``accelshare.manager.errors.ManagerError``
+(InvalidRequest 400, PermissionDenied 403, NotFound 404, Conflict 409, LimitExceeded 412,
+Unavailable 503); they become the problems above with their field/expected/received.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Mapping, Sequence
+from http import HTTPStatus
+from typing import Any, ClassVar
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from accelshare.common import CommonValueError
+from accelshare.manager.errors import ManagerError
+
+__all__ = [
+    "PROBLEM_MEDIA_TYPE",
+    "BadRequest",
+    "Conflict",
+    "Forbidden",
+    "InvalidAPIParameters",
+    "NotFound",
+    "Problem",
+    "QuotaExceeded",
+    "ServiceUnavailable",
+    "Unauthorized",
+    "install_problem_handlers",
+    "problem_response",
+    "problem_type",
+]
+
+log = logging.getLogger(__name__)
+
+PROBLEM_MEDIA_TYPE = "application/problem+json"
+_MAX_RECEIVED_CHARS = 200
+
+
+def problem_type(slug: str) -> str:
+    return f"/problems/{slug}"
+
+
+def _jsonable(value: Any) -> Any:
+    """``value`` if it is small JSON, else a truncated ``repr`` (never fail on odd input)."""
+    try:
+        text = json.dumps(value)
+    except (TypeError, ValueError):
+        text = repr(value)
+        return text if len(text) <= _MAX_RECEIVED_CHARS else text[:_MAX_RECEIVED_CHARS] + "..."
+    if len(text) <= _MAX_RECEIVED_CHARS:
+        return value
+    return text[:_MAX_RECEIVED_CHARS] + "..."
+
+
+class Problem(Exception):
+    """An error with an HTTP status that becomes a problem+json response."""
+
+    status: ClassVar[int] = 500
+    slug: ClassVar[str] = "internal-server-error"
+    title: ClassVar[str] = "Internal server error"
+
+    def __init__(
+        self,
+        detail: str,
+        *,
+        field: str | None = None,
+        expected: str | None = None,
+        received: Any = None,
+        headers: Mapping[str, str] | None = None,
+        **extra: Any,
+    ) -> None:
+        super().__init__(detail)
+        self.detail = detail
+        self.extra: dict[str, Any] = dict(extra)
+        if field is not None:
+            self.extra["field"] = field
+            if expected is not None:
+                self.extra["expected"] = expected
+            self.extra["received"] = _jsonable(received)
+        self.headers = dict(headers or {})
+
+    def to_body(self) -> dict[str, Any]:
+        body: dict[str, Any] = {
+            "type": problem_type(self.slug),
+            "title": self.title,
+            "status": self.status,
+            "detail": self.detail,
+            "msg": self.detail,
+        }
+        body.update(self.extra)
+        return body
+
+
+class BadRequest(Problem):
+    status = 400
+    slug = "bad-request"
+    title = "Bad request"
+
+
+class InvalidAPIParameters(BadRequest):
+    slug = "invalid-api-params"
+    title = "Invalid API parameters"
+
+
+class Unauthorized(Problem):
+    status = 401
+    slug = "unauthorized"
+    title = "Authentication required"
+
+    def __init__(self, detail: str, *, reason: str, **extra: Any) -> None:
+        headers = {"WWW-Authenticate": 'BackendAI realm="accelshare"'}
+        super().__init__(detail, reason=reason, headers=headers, **extra)
+        self.reason = reason
+
+
+class Forbidden(Problem):
+    status = 403
+    slug = "forbidden"
+    title = "Forbidden"
+
+
+class NotFound(Problem):
+    status = 404
+    slug = "not-found"
+    title = "Not found"
+
+
+class Conflict(Problem):
+    status = 409
+    slug = "conflict"
+    title = "Conflict"
+
+
+class QuotaExceeded(Problem):
+    status = 412
+    slug = "quota-exceeded"
+    title = "Quota exceeded"
+
+
+class ServiceUnavailable(Problem):
+    status = 503
+    slug = "service-unavailable"
+    title = "Service unavailable"
+
+
+def problem_response(problem: Problem, instance: str | None = None) -> JSONResponse:
+    body = problem.to_body()
+    if instance is not None:
+        body.setdefault("instance", instance)
+    return JSONResponse(
+        body, status_code=problem.status, headers=problem.headers, media_type=PROBLEM_MEDIA_TYPE
+    )
+
+
+def _field_name(loc: Sequence[Any]) -> tuple[str, str]:
+    """FastAPI's ``("body", "config", "resources")`` -> ``("body", "config.resources")``."""
+    parts = [str(p) for p in loc]
+    if parts and parts[0] in {"body", "query", "path", "header", "cookie"}:
+        return parts[0], ".".join(parts[1:]) or parts[0]
+    return "body", ".".join(parts)
+
+
+def validation_problem(errors: Sequence[Any]) -> InvalidAPIParameters:
+    """One problem naming the first bad field and value; all of them in ``errors``."""
+    items: list[dict[str, Any]] = []
+    for error in errors:
+        location, field = _field_name(error.get("loc", ()))
+        message, received = str(error.get("msg", "invalid value")), error.get("input")
+        if error.get("type") == "json_invalid":  # loc is ("body", <character position>)
+            reason = (error.get("ctx") or {}).get("error", "")
+            message = f"The body is not valid JSON ({reason} at character {field})"
+            field, received = "body", None
+        items.append(
+            {
+                "location": location,
+                "field": field,
+                "message": message,
+                "received": _jsonable(received),
+            }
+        )
+    if not items:
+        return InvalidAPIParameters("Invalid request")
+    first = items[0]
+    more = f" (and {len(items) - 1} more)" if len(items) > 1 else ""
+    detail = (
+        f"Invalid value for {first['location']} field {first['field']!r}: {first['message']}"
+        f" (received {json.dumps(first['received'])}){more}"
+    )
+    return InvalidAPIParameters(
+        detail,
+        field=first["field"],
+        expected=first["message"],
+        received=first["received"],
+        errors=items,
+        data={item["field"]: item["message"] for item in items},
+    )
+
+
+async def _on_problem(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, Problem)
+    return problem_response(exc, request.url.path)
+
+
+async def _on_validation_error(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, RequestValidationError)
+    return problem_response(validation_problem(exc.errors()), request.url.path)
+
+
+async def _on_common_value_error(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, CommonValueError)
+    problem = InvalidAPIParameters(
+        str(exc), field=exc.field, expected=exc.expected, received=exc.received
+    )
+    return problem_response(problem, request.url.path)
+
+
+_MANAGER_PROBLEMS: dict[int, type[Problem]] = {
+    400: InvalidAPIParameters,
+    403: Forbidden,
+    404: NotFound,
+    409: Conflict,
+    412: QuotaExceeded,
+    503: ServiceUnavailable,
+}
+
+
+async def _on_manager_error(request: Request, exc: Exception) -> JSONResponse:
+    """The control plane's errors (``accelshare.manager.errors``) as problems."""
+    assert isinstance(exc, ManagerError)
+    kind = _MANAGER_PROBLEMS.get(exc.status, Problem)
+    problem = kind(
+        exc.detail, field=exc.field, expected=exc.expected, received=exc.received, **exc.extra
+    )
+    return problem_response(problem, request.url.path)
+
+
+async def _on_http_exception(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, StarletteHTTPException)
+    known: dict[int, type[Problem]] = {
+        400: BadRequest,
+        401: Unauthorized,
+        403: Forbidden,
+        404: NotFound,
+        409: Conflict,
+        412: QuotaExceeded,
+    }
+    try:
+        phrase = HTTPStatus(exc.status_code).phrase
+    except ValueError:
+        phrase = "Error"
+    detail = str(exc.detail) if exc.detail else phrase
+    kind = known.get(exc.status_code)
+    body: dict[str, Any] = {
+        "type": problem_type(kind.slug if kind else phrase.lower().replace(" ", "-")),
+        "title": kind.title if kind else phrase,
+        "status": exc.status_code,
+        "detail": detail,
+        "msg": detail,
+        "instance": request.url.path,
+    }
+    return JSONResponse(
+        body,
+        status_code=exc.status_code,
+        headers=dict(exc.headers or {}),
+        media_type=PROBLEM_MEDIA_TYPE,
+    )
+
+
+async def _on_unexpected(request: Request, exc: Exception) -> JSONResponse:
+    # Details stay in the log: an internal error message may hold secrets or SQL.
+    log.exception("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
+    return problem_response(
+        Problem("The server hit an unexpected error; see the manager log."), request.url.path
+    )
+
+
+def install_problem_handlers(app: FastAPI) -> None:
+    """Route every error (ours, FastAPI's validation, Starlette's 404/405) to problem+json."""
+    app.add_exception_handler(Problem, _on_problem)
+    app.add_exception_handler(RequestValidationError, _on_validation_error)
+    app.add_exception_handler(CommonValueError, _on_common_value_error)
+    app.add_exception_handler(ManagerError, _on_manager_error)
+    app.add_exception_handler(StarletteHTTPException, _on_http_exception)
+    app.add_exception_handler(Exception, _on_unexpected)

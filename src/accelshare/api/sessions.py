@@ -1,0 +1,143 @@
+"""Session routes (spec 07): create, get, list, destroy, logs, why, events.
+
+``{ref}`` is a session id or the caller's session name (admins may add
+``?owner_access_key=`` to name another user's session).  Others' sessions are 404.
+
+| route | answer |
+|---|---|
+| ``POST /session`` | 201 ``{sessionId, sessionName, status, statusInfo, created, servicePorts, session}`` (200 and ``created: false`` when ``reuseIfExists`` found a live session of that name) |
+| ``GET /session/{ref}`` | the session (``statusHistory``, ``kernels`` with per-device allocations) |
+| ``DELETE /session/{ref}`` | ``{sessionId, sessionName, status, statusInfo}``; ``?forced=true`` ends it even if the agent does not confirm |
+| ``GET /session/{ref}/logs`` | ``{"result": {"logs": "..."}}`` (Backend.AI's shape) |
+| ``GET /session/{ref}/why`` | ``{sessionId, status, statusInfo, scheduler, agents, explanation}`` |
+| ``GET /session/{ref}/events`` | ``text/event-stream``: ``event: status`` / ``data: {sessionId, from, status, reason, at}``; history first, ends at a final status |
+| ``GET /sessions`` | ``{items, total, limit, offset}``; ``?status=RUNNING,PENDING`` (default: every non-final status; ``all``), ``?access_key=`` |
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Query, Response
+from fastapi.responses import StreamingResponse
+
+from accelshare.manager.session_spec import CreateSessionBody
+from accelshare.manager.slots import use_known_slots
+from accelshare.sched.lifecycle import SessionStatus
+
+from .auth import CurrentIdentity
+from .deps import ManagerDep
+from .problems import InvalidAPIParameters
+
+__all__ = ["router"]
+
+router = APIRouter(tags=["sessions"])
+
+OwnerQuery = Annotated[
+    str | None,
+    Query(description="admins: the owner's access key, to name another user's session"),
+]
+
+
+@router.post("/session", status_code=201)
+async def create_session(
+    body: CreateSessionBody, identity: CurrentIdentity, manager: ManagerDep, response: Response
+) -> dict[str, Any]:
+    """Enqueue a session (PENDING at once; ``maxWaitSeconds`` waits for RUNNING)."""
+    with use_known_slots(await manager.known_slots.load()):
+        result = await manager.sessions.create(identity, body)
+    if not result.created:
+        response.status_code = 200
+    return result.body
+
+
+@router.get("/sessions")
+async def list_sessions(
+    identity: CurrentIdentity,
+    manager: ManagerDep,
+    status: Annotated[
+        str | None, Query(description="comma-separated statuses, or 'all' (default: live ones)")
+    ] = None,
+    access_key: str | None = None,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+    offset: Annotated[int, Query(ge=0)] = 0,
+) -> dict[str, Any]:
+    statuses: list[SessionStatus] | None = None
+    if status is not None and status.strip().lower() == "all":
+        statuses = list(SessionStatus)
+    elif status:
+        statuses = []
+        for raw in status.split(","):
+            try:
+                statuses.append(SessionStatus(raw.strip().upper()))
+            except ValueError:
+                raise InvalidAPIParameters(
+                    f"Unknown session status {raw.strip()!r}",
+                    field="status",
+                    expected="comma-separated of " + ", ".join(SessionStatus) + ", or all",
+                    received=status,
+                ) from None
+    return await manager.sessions.list_sessions(
+        identity, statuses=statuses, access_key=access_key, limit=limit, offset=offset
+    )
+
+
+@router.get("/session/{ref}")
+async def get_session(
+    ref: str, identity: CurrentIdentity, manager: ManagerDep, owner_access_key: OwnerQuery = None
+) -> dict[str, Any]:
+    return await manager.sessions.get(identity, ref, owner_access_key)
+
+
+@router.delete("/session/{ref}")
+async def destroy_session(
+    ref: str,
+    identity: CurrentIdentity,
+    manager: ManagerDep,
+    forced: bool = False,
+    owner_access_key: OwnerQuery = None,
+) -> dict[str, Any]:
+    """PENDING -> CANCELLED; RUNNING -> TERMINATING -> (agent destroys) -> TERMINATED."""
+    return await manager.sessions.destroy(
+        identity, ref, forced=forced, owner_access_key=owner_access_key
+    )
+
+
+@router.get("/session/{ref}/logs")
+async def session_logs(
+    ref: str, identity: CurrentIdentity, manager: ManagerDep, owner_access_key: OwnerQuery = None
+) -> dict[str, Any]:
+    logs = await manager.sessions.logs(identity, ref, owner_access_key)
+    return {"result": {"logs": logs}}
+
+
+@router.get("/session/{ref}/why")
+async def session_why(
+    ref: str, identity: CurrentIdentity, manager: ManagerDep, owner_access_key: OwnerQuery = None
+) -> dict[str, Any]:
+    """Why the session is (still) pending: the last pass's predicates and per-agent reasons."""
+    return await manager.sessions.why(identity, ref, owner_access_key)
+
+
+@router.get("/session/{ref}/events", response_class=StreamingResponse)
+async def session_events(
+    ref: str, identity: CurrentIdentity, manager: ManagerDep, owner_access_key: OwnerQuery = None
+) -> StreamingResponse:
+    """Server-sent events of the session's status changes (history first)."""
+    events = await manager.sessions.events(identity, ref, owner_access_key)
+
+    async def stream() -> AsyncIterator[bytes]:
+        async for event in events:
+            if event.get("event") == "keepalive":
+                yield b": keepalive\n\n"
+                continue
+            data = {k: v for k, v in event.items() if k != "event"}
+            yield f"event: status\ndata: {json.dumps(data)}\n\n".encode()
+
+    return StreamingResponse(
+        stream(),
+        media_type="text/event-stream",
+        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+    )

@@ -1,0 +1,234 @@
+"""``client.admin``: users, keypairs, resource policies, scaling groups, config tree.
+
+Admins manage users and keypairs of their domain, superadmins everything.  The
+answers are the manager's JSON objects (``dict``); a new keypair's ``secret_key`` is
+only ever shown in the answer that created it.  Slot amounts are user input
+(``{"cpu": "4", "mem": "8g", "cuda.shares": "inf"}``; ``inf`` = unlimited).
+
+Update methods send only the fields given (``None`` = leave as is).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+from urllib.parse import quote
+
+from .http import HttpCaller
+
+__all__ = ["AdminAPI"]
+
+
+def _given(**fields: Any) -> dict[str, Any]:
+    return {k: v for k, v in fields.items() if v is not None}
+
+
+def _items(answer: Any) -> list[dict[str, Any]]:
+    return [dict(item) for item in answer.get("items", [])]
+
+
+class AdminAPI:
+    def __init__(self, http: HttpCaller) -> None:
+        self._http = http
+
+    # -- users ----------------------------------------------------------------------------
+    async def list_users(self, *, domain: str | None = None) -> list[dict[str, Any]]:
+        return _items(await self._http.request("GET", "/admin/users", params={"domain": domain}))
+
+    async def create_user(
+        self,
+        email: str,
+        password: str,
+        *,
+        username: str | None = None,
+        full_name: str | None = None,
+        role: str | None = None,
+        domain_name: str | None = None,
+        group: str | None = None,
+        resource_policy: str | None = None,
+        with_keypair: bool = True,
+    ) -> dict[str, Any]:
+        """``{"user": {...}, "keypair": {access_key, secret_key, ...} or None}``."""
+        body = _given(
+            email=email,
+            password=password,
+            username=username,
+            full_name=full_name,
+            role=role,
+            domain_name=domain_name,
+            group=group,
+            resource_policy=resource_policy,
+        )
+        body["with_keypair"] = with_keypair
+        return dict(await self._http.request("POST", "/admin/users", json_body=body))
+
+    async def update_user(
+        self,
+        email: str,
+        *,
+        password: str | None = None,
+        role: str | None = None,
+        status: str | None = None,
+        full_name: str | None = None,
+        total_resource_slots: Mapping[str, str] | None = None,
+    ) -> dict[str, Any]:
+        body = _given(
+            password=password,
+            role=role,
+            status=status,
+            full_name=full_name,
+            total_resource_slots=dict(total_resource_slots)
+            if total_resource_slots is not None
+            else None,
+        )
+        return dict(
+            await self._http.request("PATCH", f"/admin/users/{quote(email)}", json_body=body)
+        )
+
+    async def delete_user(self, email: str) -> dict[str, Any]:
+        """Marks the user deleted and deactivates its keypairs."""
+        return dict(await self._http.request("DELETE", f"/admin/users/{quote(email)}"))
+
+    # -- keypairs -------------------------------------------------------------------------
+    async def list_keypairs(self, *, user_email: str | None = None) -> list[dict[str, Any]]:
+        answer = await self._http.request(
+            "GET", "/admin/keypairs", params={"user_email": user_email}
+        )
+        return _items(answer)
+
+    async def create_keypair(
+        self,
+        user_email: str,
+        *,
+        resource_policy: str | None = None,
+        is_active: bool = True,
+        is_admin: bool = False,
+    ) -> dict[str, Any]:
+        body = _given(user_email=user_email, resource_policy=resource_policy)
+        body.update(is_active=is_active, is_admin=is_admin)
+        return dict(await self._http.request("POST", "/admin/keypairs", json_body=body))
+
+    async def update_keypair(
+        self,
+        access_key: str,
+        *,
+        is_active: bool | None = None,
+        is_admin: bool | None = None,
+        resource_policy: str | None = None,
+    ) -> dict[str, Any]:
+        body = _given(is_active=is_active, is_admin=is_admin, resource_policy=resource_policy)
+        return dict(
+            await self._http.request(
+                "PATCH", f"/admin/keypairs/{quote(access_key)}", json_body=body
+            )
+        )
+
+    async def delete_keypair(self, access_key: str) -> dict[str, Any]:
+        """Refused (409) while sessions reference the keypair: deactivate it instead."""
+        return dict(await self._http.request("DELETE", f"/admin/keypairs/{quote(access_key)}"))
+
+    # -- resource policies ----------------------------------------------------------------
+    async def list_policies(self) -> list[dict[str, Any]]:
+        return _items(await self._http.request("GET", "/admin/resource-policies"))
+
+    async def create_policy(self, name: str, **fields: Any) -> dict[str, Any]:
+        """Fields: ``default_for_unspecified`` (LIMITED/UNLIMITED), ``total_resource_slots``,
+        ``max_concurrent_sessions``, ``max_pending_session_count``,
+        ``max_pending_session_resource_slots``, ``idle_timeout``."""
+        body = {"name": name, **_given(**fields)}
+        return dict(await self._http.request("POST", "/admin/resource-policies", json_body=body))
+
+    async def update_policy(self, name: str, **fields: Any) -> dict[str, Any]:
+        path = f"/admin/resource-policies/{quote(name)}"
+        return dict(await self._http.request("PATCH", path, json_body=_given(**fields)))
+
+    async def delete_policy(self, name: str) -> dict[str, Any]:
+        path = f"/admin/resource-policies/{quote(name)}"
+        return dict(await self._http.request("DELETE", path))
+
+    # -- scaling groups -------------------------------------------------------------------
+    async def list_scaling_groups(self) -> list[dict[str, Any]]:
+        return _items(await self._http.request("GET", "/admin/scaling-groups"))
+
+    async def create_scaling_group(self, name: str, **fields: Any) -> dict[str, Any]:
+        """Fields: ``description``, ``is_active``, ``is_public``, ``scheduler``
+        (fifo/lifo/drf), ``scheduler_opts``, ``default_session_slots``."""
+        body = {"name": name, **_given(**fields)}
+        return dict(await self._http.request("POST", "/admin/scaling-groups", json_body=body))
+
+    async def update_scaling_group(self, name: str, **fields: Any) -> dict[str, Any]:
+        path = f"/admin/scaling-groups/{quote(name)}"
+        return dict(await self._http.request("PATCH", path, json_body=_given(**fields)))
+
+    async def delete_scaling_group(self, name: str) -> dict[str, Any]:
+        return dict(await self._http.request("DELETE", f"/admin/scaling-groups/{quote(name)}"))
+
+    # -- configuration tree (superadmin) --------------------------------------------------
+    async def etcd_get(
+        self,
+        key: str,
+        *,
+        scope: str | None = None,
+        sgroup: str | None = None,
+        node: str | None = None,
+    ) -> str | None:
+        params = {"key": key, "scope": scope, "sgroup": sgroup, "node": node}
+        answer = await self._http.request("GET", "/admin/etcd", params=params)
+        value = answer.get("value")
+        return None if value is None else str(value)
+
+    async def etcd_get_prefix(
+        self,
+        prefix: str,
+        *,
+        scope: str | None = None,
+        sgroup: str | None = None,
+        node: str | None = None,
+    ) -> dict[str, Any]:
+        params = {"prefix": prefix, "scope": scope, "sgroup": sgroup, "node": node}
+        answer = await self._http.request("GET", "/admin/etcd", params=params)
+        return dict(answer.get("tree") or {})
+
+    async def etcd_put(
+        self,
+        key: str,
+        value: str,
+        *,
+        scope: str | None = None,
+        sgroup: str | None = None,
+        node: str | None = None,
+    ) -> None:
+        body = _given(key=key, value=value, scope=scope, sgroup=sgroup, node=node)
+        await self._http.request("PUT", "/admin/etcd", json_body=body)
+
+    async def etcd_put_tree(
+        self,
+        prefix: str,
+        tree: Mapping[str, Any],
+        *,
+        replace: bool = False,
+        scope: str | None = None,
+        sgroup: str | None = None,
+        node: str | None = None,
+    ) -> None:
+        body = _given(prefix=prefix, tree=dict(tree), scope=scope, sgroup=sgroup, node=node)
+        body["replace"] = replace
+        await self._http.request("PUT", "/admin/etcd", json_body=body)
+
+    async def etcd_delete(
+        self,
+        key: str,
+        *,
+        prefix: bool = False,
+        scope: str | None = None,
+        sgroup: str | None = None,
+        node: str | None = None,
+    ) -> None:
+        """Delete a key (``prefix=True``: the key, its own value and its subtree)."""
+        params = {
+            "prefix" if prefix else "key": key,
+            "scope": scope,
+            "sgroup": sgroup,
+            "node": node,
+        }
+        await self._http.request("DELETE", "/admin/etcd", params=params)

@@ -1,0 +1,37 @@
+"""The ``accelshare`` command line (typer + rich).
+
+Each command group lives in its own module and is mounted here.
+"""
+
+from __future__ import annotations
+
+import typer
+
+from .admin import admin_app
+from .agent import agent_app
+from .config_cmd import config_app
+from .dev import dev_app
+from .mgr import mgr_app
+from .server import server_app
+from .server_manager import manager_command
+from .session import session_app
+
+server_app.command("manager")(manager_command)
+
+app = typer.Typer(
+    name="accelshare",
+    help="accelshare: a compute-session cluster for sharing GPUs and other accelerators.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+)
+app.add_typer(session_app, name="session")
+app.add_typer(agent_app, name="agent")
+app.add_typer(admin_app, name="admin")
+app.add_typer(config_app, name="config")
+app.add_typer(dev_app, name="dev")
+app.add_typer(mgr_app, name="mgr")
+app.add_typer(server_app, name="server")
+
+
+def main() -> None:
+    app()

@@ -1,0 +1,490 @@
+"""``accelshare admin ...``: keypairs, users, resource policies, scaling groups, GraphQL.
+
+Admins manage the users and keypairs of their domain; policies and scaling groups
+need a superadmin.  Slot amounts are ``KEY=VALUE`` (``--slots cpu=4 --slots mem=8g``;
+``inf`` = unlimited).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Annotated, Any
+
+import typer
+from rich.table import Table
+
+from accelshare.client.client import AccelshareClient
+
+from .args import ArgumentError, parse_json_pairs, parse_pairs
+from .common import EXIT_USAGE, JsonOption, call_api, console, fail, print_json
+
+admin_app = typer.Typer(
+    help="Administration: keypairs, users, resource policies, scaling groups, GraphQL.",
+    no_args_is_help=True,
+)
+keypair_app = typer.Typer(help="Keypairs (API credentials) of users.", no_args_is_help=True)
+user_app = typer.Typer(help="Users.", no_args_is_help=True)
+policy_app = typer.Typer(help="Keypair resource policies (quotas, limits).", no_args_is_help=True)
+sgroup_app = typer.Typer(
+    help="Scaling groups (agent pools, scheduler options).", no_args_is_help=True
+)
+admin_app.add_typer(keypair_app, name="keypair")
+admin_app.add_typer(user_app, name="user")
+admin_app.add_typer(policy_app, name="policy")
+admin_app.add_typer(sgroup_app, name="sgroup")
+
+SlotsOption = Annotated[
+    list[str] | None,
+    typer.Option("--slots", help="KEY=VALUE per slot (repeat): --slots cpu=4 --slots mem=8g."),
+]
+
+
+def _slots(values: Sequence[str] | None, option: str = "--slots") -> dict[str, str] | None:
+    if not values:
+        return None
+    try:
+        return parse_pairs(values, option, "cpu=4")
+    except ArgumentError as e:
+        fail(str(e), code=EXIT_USAGE)
+
+
+def _table(rows: list[dict[str, Any]], columns: Sequence[str]) -> None:
+    table = Table(box=None, pad_edge=False, header_style="bold")
+    for column in columns:
+        table.add_column(column, overflow="fold")
+    for row in rows:
+        table.add_row(*(_cell(row.get(c)) for c in columns))
+    console().print(table)
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, dict):
+        return " ".join(f"{k}={v}" for k, v in value.items()) or "-"
+    return str(value)
+
+
+def _show(
+    work: Callable[[AccelshareClient], Awaitable[Any]], as_json: bool, message: str | None = None
+) -> Any:
+    result = call_api(work)
+    if as_json:
+        print_json(result)
+    elif message is not None:
+        typer.echo(message)
+    return result
+
+
+# -- keypairs -----------------------------------------------------------------------------------
+
+
+@keypair_app.command("list")
+def keypair_list(
+    user: Annotated[str | None, typer.Option("--user", help="Only this user's (email).")] = None,
+    as_json: JsonOption = False,
+) -> None:
+    """List keypairs (secrets are never shown)."""
+    rows = call_api(lambda c: c.admin.list_keypairs(user_email=user))
+    if as_json:
+        print_json(rows)
+        return
+    _table(
+        rows,
+        ("access_key", "user_email", "resource_policy", "is_active", "is_admin", "last_used_at"),
+    )
+
+
+@keypair_app.command("create")
+def keypair_create(
+    user: Annotated[str, typer.Argument(help="The owner's email.")],
+    policy: Annotated[str | None, typer.Option("--policy", help="Resource policy.")] = None,
+    is_admin: Annotated[bool, typer.Option("--admin", help="Mark it an admin keypair.")] = False,
+    inactive: Annotated[bool, typer.Option("--inactive", help="Create it deactivated.")] = False,
+    as_json: JsonOption = False,
+) -> None:
+    """Create a keypair; its secret key is shown this once."""
+    kp = call_api(
+        lambda c: c.admin.create_keypair(
+            user, resource_policy=policy, is_active=not inactive, is_admin=is_admin
+        )
+    )
+    if as_json:
+        print_json(kp)
+        return
+    typer.echo(f"Access key: {kp['access_key']}")
+    typer.echo(f"Secret key: {kp['secret_key']}   (shown only now)")
+
+
+@keypair_app.command("update")
+def keypair_update(
+    access_key: Annotated[str, typer.Argument(help="The access key.")],
+    active: Annotated[
+        bool | None, typer.Option("--active/--inactive", help="Activate or deactivate.")
+    ] = None,
+    is_admin: Annotated[bool | None, typer.Option("--admin/--no-admin", help="Admin flag.")] = None,
+    policy: Annotated[str | None, typer.Option("--policy", help="Resource policy.")] = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Change a keypair (only the options given)."""
+    _show(
+        lambda c: c.admin.update_keypair(
+            access_key, is_active=active, is_admin=is_admin, resource_policy=policy
+        ),
+        as_json,
+        f"Keypair {access_key} updated.",
+    )
+
+
+@keypair_app.command("delete")
+def keypair_delete(
+    access_key: Annotated[str, typer.Argument(help="The access key.")], as_json: JsonOption = False
+) -> None:
+    """Delete a keypair (refused while sessions reference it: deactivate it instead)."""
+    _show(lambda c: c.admin.delete_keypair(access_key), as_json, f"Keypair {access_key} deleted.")
+
+
+# -- users --------------------------------------------------------------------------------------
+
+
+@user_app.command("list")
+def user_list(
+    domain: Annotated[str | None, typer.Option("--domain", help="Only this domain.")] = None,
+    as_json: JsonOption = False,
+) -> None:
+    """List users."""
+    rows = call_api(lambda c: c.admin.list_users(domain=domain))
+    if as_json:
+        print_json(rows)
+        return
+    _table(rows, ("email", "username", "role", "status", "domain_name", "created_at"))
+
+
+@user_app.command("create")
+def user_create(
+    email: Annotated[str, typer.Argument(help="The user's email (the login name).")],
+    password: Annotated[
+        str,
+        typer.Option("--password", prompt=True, hide_input=True, help="At least 8 characters."),
+    ],
+    role: Annotated[str | None, typer.Option("--role", help="user, admin or superadmin.")] = None,
+    username: Annotated[str | None, typer.Option("--username", help="Short login name.")] = None,
+    full_name: Annotated[str | None, typer.Option("--full-name", help="Display name.")] = None,
+    domain: Annotated[str | None, typer.Option("--domain", help="Default: yours.")] = None,
+    group: Annotated[str | None, typer.Option("--group", help="Project to join.")] = None,
+    policy: Annotated[str | None, typer.Option("--policy", help="Keypair resource policy.")] = None,
+    no_keypair: Annotated[
+        bool, typer.Option("--no-keypair", help="Do not create a keypair.")
+    ] = False,
+    as_json: JsonOption = False,
+) -> None:
+    """Create a user (and a keypair, whose secret is shown this once)."""
+    result = call_api(
+        lambda c: c.admin.create_user(
+            email,
+            password,
+            username=username,
+            full_name=full_name,
+            role=role,
+            domain_name=domain,
+            group=group,
+            resource_policy=policy,
+            with_keypair=not no_keypair,
+        )
+    )
+    if as_json:
+        print_json(result)
+        return
+    typer.echo(f"User {result['user']['email']} created ({result['user']['role']}).")
+    if result.get("keypair"):
+        typer.echo(f"Access key: {result['keypair']['access_key']}")
+        typer.echo(f"Secret key: {result['keypair']['secret_key']}   (shown only now)")
+
+
+@user_app.command("update")
+def user_update(
+    email: Annotated[str, typer.Argument(help="The user's email.")],
+    password: Annotated[
+        str | None, typer.Option("--password", help="New password (at least 8 characters).")
+    ] = None,
+    role: Annotated[str | None, typer.Option("--role", help="user, admin or superadmin.")] = None,
+    status: Annotated[
+        str | None, typer.Option("--status", help="active, inactive or deleted.")
+    ] = None,
+    full_name: Annotated[str | None, typer.Option("--full-name", help="Display name.")] = None,
+    slots: SlotsOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Change a user (only the options given; --slots sets the user's quota)."""
+    total = _slots(slots)
+    _show(
+        lambda c: c.admin.update_user(
+            email,
+            password=password,
+            role=role,
+            status=status,
+            full_name=full_name,
+            total_resource_slots=total,
+        ),
+        as_json,
+        f"User {email} updated.",
+    )
+
+
+@user_app.command("delete")
+def user_delete(
+    email: Annotated[str, typer.Argument(help="The user's email.")], as_json: JsonOption = False
+) -> None:
+    """Delete a user (marked deleted; its keypairs are deactivated)."""
+    _show(lambda c: c.admin.delete_user(email), as_json, f"User {email} deleted.")
+
+
+# -- resource policies --------------------------------------------------------------------------
+
+
+def _policy_fields(
+    slots: Sequence[str] | None,
+    default_for_unspecified: str | None,
+    max_sessions: int | None,
+    max_pending: int | None,
+    pending_slots: Sequence[str] | None,
+    idle_timeout: int | None,
+) -> dict[str, Any]:
+    return {
+        "total_resource_slots": _slots(slots),
+        "default_for_unspecified": default_for_unspecified.upper()
+        if default_for_unspecified
+        else None,
+        "max_concurrent_sessions": max_sessions,
+        "max_pending_session_count": max_pending,
+        "max_pending_session_resource_slots": _slots(pending_slots, "--max-pending-slots"),
+        "idle_timeout": idle_timeout,
+    }
+
+
+DefaultOption = Annotated[
+    str | None,
+    typer.Option(
+        "--default-for-unspecified", help="LIMITED or UNLIMITED: slots not listed in --slots."
+    ),
+]
+MaxSessionsOption = Annotated[
+    int | None, typer.Option("--max-sessions", min=0, help="Concurrent sessions (0 = no limit).")
+]
+MaxPendingOption = Annotated[
+    int | None, typer.Option("--max-pending", min=0, help="Pending sessions (0 = no limit).")
+]
+PendingSlotsOption = Annotated[
+    list[str] | None,
+    typer.Option("--max-pending-slots", help="KEY=VALUE: resources all pending sessions may ask."),
+]
+IdleOption = Annotated[int | None, typer.Option("--idle-timeout", min=0, help="Seconds.")]
+
+
+@policy_app.command("list")
+def policy_list(as_json: JsonOption = False) -> None:
+    """List keypair resource policies."""
+    rows = call_api(lambda c: c.admin.list_policies())
+    if as_json:
+        print_json(rows)
+        return
+    _table(
+        rows,
+        (
+            "name",
+            "default_for_unspecified",
+            "total_resource_slots",
+            "max_concurrent_sessions",
+            "max_pending_session_count",
+            "idle_timeout",
+        ),
+    )
+
+
+@policy_app.command("create")
+def policy_create(
+    name: Annotated[str, typer.Argument(help="Policy name.")],
+    slots: SlotsOption = None,
+    default_for_unspecified: DefaultOption = None,
+    max_sessions: MaxSessionsOption = None,
+    max_pending: MaxPendingOption = None,
+    pending_slots: PendingSlotsOption = None,
+    idle_timeout: IdleOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Create a resource policy."""
+    fields = _policy_fields(
+        slots, default_for_unspecified, max_sessions, max_pending, pending_slots, idle_timeout
+    )
+    _show(lambda c: c.admin.create_policy(name, **fields), as_json, f"Policy {name} created.")
+
+
+@policy_app.command("update")
+def policy_update(
+    name: Annotated[str, typer.Argument(help="Policy name.")],
+    slots: SlotsOption = None,
+    default_for_unspecified: DefaultOption = None,
+    max_sessions: MaxSessionsOption = None,
+    max_pending: MaxPendingOption = None,
+    pending_slots: PendingSlotsOption = None,
+    idle_timeout: IdleOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Change a resource policy (only the options given)."""
+    fields = _policy_fields(
+        slots, default_for_unspecified, max_sessions, max_pending, pending_slots, idle_timeout
+    )
+    _show(lambda c: c.admin.update_policy(name, **fields), as_json, f"Policy {name} updated.")
+
+
+@policy_app.command("delete")
+def policy_delete(
+    name: Annotated[str, typer.Argument(help="Policy name.")], as_json: JsonOption = False
+) -> None:
+    """Delete a resource policy (refused while keypairs use it)."""
+    _show(lambda c: c.admin.delete_policy(name), as_json, f"Policy {name} deleted.")
+
+
+# -- scaling groups -----------------------------------------------------------------------------
+
+SchedulerOption = Annotated[
+    str | None, typer.Option("--scheduler", help="Pending-queue picker: fifo, lifo or drf.")
+]
+OptsOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--opt",
+        help="Scheduler option K=V (JSON values), e.g. --opt pending_timeout=600"
+        " --opt agent_selection_strategy=concentrated.",
+    ),
+]
+DescriptionOption = Annotated[str | None, typer.Option("--description", help="Free text.")]
+ActiveOption = Annotated[
+    bool | None,
+    typer.Option("--active/--inactive", help="Inactive groups take no new sessions."),
+]
+PublicOption = Annotated[
+    bool | None, typer.Option("--public/--private", help="Open to every domain's users.")
+]
+DefaultSlotsOption = Annotated[
+    list[str] | None,
+    typer.Option("--default-slots", help="KEY=VALUE: what sessions get when they omit cpu/mem."),
+]
+
+
+def _sgroup_fields(
+    description: str | None,
+    active: bool | None,
+    public: bool | None,
+    scheduler: str | None,
+    opts: Sequence[str] | None,
+    default_slots: Sequence[str] | None,
+) -> dict[str, Any]:
+    try:
+        parsed = parse_json_pairs(opts, "--opt", "pending_timeout=600") if opts else None
+    except ArgumentError as e:
+        fail(str(e), code=EXIT_USAGE)
+    return {
+        "description": description,
+        "is_active": active,
+        "is_public": public,
+        "scheduler": scheduler,
+        "scheduler_opts": parsed,
+        "default_session_slots": _slots(default_slots, "--default-slots"),
+    }
+
+
+@sgroup_app.command("list")
+def sgroup_list(as_json: JsonOption = False) -> None:
+    """List scaling groups."""
+    rows = call_api(lambda c: c.admin.list_scaling_groups())
+    if as_json:
+        print_json(rows)
+        return
+    _table(rows, ("name", "is_active", "scheduler", "scheduler_opts", "default_session_slots"))
+
+
+@sgroup_app.command("create")
+def sgroup_create(
+    name: Annotated[str, typer.Argument(help="Scaling group name.")],
+    description: DescriptionOption = None,
+    active: ActiveOption = None,
+    public: PublicOption = None,
+    scheduler: SchedulerOption = None,
+    opts: OptsOption = None,
+    default_slots: DefaultSlotsOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Create a scaling group (agents join it with [agent] scaling-group)."""
+    fields = _sgroup_fields(description, active, public, scheduler, opts, default_slots)
+    _show(
+        lambda c: c.admin.create_scaling_group(name, **fields),
+        as_json,
+        f"Scaling group {name} created.",
+    )
+
+
+@sgroup_app.command("update")
+def sgroup_update(
+    name: Annotated[str, typer.Argument(help="Scaling group name.")],
+    description: DescriptionOption = None,
+    active: ActiveOption = None,
+    public: PublicOption = None,
+    scheduler: SchedulerOption = None,
+    opts: OptsOption = None,
+    default_slots: DefaultSlotsOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Change a scaling group (only the options given; --opt merges into its options)."""
+    fields = _sgroup_fields(description, active, public, scheduler, opts, default_slots)
+    _show(
+        lambda c: c.admin.update_scaling_group(name, **fields),
+        as_json,
+        f"Scaling group {name} updated.",
+    )
+
+
+@sgroup_app.command("delete")
+def sgroup_delete(
+    name: Annotated[str, typer.Argument(help="Scaling group name.")], as_json: JsonOption = False
+) -> None:
+    """Delete a scaling group (refused while agents or sessions reference it)."""
+    _show(lambda c: c.admin.delete_scaling_group(name), as_json, f"Scaling group {name} deleted.")
+
+
+# -- GraphQL ------------------------------------------------------------------------------------
+
+
+@admin_app.command("query")
+def query_command(
+    query: Annotated[
+        str,
+        typer.Argument(help="The GraphQL query ('-' reads it from stdin).", show_default=False),
+    ],
+    variables: Annotated[
+        str | None,
+        typer.Option("--variables", "-v", help='A JSON object, e.g. \'{"agent_id": "i-dev-01"}\'.'),
+    ] = None,
+) -> None:
+    """Run a GraphQL query at /admin/gql and print the JSON result (``data``).
+
+    Example: accelshare admin query 'query ($agent_id: String!) { agent(agent_id:
+    $agent_id) { id gpu_alloc_map } }' --variables '{"agent_id": "i-dev-01"}'
+    """
+    text = sys.stdin.read() if query == "-" else query
+    parsed: dict[str, Any] | None = None
+    if variables:
+        try:
+            loaded = json.loads(variables)
+        except ValueError as e:
+            fail(f"--variables: not valid JSON ({e})", code=EXIT_USAGE)
+        if not isinstance(loaded, dict):
+            fail(
+                '--variables: expected a JSON object such as \'{"agent_id": "i-dev-01"}\'',
+                code=EXIT_USAGE,
+            )
+        parsed = loaded
+    data = call_api(lambda c: c.query(text, parsed))
+    print_json({"data": data})

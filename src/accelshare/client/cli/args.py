@@ -1,0 +1,87 @@
+"""Parsing of repeatable ``KEY=VALUE`` options (pure; errors say what to type instead).
+
+* ``-r/--resources``: ``cpu=1``, ``mem=1g``, ``cuda.shares=0.2``.  A bare ``mem``
+  number means MiB, as in Backend.AI's client: ``mem=256`` -> ``256m``.  The server
+  checks slot names and amounts against the cluster (unknown slot, quantum); here
+  only the shape and the sign are checked.
+* ``--resource-opts`` / ``--opt``: values read as JSON when they parse
+  (``true``, ``3``, ``[1, 2]``), else kept as strings.
+* ``-e/--env``: ``NAME=value`` strings.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Sequence
+from decimal import Decimal, InvalidOperation
+from typing import Any
+
+__all__ = ["ArgumentError", "parse_environ", "parse_json_pairs", "parse_pairs", "parse_resources"]
+
+_SLOT_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_.:-]*$")
+_ENV_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+class ArgumentError(ValueError):
+    """A malformed command-line value; the message is the whole error line."""
+
+
+def parse_pairs(values: Sequence[str], option: str, example: str) -> dict[str, str]:
+    """``["a=1", "b=2"]`` -> ``{"a": "1", "b": "2"}``; a repeated key is an error."""
+    out: dict[str, str] = {}
+    for raw in values:
+        key, sep, value = raw.partition("=")
+        key, value = key.strip(), value.strip()
+        if not sep or not key or not value:
+            raise ArgumentError(f"{option} {raw!r}: expected KEY=VALUE, e.g. {option} {example}")
+        if key in out:
+            raise ArgumentError(f"{option}: {key} is given twice ({out[key]!r} and {value!r})")
+        out[key] = value
+    return out
+
+
+def parse_resources(values: Sequence[str]) -> dict[str, str]:
+    """``-r`` values -> the request's ``resources`` (amounts stay user input)."""
+    resources = parse_pairs(values, "-r", "cuda.shares=0.5")
+    for slot, amount in resources.items():
+        if not _SLOT_RE.match(slot):
+            raise ArgumentError(
+                f"-r {slot}={amount}: {slot!r} is not a slot name (such as cpu, mem, cuda.shares;"
+                " `accelshare config slots` lists this cluster's)"
+            )
+        if amount.startswith("-"):
+            raise ArgumentError(
+                f"-r {slot}={amount}: amounts cannot be negative; ask for a positive amount"
+                " (or leave the slot out)"
+            )
+        if slot == "mem":
+            try:
+                number = Decimal(amount)
+            except InvalidOperation:
+                continue
+            if number.is_finite():
+                resources[slot] = f"{amount}m"  # a bare number: MiB
+    return resources
+
+
+def _json_or_text(value: str) -> Any:
+    try:
+        return json.loads(value)
+    except ValueError:
+        return value
+
+
+def parse_json_pairs(values: Sequence[str], option: str, example: str) -> dict[str, Any]:
+    """``K=V`` pairs whose values are JSON when they parse, else strings."""
+    return {k: _json_or_text(v) for k, v in parse_pairs(values, option, example).items()}
+
+
+def parse_environ(values: Sequence[str]) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for raw in values:
+        name, sep, value = raw.partition("=")
+        if not sep or not _ENV_RE.match(name):
+            raise ArgumentError(f"-e {raw!r}: expected NAME=VALUE, e.g. -e OMP_NUM_THREADS=4")
+        out[name] = value
+    return out

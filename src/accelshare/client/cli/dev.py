@@ -1,0 +1,112 @@
+"""``accelshare dev ...``: a local cluster in one command, and the demo tour."""
+
+from __future__ import annotations
+
+import enum
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from accelshare.common import BinarySize, CommonValueError
+
+from .common import EXIT_USAGE, fail
+
+dev_app = typer.Typer(help="A local cluster for development and demos.", no_args_is_help=True)
+
+
+class AllocationMode(enum.StrEnum):
+    FRACTIONAL = "fractional"
+    DISCRETE = "discrete"
+
+
+@dev_app.command("up")
+def up_command(
+    data_dir: Annotated[
+        Path,
+        typer.Option(
+            "--data-dir", "-d", help="State of the cluster (kept between runs).", show_default=True
+        ),
+    ] = Path(".accelshare"),
+    port: Annotated[
+        int, typer.Option("--port", "-p", min=1, max=65535, help="The manager's port.")
+    ] = 8081,
+    agents: Annotated[
+        int, typer.Option("--agents", "-n", min=1, max=64, help="How many agents.")
+    ] = 1,
+    cpus: Annotated[
+        int, typer.Option("--cpus", min=1, help="CPU cores each agent advertises.")
+    ] = 8,
+    mem: Annotated[str, typer.Option("--mem", help="Memory each agent advertises.")] = "16g",
+    mock_config: Annotated[
+        Path | None,
+        typer.Option(
+            "--mock-config",
+            help="mock-accelerator.toml describing each agent's devices"
+            " [default: configs/accelerator/two-fgpu.toml, 2 GPUs of 1.0 share]",
+            show_default=False,
+        ),
+    ] = None,
+    allocation_mode: Annotated[
+        AllocationMode,
+        typer.Option("--allocation-mode", help="Share GPUs (fractional) or hand them out whole."),
+    ] = AllocationMode.FRACTIONAL,
+    unit_mem: Annotated[
+        str | None,
+        typer.Option("--unit-mem", help="GPU memory of 1.0 share (>= 512m) [default: 2g]."),
+    ] = None,
+    unit_proc: Annotated[
+        int | None,
+        typer.Option("--unit-proc", min=2, help="GPU processors of 1.0 share [default: 8]."),
+    ] = None,
+    quantum: Annotated[
+        str | None,
+        typer.Option("--quantum", help="Smallest step of a share, 0 < q <= 1 [default: 0.1]."),
+    ] = None,
+) -> None:
+    """Run a manager and agents with mock GPUs on this machine, until Ctrl-C.
+
+    Everything is local: SQLite, the embedded config store, the process runtime. The
+    endpoint, the console URL and the CLI's keys (DIR/client.env) are printed once the
+    agents have registered. Re-running on the same --data-dir keeps the sessions and
+    users; the accelerator options always follow the command line.
+    """
+    from accelshare.devcluster.layout import DevClusterOptions
+    from accelshare.devcluster.up import run_dev_up
+
+    try:
+        mem_bytes = int(BinarySize.finite_from_str(mem))
+    except CommonValueError:
+        fail(f"--mem {mem!r}: expected a size such as 16g or 512m", code=EXIT_USAGE)
+    if mem_bytes <= 0:
+        fail(f"--mem {mem!r}: expected a size > 0", code=EXIT_USAGE)
+    options = DevClusterOptions(
+        data_dir=data_dir,
+        port=port,
+        agents=agents,
+        cpus=cpus,
+        mem_bytes=mem_bytes,
+        mock_config=mock_config,
+        allocation_mode=allocation_mode.value,
+        unit_mem=unit_mem,
+        unit_proc=unit_proc,
+        quantum=quantum,
+    )
+    raise typer.Exit(run_dev_up(options))
+
+
+@dev_app.command("demo")
+def demo_command(
+    port: Annotated[
+        int | None, typer.Option("--port", "-p", help="The manager's port [default: a free one].")
+    ] = None,
+) -> None:
+    """Run the README tour on a throwaway cluster and check what it shows.
+
+    Creates 0.2 and 1.2 fGPU sessions and reads the allocation map (0.60 / 0.80, CLI and
+    GraphQL), fills the 2 fGPU with three 1-fGPU sessions (one PENDING with its reason)
+    and destroys one (the PENDING one starts by itself). Exits 1 if a check fails.
+    """
+    from accelshare.devcluster.demo import run_demo
+
+    raise typer.Exit(run_demo(port=port))

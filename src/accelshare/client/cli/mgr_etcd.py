@@ -1,0 +1,264 @@
+"""``accelshare mgr etcd ...``: read and write the configuration tree.
+
+Same shape as Backend.AI's ``backend.ai mgr etcd``; works on etcd or the embedded
+store, whichever the daemons use (``--config FILE``, ``ACCELSHARE_ETCD_ADDR``,
+``ACCELSHARE_CONFIG_STORE``; see docs/config-store.md).
+
+Backup and restore::
+
+    accelshare mgr etcd get --prefix '' > backup.json
+    accelshare mgr etcd put-json '' backup.json [--replace]
+
+Every failure prints one ``error: ...`` line on stderr and exits with status 1; input
+is validated completely before anything is written.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import json
+import sys
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Annotated, Any, NoReturn
+
+import typer
+
+from accelshare.config import (
+    ConfigFileError,
+    ConfigScopes,
+    ConfigStore,
+    ConfigStoreError,
+    load_config_store_settings,
+    open_config_store,
+)
+from accelshare.config.keys import flatten_tree, split_key
+
+etcd_app = typer.Typer(
+    help="Read and write the cluster configuration tree (etcd or the embedded store).",
+    no_args_is_help=True,
+)
+
+
+class WriteScope(enum.StrEnum):
+    GLOBAL = "global"
+    SGROUP = "sgroup"
+    NODE = "node"
+
+
+class ReadScope(enum.StrEnum):
+    MERGED = "merged"
+    GLOBAL = "global"
+    SGROUP = "sgroup"
+    NODE = "node"
+
+
+ConfigOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--config",
+        "-f",
+        help="A TOML file with an [etcd] or [config-store] table (e.g. agent.toml)."
+        " Default: $ACCELSHARE_ETCD_ADDR, $ACCELSHARE_CONFIG_STORE, else ./.accelshare/.",
+        dir_okay=False,
+    ),
+]
+SgroupOption = Annotated[
+    str | None, typer.Option("--sgroup", help="The scaling group of --scope sgroup / merged.")
+]
+NodeOption = Annotated[
+    str | None, typer.Option("--node", help="The node (agent id) of --scope node / merged.")
+]
+WriteScopeOption = Annotated[
+    WriteScope, typer.Option("--scope", help="Which scope to write.", case_sensitive=False)
+]
+
+
+def _fail(message: str) -> NoReturn:
+    typer.echo(f"error: {message}", err=True)
+    raise typer.Exit(1)
+
+
+def _run(
+    config: Path | None,
+    scope: str,
+    sgroup: str | None,
+    node: str | None,
+    body: Callable[[ConfigStore, ConfigScopes], Awaitable[None]],
+) -> None:
+    """Open the store, run ``body``, turn every expected failure into one error line."""
+    try:
+        settings = load_config_store_settings(config)
+        sgroup = sgroup if sgroup is not None else settings.sgroup
+        node = node if node is not None else settings.node_id
+        if scope == "sgroup" and not sgroup:
+            _fail("--scope sgroup needs --sgroup NAME")
+        if scope == "node" and not node:
+            _fail("--scope node needs --node ID")
+
+        async def main() -> None:
+            store = await open_config_store(settings, sgroup=sgroup, node_id=node)
+            async with store:
+                await body(store, ConfigScopes(scope))
+
+        asyncio.run(main())
+    except (ConfigStoreError, ConfigFileError) as e:
+        _fail(str(e))
+
+
+@etcd_app.command()
+def put(
+    key: Annotated[str, typer.Argument(help="Key path, e.g. config/agent/max-container-count.")],
+    value: Annotated[str, typer.Argument(help="The value (a string; may be empty).")],
+    scope: WriteScopeOption = WriteScope.GLOBAL,
+    sgroup: SgroupOption = None,
+    node: NodeOption = None,
+    config: ConfigOption = None,
+) -> None:
+    """Put a single key-value pair."""
+    _check_key(key)
+
+    async def body(store: ConfigStore, scope_: ConfigScopes) -> None:
+        await store.put(key, value, scope=scope_)
+
+    _run(config, scope, sgroup, node, body)
+
+
+@etcd_app.command("put-json")
+def put_json(
+    key: Annotated[str, typer.Argument(help="Where to put the tree ('' = the root).")],
+    file: Annotated[str, typer.Argument(help="A JSON file holding an object; '-' = stdin.")],
+    replace: Annotated[
+        bool,
+        typer.Option(
+            "--replace", help="Also delete the keys under KEY that the file does not have."
+        ),
+    ] = False,
+    scope: WriteScopeOption = WriteScope.GLOBAL,
+    sgroup: SgroupOption = None,
+    node: NodeOption = None,
+    config: ConfigOption = None,
+) -> None:
+    """Put a JSON object as a tree under KEY, in one transaction (all or nothing)."""
+    tree = _load_json_object(file)
+    try:
+        flat = flatten_tree(tree)
+        if "" in flat and not split_key(key, allow_root=True):
+            _fail(f"{_name(file)}: the root cannot hold a value (remove the top-level '' key)")
+    except ConfigStoreError as e:
+        _fail(f"{_name(file)}: {e}")
+
+    async def body(store: ConfigStore, scope_: ConfigScopes) -> None:
+        await store.put_prefix(key, tree, scope=scope_, replace=replace)
+
+    _run(config, scope, sgroup, node, body)
+
+
+@etcd_app.command()
+def get(
+    key: Annotated[str, typer.Argument(help="Key path ('' = the root, with --prefix).")],
+    prefix: Annotated[
+        bool, typer.Option("--prefix", help="Print the whole subtree as nested JSON.")
+    ] = False,
+    scope: Annotated[
+        ReadScope,
+        typer.Option(
+            "--scope",
+            help="Which scope to read (merged: node > sgroup > global).",
+            case_sensitive=False,
+        ),
+    ] = ReadScope.GLOBAL,
+    sgroup: SgroupOption = None,
+    node: NodeOption = None,
+    config: ConfigOption = None,
+) -> None:
+    """Print a value, or with --prefix the nested tree under KEY as JSON."""
+    if not prefix:
+        _check_key(key)
+
+    async def body(store: ConfigStore, scope_: ConfigScopes) -> None:
+        if prefix:
+            tree = await store.get_prefix(key, scope=scope_)
+            typer.echo(json.dumps(tree, indent=2, ensure_ascii=False))
+            return
+        value = await store.get(key, scope=scope_)
+        if value is None:
+            _fail(f"no value at {key!r} in the {scope_} scope")
+        typer.echo(value)
+
+    _run(config, scope, sgroup, node, body)
+
+
+@etcd_app.command()
+def delete(
+    key: Annotated[str, typer.Argument(help="Key path ('' = everything, with --prefix).")],
+    prefix: Annotated[
+        bool, typer.Option("--prefix", help="Delete KEY and everything under it.")
+    ] = False,
+    scope: WriteScopeOption = WriteScope.GLOBAL,
+    sgroup: SgroupOption = None,
+    node: NodeOption = None,
+    config: ConfigOption = None,
+) -> None:
+    """Delete a key, or with --prefix a whole subtree."""
+    if not prefix:
+        _check_key(key)
+
+    async def body(store: ConfigStore, scope_: ConfigScopes) -> None:
+        if prefix:
+            await store.delete_prefix(key, scope=scope_)
+        else:
+            await store.delete(key, scope=scope_)
+
+    _run(config, scope, sgroup, node, body)
+
+
+@etcd_app.command("move-subtree")
+def move_subtree(
+    src: Annotated[str, typer.Argument(help="The subtree to move.")],
+    dst: Annotated[str, typer.Argument(help="Where to move it.")],
+    scope: WriteScopeOption = WriteScope.GLOBAL,
+    sgroup: SgroupOption = None,
+    node: NodeOption = None,
+    config: ConfigOption = None,
+) -> None:
+    """Move the subtree at SRC (with its own value) to DST, in one transaction."""
+    _check_key(src, "source key")
+    _check_key(dst, "destination key")
+
+    async def body(store: ConfigStore, scope_: ConfigScopes) -> None:
+        moved = await store.move_prefix(src, dst, scope=scope_)
+        if moved == 0:
+            _fail(f"nothing to move: no keys at {src!r} in the {scope_} scope")
+        typer.echo(f"moved {moved} key(s) from {src!r} to {dst!r}")
+
+    _run(config, scope, sgroup, node, body)
+
+
+def _check_key(key: str, what: str = "key") -> None:
+    try:
+        split_key(key, what=what)
+    except ConfigStoreError as e:
+        _fail(str(e))
+
+
+def _name(file: str) -> str:
+    return "stdin" if file == "-" else file
+
+
+def _load_json_object(file: str) -> dict[str, Any]:
+    try:
+        data = sys.stdin.buffer.read() if file == "-" else Path(file).read_bytes()
+    except OSError as e:
+        _fail(f"cannot read {file}: {e.strerror}")
+    try:
+        tree = json.loads(data)
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        _fail(f"{_name(file)} is not valid JSON: {e}")
+    if not isinstance(tree, dict):
+        kind = {list: "an array", str: "a string", bool: "a boolean", type(None): "null"}.get(
+            type(tree), "a number"
+        )
+        _fail(f"{_name(file)} must hold a JSON object, got {kind}")
+    return tree

@@ -1,0 +1,118 @@
+"""``accelshare server manager [--config manager.toml]``: run the manager daemon.
+
+Mounted by ``server.py`` next to ``server agent``::
+
+    from .server_manager import manager_command
+    server_app.command("manager")(manager_command)
+
+Also runnable as ``python -m accelshare.client.cli.server_manager [--config FILE]``.
+
+At start the database schema is created or upgraded and the defaults are bootstrapped
+(the superadmin's credentials go to ``<data-dir>/admin-credentials.env`` once); then
+the API (REST, GraphQL, agent endpoints, ``/metrics``) listens on
+``[manager] service-addr`` with uvicorn.  SIGINT / SIGTERM stop it gracefully: new
+requests are refused, the scheduler and the LOST sweep stop, binds in flight get a
+few seconds, and the database engine is closed.  A configuration error is printed as
+``error: <file>: <key>: <what was expected> (received ...)`` with exit code 2.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+from pathlib import Path
+from types import FrameType
+from typing import Annotated, Any
+
+import typer
+
+from accelshare.common import CommonValueError
+
+__all__ = ["main", "manager_command"]
+
+log = logging.getLogger("accelshare.manager")
+
+
+def _server_class() -> type[Any]:
+    import uvicorn
+
+    class Server(uvicorn.Server):
+        """uvicorn's server, but a SIGTERM/SIGINT stop exits 0 after the graceful shutdown
+        (uvicorn re-raises the signal afterwards, so the process would die by it)."""
+
+        def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+            if self.should_exit and sig == signal.SIGINT:
+                self.force_exit = True  # a second Ctrl-C: do not wait any longer
+            else:
+                self.should_exit = True
+
+    return Server
+
+
+async def _serve(config_path: Path | None, log_level: str) -> None:
+    import uvicorn
+
+    from accelshare.api.app import create_manager_app
+    from accelshare.manager.config import load_manager_config
+
+    config = load_manager_config(config_path)
+    app = await create_manager_app(config)
+    host, port = config.manager.service_host_port
+    server = _server_class()(
+        uvicorn.Config(
+            app,
+            host=host,
+            port=port,
+            lifespan="on",
+            log_level=log_level.lower(),
+            access_log=False,
+            timeout_graceful_shutdown=10,
+        )
+    )
+    log.info("accelshare manager listening on http://%s:%d", host, port)
+    await server.serve()
+
+
+def manager_command(
+    config: Annotated[
+        Path | None,
+        typer.Option(
+            "--config",
+            "-f",
+            help="manager.toml (default: embedded SQLite and config store in ./.accelshare).",
+            exists=True,
+            dir_okay=False,
+            readable=True,
+        ),
+    ] = None,
+    log_level: Annotated[
+        str, typer.Option("--log-level", help="debug, info, warning or error.")
+    ] = "info",
+) -> None:
+    """Run the manager: REST + GraphQL API, scheduler, agent registry."""
+    from accelshare.config import ConfigFileError, ConfigStoreError
+    from accelshare.manager.bootstrap import BootstrapError
+    from accelshare.manager.schema import SchemaError
+
+    logging.basicConfig(
+        level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    try:
+        asyncio.run(_serve(config, log_level))
+    except (CommonValueError, ConfigFileError) as e:
+        typer.echo(f"error: {e}", err=True)
+        raise typer.Exit(2) from None
+    except (SchemaError, BootstrapError, ConfigStoreError, OSError) as e:
+        typer.echo(f"error: {e}", err=True)
+        raise typer.Exit(1) from None
+    except KeyboardInterrupt:  # pragma: no cover - uvicorn handles SIGINT itself
+        pass
+
+
+def main() -> None:
+    typer.run(manager_command)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,174 @@
+"""Typed results of the SDK (the manager's JSON, read with its own field names).
+
+Every model keeps fields it does not declare (``extra="allow"``), so
+``model_dump(by_alias=True, mode="json")`` gives back what the server sent (amounts
+as decimal strings) and a newer manager's additions are never lost.  Amounts are
+``Decimal``: ``"0.6"`` stays exactly 0.6.
+"""
+
+from __future__ import annotations
+
+from decimal import Decimal
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from accelshare.agent.wire import PluginMapView
+from accelshare.sched.lifecycle import FINAL_STATUSES
+
+__all__ = [
+    "AgentInfo",
+    "AllocMap",
+    "CompatAllocMap",
+    "CreatedSession",
+    "DestroyedSession",
+    "KernelInfo",
+    "SessionEvent",
+    "SessionInfo",
+    "SessionPage",
+    "StatusChange",
+    "WhyPending",
+]
+
+Slots = dict[str, Decimal]  # slot -> amount
+DeviceAllocs = dict[str, dict[str, Decimal]]  # slot -> device -> amount
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="allow", populate_by_name=True, frozen=True)
+
+    def to_json(self) -> dict[str, Any]:
+        """The server's shape again (aliases, decimal strings), for ``--json``."""
+        return self.model_dump(by_alias=True, mode="json")
+
+
+class StatusChange(_Model):
+    from_status: str | None = Field(default=None, alias="from")
+    to: str
+    reason: str | None = None
+    at: str | None = None
+
+
+class KernelInfo(_Model):
+    kernel_id: str = Field(alias="kernelId")
+    agent_id: str | None = Field(default=None, alias="agentId")
+    status: str
+    container_id: str | None = Field(default=None, alias="containerId")
+    device_allocs: DeviceAllocs = Field(default_factory=dict, alias="deviceAllocs")
+    occupied_slots: Slots = Field(default_factory=dict, alias="occupiedSlots")
+
+
+class SessionInfo(_Model):
+    session_id: str = Field(alias="sessionId")
+    name: str = Field(alias="sessionName")
+    type: str = "interactive"
+    status: str
+    status_info: str | None = Field(default=None, alias="statusInfo")
+    status_data: dict[str, Any] = Field(default_factory=dict, alias="statusData")
+    image: str = ""
+    requested_slots: Slots = Field(default_factory=dict, alias="requestedSlots")
+    occupied_slots: Slots = Field(default_factory=dict, alias="occupiedSlots")
+    priority: int = 10
+    scaling_group: str | None = Field(default=None, alias="scalingGroup")
+    agent_id: str | None = Field(default=None, alias="agentId")
+    access_key: str | None = Field(default=None, alias="accessKey")
+    exit_code: int | None = Field(default=None, alias="exitCode")
+    created_at: str | None = Field(default=None, alias="creationTime")
+    started_at: str | None = Field(default=None, alias="startedAt")
+    terminated_at: str | None = Field(default=None, alias="terminationTime")
+    kernels: list[KernelInfo] = Field(default_factory=list)
+    status_history: list[StatusChange] = Field(default_factory=list, alias="statusHistory")
+
+    @property
+    def is_final(self) -> bool:
+        return self.status in FINAL_STATUSES
+
+    @property
+    def pending_reason(self) -> str:
+        """The scheduler's last word on a PENDING session (or the status info)."""
+        scheduler = self.status_data.get("scheduler") or {}
+        msg = scheduler.get("msg") if isinstance(scheduler, dict) else None
+        return str(msg or self.status_info or "not looked at by the scheduler yet")
+
+
+class CreatedSession(_Model):
+    session_id: str = Field(alias="sessionId")
+    session_name: str = Field(alias="sessionName")
+    status: str
+    status_info: str | None = Field(default=None, alias="statusInfo")
+    created: bool = True
+    session: SessionInfo
+
+
+class DestroyedSession(_Model):
+    session_id: str = Field(alias="sessionId")
+    session_name: str = Field(alias="sessionName")
+    status: str
+    status_info: str | None = Field(default=None, alias="statusInfo")
+
+
+class SessionPage(_Model):
+    items: list[SessionInfo]
+    total: int
+    limit: int
+    offset: int
+
+
+class WhyPending(_Model):
+    session_id: str = Field(alias="sessionId")
+    session_name: str = Field(alias="sessionName")
+    status: str
+    status_info: str | None = Field(default=None, alias="statusInfo")
+    scheduler: dict[str, Any] = Field(default_factory=dict)
+    agents: list[str] = Field(default_factory=list)
+    explanation: str = ""
+
+
+class SessionEvent(_Model):
+    """One status change from ``GET /session/{ref}/events``."""
+
+    session_id: str = Field(alias="sessionId")
+    from_status: str | None = Field(default=None, alias="from")
+    status: str
+    reason: str | None = None
+    at: str | None = None
+
+
+class AllocMap(_Model):
+    """An agent's allocation map, every plugin: ``maps[plugin].devices[i]`` holds
+    ``device_id``, ``slot_name``, ``capacity``, ``allocated`` and the kernels."""
+
+    agent_id: str
+    maps: dict[str, PluginMapView] = Field(default_factory=dict)
+    source: str | None = None  # "agent" (live) or "heartbeat" (the agent did not answer)
+    error: str | None = None
+
+
+class CompatAllocMap(_Model):
+    """Backend.AI's ``{device: "0.80"}`` form (accelerator slots only)."""
+
+    alloc_map: dict[str, str] = Field(default_factory=dict)
+    source: str | None = None
+    error: str | None = None
+
+
+class AgentInfo(_Model):
+    id: str
+    status: str
+    scaling_group: str | None = Field(default=None, alias="scalingGroup")
+    address: str | None = None
+    region: str | None = None
+    architecture: str | None = None
+    version: str | None = None
+    is_schedulable: bool = Field(default=True, alias="isSchedulable")
+    available_slots: Slots = Field(default_factory=dict, alias="availableSlots")
+    occupied_slots: Slots = Field(default_factory=dict, alias="occupiedSlots")
+    compute_plugins: dict[str, Any] = Field(default_factory=dict, alias="computePlugins")
+    quanta: dict[str, Any] = Field(default_factory=dict)
+    first_contact: str | None = Field(default=None, alias="firstContact")
+    last_heartbeat: str | None = Field(default=None, alias="lastHeartbeat")
+    lost_at: str | None = Field(default=None, alias="lostAt")
+    status_data: dict[str, Any] = Field(default_factory=dict, alias="statusData")
+    # GET /agents/{id} only: the last heartbeat's map and the plugins' UI metadata
+    alloc_map: AllocMap | None = Field(default=None, alias="allocMap")
+    slot_metadata: dict[str, Any] = Field(default_factory=dict, alias="slotMetadata")

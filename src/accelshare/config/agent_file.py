@@ -1,0 +1,415 @@
+"""The ``agent.toml`` file: schema, discovery and loading (spec 04-agent.md).
+
+Discovery order (first existing file wins)::
+
+    1. the explicit path (``--config``); it must exist
+    2. ./agent.toml
+    3. ~/.config/accelshare/agent.toml
+    4. /etc/accelshare/agent.toml
+
+Every problem is reported as :class:`AgentConfigError` naming the file, the key
+(``agent.rpc-listen-addr``), what was expected and what was received::
+
+    agent.toml: key 'resource.reserved-cpu': expected an integer >= 0, received -1
+
+Unknown keys are kept out of the model but listed in :attr:`AgentConfig.unknown_keys`
+so the agent can warn about typos while still accepting a Backend.AI ``agent.toml``
+that carries sections accelshare does not use.
+
+Keys the daemon adds (docs/agent.md has the full table)::
+
+    [agent]
+    cluster-secret = "..."            # or cluster-secret-file = "/etc/accelshare/secret"
+                                      # (or $ACCELSHARE_CLUSTER_SECRET); required unless
+    dev-mode = true                   # ... and rpc-listen-addr is a loopback address
+    heartbeat-interval-s = 3.0
+    rpc-advertise-url = "http://10.0.0.5:6001"   # what the manager calls (default: from
+                                                 # rpc-listen-addr)
+    [container]
+    keep-scratch = false              # keep a destroyed kernel's scratch dir
+    stop-grace-s = 5.0                # SIGTERM -> SIGKILL on destroy
+    use-cgroups = true
+    cgroup-parent = "accelshare"
+    isolate-namespaces = false
+    rlimit-memory = "data"            # or "as"
+    prespawn-launchers = 2            # kernel launchers started ahead (faster creates)
+    docker-url = "unix:///run/docker.sock"
+    [container.environments.torch]    # more process-runtime "images"
+    command-prefix = ["/opt/venvs/torch/bin/python"]
+"""
+
+from __future__ import annotations
+
+import socket
+import tomllib
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    AliasChoices,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+
+from accelshare.common import BinarySize, CommonValueError
+
+__all__ = [
+    "AgentConfig",
+    "AgentConfigError",
+    "AgentSection",
+    "ContainerSection",
+    "EtcdSection",
+    "ManagerSection",
+    "ResourceSection",
+    "agent_config_candidates",
+    "find_agent_config",
+    "load_agent_config",
+    "parse_agent_config",
+]
+
+DEFAULT_ALLOCATION_ORDER = ("cuda", "rocm", "tpu", "cpu", "mem")
+MOCK_ACCELERATOR_FILENAME = "mock-accelerator.toml"
+_MISSING = object()
+
+
+class AgentConfigError(ValueError):
+    """A bad ``agent.toml``: names the file, key, expected and received value."""
+
+    def __init__(self, source: str, key: str, expected: str, received: Any = _MISSING) -> None:
+        self.source = source
+        self.key = key
+        self.expected = expected
+        self.received = received
+        shown = "nothing (the key is missing)" if received is _MISSING else repr(received)
+        super().__init__(f"{source}: key {key!r}: expected {expected}, received {shown}")
+
+
+def _byte_size(value: Any) -> int:
+    """A binary size (``"1g"``, ``1073741824``) as an int; refuses infinity and negatives."""
+    if isinstance(value, bool) or not isinstance(value, int | str):
+        raise ValueError("a byte size such as '1g' or 1073741824")
+    try:
+        size = int(BinarySize.finite_from_str(value))
+    except CommonValueError as e:
+        raise ValueError("a byte size such as '1g' or 1073741824") from e
+    if size < 0:
+        raise ValueError("a byte size >= 0")
+    return size
+
+
+ByteSize = Annotated[int, BeforeValidator(_byte_size)]
+
+
+def _host_port(value: Any) -> str:
+    expected = "'HOST:PORT' with a port in 1..65535, such as '127.0.0.1:6001'"
+    if not isinstance(value, str):
+        raise ValueError(expected)
+    host, sep, port = value.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 1 <= int(port) <= 65535:
+        raise ValueError(expected)
+    return value
+
+
+HostPort = Annotated[str, BeforeValidator(_host_port)]
+
+
+def _list_to_tuple(value: Any) -> Any:
+    return tuple(value) if isinstance(value, list) else value
+
+
+StrTuple = Annotated[tuple[str, ...], BeforeValidator(_list_to_tuple)]
+
+
+def _upper(value: Any) -> Any:
+    return value.upper() if isinstance(value, str) else value
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(populate_by_name=True, extra="ignore", frozen=True, strict=True)
+
+
+class AgentSection(_Section):
+    id: str = Field(default_factory=lambda: f"i-{socket.gethostname()}")
+    region: str = "local"
+    scaling_group: str = Field("default", alias="scaling-group")
+    rpc_listen_addr: HostPort = Field("127.0.0.1:6001", alias="rpc-listen-addr")
+    # None = every installed plugin; plugins that find nothing to drive are skipped with a
+    # warning.  A plugin named here that cannot run stops the agent instead.
+    allowed_compute_plugins: StrTuple | None = Field(
+        None,
+        alias="allowed-compute-plugins",
+        validation_alias=AliasChoices("allowed-compute-plugins", "allow-compute-plugins"),
+    )
+    blocked_compute_plugins: StrTuple = Field((), alias="blocked-compute-plugins")
+    allocation_order: StrTuple = Field(DEFAULT_ALLOCATION_ORDER, alias="allocation-order")
+    affinity_policy: Annotated[
+        Literal["INTERLEAVED", "PREFER_SINGLE_NODE"], BeforeValidator(_upper)
+    ] = Field("INTERLEAVED", alias="affinity-policy")
+    # Explicit mock-accelerator.toml (relative paths: from agent.toml's folder).
+    mock_accelerator_config: Path | None = Field(None, alias="mock-accelerator-config")
+    # The shared secret of the agent RPC and the manager's agent endpoints.  Never shown.
+    cluster_secret: str | None = Field(None, alias="cluster-secret", repr=False)
+    cluster_secret_file: Path | None = Field(None, alias="cluster-secret-file")
+    # Run without a cluster secret; only accepted with a loopback rpc-listen-addr.
+    dev_mode: bool = Field(False, alias="dev-mode")
+    heartbeat_interval_s: float = Field(3.0, alias="heartbeat-interval-s", gt=0, le=3600)
+    # The URL the manager uses to reach this agent (default: http://<rpc-listen-addr>).
+    rpc_advertise_url: str | None = Field(None, alias="rpc-advertise-url")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _one_spelling(cls, data: Any) -> Any:
+        if (
+            isinstance(data, Mapping)
+            and "allowed-compute-plugins" in data
+            and "allow-compute-plugins" in data
+        ):
+            raise ValueError(
+                "only one of 'allowed-compute-plugins' and 'allow-compute-plugins' (same meaning)"
+            )
+        return data
+
+    @field_validator("mock_accelerator_config", "cluster_secret_file", mode="before")
+    @classmethod
+    def _path(cls, value: Any) -> Any:
+        return Path(value) if isinstance(value, str) else value
+
+    @field_validator("rpc_advertise_url")
+    @classmethod
+    def _advertise(cls, value: str | None) -> str | None:
+        if value is not None and not value.startswith(("http://", "https://")):
+            raise ValueError("an http(s) URL such as 'http://10.0.0.5:6001'")
+        return value.rstrip("/") if value is not None else None
+
+    @field_validator("id", "region", "scaling_group")
+    @classmethod
+    def _not_empty(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("a non-empty string")
+        return value
+
+
+class ContainerSection(_Section):
+    runtime: Literal["process", "docker"] = "process"
+    scratch_root: Path = Field(Path("./scratch"), alias="scratch-root")
+    # Keep a kernel's scratch dir (logs, resource.txt) after it is destroyed.
+    keep_scratch: bool = Field(False, alias="keep-scratch")
+    stop_grace_s: float = Field(5.0, alias="stop-grace-s", ge=0)
+    # Process runtime: limits through cgroups (else rlimits), where kernel cgroups go
+    # (relative to the agent's own cgroup unless absolute), namespaces, rlimit kind.
+    use_cgroups: bool = Field(True, alias="use-cgroups")
+    cgroup_parent: str = Field("accelshare", alias="cgroup-parent")
+    isolate_namespaces: bool = Field(False, alias="isolate-namespaces")
+    rlimit_memory: Literal["data", "as"] = Field("data", alias="rlimit-memory")
+    # Kernel launchers started ahead (saves the Python start on each create); 0: none.
+    prespawn_launchers: int = Field(2, alias="prespawn-launchers", ge=0, le=16)
+    # Docker runtime: the engine (None: DOCKER_HOST or the default socket).
+    docker_url: str | None = Field(None, alias="docker-url")
+    # Process-runtime environments ("images") beyond the built-in python and shell:
+    # name -> {command-prefix, image-dir, env, idle-command}; checked by the agent.
+    environments: dict[str, dict[str, Any]] = Field(default_factory=dict)
+
+    @field_validator("scratch_root", mode="before")
+    @classmethod
+    def _path(cls, value: Any) -> Any:
+        return Path(value) if isinstance(value, str) else value
+
+    @field_validator("cgroup_parent")
+    @classmethod
+    def _cgroup_parent(cls, value: str) -> str:
+        if not value.strip("/") or ".." in value.split("/"):
+            raise ValueError("a cgroup path such as 'accelshare' or '/accelshare'")
+        return value
+
+
+class ResourceSection(_Section):
+    reserved_cpu: int = Field(1, alias="reserved-cpu", ge=0)
+    reserved_mem: ByteSize = Field(1024**3, alias="reserved-mem")
+    # Fixed capacities instead of detection (development clusters, tests, hollow agents).
+    cpu_count: int | None = Field(None, alias="cpu-count", ge=1)
+    memory_size: ByteSize | None = Field(None, alias="memory-size")
+
+    @field_validator("memory_size")
+    @classmethod
+    def _positive(cls, value: int | None) -> int | None:
+        if value is not None and value <= 0:
+            raise ValueError("a byte size > 0")
+        return value
+
+
+class ManagerSection(_Section):
+    endpoint: str = "http://127.0.0.1:8081"
+
+    @field_validator("endpoint")
+    @classmethod
+    def _url(cls, value: str) -> str:
+        if not value.startswith(("http://", "https://")) or len(value.split("://", 1)[1]) == 0:
+            raise ValueError("an http(s) URL such as 'http://127.0.0.1:8081'")
+        return value
+
+
+class EtcdSection(_Section):
+    """[etcd]; the other keys (user, password, timeout-s...) belong to
+    :mod:`accelshare.config.settings`, which validates them when the store is opened."""
+
+    model_config = ConfigDict(populate_by_name=True, extra="allow", frozen=True, strict=True)
+
+    addr: HostPort = "127.0.0.1:2379"
+    namespace: str = "local"
+
+
+class AgentConfig(_Section):
+    agent: AgentSection = Field(default_factory=AgentSection)
+    container: ContainerSection = Field(default_factory=ContainerSection)
+    resource: ResourceSection = Field(default_factory=ResourceSection)
+    manager: ManagerSection = Field(default_factory=ManagerSection)
+    etcd: EtcdSection | None = None  # absent: the embedded config store
+    # [config-store] belongs to accelshare.config.settings (validated when opening the store)
+    config_store: dict[str, Any] = Field(default_factory=dict, alias="config-store")
+    # Where the file came from (None: built-in defaults); not part of the TOML.
+    source_path: Path | None = Field(None, exclude=True)
+    unknown_keys: tuple[str, ...] = Field((), exclude=True)
+
+    @property
+    def config_dir(self) -> Path:
+        """The folder of agent.toml (the working directory for built-in defaults)."""
+        return self.source_path.parent if self.source_path is not None else Path.cwd()
+
+    def mock_accelerator_path(self) -> Path:
+        """The explicit ``mock-accelerator-config`` or ``mock-accelerator.toml`` next to agent.toml."""
+        explicit = self.agent.mock_accelerator_config
+        if explicit is None:
+            return self.config_dir / MOCK_ACCELERATOR_FILENAME
+        return explicit if explicit.is_absolute() else self.config_dir / explicit
+
+
+def agent_config_candidates(
+    explicit: Path | str | None = None, *, cwd: Path | None = None, home: Path | None = None
+) -> list[Path]:
+    """The paths tried, in order (the explicit one alone when given)."""
+    if explicit is not None:
+        return [Path(explicit)]
+    cwd = Path.cwd() if cwd is None else cwd
+    home = Path.home() if home is None else home
+    return [
+        cwd / "agent.toml",
+        home / ".config" / "accelshare" / "agent.toml",
+        Path("/etc/accelshare/agent.toml"),
+    ]
+
+
+def find_agent_config(
+    explicit: Path | str | None = None, *, cwd: Path | None = None, home: Path | None = None
+) -> Path | None:
+    """The first existing candidate; an explicit path that does not exist is an error."""
+    candidates = agent_config_candidates(explicit, cwd=cwd, home=home)
+    for path in candidates:
+        if path.is_file():
+            return path
+    if explicit is not None:
+        raise AgentConfigError(
+            str(explicit), "(file)", "an existing agent.toml file", str(explicit)
+        )
+    return None
+
+
+def _describe_expected(err: Mapping[str, Any]) -> str:
+    kind, ctx = err["type"], err.get("ctx") or {}
+    if kind == "greater_than_equal":
+        return f"a number >= {ctx.get('ge')}"
+    if kind in ("model_type", "dict_type"):
+        return "a table"
+    if kind == "missing":
+        return "a value (the key is required)"
+    message = str(err["msg"])
+    for prefix in ("Value error, ", "Input should be "):
+        message = message.removeprefix(prefix)
+    return message
+
+
+def _key_of(loc: Sequence[int | str]) -> str:
+    parts: list[str] = []
+    for item in loc:
+        if isinstance(item, int):
+            parts[-1:] = [f"{parts[-1]}[{item}]"] if parts else [f"[{item}]"]
+        else:
+            parts.append(item)
+    return ".".join(parts) or "(file)"
+
+
+def _unknown_keys(model: type[BaseModel], data: Mapping[str, Any], prefix: str = "") -> list[str]:
+    known: dict[str, Any] = {}
+    for name, info in model.model_fields.items():
+        if info.exclude:
+            continue
+        names = {name, info.alias or name}
+        if isinstance(info.validation_alias, AliasChoices):
+            names.update(str(c) for c in info.validation_alias.choices)
+        for spelled in names:
+            known[spelled] = info.annotation
+    unknown: list[str] = []
+    for key, value in data.items():
+        if key not in known:
+            unknown.append(f"{prefix}{key}")
+            continue
+        annotation = known[key]
+        sub = next(
+            (
+                t
+                for t in (annotation, *getattr(annotation, "__args__", ()))
+                if isinstance(t, type) and issubclass(t, BaseModel)
+            ),
+            None,
+        )
+        if (
+            sub is not None
+            and isinstance(value, Mapping)
+            and sub.model_config.get("extra") != "allow"
+        ):
+            unknown.extend(_unknown_keys(sub, value, f"{prefix}{key}."))
+    return unknown
+
+
+def parse_agent_config(
+    data: Mapping[str, Any], *, source: str = "agent.toml", source_path: Path | None = None
+) -> AgentConfig:
+    """Validate parsed TOML data (pure); errors name ``source``, key, expected, received."""
+    try:
+        config = AgentConfig.model_validate(dict(data))
+    except ValidationError as e:
+        err = e.errors()[0]
+        loc = err["loc"]
+        received = _MISSING if err["type"] == "missing" else err.get("input", _MISSING)
+        raise AgentConfigError(source, _key_of(loc), _describe_expected(err), received) from None
+    return config.model_copy(
+        update={
+            "source_path": source_path,
+            "unknown_keys": tuple(_unknown_keys(AgentConfig, data)),
+        }
+    )
+
+
+def load_agent_config(
+    explicit: Path | str | None = None, *, cwd: Path | None = None, home: Path | None = None
+) -> AgentConfig:
+    """Find and load agent.toml (see the module docstring for the order).
+
+    When no file exists anywhere (and none was given) the built-in defaults are used and
+    ``source_path`` is None.
+    """
+    path = find_agent_config(explicit, cwd=cwd, home=home)
+    if path is None:
+        return AgentConfig()
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except tomllib.TOMLDecodeError as e:
+        raise AgentConfigError(str(path), "(file)", "valid TOML", str(e)) from None
+    except OSError as e:
+        raise AgentConfigError(str(path), "(file)", "a readable file", str(e)) from None
+    return parse_agent_config(data, source=str(path), source_path=path.resolve())

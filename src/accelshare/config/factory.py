@@ -1,0 +1,64 @@
+"""Open "the store the daemons use" from ``ConfigStoreSettings`` (settings.py)."""
+
+from __future__ import annotations
+
+from .backend import KVBackend
+from .settings import ConfigStoreSettings, load_config_store_settings
+from .store import ConfigStore, make_scope_prefix_map
+
+__all__ = ["build_backend", "open_config_store"]
+
+
+def build_backend(settings: ConfigStoreSettings) -> KVBackend:
+    """The backend named by ``settings``, not yet connected."""
+    if settings.backend == "etcd":
+        from .etcd import EtcdBackend  # grpc is heavy: import it only when needed
+
+        etcd = settings.etcd
+        return EtcdBackend(
+            host=etcd.host,
+            port=etcd.port,
+            user=etcd.user,
+            password=etcd.password.get_secret_value() if etcd.password else None,
+            timeout_s=etcd.timeout_s,
+            reconnect_timeout_s=etcd.reconnect_timeout_s,
+        )
+    from .embedded import EmbeddedBackend
+
+    embedded = settings.embedded
+    return EmbeddedBackend(
+        embedded.path, timeout_s=embedded.timeout_s, poll_interval_s=embedded.poll_interval_s
+    )
+
+
+async def open_config_store(
+    settings: ConfigStoreSettings | None = None,
+    *,
+    sgroup: str | None = None,
+    node_id: str | None = None,
+    check: bool = True,
+) -> ConfigStore:
+    """Open the configured store (from the environment if ``settings`` is None).
+
+    ``sgroup`` / ``node_id`` default to the settings' (agent.toml ``[agent]``).  With
+    ``check`` one read is made right away, so that a daemon refuses to start with
+    ``ConfigStoreUnavailable`` instead of failing later.
+    """
+    if settings is None:
+        settings = load_config_store_settings()
+    store = ConfigStore(
+        build_backend(settings),
+        namespace=settings.namespace,
+        key_prefix=settings.key_prefix,
+        scope_prefix_map=make_scope_prefix_map(
+            sgroup=sgroup if sgroup is not None else settings.sgroup,
+            node_id=node_id if node_id is not None else settings.node_id,
+        ),
+    )
+    if check:
+        try:
+            await store.get("config")
+        except BaseException:
+            await store.close()
+            raise
+    return store

@@ -1,0 +1,194 @@
+"""``accelshare dev demo`` / ``make demo``: the README tour, run and checked.
+
+Starts a throwaway cluster (a temporary data dir, a free port, one agent with the
+2-fGPU mock of ``configs/accelerator/two-fgpu.toml`` in fractional mode), then runs
+the tour through the real ``accelshare`` command line, printing each command, its
+output and what it verifies:
+
+1. ``session create -r cpu=1 -r mem=1g -r cuda.shares=0.2`` and ``-r cuda.shares=1.2``
+   -> both ready; the allocation map shows 0.60 / 1.00 and 0.80 / 1.00 (CLI bars and
+   the GraphQL ``gpu_alloc_map``); both destroyed;
+2. three 1-fGPU sessions on the 2-fGPU agent -> two ready, one PENDING with its
+   reason (``session why``); destroying a running one -> the PENDING one starts by
+   itself.
+
+Exits 1 if any check fails.  The cluster (and every session) is stopped at the end.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from decimal import Decimal
+from pathlib import Path
+
+from rich.console import Console
+from rich.markup import escape
+
+from .cluster import LocalCluster, free_port
+from .layout import DevClusterOptions
+from .processes import child_env
+from .up import START_ERRORS
+
+__all__ = ["Tour", "run_demo"]
+
+GPU_ALLOC_QUERY = "query ($agent_id: String!) { agent(agent_id: $agent_id) { id gpu_alloc_map } }"
+
+
+@dataclass
+class Tour:
+    env: Mapping[str, str]
+    out: Console
+    failures: list[str] = field(default_factory=list)
+    passed: int = 0
+
+    def cli(self, *args: str, echo: bool = True) -> subprocess.CompletedProcess[str]:
+        """Run ``accelshare ARGS`` and print it (its output too unless ``echo`` is off)."""
+        shown = " ".join(_quote(a) for a in args)
+        self.out.print(f"\n[bold]$ accelshare {escape(shown)}[/bold]")
+        result = subprocess.run(
+            [sys.executable, "-m", "accelshare.client.cli", *args],
+            env=dict(self.env),
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        text = (result.stdout + result.stderr).rstrip()
+        if not echo:
+            text = f"({len(text.splitlines())} lines of output, checked below)"
+        for line in text.splitlines():
+            self.out.print(f"  {escape(line)}")
+        return result
+
+    def check(self, ok: bool, what: str) -> bool:
+        if ok:
+            self.passed += 1
+            self.out.print(f"[green]  ✓ {escape(what)}[/green]")
+        else:
+            self.failures.append(what)
+            self.out.print(f"[red]  ✗ {escape(what)}[/red]")
+        return ok
+
+
+def _quote(arg: str) -> str:
+    return arg if arg and all(c.isalnum() or c in "-_=.:,/" for c in arg) else f"'{arg}'"
+
+
+def _json(result: subprocess.CompletedProcess[str]) -> object:
+    try:
+        return json.loads(result.stdout)
+    except ValueError:
+        return None
+
+
+def _cuda_allocations(result: subprocess.CompletedProcess[str]) -> list[Decimal]:
+    doc = _json(result)
+    if not isinstance(doc, dict):
+        return []
+    cuda = (doc.get("maps") or {}).get("cuda") or {}
+    return sorted(Decimal(d["allocated"]) for d in cuda.get("devices", []))
+
+
+def run_tour(tour: Tour, agent_id: str) -> None:
+    """The README tour; each step prints its command and checks."""
+    agents = tour.cli("agent", "list")
+    tour.check(agents.returncode == 0 and agent_id in agents.stdout, f"agent {agent_id} is ALIVE")
+
+    for name, shares in (("tour-a", "0.2"), ("tour-b", "1.2")):
+        created = tour.cli(
+            "session", "create", "-r", "cpu=1", "-r", "mem=1g", "-r", f"cuda.shares={shares}",
+            "--name", name, "python",
+        )  # fmt: skip
+        tour.check(
+            created.returncode == 0 and "is created and ready." in created.stdout,
+            f"{name} ({shares} fGPU) is created and ready",
+        )
+
+    bars = tour.cli("agent", "alloc-map", agent_id, "--plugin", "cuda")
+    tour.check(
+        "0.60 / 1.00" in bars.stdout and "0.80 / 1.00" in bars.stdout,
+        "the allocation map shows 0.60 / 1.00 and 0.80 / 1.00 (0.2 + 1.2 shares over 2 GPUs)",
+    )
+    amap = tour.cli("agent", "alloc-map", agent_id, "--json", echo=False)
+    tour.check(
+        _cuda_allocations(amap) == [Decimal("0.6"), Decimal("0.8")],
+        "alloc-map --json: cuda.shares allocated 0.6 and 0.8",
+    )
+    gql = tour.cli(
+        "admin", "query", GPU_ALLOC_QUERY, "--variables", json.dumps({"agent_id": agent_id})
+    )
+    doc = _json(gql)
+    gpu_map: dict[str, str] = {}
+    if isinstance(doc, dict):
+        agent = (doc.get("data") or {}).get("agent") or {}
+        gpu_map = json.loads(agent.get("gpu_alloc_map") or "{}")
+    tour.check(
+        sorted(gpu_map.values()) == ["0.60", "0.80"],
+        'GraphQL gpu_alloc_map is {"...": "0.80", "...": "0.60"}',
+    )
+    destroyed = tour.cli("session", "destroy", "tour-a", "tour-b")
+    tour.check(destroyed.returncode == 0, "tour-a and tour-b are destroyed")
+
+    for name in ("fill-1", "fill-2"):
+        created = tour.cli("session", "create", "-r", "cuda.shares=1", "--name", name, "python")
+        tour.check("is created and ready." in created.stdout, f"{name} (1 fGPU) is ready")
+    third = tour.cli("session", "create", "-r", "cuda.shares=1", "--name", "fill-3", "python")
+    tour.check(
+        third.returncode == 0 and "is enqueued (PENDING:" in third.stdout,
+        "fill-3 waits as PENDING with its reason (the 2 fGPU are taken)",
+    )
+    why = tour.cli("session", "why", "fill-3")
+    tour.check(why.returncode == 0 and "PENDING" in why.stdout, "session why explains it")
+    tour.cli("session", "destroy", "fill-1")
+    waited = tour.cli("session", "wait", "fill-3", "--status", "RUNNING", "--timeout", "30")
+    tour.check(
+        waited.returncode == 0 and "is RUNNING" in waited.stdout,
+        "after destroying fill-1, fill-3 starts by itself",
+    )
+    full = tour.cli("agent", "alloc-map", agent_id, "--plugin", "cuda")
+    tour.check(full.stdout.count("1.00 / 1.00") == 2, "both GPUs are fully allocated again")
+    tour.cli("session", "destroy", "fill-2", "fill-3")
+
+
+def run_demo(
+    *,
+    data_dir: Path | None = None,
+    port: int | None = None,
+    out: Console | None = None,
+    tour: Callable[[Tour, str], None] = run_tour,
+) -> int:
+    out = out or Console(highlight=False, soft_wrap=True)
+    err = Console(stderr=True, highlight=False, soft_wrap=True)
+    with tempfile.TemporaryDirectory(prefix="accelshare-demo-") as tmp:
+        options = DevClusterOptions(
+            data_dir=data_dir or Path(tmp),
+            port=port or free_port(),
+            allocation_mode="fractional",
+        )
+        cluster = LocalCluster(options, progress=lambda m: out.print(f"[dim]{escape(m)}[/dim]"))
+        try:
+            cluster.start()
+        except START_ERRORS as e:
+            err.print(f"[red]error:[/red] the demo cluster did not start: {escape(str(e))}")
+            return 1
+        try:
+            out.print(
+                f"[bold]local cluster at {cluster.endpoint}[/bold] (data dir {cluster.layout.root})"
+            )
+            walk = Tour(env={**child_env(), **cluster.client_env()}, out=out)
+            tour(walk, cluster.agent_ids[0])
+        finally:
+            cluster.stop(destroy_sessions=True)
+    out.print()
+    if walk.failures:
+        out.print(f"[red bold]demo FAILED: {len(walk.failures)} check(s) failed[/red bold]")
+        for what in walk.failures:
+            out.print(f"[red]  ✗ {escape(what)}[/red]")
+        return 1
+    out.print(f"[green bold]demo passed: {walk.passed} checks[/green bold]")
+    return 0

@@ -1,0 +1,130 @@
+"""The manager's client for the agent RPC (``accelshare.agent.wire``).
+
+One ``httpx.AsyncClient`` for every agent; the transport is injectable so tests route
+requests to in-process hollow agents (``accelshare.manager.testing``) without a
+network.  Every request carries the cluster secret.  Failures raise
+:class:`AgentRPCError` with a message naming the agent and what went wrong — the
+message ends up in the session's ``status_info``.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import httpx
+from pydantic import ValidationError
+
+from accelshare.agent.wire import (
+    CLUSTER_SECRET_HEADER,
+    CreateKernelRequest,
+    KernelList,
+    KernelReport,
+)
+
+__all__ = ["AgentClient", "AgentRPCError"]
+
+
+class AgentRPCError(Exception):
+    """An agent could not be reached or refused the request."""
+
+    def __init__(self, agent_url: str, message: str, *, status_code: int | None = None) -> None:
+        super().__init__(message)
+        self.agent_url = agent_url
+        self.status_code = status_code
+
+    @property
+    def is_refusal(self) -> bool:
+        """The agent answered (4xx/5xx), as opposed to not being reachable."""
+        return self.status_code is not None
+
+
+def _detail(response: httpx.Response) -> str:
+    try:
+        body = response.json()
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        return response.text[:300] or response.reason_phrase
+    if isinstance(body, dict):
+        for key in ("detail", "msg", "message", "reason", "error"):
+            if isinstance(body.get(key), str) and body[key]:
+                return str(body[key])
+    return json.dumps(body)[:300]
+
+
+class AgentClient:
+    def __init__(
+        self,
+        cluster_secret: str,
+        *,
+        transport: httpx.AsyncBaseTransport | None = None,
+        timeout_s: float = 30.0,
+    ) -> None:
+        self._client = httpx.AsyncClient(
+            transport=transport,
+            timeout=httpx.Timeout(timeout_s, connect=min(timeout_s, 5.0)),
+            headers={CLUSTER_SECRET_HEADER: cluster_secret},
+        )
+
+    async def close(self) -> None:
+        await self._client.aclose()
+
+    async def _request(
+        self, method: str, base_url: str, path: str, **kwargs: Any
+    ) -> httpx.Response:
+        url = base_url.rstrip("/") + path
+        try:
+            response = await self._client.request(method, url, **kwargs)
+        except httpx.HTTPError as e:
+            raise AgentRPCError(
+                base_url, f"cannot reach the agent at {base_url}: {type(e).__name__}: {e}"
+            ) from e
+        if response.status_code >= 400:
+            raise AgentRPCError(
+                base_url,
+                f"the agent refused {method} {path} ({response.status_code}): {_detail(response)}",
+                status_code=response.status_code,
+            )
+        return response
+
+    @staticmethod
+    def _parse(base_url: str, model: type[Any], response: httpx.Response) -> Any:
+        try:
+            return model.model_validate_json(response.content)
+        except ValidationError as e:
+            raise AgentRPCError(base_url, f"the agent sent an unexpected answer: {e}") from e
+
+    async def create_kernel(self, base_url: str, request: CreateKernelRequest) -> KernelReport:
+        response = await self._request(
+            "POST",
+            base_url,
+            "/v1/kernels",
+            content=request.model_dump_json(),
+            headers={"Content-Type": "application/json"},
+        )
+        report: KernelReport = self._parse(base_url, KernelReport, response)
+        return report
+
+    async def destroy_kernel(self, base_url: str, kernel_id: str) -> KernelReport:
+        response = await self._request("DELETE", base_url, f"/v1/kernels/{kernel_id}")
+        report: KernelReport = self._parse(base_url, KernelReport, response)
+        return report
+
+    async def list_kernels(self, base_url: str) -> KernelList:
+        response = await self._request("GET", base_url, "/v1/kernels")
+        kernels: KernelList = self._parse(base_url, KernelList, response)
+        return kernels
+
+    async def kernel_logs(self, base_url: str, kernel_id: str) -> str:
+        response = await self._request("GET", base_url, f"/v1/kernels/{kernel_id}/logs")
+        return response.text
+
+    async def alloc_map(self, base_url: str, *, compat: bool = False) -> dict[str, Any]:
+        params = {"form": "compat"} if compat else None
+        response = await self._request("GET", base_url, "/v1/alloc-map", params=params)
+        try:
+            body = response.json()
+        except json.JSONDecodeError as e:
+            raise AgentRPCError(base_url, f"the agent sent invalid JSON: {e}") from e
+        if not isinstance(body, dict):
+            raise AgentRPCError(base_url, "the agent sent an alloc map that is not an object")
+        return body

@@ -1,0 +1,250 @@
+"""``manager.toml``: the manager's local configuration file (validated at start).
+
+Keys are kebab-case like Backend.AI's.  Every section and key is optional; an empty
+file (or none) gives an embedded SQLite manager under ``./.accelshare``::
+
+    [manager]
+    data-dir = "./.accelshare"             # state: SQLite DB, credentials, cookie secret
+    service-addr = "127.0.0.1:8081"
+
+    [db]
+    url = "postgresql+asyncpg://postgres@127.0.0.1:5432/accelshare"
+    # or Backend.AI's form: type = "postgresql", addr = "127.0.0.1:5432", name, user, password
+    # default: "sqlite+aiosqlite:///<data-dir>/manager.db"
+
+    cluster-secret = "..."                 # shared with the agents (or $ACCELSHARE_CLUSTER_SECRET)
+    agent-timeout = 30.0                   # seconds without a heartbeat before an agent is LOST
+    schedule-interval = 2.0                # the scheduler's timer (passes also run on events)
+
+    [api]
+    max-clock-skew = 900                   # seconds a signed request's Date may be off
+
+    [bootstrap]
+    admin-email = "admin@accelshare.local"
+
+Unknown keys inside these sections are errors (a typo must not be ignored);
+unknown *sections* are left to other components (``[etcd]``, ``[logging]``...).
+A bad value raises :class:`ManagerConfigError` naming the file, key, expected and
+received value.  Relative paths are relative to the working directory.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
+from sqlalchemy.engine import URL, make_url
+
+from accelshare.common import CommonValueError
+
+__all__ = [
+    "ENV_CLUSTER_SECRET",
+    "ApiConfig",
+    "BootstrapConfig",
+    "DBConfig",
+    "ManagerConfig",
+    "ManagerConfigError",
+    "ManagerSection",
+    "load_manager_config",
+    "normalize_db_url",
+    "parse_host_port",
+]
+
+DEFAULT_DATA_DIR = Path(".accelshare")
+ENV_CLUSTER_SECRET = "ACCELSHARE_CLUSTER_SECRET"
+
+
+def _kebab(name: str) -> str:
+    return name.replace("_", "-")
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(
+        alias_generator=_kebab, populate_by_name=True, extra="forbid", frozen=True
+    )
+
+
+def parse_host_port(value: str, default_port: int | None = None) -> tuple[str, int]:
+    """``"127.0.0.1:8081"`` -> ``("127.0.0.1", 8081)``; ``"[::1]:80"`` for IPv6."""
+    host, sep, port = value.rpartition(":")
+    if not sep:
+        if default_port is None:
+            raise ValueError(f"expected 'host:port', got {value!r}")
+        host, port = value, str(default_port)
+    host = host.strip("[]")
+    if not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(f"expected 'host:port' with a port in 1..65535, got {value!r}")
+    return host, int(port)
+
+
+class ManagerSection(_Section):
+    data_dir: Path = DEFAULT_DATA_DIR
+    service_addr: str = "127.0.0.1:8081"
+    # Shared with the agents (X-Accelshare-Cluster-Secret); else $ACCELSHARE_CLUSTER_SECRET,
+    # else <data-dir>/cluster-secret (created once, mode 0600).
+    cluster_secret: SecretStr | None = None
+    agent_timeout: float = Field(default=30.0, gt=0)  # seconds of silence before LOST
+    schedule_interval: float = Field(default=2.0, gt=0)  # timer between passes
+    sweep_interval: float = Field(default=5.0, gt=0)  # LOST / pending-timeout sweeps
+    agent_rpc_timeout: float = Field(default=30.0, gt=0)  # create/destroy kernel calls
+
+    @field_validator("service_addr")
+    @classmethod
+    def _check_addr(cls, value: str) -> str:
+        parse_host_port(value)
+        return value
+
+    @property
+    def service_host_port(self) -> tuple[str, int]:
+        return parse_host_port(self.service_addr)
+
+
+class DBConfig(_Section):
+    url: str | None = None
+    type: Literal["sqlite", "postgresql"] | None = None
+    addr: str | dict[str, Any] | None = None  # "host:port" or {host = "...", port = 5432}
+    name: str | None = None
+    user: str | None = None
+    password: SecretStr | None = None
+    pool_size: int = Field(default=8, ge=1)
+    max_overflow: int = Field(default=16, ge=0)
+    busy_timeout: float = Field(default=10.0, gt=0)  # seconds SQLite waits for a lock
+    echo: bool = False
+
+    @field_validator("url")
+    @classmethod
+    def _check_url(cls, value: str | None) -> str | None:
+        if value is not None:
+            normalize_db_url(value)
+        return value
+
+    def resolve_url(self, data_dir: Path) -> URL:
+        """The SQLAlchemy async URL: ``url``, else Backend.AI's fields, else SQLite."""
+        if self.url is not None:
+            return normalize_db_url(self.url)
+        if self.type == "postgresql":
+            host, port = "127.0.0.1", 5432
+            if isinstance(self.addr, str):
+                host, port = parse_host_port(self.addr, 5432)
+            elif isinstance(self.addr, dict):
+                host = str(self.addr.get("host", host))
+                port = int(self.addr.get("port", port))
+            return URL.create(
+                "postgresql+asyncpg",
+                username=self.user,
+                password=self.password.get_secret_value() if self.password else None,
+                host=host,
+                port=port,
+                database=self.name or "accelshare",
+            )
+        path = Path(self.name) if self.type == "sqlite" and self.name else data_dir / "manager.db"
+        return URL.create("sqlite+aiosqlite", database=str(path))
+
+
+def normalize_db_url(raw: str) -> URL:
+    """Pick the async driver: ``postgresql://`` -> asyncpg, ``sqlite://`` -> aiosqlite."""
+    try:
+        url = make_url(raw)
+    except Exception as e:  # sqlalchemy raises ArgumentError for junk
+        raise ValueError(f"not a database URL: {e}") from None
+    backend = url.get_backend_name()
+    if backend in {"postgresql", "postgres"}:
+        return url.set(drivername="postgresql+asyncpg")
+    if backend == "sqlite":
+        return url.set(drivername="sqlite+aiosqlite")
+    raise ValueError(f"unsupported database {backend!r}: expected sqlite or postgresql")
+
+
+class ApiConfig(_Section):
+    max_clock_skew: float = Field(default=900.0, gt=0)  # ±15 minutes
+    session_cookie_name: str = "accelshare_session"
+    session_cookie_max_age: int = Field(default=12 * 3600, gt=0)
+    session_cookie_secure: bool = False  # set true behind HTTPS
+    session_cookie_secret_file: Path | None = None  # default <data-dir>/cookie-secret
+
+
+class BootstrapConfig(_Section):
+    domain: str = "default"
+    group: str = "default"
+    scaling_group: str = "default"
+    resource_policy: str = "default"
+    admin_email: str = "admin@accelshare.local"
+    credentials_file: Path | None = None  # default <data-dir>/admin-credentials.env
+
+    @field_validator("admin_email")
+    @classmethod
+    def _check_email(cls, value: str) -> str:
+        local, at, domain = value.partition("@")
+        if not at or not local or not domain or any(c.isspace() for c in value):
+            raise ValueError(f"expected an email address, got {value!r}")
+        return value
+
+
+class ManagerConfig(BaseModel):
+    """The whole file.  Unknown top-level sections belong to other components."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    manager: ManagerSection = ManagerSection()
+    db: DBConfig = DBConfig()
+    api: ApiConfig = ApiConfig()
+    bootstrap: BootstrapConfig = BootstrapConfig()
+    source: Path | None = Field(default=None, exclude=True)
+
+    @property
+    def data_dir(self) -> Path:
+        return self.manager.data_dir
+
+    @property
+    def db_url(self) -> URL:
+        return self.db.resolve_url(self.data_dir)
+
+    @property
+    def credentials_file(self) -> Path:
+        return self.bootstrap.credentials_file or self.data_dir / "admin-credentials.env"
+
+    @property
+    def cluster_secret_file(self) -> Path:
+        return self.data_dir / "cluster-secret"
+
+    @property
+    def cookie_secret_file(self) -> Path:
+        return self.api.session_cookie_secret_file or self.data_dir / "cookie-secret"
+
+
+class ManagerConfigError(CommonValueError):
+    """A manager.toml that cannot be used; the message names file, key and values."""
+
+    def __init__(self, file: str, key: str, expected: str, received: Any) -> None:
+        got = "" if received is None else f" (received {received!r})"
+        super().__init__(
+            f"{file}: {key}: {expected}{got}",
+            field=key,
+            expected=expected,
+            received=received,
+        )
+        self.file = file
+
+
+def load_manager_config(path: Path | None = None) -> ManagerConfig:
+    """Read and validate ``path`` (``None``: all defaults)."""
+    if path is None:
+        return ManagerConfig()
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ManagerConfigError(str(path), "<file>", "expected an existing file", None) from None
+    except tomllib.TOMLDecodeError as e:
+        raise ManagerConfigError(str(path), "<syntax>", f"not valid TOML: {e}", None) from None
+    try:
+        config = ManagerConfig.model_validate(data)
+    except ValidationError as e:
+        first = e.errors()[0]
+        key = ".".join(str(p) for p in first["loc"])
+        expected = str(first["msg"]).removeprefix("Value error, ")
+        if first["type"] == "extra_forbidden":
+            expected = "unknown key (the known ones are listed in docs/manager.md)"
+        raise ManagerConfigError(str(path), key, expected, first.get("input")) from None
+    return config.model_copy(update={"source": path})

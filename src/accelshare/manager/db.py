@@ -1,0 +1,162 @@
+"""Engine and transaction helpers for SQLite (embedded) and PostgreSQL (asyncpg).
+
+One :class:`Database` per manager process.  Use :meth:`Database.begin` for a unit of
+work (an ``AsyncSession`` inside one transaction, committed on success and rolled
+back on error)::
+
+    async with db.begin() as session:                 # read (or a light write)
+        user = await session.get(User, user_id)
+    async with db.begin(write=True) as session:       # read-modify-write
+        ...
+
+SQLite specifics (applied on every new connection):
+
+* ``journal_mode=WAL`` (readers never block the writer), ``foreign_keys=ON``,
+  ``synchronous=NORMAL``, ``busy_timeout`` from ``[db] busy-timeout``;
+* the driver's own transaction handling is turned off and we emit ``BEGIN``
+  ourselves, so that ``write=True`` can use ``BEGIN IMMEDIATE``: a read-modify-write
+  transaction takes the write lock *first* and waits (busy timeout) for it, instead of
+  failing with "database is locked" when it upgrades from a read lock.  This is
+  SQLAlchemy's documented recipe for SAVEPOINT/transactional DDL support too.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import event, text
+from sqlalchemy.engine import URL, Connection, make_url
+from sqlalchemy.ext.asyncio import (
+    AsyncConnection,
+    AsyncEngine,
+    AsyncSession,
+    create_async_engine,
+)
+from sqlalchemy.pool import StaticPool
+
+from .config import ManagerConfig, normalize_db_url
+
+__all__ = ["Database", "is_memory_sqlite"]
+
+log = logging.getLogger(__name__)
+
+_WRITE_OPTION = "accelshare_write"
+
+
+def is_memory_sqlite(url: URL) -> bool:
+    return url.get_backend_name() == "sqlite" and url.database in (None, "", ":memory:")
+
+
+def _install_sqlite_pragmas(engine: AsyncEngine, *, busy_timeout_ms: int, wal: bool) -> None:
+    @event.listens_for(engine.sync_engine, "connect")
+    def _on_connect(dbapi_connection: Any, _record: Any) -> None:
+        dbapi_connection.isolation_level = None  # we emit BEGIN ourselves (see module doc)
+        cursor = dbapi_connection.cursor()
+        try:
+            if wal:
+                cursor.execute("PRAGMA journal_mode=WAL")
+            cursor.execute("PRAGMA foreign_keys=ON")
+            cursor.execute("PRAGMA synchronous=NORMAL")
+            cursor.execute(f"PRAGMA busy_timeout={busy_timeout_ms:d}")
+        finally:
+            cursor.close()
+
+    @event.listens_for(engine.sync_engine, "begin")
+    def _on_begin(connection: Connection) -> None:
+        immediate = connection.get_execution_options().get(_WRITE_OPTION, False)
+        connection.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
+
+
+class Database:
+    """The manager's database: an async engine plus transaction helpers."""
+
+    def __init__(self, engine: AsyncEngine) -> None:
+        self.engine = engine
+
+    @classmethod
+    def from_url(
+        cls,
+        url: URL | str,
+        *,
+        pool_size: int = 8,
+        max_overflow: int = 16,
+        busy_timeout_s: float = 10.0,
+        echo: bool = False,
+    ) -> Database:
+        """Create the engine.  A file SQLite URL gets its parent directory created."""
+        url = normalize_db_url(url) if isinstance(url, str) else url
+        # hide_parameters: statement parameters (secret keys, password hashes) never
+        # appear in SQL logs (echo) or in exception messages.
+        kwargs: dict[str, Any] = {"echo": echo, "hide_parameters": True}
+        if url.get_backend_name() == "sqlite":
+            memory = is_memory_sqlite(url)
+            if memory:
+                kwargs["poolclass"] = StaticPool  # one shared in-memory database
+            else:
+                Path(str(url.database)).expanduser().parent.mkdir(parents=True, exist_ok=True)
+            kwargs["connect_args"] = {"timeout": busy_timeout_s}
+            engine = create_async_engine(url, **kwargs)
+            _install_sqlite_pragmas(
+                engine, busy_timeout_ms=int(busy_timeout_s * 1000), wal=not memory
+            )
+        else:
+            kwargs.update(pool_size=pool_size, max_overflow=max_overflow, pool_pre_ping=True)
+            engine = create_async_engine(url, **kwargs)
+        return cls(engine)
+
+    @classmethod
+    def from_config(cls, config: ManagerConfig) -> Database:
+        return cls.from_url(
+            config.db_url,
+            pool_size=config.db.pool_size,
+            max_overflow=config.db.max_overflow,
+            busy_timeout_s=config.db.busy_timeout,
+            echo=config.db.echo,
+        )
+
+    @property
+    def url(self) -> URL:
+        return make_url(self.engine.url)
+
+    @property
+    def dialect(self) -> str:
+        """``"sqlite"`` or ``"postgresql"``."""
+        return self.engine.dialect.name
+
+    def safe_url(self) -> str:
+        """The URL without its password (for logs and CLI output)."""
+        return self.engine.url.render_as_string(hide_password=True)
+
+    @asynccontextmanager
+    async def connect(self, *, write: bool = False) -> AsyncIterator[AsyncConnection]:
+        """A Core connection inside one transaction (committed on success)."""
+        async with self.engine.connect() as conn:
+            if write:
+                await conn.execution_options(**{_WRITE_OPTION: True})
+            async with conn.begin():
+                yield conn
+
+    @asynccontextmanager
+    async def begin(self, *, write: bool = False) -> AsyncIterator[AsyncSession]:
+        """An ORM session inside one transaction (committed on success, else rolled back).
+
+        Objects stay usable after the commit (``expire_on_commit=False``).
+        """
+        async with self.engine.connect() as conn:
+            if write:
+                await conn.execution_options(**{_WRITE_OPTION: True})
+            session = AsyncSession(bind=conn, expire_on_commit=False)
+            async with session, session.begin():
+                yield session
+
+    async def ping(self) -> None:
+        """Raise if the database cannot answer ``SELECT 1``."""
+        async with self.engine.connect() as conn:
+            await conn.execute(text("SELECT 1"))
+
+    async def dispose(self) -> None:
+        await self.engine.dispose()

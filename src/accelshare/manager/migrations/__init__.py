@@ -1,0 +1,1 @@
+"""Alembic migrations of the manager database (run through ``accelshare.manager.schema``)."""

@@ -1,0 +1,1 @@
+"""Alembic revisions, oldest first; each file names the revision it follows."""

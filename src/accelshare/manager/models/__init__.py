@@ -1,0 +1,66 @@
+"""The manager's tables (SQLAlchemy 2 typed ORM; SQLite and PostgreSQL).
+
+``Base.metadata`` is the target of the Alembic migrations in
+``accelshare/manager/migrations``; a test checks that the migrations produce exactly
+this schema on both databases.
+"""
+
+from .agents import (
+    DEFAULT_SCHEDULER_OPTS,
+    DEFAULT_SESSION_SLOTS,
+    Agent,
+    AgentSelectionStrategy,
+    AgentStatus,
+    ScalingGroup,
+)
+from .base import NAMING_CONVENTION, Base, JSONDocument, ResourceSlotJSON, UTCDateTime
+from .identity import (
+    ACCESS_KEY_LENGTH,
+    SECRET_KEY_LENGTH,
+    Domain,
+    Group,
+    GroupMember,
+    Keypair,
+    KeypairResourcePolicy,
+    User,
+    UserRole,
+    UserStatus,
+)
+from .sessions import (
+    DEFAULT_PRIORITY,
+    Kernel,
+    KernelEventRecord,
+    Session,
+    SessionDependency,
+    SessionStatusHistory,
+)
+
+__all__ = [
+    "ACCESS_KEY_LENGTH",
+    "DEFAULT_PRIORITY",
+    "DEFAULT_SCHEDULER_OPTS",
+    "DEFAULT_SESSION_SLOTS",
+    "NAMING_CONVENTION",
+    "SECRET_KEY_LENGTH",
+    "Agent",
+    "AgentSelectionStrategy",
+    "AgentStatus",
+    "Base",
+    "Domain",
+    "Group",
+    "GroupMember",
+    "JSONDocument",
+    "Kernel",
+    "KernelEventRecord",
+    "Keypair",
+    "KeypairResourcePolicy",
+    "ResourceSlotJSON",
+    "ScalingGroup",
+    "Session",
+    "SessionDependency",
+    "SessionStatusHistory",
+    "UTCDateTime",
+    "User",
+    "UserRole",
+    "UserStatus",
+]

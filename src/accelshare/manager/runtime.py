@@ -1,0 +1,204 @@
+"""The control plane of one manager process: its parts and their background tasks.
+
+    manager = Manager(db=db, store=store, options=ManagerOptions(cluster_secret=...))
+    await manager.start()      # resume binds left by a previous process, start the
+                               # scheduler loop and the LOST sweep
+    ...                        # the API calls manager.sessions / .registry / .scheduler
+    await manager.stop()       # stop the loops, let binds in flight finish (bounded)
+
+Everything that reads the time uses the injected ``clock``; everything that calls an
+agent goes through one :class:`~accelshare.manager.agent_client.AgentClient`, whose
+transport is injectable (hollow agents in tests).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+import sqlalchemy as sa
+
+from accelshare.config import ConfigStore
+
+from .agent_client import AgentClient, AgentRPCError
+from .agents import compat_from_views, format_compat, full_from_views, views_of
+from .clock import Clock, utcnow
+from .db import Database
+from .errors import NotFound
+from .hub import ChangeHub
+from .metrics import ManagerMetrics
+from .models import Agent, AgentStatus, Session
+from .registry import AgentRegistry
+from .scheduler import Binder, Scheduler
+from .sessions import SessionService
+from .slots import KnownSlots
+
+__all__ = ["Manager", "ManagerOptions"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class ManagerOptions:
+    cluster_secret: str
+    agent_timeout_s: float = 30.0
+    schedule_interval_s: float = 2.0
+    sweep_interval_s: float = 5.0
+    agent_rpc_timeout_s: float = 30.0
+    default_scaling_group: str = "default"
+
+
+class Manager:
+    def __init__(
+        self,
+        *,
+        db: Database,
+        store: ConfigStore,
+        options: ManagerOptions,
+        clock: Clock = utcnow,
+        agent_transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        self.db = db
+        self.store = store
+        self.options = options
+        self.clock = clock
+        self.hub = ChangeHub()
+        self.metrics = ManagerMetrics()
+        self.known_slots = KnownSlots(store)
+        self.client = AgentClient(
+            options.cluster_secret,
+            transport=agent_transport,
+            timeout_s=options.agent_rpc_timeout_s,
+        )
+        self.binder = Binder(
+            db=db,
+            client=self.client,
+            hub=self.hub,
+            metrics=self.metrics,
+            clock=clock,
+            on_release=self.trigger,
+        )
+        self.scheduler = Scheduler(
+            db=db,
+            store=store,
+            known_slots=self.known_slots,
+            binder=self.binder,
+            hub=self.hub,
+            metrics=self.metrics,
+            clock=clock,
+            interval_s=options.schedule_interval_s,
+        )
+        self.registry = AgentRegistry(
+            db=db,
+            known_slots=self.known_slots,
+            hub=self.hub,
+            clock=clock,
+            agent_timeout_s=options.agent_timeout_s,
+            on_change=self.trigger,
+        )
+        self.sessions = SessionService(
+            db=db,
+            client=self.client,
+            hub=self.hub,
+            clock=clock,
+            trigger=self.trigger,
+            passes=self.scheduler.next_pass_mark,
+            wait_for_pass=self.scheduler.wait_for_pass,
+            default_scaling_group=options.default_scaling_group,
+        )
+        self._sweeper: asyncio.Task[None] | None = None
+
+    @property
+    def cluster_secret(self) -> str:
+        return self.options.cluster_secret
+
+    def trigger(self) -> None:
+        """Ask for a scheduling pass soon (coalesced)."""
+        self.scheduler.trigger()
+
+    async def start(self, *, background: bool = True) -> None:
+        await self.scheduler.resume()
+        if background:
+            self.scheduler.start()
+            self._sweeper = asyncio.create_task(self._sweep_forever(), name="accelshare-sweep")
+        self.trigger()
+
+    async def stop(self, *, drain_s: float = 5.0) -> None:
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._sweeper
+            self._sweeper = None
+        await self.scheduler.stop(drain_s=drain_s)
+        await self.client.close()
+
+    async def _sweep_forever(self) -> None:
+        while True:
+            await asyncio.sleep(self.options.sweep_interval_s)
+            try:
+                await self.registry.sweep()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("agent sweep failed")
+
+    # -- agents, for the API ------------------------------------------------------------------
+    async def get_agent(self, agent_id: str) -> Agent:
+        async with self.db.begin() as db:
+            agent = await db.get(Agent, agent_id)
+        if agent is None:
+            raise NotFound(f"No agent {agent_id!r}", field="agent_id", received=agent_id)
+        return agent
+
+    async def list_agents(
+        self, *, status: AgentStatus | None = None, scaling_group: str | None = None
+    ) -> list[Agent]:
+        query = sa.select(Agent).order_by(Agent.id)
+        if status is not None:
+            query = query.where(Agent.status == status)
+        if scaling_group is not None:
+            query = query.where(Agent.scaling_group == scaling_group)
+        async with self.db.begin() as db:
+            return list((await db.execute(query)).scalars())
+
+    async def alloc_map(self, agent: Agent, *, compat: bool) -> dict[str, Any]:
+        """The agent's live allocation map (full, or compat ``{device: "0.80"}``).
+
+        Falls back to the last heartbeat's view when the agent cannot be reached; the
+        answer carries ``source`` (``agent`` or ``heartbeat``) and ``error``.
+        """
+        try:
+            live = await self.client.alloc_map(agent.address, compat=compat)
+        except AgentRPCError as e:
+            views = views_of(agent)
+            log.info("alloc map of %s from its last heartbeat: %s", agent.id, e)
+            if compat:
+                return {
+                    "alloc_map": format_compat(compat_from_views(views)),
+                    "source": "heartbeat",
+                    "error": str(e),
+                }
+            return {**full_from_views(agent.id, views), "source": "heartbeat", "error": str(e)}
+        if compat:
+            inner = live.get("alloc_map", live)
+            return {
+                "alloc_map": format_compat(inner if isinstance(inner, dict) else {}),
+                "source": "agent",
+            }
+        return {**live, "source": "agent"}
+
+    async def count_sessions_by_status(self) -> dict[str, int]:
+        async with self.db.begin() as db:
+            rows = await db.execute(
+                sa.select(Session.status, sa.func.count()).group_by(Session.status)
+            )
+            return {status.value: count for status, count in rows}
+
+    async def count_agents_by_status(self) -> dict[str, int]:
+        async with self.db.begin() as db:
+            rows = await db.execute(sa.select(Agent.status, sa.func.count()).group_by(Agent.status))
+            return {status.value: count for status, count in rows}

@@ -1,0 +1,276 @@
+"""The scheduling loop: when passes run, the lock, and what happens after a pass.
+
+Triggers (:meth:`Scheduler.trigger`): a session enqueued, a session ended (resources
+released), an agent joined or changed, and a timer (``schedule-interval``, 2 s).
+Triggers coalesce: a trigger during a pass schedules exactly one more pass.
+
+One scheduler at a time:
+
+* in this process, an ``asyncio.Lock``;
+* across manager replicas on PostgreSQL, ``pg_advisory_xact_lock`` per scaling group,
+  taken as the first statement of the pass's transaction (released at commit);
+* on SQLite the pass's transaction is ``BEGIN IMMEDIATE``: it holds the database's
+  write lock, which already excludes every other writer, other processes included.
+
+A pass per scaling group (with PENDING sessions): cancel sessions past the group's
+``pending_timeout``, load the snapshot, run the pure :func:`~accelshare.sched.plan.plan_pass`,
+apply the plan (compare-and-set per agent), commit — then bind the SCHEDULED sessions
+*outside* the lock, concurrently (:mod:`.binding`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import logging
+import time
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from accelshare.config import ConfigStore
+from accelshare.sched.lifecycle import SessionStatus
+from accelshare.sched.plan import SchedulerOptions, SchedulingPlan, plan_pass
+
+from ..clock import Clock
+from ..db import Database
+from ..hub import ChangeHub
+from ..metrics import ManagerMetrics
+from ..models import Kernel, ScalingGroup, Session
+from ..slots import KnownSlots, current_known_slots, use_known_slots
+from ..transitions import change_status
+from .apply import BindJob, apply_plan
+from .binding import BINDABLE, Binder
+from .snapshot import load_snapshot
+
+__all__ = ["PassResult", "Scheduler", "advisory_key"]
+
+log = logging.getLogger(__name__)
+
+ROUNDROBIN_KEY = "resource-group-states/{sgroup}/agselector.roundrobin"
+SCHEDULER_PLUGINS_PREFIX = "config/plugins/scheduler"
+
+
+def advisory_key(name: str) -> int:
+    """A stable signed 64-bit key for ``pg_advisory_xact_lock`` (not Python's salted hash)."""
+    digest = hashlib.sha256(f"accelshare.scheduler:{name}".encode()).digest()
+    return int.from_bytes(digest[:8], "big", signed=True)
+
+
+@dataclass(frozen=True, slots=True)
+class PassResult:
+    scaling_group: str
+    plan: SchedulingPlan | None  # None: the group's options are broken (logged)
+    jobs: tuple[BindJob, ...]
+    cancelled: int  # sessions cancelled for pending_timeout
+    conflicts: frozenset[str]
+
+
+class Scheduler:
+    def __init__(
+        self,
+        *,
+        db: Database,
+        store: ConfigStore,
+        known_slots: KnownSlots,
+        binder: Binder,
+        hub: ChangeHub,
+        metrics: ManagerMetrics,
+        clock: Clock,
+        interval_s: float = 2.0,
+    ) -> None:
+        self.db = db
+        self.store = store
+        self.known_slots = known_slots
+        self.binder = binder
+        self.hub = hub
+        self.metrics = metrics
+        self.clock = clock
+        self.interval_s = interval_s
+        self._lock = asyncio.Lock()
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self.passes_completed = 0
+
+    # -- triggers and the loop ----------------------------------------------------------
+    def trigger(self) -> None:
+        self._wake.set()
+
+    def start(self) -> None:
+        if self._task is None:
+            self._task = asyncio.create_task(self._run_forever(), name="accelshare-scheduler")
+
+    async def stop(self, *, drain_s: float = 5.0) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+        await self.binder.drain(drain_s)
+
+    async def _run_forever(self) -> None:
+        while True:
+            # asyncio.timeout, not wait_for: Python 3.11's wait_for swallows a cancellation
+            # that lands just as the event fires, and stop() would then wait forever.
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(self.interval_s):
+                    await self._wake.wait()
+            self._wake.clear()
+            try:
+                await self.run_once()
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # keep scheduling: the next trigger retries
+                log.exception("scheduling pass failed")
+                await asyncio.sleep(min(self.interval_s, 1.0))
+
+    def next_pass_mark(self) -> int:
+        """For :meth:`wait_for_pass`: a pass that starts after now has completed once the
+        count exceeds this (a pass already running may have missed what was just written)."""
+        return self.passes_completed + (1 if self._lock.locked() else 0)
+
+    async def wait_for_pass(self, after: int, timeout_s: float) -> bool:
+        """Wait until more than ``after`` passes completed (True) or the timeout."""
+        deadline = time.monotonic() + timeout_s
+        while self.passes_completed <= after:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            await self.hub.wait(min(left, 0.5))
+        return True
+
+    # -- one round over every scaling group with pending sessions ------------------------
+    async def run_once(self) -> list[PassResult]:
+        async with self._lock:
+            known = await self.known_slots.load()
+            results: list[PassResult] = []
+            with use_known_slots(known):
+                for sgroup in await self._groups_with_pending():
+                    results.append(await self._pass(sgroup))
+            self.passes_completed += 1
+        self.hub.publish()
+        for result in results:
+            if result.jobs:
+                self.binder.submit(list(result.jobs))
+            if result.conflicts:
+                self.trigger()
+        return results
+
+    async def resume(self) -> int:
+        """After a start: bind again what a previous manager left between SCHEDULED and
+        CREATING (the agent's create is idempotent by kernel id).  Returns how many."""
+        async with self.db.begin() as db:
+            rows = await db.execute(
+                sa.select(Session.id, Kernel.id, Kernel.agent_id)
+                .join(Kernel, Kernel.session_id == Session.id)
+                .where(Session.status.in_(sorted(BINDABLE)))
+                .order_by(Session.scheduled_at, Session.id)
+            )
+            jobs = [
+                BindJob(sid, kid, agent_id) for sid, kid, agent_id in rows if agent_id is not None
+            ]
+        if jobs:
+            log.info("resuming %d bind(s) left by a previous manager", len(jobs))
+            self.binder.submit(jobs)
+        return len(jobs)
+
+    async def _groups_with_pending(self) -> list[str]:
+        async with self.db.begin() as db:
+            rows = await db.execute(
+                sa.select(Session.scaling_group)
+                .where(Session.status == SessionStatus.PENDING)
+                .group_by(Session.scaling_group)
+                .order_by(Session.scaling_group)
+            )
+            return [name for (name,) in rows]
+
+    async def _take_lock(self, db: AsyncSession, sgroup: str) -> None:
+        if self.db.dialect == "postgresql":
+            await db.execute(sa.select(sa.func.pg_advisory_xact_lock(advisory_key(sgroup))))
+
+    async def _pass(self, sgroup_name: str) -> PassResult:
+        started = time.perf_counter()
+        known = current_known_slots()  # held for the whole round by run_once
+        last_rr = await self.store.get(ROUNDROBIN_KEY.format(sgroup=sgroup_name))
+        store_options = await self.store_scheduler_options(sgroup_name)
+        async with self.db.begin(write=True) as db:
+            await self._take_lock(db, sgroup_name)
+            now = self.clock()
+            sgroup = await db.get(ScalingGroup, sgroup_name)
+            if sgroup is None or not sgroup.is_active:
+                return PassResult(sgroup_name, None, (), 0, frozenset())
+            try:
+                options = SchedulerOptions.from_scaling_group(
+                    sgroup.scheduler,
+                    sgroup.scheduler_opts,
+                    store_options.get(sgroup.scheduler or "fifo"),
+                )
+            except ValueError as e:
+                log.error("scaling group %s: %s; not scheduling it", sgroup_name, e)
+                return PassResult(sgroup_name, None, (), 0, frozenset())
+            cancelled = await self._cancel_timed_out(db, sgroup, now)
+            loaded = await load_snapshot(
+                db,
+                sgroup,
+                now=now,
+                known=known,
+                options=options,
+                last_roundrobin_agent=last_rr or None,
+            )
+            plan = plan_pass(loaded.snapshot)
+            applied = await apply_plan(db, loaded, plan, now)
+        self.metrics.pass_seconds.labels(sgroup_name).observe(time.perf_counter() - started)
+        self.metrics.placements.labels(sgroup_name).inc(applied.placed)
+        self.metrics.pending_left.labels(sgroup_name).inc(len(plan.failures))
+        if plan.last_roundrobin_agent and plan.last_roundrobin_agent != last_rr:
+            await self.store.put(
+                ROUNDROBIN_KEY.format(sgroup=sgroup_name), plan.last_roundrobin_agent
+            )
+        return PassResult(
+            sgroup_name, plan, tuple(applied.jobs), cancelled, frozenset(applied.conflicts)
+        )
+
+    async def store_scheduler_options(self, sgroup_name: str) -> dict[str, dict[str, str]]:
+        """``config/plugins/scheduler/<picker>/<option>`` from the config store, the
+        sgroup scope over the global one: ``{picker: {option: value}}`` (plain strings;
+        nested subtrees are ignored).  Read once per pass, before its transaction."""
+        tree = await self.store.scoped(sgroup=sgroup_name).get_prefix(SCHEDULER_PLUGINS_PREFIX)
+        return {
+            str(picker): {str(k): v for k, v in options.items() if isinstance(v, str)}
+            for picker, options in tree.items()
+            if isinstance(options, dict)
+        }
+
+    async def _cancel_timed_out(self, db: AsyncSession, sgroup: ScalingGroup, now: datetime) -> int:
+        timeout = float((sgroup.scheduler_opts or {}).get("pending_timeout", 0) or 0)
+        if timeout <= 0:
+            return 0
+        deadline = now - timedelta(seconds=timeout)
+        rows = list(
+            (
+                await db.execute(
+                    sa.select(Session)
+                    .where(
+                        Session.scaling_group == sgroup.name,
+                        Session.status == SessionStatus.PENDING,
+                        Session.created_at < deadline,
+                    )
+                    .with_for_update()
+                )
+            ).scalars()
+        )
+        count = 0
+        for row in rows:
+            await change_status(
+                db,
+                row,
+                SessionStatus.CANCELLED,
+                reason=f"pending for more than pending_timeout ({timeout:g} s) of scaling group"
+                f" {sgroup.name}",
+                now=now,
+            )
+            count += 1
+        return count

@@ -1,0 +1,242 @@
+"""The session-creation request and its validation at enqueue (spec 05 "Requests", 07).
+
+``POST /session`` takes spec 07's body; Backend.AI's client sends the same with a few
+other spellings (``config.scaling_group``, ``startsAt``, ``clientSessionToken``...),
+accepted as aliases.  Unknown fields are ignored (the official client sends more).
+
+:func:`resolve_resources` is the pure part of the validation, given what the agents
+reported (known slot types, quanta, discrete slots):
+
+* ``ResourceSlot.from_user_input`` against the known set: a non-zero unknown slot is
+  refused ("Unknown requested resource slot: ...");
+* missing ``cpu`` / ``mem`` come from the scaling group's defaults; both must end up
+  positive;
+* a fractional slot's amount must be a multiple of the quantum the agents report
+  (the message names the nearest valid amounts); a discrete slot's a whole number; a
+  unique slot's exactly 1.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from collections.abc import Mapping, Set
+from datetime import UTC, datetime
+from decimal import ROUND_CEILING, ROUND_FLOOR, Decimal
+from typing import Any, Literal
+
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, field_validator
+
+from accelshare.common import (
+    CommonValueError,
+    ResourceSlot,
+    SlotTypes,
+    UnknownResourceSlotType,
+    canonical_decimal,
+)
+
+from .errors import InvalidRequest
+from .models.sessions import DEFAULT_PRIORITY, MAX_PRIORITY
+
+__all__ = [
+    "CreateSessionBody",
+    "SessionConfigBody",
+    "resolve_resources",
+]
+
+_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+
+
+def _aliases(*names: str) -> AliasChoices:
+    return AliasChoices(*names)
+
+
+class SessionConfigBody(BaseModel):
+    model_config = ConfigDict(extra="ignore", populate_by_name=True)
+
+    resources: dict[str, str | int | float] = Field(default_factory=dict)
+    resource_opts: dict[str, Any] = Field(
+        default_factory=dict, validation_alias=_aliases("resource_opts", "resourceOpts")
+    )
+    scaling_group: str | None = Field(
+        default=None, validation_alias=_aliases("scalingGroup", "scaling_group")
+    )
+    environ: dict[str, str] = Field(default_factory=dict)
+    agent_list: list[str] | None = Field(
+        default=None, validation_alias=_aliases("agentList", "agent_list")
+    )
+
+
+class CreateSessionBody(BaseModel):
+    """``POST /session`` (spec 07; Backend.AI's spellings accepted)."""
+
+    model_config = ConfigDict(extra="ignore", populate_by_name=True)
+
+    image: str = Field(min_length=1, max_length=512, validation_alias=_aliases("image", "lang"))
+    name: str | None = Field(
+        default=None,
+        validation_alias=_aliases("name", "sessionName", "clientSessionToken"),
+    )
+    type: Literal["interactive", "batch"] = Field(
+        default="interactive", validation_alias=_aliases("type", "sessionType", "session_type")
+    )
+    config: SessionConfigBody = Field(default_factory=SessionConfigBody)
+    priority: int = Field(default=DEFAULT_PRIORITY, ge=0, le=MAX_PRIORITY)
+    starts_at: datetime | None = Field(
+        default=None, validation_alias=_aliases("starts_at", "startsAt")
+    )
+    dependencies: list[str] = Field(default_factory=list)
+    enqueue_only: bool = Field(
+        default=False, validation_alias=_aliases("enqueueOnly", "enqueue_only")
+    )
+    max_wait_seconds: int = Field(
+        default=0, ge=0, le=3600, validation_alias=_aliases("maxWaitSeconds", "max_wait_seconds")
+    )
+    startup_command: str | None = Field(
+        default=None,
+        max_length=16384,
+        validation_alias=_aliases("startupCommand", "startup_command"),
+    )
+    group: str | None = Field(default=None, validation_alias=_aliases("group", "groupName"))
+    reuse_if_exists: bool = Field(
+        default=False, validation_alias=_aliases("reuseIfExists", "reuse_if_exists")
+    )
+    owner_access_key: str | None = Field(
+        default=None, validation_alias=_aliases("owner_access_key", "ownerAccessKey")
+    )
+    cluster_size: int = Field(default=1, validation_alias=_aliases("cluster_size", "clusterSize"))
+
+    @field_validator("name")
+    @classmethod
+    def _check_name(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        if not _NAME_RE.match(value):
+            raise ValueError(
+                "a session name is 1-64 letters, digits, '.', '_' or '-', starting with a"
+                " letter or digit"
+            )
+        try:
+            uuid.UUID(value)
+        except ValueError:
+            return value
+        raise ValueError("a session name must not look like a session id (a UUID)")
+
+    @field_validator("starts_at")
+    @classmethod
+    def _aware(cls, value: datetime | None) -> datetime | None:
+        if value is not None and value.tzinfo is None:
+            return value.replace(tzinfo=UTC)
+        return value
+
+    @field_validator("cluster_size")
+    @classmethod
+    def _single_node(cls, value: int) -> int:
+        if value != 1:
+            raise ValueError("only single-kernel sessions are supported (cluster_size = 1)")
+        return value
+
+
+def _field(slot: str) -> str:
+    return f"config.resources.{slot}"
+
+
+def _nearest(amount: Decimal, step: Decimal) -> tuple[Decimal, Decimal]:
+    units = amount / step
+    lower = units.to_integral_value(rounding=ROUND_FLOOR) * step
+    upper = units.to_integral_value(rounding=ROUND_CEILING) * step
+    return lower, upper
+
+
+def resolve_resources(
+    raw: Mapping[str, Any],
+    *,
+    known: Mapping[str, SlotTypes],
+    defaults: ResourceSlot,
+    quanta: Mapping[str, Set[Decimal]],
+    discrete: Set[str],
+) -> ResourceSlot:
+    """Parse and check a request's resources (see the module docstring).
+
+    ``quanta``: fractional slot -> the quanta agents report for it (a request must be a
+    multiple of one of them); ``discrete``: slots only whole units can be given of.
+    Raises :class:`~accelshare.manager.errors.InvalidRequest` naming the field and value.
+    """
+    try:
+        parsed = ResourceSlot.from_user_input(raw, known)
+    except UnknownResourceSlotType as e:
+        slot = e.slot
+        hint = (
+            " (shmem is a resource option: put it in config.resource_opts)"
+            if slot == "shmem"
+            else ""
+        )
+        raise InvalidRequest(
+            f"Unknown requested resource slot: {slot}{hint} (slots known in this cluster:"
+            f" {', '.join(known)})",
+            field=_field(slot),
+            expected="a slot some agent reports: " + ", ".join(known),
+            received=raw.get(slot),
+        ) from None
+    except CommonValueError as e:
+        slot = e.field or "?"
+        raise InvalidRequest(
+            f"Invalid amount for {slot}: {e}",
+            field=_field(slot),
+            expected=e.expected,
+            received=raw.get(slot, e.received),
+        ) from None
+    values = dict(parsed.items())
+    for slot in ("cpu", "mem"):
+        if slot not in raw:
+            values[slot] = defaults.get_amount(slot)
+    resolved = ResourceSlot(values)
+    for slot in ("cpu", "mem"):
+        if resolved.get_amount(slot) <= 0:
+            raise InvalidRequest(
+                f"{slot} must be positive (received {raw.get(slot, 0)!r})",
+                field=_field(slot),
+                expected="an amount > 0",
+                received=raw.get(slot, 0),
+            )
+    for slot, amount in resolved.items():
+        if amount <= 0:
+            continue
+        shown = canonical_decimal(amount)
+        if not amount.is_finite():
+            raise InvalidRequest(
+                f"{slot} must be a finite amount (received {raw.get(slot)!r})",
+                field=_field(slot),
+                expected="a finite amount",
+                received=raw.get(slot),
+            )
+        if known.get(slot) is SlotTypes.UNIQUE and amount != 1:
+            raise InvalidRequest(
+                f"{slot} is a unique slot (a device taken whole): request exactly 1"
+                f" (received {shown})",
+                field=_field(slot),
+                expected="exactly 1",
+                received=raw.get(slot),
+            )
+        steps = quanta.get(slot)
+        if steps and not any(amount % q == 0 for q in steps):
+            q = min(steps)
+            lower, upper = _nearest(amount, q)
+            raise InvalidRequest(
+                f"{slot}={shown} is not a multiple of the quantum {canonical_decimal(q)}"
+                f" (nearest valid amounts: {canonical_decimal(lower)} and"
+                f" {canonical_decimal(upper)})",
+                field=_field(slot),
+                expected=f"a multiple of {canonical_decimal(q)}",
+                received=raw.get(slot),
+            )
+        if slot in discrete and amount != amount.to_integral_value():
+            lower, upper = _nearest(amount, Decimal(1))
+            raise InvalidRequest(
+                f"{slot}={shown} must be a whole number (nearest whole amounts:"
+                f" {canonical_decimal(lower)} and {canonical_decimal(upper)})",
+                field=_field(slot),
+                expected="a whole number",
+                received=raw.get(slot),
+            )
+    return resolved

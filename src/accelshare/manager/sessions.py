@@ -1,0 +1,837 @@
+"""Sessions: enqueue, look up, list, destroy, logs, why-pending, status events.
+
+Visibility (spec 07): a user sees and touches only its own sessions, an admin those of
+its domain, a superadmin all; anything else is "not found" (404), so ids of other
+users' sessions do not leak.  A session is named by its id or by its owner's session
+name (the caller's own, or ``owner_access_key``'s for admins).
+
+Enqueue is one write transaction (with a per-access-key advisory lock on
+PostgreSQL), so the keypair's pending-queue limits cannot be overrun by concurrent
+requests; the new session is PENDING with a status-history row, and a scheduling
+pass is triggered.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence, Set
+from dataclasses import dataclass
+from datetime import datetime
+from decimal import Decimal
+from typing import Any, Protocol
+
+import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from accelshare.common import ResourceSlot, SlotTypes
+from accelshare.sched.explain import explain
+from accelshare.sched.lifecycle import FINAL_STATUSES, SessionStatus
+from accelshare.sched.model import KeypairLimits, SessionType
+from accelshare.sched.predicates import check_enqueue_limits
+
+from .agent_client import AgentClient, AgentRPCError
+from .clock import Clock
+from .db import Database
+from .errors import Conflict, InvalidRequest, LimitExceeded, NotFound, Unavailable
+from .hub import ChangeHub
+from .models import (
+    Agent,
+    AgentStatus,
+    Group,
+    GroupMember,
+    Kernel,
+    Keypair,
+    KeypairResourcePolicy,
+    ScalingGroup,
+    Session,
+    SessionDependency,
+    SessionStatusHistory,
+    User,
+    UserRole,
+)
+from .scheduler.binding import BINDABLE
+from .session_spec import CreateSessionBody, resolve_resources
+from .slots import current_known_slots
+from .transitions import agent_addresses, change_status, lock_session, session_kernels
+
+__all__ = ["Caller", "SessionService", "session_json"]
+
+log = logging.getLogger(__name__)
+
+_WAIT_POLL_S = 0.5
+
+
+class Caller(Protocol):
+    """Who is asking (``accelshare.api.auth.Identity`` satisfies it)."""
+
+    @property
+    def user_id(self) -> uuid.UUID: ...
+
+    @property
+    def email(self) -> str: ...
+
+    @property
+    def role(self) -> UserRole: ...
+
+    @property
+    def domain_name(self) -> str: ...
+
+    @property
+    def access_key(self) -> str: ...
+
+
+def _visible(caller: Caller, row: Session) -> bool:
+    if caller.role is UserRole.SUPERADMIN:
+        return True
+    if caller.role is UserRole.ADMIN:
+        return row.domain_name == caller.domain_name
+    return row.user_id == caller.user_id
+
+
+def _visibility_filter(caller: Caller) -> sa.ColumnElement[bool]:
+    if caller.role is UserRole.SUPERADMIN:
+        return sa.true()
+    if caller.role is UserRole.ADMIN:
+        return Session.domain_name == caller.domain_name
+    return Session.user_id == caller.user_id
+
+
+def _iso(value: datetime | None) -> str | None:
+    return value.isoformat() if value is not None else None
+
+
+def session_json(
+    row: Session,
+    kernels: Sequence[Kernel] = (),
+    history: Sequence[SessionStatusHistory] = (),
+    dependencies: Sequence[uuid.UUID] = (),
+) -> dict[str, Any]:
+    """The REST shape of a session (Backend.AI's names where it has them)."""
+    occupied = row.occupied_slots.to_json()
+    body: dict[str, Any] = {
+        "sessionId": str(row.id),
+        "sessionName": row.name,
+        "type": row.session_type.value,
+        "status": row.status.value,
+        "statusInfo": row.status_info,
+        "statusData": row.status_data or {},
+        "statusChangedAt": _iso(row.status_changed_at),
+        "result": row.result.value,
+        "exitCode": row.exit_code,
+        "image": row.image,
+        "architecture": row.architecture,
+        "requestedSlots": row.requested_slots.nonzero().to_json(),
+        "occupiedSlots": occupied,
+        "occupyingSlots": occupied,
+        "resourceOpts": row.resource_opts or {},
+        "environ": row.environ or {},
+        "startupCommand": row.startup_command,
+        "priority": row.priority,
+        "startsAt": _iso(row.starts_at),
+        "scalingGroup": row.scaling_group,
+        "agentId": row.agent_id,
+        "accessKey": row.access_key,
+        "userId": str(row.user_id),
+        "groupId": str(row.group_id),
+        "domainName": row.domain_name,
+        "creationTime": _iso(row.created_at),
+        "scheduledAt": _iso(row.scheduled_at),
+        "startedAt": _iso(row.started_at),
+        "terminationTime": _iso(row.terminated_at),
+        "dependencies": [str(d) for d in dependencies],
+    }
+    if kernels:
+        body["kernels"] = [
+            {
+                "kernelId": str(k.id),
+                "agentId": k.agent_id,
+                "status": k.status.value,
+                "containerId": k.container_id,
+                "deviceAllocs": k.device_allocs or {},
+                "occupiedSlots": k.occupied_slots.to_json(),
+            }
+            for k in kernels
+        ]
+    if history:
+        body["statusHistory"] = [
+            {
+                "from": h.from_status.value if h.from_status else None,
+                "to": h.to_status.value,
+                "reason": h.reason,
+                "at": _iso(h.changed_at),
+            }
+            for h in history
+        ]
+    return body
+
+
+def _lock_key(name: str) -> int:
+    digest = hashlib.sha256(f"accelshare.enqueue:{name}".encode()).digest()
+    return int.from_bytes(digest[:8], "big", signed=True)
+
+
+def _generated_name() -> str:
+    return "s-" + uuid.uuid4().hex[:12]
+
+
+@dataclass(frozen=True, slots=True)
+class CreateResult:
+    body: dict[str, Any]
+    created: bool
+
+
+class SessionService:
+    def __init__(
+        self,
+        *,
+        db: Database,
+        client: AgentClient,
+        hub: ChangeHub,
+        clock: Clock,
+        trigger: Callable[[], None],
+        passes: Callable[[], int],  # a mark for wait_for_pass (Scheduler.next_pass_mark)
+        wait_for_pass: Callable[[int, float], Any],
+        default_scaling_group: str = "default",
+    ) -> None:
+        self.db = db
+        self.client = client
+        self.hub = hub
+        self.clock = clock
+        self.trigger = trigger
+        self.passes = passes
+        self.wait_for_pass = wait_for_pass
+        self.default_scaling_group = default_scaling_group
+
+    # -- look-ups ---------------------------------------------------------------------------
+    async def _find(
+        self, db: AsyncSession, caller: Caller, ref: str, owner_access_key: str | None
+    ) -> Session:
+        try:
+            session_id = uuid.UUID(ref)
+        except ValueError:
+            session_id = None
+        row: Session | None = None
+        if session_id is not None:
+            row = await db.get(Session, session_id)
+        else:
+            owner = owner_access_key or caller.access_key
+            query = (
+                sa.select(Session)
+                .where(Session.name == ref, Session.access_key == owner)
+                .order_by(Session.created_at.desc())
+            )
+            rows = list((await db.execute(query)).scalars())
+            live = [r for r in rows if r.status not in FINAL_STATUSES]
+            candidates = live or rows
+            row = candidates[0] if candidates else None
+        if row is None or not _visible(caller, row):
+            raise NotFound(
+                f"No session {ref!r} that you can see",
+                field="session",
+                expected="the id or name of one of your sessions",
+                received=ref,
+            )
+        return row
+
+    async def resolve(
+        self, caller: Caller, ref: str, owner_access_key: str | None = None
+    ) -> uuid.UUID:
+        async with self.db.begin() as db:
+            return (await self._find(db, caller, ref, owner_access_key)).id
+
+    async def get(
+        self, caller: Caller, ref: str, owner_access_key: str | None = None
+    ) -> dict[str, Any]:
+        async with self.db.begin() as db:
+            row = await self._find(db, caller, ref, owner_access_key)
+            return await self._full_json(db, row)
+
+    async def _full_json(self, db: AsyncSession, row: Session) -> dict[str, Any]:
+        kernels = await session_kernels(db, row.id)
+        history = list(
+            (
+                await db.execute(
+                    sa.select(SessionStatusHistory)
+                    .where(SessionStatusHistory.session_id == row.id)
+                    .order_by(SessionStatusHistory.id)
+                )
+            ).scalars()
+        )
+        deps = list(
+            (
+                await db.execute(
+                    sa.select(SessionDependency.depends_on).where(
+                        SessionDependency.session_id == row.id
+                    )
+                )
+            ).scalars()
+        )
+        return session_json(row, kernels, history, deps)
+
+    async def list_sessions(
+        self,
+        caller: Caller,
+        *,
+        statuses: Iterable[SessionStatus] | None = None,
+        access_key: str | None = None,
+        limit: int = 100,
+        offset: int = 0,
+    ) -> dict[str, Any]:
+        wanted = (
+            sorted(statuses)
+            if statuses is not None
+            else sorted(set(SessionStatus) - FINAL_STATUSES)
+        )
+        where = [_visibility_filter(caller), Session.status.in_(wanted)]
+        if access_key:
+            where.append(Session.access_key == access_key)
+        async with self.db.begin() as db:
+            total = (
+                await db.execute(sa.select(sa.func.count()).select_from(Session).where(*where))
+            ).scalar_one()
+            rows = (
+                await db.execute(
+                    sa.select(Session)
+                    .where(*where)
+                    .order_by(Session.created_at, Session.id)
+                    .limit(limit)
+                    .offset(offset)
+                )
+            ).scalars()
+            items = [session_json(r) for r in rows]
+        return {"items": items, "total": total, "limit": limit, "offset": offset}
+
+    # -- enqueue ----------------------------------------------------------------------------
+    async def create(self, caller: Caller, body: CreateSessionBody) -> CreateResult:
+        known = current_known_slots()
+        async with self.db.begin(write=True) as db:
+            owner = await self._owner(db, caller, body.owner_access_key)
+            if self.db.dialect == "postgresql":
+                await db.execute(
+                    sa.select(sa.func.pg_advisory_xact_lock(_lock_key(owner.access_key)))
+                )
+            name = body.name or _generated_name()
+            existing = await self._live_by_name(db, owner.access_key, name)
+            if existing is not None:
+                if body.reuse_if_exists:
+                    result = await self._full_json(db, existing)
+                    return CreateResult(_create_answer(result, created=False), False)
+                raise Conflict(
+                    f"A session named {name!r} already exists ({existing.status.value});"
+                    " choose another name or destroy it first",
+                    field="name",
+                    expected="a name not used by your live sessions",
+                    received=name,
+                    sessionId=str(existing.id),
+                )
+            sgroup = await self._scaling_group(db, body)
+            group_id = await self._group(db, owner.user_id, owner.domain_name, body.group)
+            resources = await self._resources(db, sgroup, body, known)
+            await self._check_limits(db, owner.access_key, owner.resource_policy, resources)
+            deps = await self._dependencies(db, caller, owner.access_key, body.dependencies)
+            designated = await self._designated(db, caller, body, sgroup.name)
+            now = self.clock()
+            opts = dict(body.config.resource_opts)
+            opts.setdefault(
+                "allow_fractional_resource_fragmentation",
+                bool(
+                    (sgroup.scheduler_opts or {}).get(
+                        "allow_fractional_resource_fragmentation", True
+                    )
+                ),
+            )
+            row = Session(
+                id=uuid.uuid4(),
+                name=name,
+                session_type=SessionType(body.type),
+                access_key=owner.access_key,
+                user_id=owner.user_id,
+                group_id=group_id,
+                domain_name=owner.domain_name,
+                image=body.image,
+                requested_slots=resources,
+                resource_opts=opts,
+                environ=dict(body.config.environ),
+                startup_command=body.startup_command,
+                priority=body.priority,
+                starts_at=body.starts_at,
+                scaling_group=sgroup.name,
+                designated_agent_id=designated,
+                status=SessionStatus.PENDING,
+                status_info="enqueued",
+                status_data={},
+                status_changed_at=now,
+                created_at=now,
+            )
+            db.add(row)
+            db.add(
+                SessionStatusHistory(
+                    session_id=row.id,
+                    from_status=None,
+                    to_status=SessionStatus.PENDING,
+                    reason="enqueued",
+                    changed_at=now,
+                )
+            )
+            for dep in deps:
+                db.add(SessionDependency(session_id=row.id, depends_on=dep))
+        log.info("session %s (%s) enqueued by %s", row.id, name, caller.email)
+        passes_before = self.passes()
+        self.trigger()
+        self.hub.publish()
+        if not body.enqueue_only:
+            await self._wait_after_create(row.id, passes_before, body.max_wait_seconds)
+        async with self.db.begin() as db:
+            fresh = await db.get(Session, row.id)
+            assert fresh is not None
+            result = await self._full_json(db, fresh)
+        return CreateResult(_create_answer(result, created=True), True)
+
+    async def _wait_after_create(
+        self, session_id: uuid.UUID, passes_before: int, max_wait_s: int
+    ) -> None:
+        """Without ``maxWaitSeconds``: until the first pass gave its verdict (a few
+        seconds at most), so the answer carries the PENDING reason.  With it: until the
+        session is RUNNING or ended, at most that long."""
+        if max_wait_s <= 0:
+            await self.wait_for_pass(passes_before, 5.0)
+            return
+        deadline = time.monotonic() + max_wait_s
+        while True:
+            async with self.db.begin() as db:
+                status = (
+                    await db.execute(sa.select(Session.status).where(Session.id == session_id))
+                ).scalar_one()
+            if status is SessionStatus.RUNNING or status in FINAL_STATUSES:
+                return
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return
+            await self.hub.wait(min(left, _WAIT_POLL_S))
+
+    async def _owner(self, db: AsyncSession, caller: Caller, owner_key: str | None) -> _Owner:
+        key = owner_key or caller.access_key
+        if owner_key and owner_key != caller.access_key and caller.role is UserRole.USER:
+            raise NotFound(
+                f"No keypair {owner_key!r} that you can act for",
+                field="owner_access_key",
+                expected="your own access key (only admins act for others)",
+                received=owner_key,
+            )
+        row = (
+            await db.execute(
+                sa.select(Keypair, User)
+                .join(User, User.id == Keypair.user_id)
+                .where(Keypair.access_key == key)
+            )
+        ).first()
+        if row is None:
+            raise NotFound(f"Unknown access key {key!r}", field="owner_access_key", received=key)
+        keypair, user = row
+        if caller.role is UserRole.ADMIN and user.domain_name != caller.domain_name:
+            raise NotFound(
+                f"No keypair {key!r} in your domain", field="owner_access_key", received=key
+            )
+        if not keypair.is_active:
+            raise InvalidRequest(
+                f"The keypair {key} is inactive", field="owner_access_key", received=key
+            )
+        return _Owner(key, user.id, user.domain_name, keypair.resource_policy)
+
+    async def _live_by_name(self, db: AsyncSession, access_key: str, name: str) -> Session | None:
+        query = sa.select(Session).where(
+            Session.access_key == access_key,
+            Session.name == name,
+            Session.status.not_in(sorted(FINAL_STATUSES)),
+        )
+        return (await db.execute(query.limit(1))).scalar_one_or_none()
+
+    async def _scaling_group(self, db: AsyncSession, body: CreateSessionBody) -> ScalingGroup:
+        name = body.config.scaling_group or self.default_scaling_group
+        sgroup = await db.get(ScalingGroup, name)
+        if sgroup is None or not sgroup.is_active:
+            names = list(
+                (
+                    await db.execute(
+                        sa.select(ScalingGroup.name).where(ScalingGroup.is_active.is_(True))
+                    )
+                ).scalars()
+            )
+            raise InvalidRequest(
+                f"Unknown scaling group {name!r} (available: {', '.join(names) or 'none'})",
+                field="config.scalingGroup",
+                expected="one of " + ", ".join(names),
+                received=name,
+            )
+        allowed = (sgroup.scheduler_opts or {}).get("allowed_session_types") or [
+            "interactive",
+            "batch",
+        ]
+        if body.type not in allowed:
+            raise InvalidRequest(
+                f"Scaling group {name} does not take {body.type} sessions"
+                f" (allowed: {', '.join(allowed)})",
+                field="type",
+                expected="one of " + ", ".join(allowed),
+                received=body.type,
+            )
+        if body.type == "batch" and not body.startup_command:
+            raise InvalidRequest(
+                "A batch session needs a startupCommand (what it runs)",
+                field="startupCommand",
+                expected="a command line",
+                received=body.startup_command,
+            )
+        return sgroup
+
+    async def _group(
+        self, db: AsyncSession, user_id: uuid.UUID, domain: str, name: str | None
+    ) -> uuid.UUID:
+        query = (
+            sa.select(Group.id, Group.name)
+            .join(GroupMember, GroupMember.group_id == Group.id)
+            .where(GroupMember.user_id == user_id, Group.domain_name == domain)
+            .order_by(Group.created_at, Group.name)
+        )
+        rows = list(await db.execute(query))
+        if name is not None:
+            for gid, gname in rows:
+                if gname == name or str(gid) == name:
+                    return gid
+            raise InvalidRequest(
+                f"You are not a member of the group {name!r}",
+                field="group",
+                expected="one of " + ", ".join(g for _, g in rows),
+                received=name,
+            )
+        if rows:
+            return rows[0][0]
+        fallback = (
+            await db.execute(
+                sa.select(Group.id).where(Group.domain_name == domain).order_by(Group.created_at)
+            )
+        ).scalar()
+        if fallback is None:
+            raise InvalidRequest(
+                f"No group in domain {domain} to charge the session to",
+                field="group",
+                received=name,
+            )
+        return fallback
+
+    async def _resources(
+        self,
+        db: AsyncSession,
+        sgroup: ScalingGroup,
+        body: CreateSessionBody,
+        known: Mapping[str, SlotTypes],
+    ) -> ResourceSlot:
+        quanta: dict[str, set[Decimal]] = {}
+        discrete: set[str] = set()
+        fractional: set[str] = set()
+        rows = await db.execute(
+            sa.select(Agent.quanta, Agent.compute_plugins).where(
+                Agent.scaling_group == sgroup.name, Agent.status != AgentStatus.TERMINATED
+            )
+        )
+        for agent_quanta, plugins in rows:
+            for slot, q in (agent_quanta or {}).items():
+                quanta.setdefault(slot, set()).add(Decimal(str(q)))
+            for summary in (plugins or {}).values():
+                slots: Set[str] = set(summary.get("slots") or [])
+                if summary.get("kind") == "discrete":
+                    discrete |= slots
+                else:
+                    fractional |= slots
+        return resolve_resources(
+            body.config.resources,
+            known=known,
+            defaults=sgroup.default_session_slots,
+            quanta=quanta,
+            discrete=(discrete - fractional) - {"mem"},
+        )
+
+    async def _check_limits(
+        self, db: AsyncSession, access_key: str, policy_name: str, requested: ResourceSlot
+    ) -> None:
+        policy = await db.get(KeypairResourcePolicy, policy_name)
+        if policy is None:
+            return
+        limits = KeypairLimits(
+            max_concurrent_sessions=policy.max_concurrent_sessions,
+            max_pending_session_count=policy.max_pending_session_count,
+            max_pending_session_resource_slots=policy.max_pending_session_resource_slots,
+        )
+        pending = list(
+            (
+                await db.execute(
+                    sa.select(Session.requested_slots).where(
+                        Session.access_key == access_key, Session.status == SessionStatus.PENDING
+                    )
+                )
+            ).scalars()
+        )
+        pending_slots = ResourceSlot()
+        for slots in pending:
+            pending_slots = pending_slots + slots
+        reason = check_enqueue_limits(
+            limits, pending_count=len(pending), pending_slots=pending_slots, requested=requested
+        )
+        if reason is not None:
+            field = (
+                "max_pending_session_count"
+                if reason.startswith("You cannot have")
+                else "max_pending_session_resource_slots"
+            )
+            raise LimitExceeded(
+                reason,
+                field=f"keypair_resource_policy.{field}",
+                expected=f"within the limits of the resource policy {policy_name!r}",
+                received=len(pending) if field.endswith("count") else pending_slots.to_json(),
+            )
+
+    async def _dependencies(
+        self, db: AsyncSession, caller: Caller, access_key: str, refs: Sequence[str]
+    ) -> list[uuid.UUID]:
+        deps: list[uuid.UUID] = []
+        for ref in refs:
+            try:
+                row = await self._find(db, caller, ref, access_key)
+            except NotFound:
+                raise InvalidRequest(
+                    f"Unknown dependency session {ref!r}",
+                    field="dependencies",
+                    expected="ids or names of your sessions",
+                    received=ref,
+                ) from None
+            deps.append(row.id)
+        return sorted(set(deps))
+
+    async def _designated(
+        self, db: AsyncSession, caller: Caller, body: CreateSessionBody, sgroup: str
+    ) -> str | None:
+        agents = body.config.agent_list
+        if not agents:
+            return None
+        if caller.role is not UserRole.SUPERADMIN:
+            raise InvalidRequest(
+                "Only a superadmin may assign a session to an agent",
+                field="config.agentList",
+                received=agents,
+            )
+        if len(agents) != 1:
+            raise InvalidRequest(
+                "Give exactly one agent (single-kernel sessions)",
+                field="config.agentList",
+                received=agents,
+            )
+        agent = await db.get(Agent, agents[0])
+        if agent is None or agent.scaling_group != sgroup:
+            raise InvalidRequest(
+                f"No agent {agents[0]!r} in scaling group {sgroup}",
+                field="config.agentList",
+                received=agents,
+            )
+        return agents[0]
+
+    # -- destroy ----------------------------------------------------------------------------
+    async def destroy(
+        self, caller: Caller, ref: str, *, forced: bool = False, owner_access_key: str | None = None
+    ) -> dict[str, Any]:
+        now = self.clock()
+        who = f"destroyed by {caller.email}"
+        targets: list[tuple[str, str]] = []  # (agent url, kernel id) to destroy on the agent
+        confirm = False
+        released = False
+        async with self.db.begin(write=True) as db:
+            found = await self._find(db, caller, ref, owner_access_key)
+            row = await lock_session(db, found.id)
+            assert row is not None
+            kernels = await session_kernels(db, row.id)
+            addresses = await agent_addresses(db, kernels)
+            targets = [
+                (addresses[k.agent_id], str(k.id)) for k in kernels if k.agent_id in addresses
+            ]
+            if row.status in FINAL_STATUSES:
+                targets = []
+            elif row.status is SessionStatus.PENDING:
+                await change_status(
+                    db, row, SessionStatus.CANCELLED, reason=who, now=now, kernels=kernels
+                )
+                targets = []
+            elif row.status in BINDABLE:
+                await change_status(
+                    db, row, SessionStatus.CANCELLED, reason=who, now=now, kernels=kernels
+                )
+                released = True
+            else:  # RUNNING, ERROR, TERMINATING
+                if row.status is not SessionStatus.TERMINATING:
+                    await change_status(
+                        db, row, SessionStatus.TERMINATING, reason=who, now=now, kernels=kernels
+                    )
+                confirm = True
+            session_id = row.id
+        self.hub.publish()
+        errors: list[str] = []
+        for url, kernel_id in targets:
+            try:
+                await self.client.destroy_kernel(url, kernel_id)
+            except AgentRPCError as e:
+                if e.status_code != 404:  # "no such kernel": it is gone, which is the goal
+                    errors.append(str(e))
+        if confirm:
+            released = await self._confirm_destroyed(session_id, who, errors, forced)
+        if released:
+            self.trigger()
+        self.hub.publish()
+        async with self.db.begin() as db:
+            row = await db.get(Session, session_id)
+            assert row is not None
+            return {
+                "sessionId": str(row.id),
+                "sessionName": row.name,
+                "status": row.status.value,
+                "statusInfo": row.status_info,
+            }
+
+    async def _confirm_destroyed(
+        self, session_id: uuid.UUID, who: str, errors: list[str], forced: bool
+    ) -> bool:
+        async with self.db.begin(write=True) as db:
+            row = await lock_session(db, session_id)
+            if row is None or row.status is not SessionStatus.TERMINATING:
+                return row is not None and row.status in FINAL_STATUSES
+            kernels = await session_kernels(db, row.id)
+            agent = await db.get(Agent, row.agent_id) if row.agent_id else None
+            lost = agent is None or agent.status is not AgentStatus.ALIVE
+            if errors and not forced and not lost:
+                row.status_info = (
+                    f"{who}; the agent did not confirm yet ({errors[0]}); it is asked again at"
+                    " its next heartbeat"
+                )
+                return False
+            reason = who
+            if errors:
+                reason += (
+                    f" (agent {row.agent_id} is LOST)"
+                    if lost
+                    else " (forced; the agent did not confirm)"
+                )
+            await change_status(
+                db, row, SessionStatus.TERMINATED, reason=reason, now=self.clock(), kernels=kernels
+            )
+            return True
+
+    # -- logs, why, events ------------------------------------------------------------------
+    async def logs(self, caller: Caller, ref: str, owner_access_key: str | None = None) -> str:
+        async with self.db.begin() as db:
+            row = await self._find(db, caller, ref, owner_access_key)
+            kernels = await session_kernels(db, row.id)
+            addresses = await agent_addresses(db, kernels)
+        target = next((k for k in kernels if k.agent_id in addresses), None)
+        if target is None or target.agent_id is None:
+            return ""
+        try:
+            return await self.client.kernel_logs(addresses[target.agent_id], str(target.id))
+        except AgentRPCError as e:
+            if e.status_code == 404:
+                return ""
+            raise Unavailable(
+                f"Cannot read the logs from agent {target.agent_id}: {e}",
+                field="agent",
+                received=target.agent_id,
+            ) from e
+
+    async def why(
+        self, caller: Caller, ref: str, owner_access_key: str | None = None
+    ) -> dict[str, Any]:
+        async with self.db.begin() as db:
+            row = await self._find(db, caller, ref, owner_access_key)
+        data = (row.status_data or {}).get("scheduler") or {}
+        return {
+            "sessionId": str(row.id),
+            "sessionName": row.name,
+            "status": row.status.value,
+            "statusInfo": row.status_info,
+            "scheduler": data,
+            "agents": list(data.get("agents") or []),
+            "explanation": explain(row.status.value, row.status_info, data),
+        }
+
+    async def events(
+        self,
+        caller: Caller,
+        ref: str,
+        owner_access_key: str | None = None,
+        *,
+        keepalive_s: float = 15.0,
+    ) -> AsyncIterator[dict[str, Any]]:
+        """Every status change of the session (history first), until it is final."""
+        session_id = await self.resolve(caller, ref, owner_access_key)
+        return self._event_stream(session_id, keepalive_s)
+
+    async def _event_stream(
+        self, session_id: uuid.UUID, keepalive_s: float
+    ) -> AsyncIterator[dict[str, Any]]:
+        last_id = 0
+        idle = 0.0
+        while True:
+            async with self.db.begin() as db:
+                rows = list(
+                    (
+                        await db.execute(
+                            sa.select(SessionStatusHistory)
+                            .where(
+                                SessionStatusHistory.session_id == session_id,
+                                SessionStatusHistory.id > last_id,
+                            )
+                            .order_by(SessionStatusHistory.id)
+                        )
+                    ).scalars()
+                )
+            for h in rows:
+                last_id = h.id
+                yield {
+                    "event": "status",
+                    "sessionId": str(session_id),
+                    "from": h.from_status.value if h.from_status else None,
+                    "status": h.to_status.value,
+                    "reason": h.reason,
+                    "at": _iso(h.changed_at),
+                }
+                if h.to_status in FINAL_STATUSES:
+                    return
+            if rows:
+                idle = 0.0
+            woke = await self.hub.wait(_WAIT_POLL_S)
+            if not woke:
+                idle += _WAIT_POLL_S
+                if idle >= keepalive_s:
+                    idle = 0.0
+                    yield {"event": "keepalive"}
+            await asyncio.sleep(0)
+
+
+@dataclass(frozen=True, slots=True)
+class _Owner:
+    access_key: str
+    user_id: uuid.UUID
+    domain_name: str
+    resource_policy: str
+
+
+def _create_answer(session: Mapping[str, Any], *, created: bool) -> dict[str, Any]:
+    """Backend.AI's create answer plus the whole session under ``session``."""
+    return {
+        "sessionId": session["sessionId"],
+        "sessionName": session["sessionName"],
+        "status": session["status"],
+        "statusInfo": session["statusInfo"],
+        "created": created,
+        "servicePorts": [],
+        "session": dict(session),
+    }

@@ -1,0 +1,514 @@
+"""Hollow agents: in-process fake agents that speak the real wire protocol (like kubemark).
+
+A :class:`HollowAgent` keeps **real** allocation maps, built from the real plugins'
+inventories (the mock accelerator from a ``mock-accelerator.toml`` — by default the
+two-GPU demo of ``configs/accelerator/two-fgpu.toml`` — plus the intrinsic cpu and mem
+plugins) with :func:`accelshare.accel.build_alloc_map`, and serves the agent RPC of
+:mod:`accelshare.agent.wire` as an ASGI app: kernels are "created" instantly by
+allocating on the maps (so a placement the manager got wrong is refused exactly as a
+real agent would refuse it), destroyed by freeing.  It heartbeats and sends kernel
+events to a manager through any ``httpx.AsyncClient``.
+
+Used by the manager's component tests and by the scheduler's scale benchmark::
+
+    cluster = HollowCluster(secret)                      # an httpx transport for the manager
+    agent = cluster.add(HollowAgent(HollowSpec("i-node01"), cluster_secret=secret))
+    app = await create_manager_app(config, agent_transport=cluster.transport, ...)
+    agent.manager = httpx.AsyncClient(transport=httpx.ASGITransport(app), base_url="http://m")
+    await agent.heartbeat()
+
+or served on a loopback port with :func:`serve_on_loopback` for a manager running in
+another process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+import uuid
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from decimal import Decimal
+from pathlib import Path
+from typing import Any, Literal
+
+import httpx
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, PlainTextResponse
+
+from accelshare.accel import PluginInventory, build_alloc_map
+from accelshare.accel.cpu import CpuCore, CPUPlugin
+from accelshare.accel.mem import MemoryPlugin
+from accelshare.accel.mock import MockPlugin, load_mock_config, parse_mock_config
+from accelshare.accel.options import AcceleratorOptions
+from accelshare.accel.types import AllocationMode
+from accelshare.agent.wire import (
+    CLUSTER_SECRET_HEADER,
+    AllocMapView,
+    CreateKernelRequest,
+    DeviceView,
+    Heartbeat,
+    HeartbeatAck,
+    KernelEvent,
+    KernelEventBatch,
+    KernelEventType,
+    KernelList,
+    KernelReport,
+    KernelStatus,
+    PluginMapView,
+    SlotCapacity,
+)
+from accelshare.alloc import (
+    AbstractAllocMap,
+    FractionAllocMap,
+    KernelAllocation,
+    ResourceError,
+    allocate_kernel,
+    free_kernel,
+)
+from accelshare.common import INTRINSIC_SLOTS, SlotName, canonical_decimal
+
+__all__ = [
+    "TWO_FGPU",
+    "HollowAgent",
+    "HollowCluster",
+    "HollowSpec",
+    "serve_on_loopback",
+]
+
+GIB = 2**30
+
+TWO_FGPU: Mapping[str, Any] = {
+    "slot_name": "cuda",
+    "device_plugin_name": "CUDADevice",
+    "attributes": {"nvidia_driver": "450.00.00", "cuda_runtime": "11.0"},
+    "formats": {
+        "device": {
+            "human_readable_name": "GPU",
+            "description": "CUDA-capable GPU",
+            "display_unit": "GPU",
+            "display_icon": "gpu1",
+            "number_format": {"binary": False, "round_length": 0},
+        },
+        "shares": {
+            "human_readable_name": "GPU",
+            "description": "CUDA-capable GPU (fractional)",
+            "display_unit": "fGPU",
+            "display_icon": "gpu1",
+            "number_format": {"binary": False, "round_length": 2},
+        },
+    },
+    "devices": [
+        {
+            "mother_uuid": f"c59395cd-ac91-4cd3-a1b0-3d2568aa2d0{i}",
+            "model_name": "CUDA GPU",
+            "numa_node": i - 1,
+            "subproc_count": 108,
+            "memory_size": "2G",
+            "is_mig_device": False,
+        }
+        for i in (1, 2)
+    ],
+}
+"""``configs/accelerator/two-fgpu.toml`` as data: 2 GPUs of 2 GiB = 1.0 share each."""
+
+
+@dataclass(frozen=True, slots=True)
+class HollowSpec:
+    """What a hollow agent has: a mock accelerator, cores and memory."""
+
+    agent_id: str
+    scaling_group: str = "default"
+    mock_config: Path | Mapping[str, Any] | None = None  # None: TWO_FGPU
+    allocation_mode: Literal["fractional", "discrete"] = "fractional"
+    quantum: Decimal | None = None  # None: the mock plugin's default (0.1)
+    cpus: int = 8
+    mem_bytes: int = 16 * GIB
+
+    def inventories(self) -> dict[str, PluginInventory]:
+        mode = AllocationMode(self.allocation_mode)
+        config = (
+            load_mock_config(self.mock_config)
+            if isinstance(self.mock_config, Path)
+            else parse_mock_config(self.mock_config or TWO_FGPU, source="hollow agent")
+        )
+        options = AcceleratorOptions(
+            allocation_mode=mode, quantum_size=self.quantum or Decimal("0.1")
+        )
+        mock = MockPlugin(config, options)
+        cores = [CpuCore(i, i % 2) for i in range(self.cpus)]
+        plugins: dict[str, PluginInventory] = {mock.inventory.key: mock.inventory}
+        plugins["cpu"] = CPUPlugin(cores).inventory
+        plugins["mem"] = MemoryPlugin(self.mem_bytes).inventory
+        return plugins
+
+
+@dataclass(slots=True)
+class _Kernel:
+    request: CreateKernelRequest
+    allocation: KernelAllocation
+    status: KernelStatus
+    created_at: datetime
+    logs: str = ""
+
+    def report(self, *, exit_code: int | None = None, reason: str = "") -> KernelReport:
+        flat: dict[str, dict[str, str]] = {}
+        for per_slot in self.allocation.values():
+            for slot, per_device in per_slot.items():
+                flat[slot] = {d: canonical_decimal(v) for d, v in per_device.items()}
+        return KernelReport(
+            kernel_id=self.request.kernel_id,
+            session_id=self.request.session_id,
+            status=self.status,
+            image=self.request.image,
+            allocations=flat,
+            container_id=f"hollow-{self.request.kernel_id[:8]}",
+            exit_code=exit_code,
+            reason=reason,
+        )
+
+
+def _problem(status: int, detail: str, **extra: Any) -> JSONResponse:
+    body = {"type": "/problems/agent-error", "title": "Agent error", "status": status}
+    return JSONResponse({**body, "detail": detail, **extra}, status_code=status)
+
+
+class HollowAgent:
+    """See the module docstring.  Not thread-safe; one event loop."""
+
+    def __init__(
+        self,
+        spec: HollowSpec,
+        *,
+        cluster_secret: str,
+        manager: httpx.AsyncClient | None = None,
+        rpc_url: str | None = None,
+        start_running: bool = True,
+        send_events: bool = True,
+    ) -> None:
+        self.spec = spec
+        self.agent_id = spec.agent_id
+        self.cluster_secret = cluster_secret
+        self.manager = manager
+        self.rpc_url = rpc_url or f"http://{spec.agent_id}.hollow"
+        self.start_running = start_running  # False: kernels stay PREPARING until start_kernel()
+        self.send_events = send_events
+        self.inventories = spec.inventories()
+        self.maps: dict[str, AbstractAllocMap] = {
+            key: build_alloc_map(inv) for key, inv in self.inventories.items()
+        }
+        self.kernels: dict[str, _Kernel] = {}
+        self.refuse_creates: str | None = None  # a reason: every create is refused with it
+        self.created = 0
+        self.destroy_requests: list[str] = []
+        self.acks: list[HeartbeatAck] = []
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._lock = asyncio.Lock()
+        self.app = self._build_app()
+
+    # -- state --------------------------------------------------------------------------------
+    def alloc_map_view(self) -> AllocMapView:
+        return AllocMapView(agent_id=self.agent_id, maps=self._views())
+
+    def _views(self) -> dict[str, PluginMapView]:
+        held: dict[str, dict[str, Decimal]] = {}  # device -> kernel -> amount
+        for kid, kernel in self.kernels.items():
+            for per_slot in kernel.allocation.values():
+                for per_device in per_slot.values():
+                    for device, amount in per_device.items():
+                        held.setdefault(device, {})[kid] = amount
+        views: dict[str, PluginMapView] = {}
+        for key, inv in self.inventories.items():
+            alloc_map = self.maps[key]
+            allocations = alloc_map.allocations
+            devices = [
+                DeviceView(
+                    device_id=d.device_id,
+                    slot_name=d.slot_name,
+                    slot_type=inv.slot_types[d.slot_name],
+                    capacity=canonical_decimal(d.capacity),
+                    allocated=canonical_decimal(allocations[d.slot_name][d.device_id]),
+                    numa_node=d.numa_node,
+                    model_name=d.model_name,
+                    kernels={k: canonical_decimal(v) for k, v in held.get(d.device_id, {}).items()},
+                )
+                for d in inv.devices
+            ]
+            quantum = (
+                canonical_decimal(alloc_map.quantum_size)
+                if isinstance(alloc_map, FractionAllocMap)
+                else None
+            )
+            views[key] = PluginMapView(
+                key=key,
+                kind=inv.allocation_mode.value,
+                strategy=inv.strategy,
+                quantum=quantum,
+                exclusive_slot_types=sorted(inv.exclusive_slot_types),
+                devices=devices,
+            )
+        return views
+
+    def compat_alloc_map(self) -> dict[str, str]:
+        """``{device: "0.80"}``: allocated amount of every accelerator device."""
+        result: dict[str, Decimal] = {}
+        for inv in self.inventories.values():
+            allocations = self.maps[inv.key].allocations
+            for d in inv.devices:
+                if d.slot_name in INTRINSIC_SLOTS or not SlotName(d.slot_name).is_accelerator:
+                    continue
+                result[d.device_id] = (
+                    result.get(d.device_id, Decimal(0)) + (allocations[d.slot_name][d.device_id])
+                )
+        return {d: str(v.quantize(Decimal("0.01"))) for d, v in result.items()}
+
+    def heartbeat_message(self) -> Heartbeat:
+        slots: dict[str, SlotCapacity] = {}
+        metadata: dict[str, dict[str, object]] = {}
+        for inv in self.inventories.values():
+            for slot, total in inv.capacities().items():
+                slots[slot] = SlotCapacity(
+                    type=inv.slot_types[slot], capacity=canonical_decimal(total)
+                )
+            for slot, meta in inv.metadata.items():
+                metadata[slot] = meta.to_json()
+        return Heartbeat(
+            agent_id=self.agent_id,
+            rpc_url=self.rpc_url,
+            scaling_group=self.spec.scaling_group,
+            version="hollow",
+            slots=slots,
+            alloc_maps=self._views(),
+            slot_metadata=metadata,
+            kernels=[k.report() for k in self.kernels.values()],
+            sent_at=datetime.now(UTC),
+        )
+
+    # -- talking to the manager ---------------------------------------------------------------
+    def _headers(self) -> dict[str, str]:
+        return {CLUSTER_SECRET_HEADER: self.cluster_secret, "Content-Type": "application/json"}
+
+    async def heartbeat(self) -> HeartbeatAck:
+        """Send one heartbeat; destroy what the ack names."""
+        assert self.manager is not None, "give the hollow agent a manager client first"
+        async with self._lock:
+            message = self.heartbeat_message()
+        response = await self.manager.post(
+            "/internal/agents/heartbeat", content=message.model_dump_json(), headers=self._headers()
+        )
+        response.raise_for_status()
+        ack = HeartbeatAck.model_validate_json(response.content)
+        self.acks.append(ack)
+        for kernel_id in ack.destroy_kernels:
+            async with self._lock:
+                self._drop(kernel_id)
+        return ack
+
+    async def send(self, *events: KernelEvent) -> None:
+        assert self.manager is not None
+        batch = KernelEventBatch(agent_id=self.agent_id, events=list(events))
+        response = await self.manager.post(
+            "/internal/agents/events", content=batch.model_dump_json(), headers=self._headers()
+        )
+        response.raise_for_status()
+
+    def _event(self, kernel: _Kernel, kind: KernelEventType, **kw: Any) -> KernelEvent:
+        return KernelEvent(
+            event_id=uuid.uuid4().hex,
+            kernel_id=kernel.request.kernel_id,
+            session_id=kernel.request.session_id,
+            event=kind,
+            at=datetime.now(UTC),
+            **kw,
+        )
+
+    def _emit(self, event: KernelEvent) -> None:
+        if not self.send_events or self.manager is None:
+            return
+        task = asyncio.create_task(self._send_quietly(event))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _send_quietly(self, event: KernelEvent) -> None:
+        # A real agent retries; a hollow one drops the event when the manager is gone
+        # (its client closed) — the next heartbeat carries the same news.
+        with contextlib.suppress(httpx.HTTPError, RuntimeError):
+            await self.send(event)
+
+    async def settle(self) -> None:
+        """Wait until the events sent in the background have been delivered."""
+        while self._tasks:
+            await asyncio.gather(*list(self._tasks), return_exceptions=True)
+
+    async def start_kernel(self, kernel_id: str) -> None:
+        """For ``start_running=False``: the kernel starts now (and says so)."""
+        kernel = self.kernels[kernel_id]
+        kernel.status = KernelStatus.RUNNING
+        await self.send(self._event(kernel, KernelEventType.STARTED))
+
+    async def exit_kernel(self, kernel_id: str, exit_code: int = 0) -> None:
+        """The kernel ends by itself: free it and tell the manager."""
+        async with self._lock:
+            kernel = self._drop(kernel_id)
+        if kernel is not None:
+            await self.send(self._event(kernel, KernelEventType.EXITED, exit_code=exit_code))
+
+    def _drop(self, kernel_id: str) -> _Kernel | None:
+        kernel = self.kernels.pop(kernel_id, None)
+        if kernel is not None:
+            free_kernel(self.maps, kernel.allocation)
+            kernel.status = KernelStatus.EXITED
+        return kernel
+
+    # -- the agent RPC ------------------------------------------------------------------------
+    def _build_app(self) -> FastAPI:
+        app = FastAPI(title=f"hollow agent {self.agent_id}")
+
+        @app.middleware("http")
+        async def check_secret(request: Request, call_next: Any) -> Any:
+            if request.url.path != "/metrics" and (
+                request.headers.get(CLUSTER_SECRET_HEADER) != self.cluster_secret
+            ):
+                return _problem(401, "missing or wrong cluster secret")
+            return await call_next(request)
+
+        @app.post("/v1/kernels")
+        async def create(body: CreateKernelRequest) -> Any:
+            return await self._create(body)
+
+        @app.delete("/v1/kernels/{kernel_id}")
+        async def destroy(kernel_id: str) -> Any:
+            self.destroy_requests.append(kernel_id)
+            async with self._lock:
+                kernel = self._drop(kernel_id)
+            if kernel is None:
+                return KernelReport(kernel_id=kernel_id, status=KernelStatus.EXITED).model_dump(
+                    mode="json"
+                )
+            self._emit(self._event(kernel, KernelEventType.EXITED, exit_code=0, reason="destroyed"))
+            return kernel.report(exit_code=0).model_dump(mode="json")
+
+        @app.get("/v1/kernels")
+        async def list_kernels() -> Any:
+            reports = [k.report() for k in self.kernels.values()]
+            return KernelList(kernels=reports).model_dump(mode="json")
+
+        @app.get("/v1/kernels/{kernel_id}/logs")
+        async def logs(kernel_id: str) -> Any:
+            kernel = self.kernels.get(kernel_id)
+            if kernel is None:
+                return _problem(404, f"no kernel {kernel_id}")
+            return PlainTextResponse(kernel.logs)
+
+        @app.get("/v1/alloc-map")
+        async def alloc_map(form: str = "full") -> Any:
+            if form == "compat":
+                return self.compat_alloc_map()
+            return self.alloc_map_view().model_dump(mode="json")
+
+        @app.get("/v1/health")
+        async def health() -> Any:
+            return {"status": "ok", "agent_id": self.agent_id}
+
+        return app
+
+    async def _create(self, body: CreateKernelRequest) -> Any:
+        async with self._lock:
+            existing = self.kernels.get(body.kernel_id)
+            if existing is not None:  # idempotent by kernel id
+                return existing.report().model_dump(mode="json")
+            if self.refuse_creates is not None:
+                return _problem(409, self.refuse_creates)
+            request = {slot: Decimal(amount) for slot, amount in body.requested_slots.items()}
+            try:
+                allocation = allocate_kernel(
+                    self.maps,
+                    request,
+                    allow_resource_fragmentation=body.allow_fractional_resource_fragmentation,
+                    context_tag=body.kernel_id,
+                )
+            except ResourceError as e:
+                return _problem(412, str(e), error=type(e).__name__)
+            status = KernelStatus.RUNNING if self.start_running else KernelStatus.PREPARING
+            kernel = _Kernel(
+                body,
+                allocation,
+                status,
+                datetime.now(UTC),
+                logs=f"hollow kernel {body.kernel_id} of session {body.session_id}\n",
+            )
+            self.kernels[body.kernel_id] = kernel
+            self.created += 1
+        if status is KernelStatus.RUNNING:
+            self._emit(self._event(kernel, KernelEventType.STARTED))
+        return kernel.report().model_dump(mode="json")
+
+
+class HollowCluster:
+    """An httpx transport that routes requests to hollow agents by host name.
+
+    Give ``cluster.transport`` to the manager (``agent_transport=``); agents added with
+    :meth:`add` answer at their ``rpc_url`` (``http://<agent id>.hollow``).
+    """
+
+    def __init__(self) -> None:
+        self.agents: dict[str, HollowAgent] = {}
+        self._transports: dict[str, httpx.ASGITransport] = {}
+        self.transport = _RoutingTransport(self)
+
+    def add(self, agent: HollowAgent) -> HollowAgent:
+        host = httpx.URL(agent.rpc_url).host
+        self.agents[host] = agent
+        self._transports[host] = httpx.ASGITransport(app=agent.app)
+        return agent
+
+    def remove(self, agent: HollowAgent) -> None:
+        host = httpx.URL(agent.rpc_url).host
+        self.agents.pop(host, None)
+        self._transports.pop(host, None)
+
+    def transport_for(self, host: str) -> httpx.ASGITransport | None:
+        return self._transports.get(host)
+
+
+class _RoutingTransport(httpx.AsyncBaseTransport):
+    def __init__(self, cluster: HollowCluster) -> None:
+        self.cluster = cluster
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        transport = self.cluster.transport_for(request.url.host)
+        if transport is None:
+            raise httpx.ConnectError(f"no hollow agent at {request.url.host}", request=request)
+        return await transport.handle_async_request(request)
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@contextlib.asynccontextmanager
+async def serve_on_loopback(agent: HollowAgent, port: int | None = None) -> AsyncIterator[str]:
+    """Serve the agent's RPC with uvicorn on 127.0.0.1 (for a manager in another process);
+    sets and yields its ``rpc_url``."""
+    import uvicorn
+
+    port = port or _free_port()
+    config = uvicorn.Config(
+        agent.app, host="127.0.0.1", port=port, log_level="warning", lifespan="off"
+    )
+    server = uvicorn.Server(config)
+    task = asyncio.create_task(server.serve())
+    while not server.started:
+        if task.done():
+            task.result()
+        await asyncio.sleep(0.01)
+    agent.rpc_url = f"http://127.0.0.1:{port}"
+    try:
+        yield agent.rpc_url
+    finally:
+        server.should_exit = True
+        await task

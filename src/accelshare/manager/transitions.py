@@ -1,0 +1,193 @@
+"""Session status changes inside a transaction: the lifecycle table, history, release.
+
+Every change goes through :func:`change_status`, which checks it against
+:mod:`accelshare.sched.lifecycle`, appends a ``session_status_history`` row (reason +
+timestamp), mirrors the status onto the session's kernels, sets the timeline
+columns, and — when the session stops occupying resources — recomputes the agent's
+occupancy from the database (:func:`recompute_agent_occupancy`).
+
+Callers load the session with :func:`lock_session` (``SELECT ... FOR UPDATE`` on
+PostgreSQL; SQLite's ``BEGIN IMMEDIATE`` already serialises writers), so two handlers
+(a bind result and a "started" event, say) never race on one session.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from datetime import datetime
+
+import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from accelshare.common import ResourceSlot
+from accelshare.sched.lifecycle import (
+    RESOURCE_OCCUPYING_STATUSES,
+    SessionStatus,
+    check_transition,
+    is_resource_occupying,
+)
+
+from .models import Agent, Kernel, Session, SessionStatusHistory
+
+__all__ = [
+    "FORWARD_CHAIN",
+    "OCCUPYING",
+    "agent_addresses",
+    "change_status",
+    "lock_session",
+    "recompute_agent_occupancy",
+    "session_kernels",
+    "walk_forward",
+]
+
+_MAX_INFO = 512
+
+FORWARD_CHAIN: tuple[SessionStatus, ...] = (
+    SessionStatus.SCHEDULED,
+    SessionStatus.PREPARING,
+    SessionStatus.PREPARED,
+    SessionStatus.CREATING,
+    SessionStatus.RUNNING,
+)
+"""The path a bound session takes to RUNNING (PULLING is skipped: it is optional)."""
+
+OCCUPYING = sorted(RESOURCE_OCCUPYING_STATUSES)
+
+
+def _clip(text: str | None) -> str | None:
+    if text is None or len(text) <= _MAX_INFO:
+        return text
+    return text[: _MAX_INFO - 3] + "..."
+
+
+async def lock_session(db: AsyncSession, session_id: uuid.UUID) -> Session | None:
+    """The session row, locked for this transaction (PostgreSQL row lock)."""
+    query = sa.select(Session).where(Session.id == session_id).with_for_update()
+    return (await db.execute(query)).scalar_one_or_none()
+
+
+async def session_kernels(db: AsyncSession, session_id: uuid.UUID) -> list[Kernel]:
+    query = sa.select(Kernel).where(Kernel.session_id == session_id).order_by(Kernel.cluster_idx)
+    return list((await db.execute(query)).scalars())
+
+
+async def agent_addresses(db: AsyncSession, kernels: Sequence[Kernel]) -> dict[str, str]:
+    """``{agent id: its current RPC address}`` for the agents of ``kernels``.
+
+    Always the ``agents`` table (each heartbeat updates it), never ``kernels.agent_address``
+    (the address when the kernel was scheduled): an agent restarted on another address
+    keeps its kernels, and the manager must reach it where it is now."""
+    ids = {k.agent_id for k in kernels if k.agent_id is not None}
+    if not ids:
+        return {}
+    rows = await db.execute(sa.select(Agent.id, Agent.address).where(Agent.id.in_(sorted(ids))))
+    return {agent_id: address for agent_id, address in rows if address}
+
+
+async def change_status(
+    db: AsyncSession,
+    row: Session,
+    to: SessionStatus,
+    *,
+    reason: str | None,
+    now: datetime,
+    kernels: Sequence[Kernel] | None = None,
+    status_info: str | None = None,
+) -> None:
+    """Move ``row`` to ``to`` (raises ``InvalidStatusTransition`` if the table forbids it).
+
+    ``status_info`` defaults to ``reason``.  Kernels (loaded when not given) follow the
+    session's status.  Leaving the resource-occupying statuses releases the agent.
+    """
+    before = row.status
+    check_transition(before, to)
+    db.add(
+        SessionStatusHistory(
+            session_id=row.id,
+            from_status=before,
+            to_status=to,
+            reason=_clip(reason),
+            changed_at=now,
+        )
+    )
+    row.status = to
+    row.status_changed_at = now
+    row.status_info = _clip(status_info if status_info is not None else reason)
+    if to is SessionStatus.SCHEDULED:
+        row.scheduled_at = now
+    elif to is SessionStatus.RUNNING:
+        row.started_at = now
+    elif to in (SessionStatus.TERMINATED, SessionStatus.CANCELLED):
+        row.terminated_at = now
+    if kernels is None:
+        kernels = await session_kernels(db, row.id)
+    for kernel in kernels:
+        kernel.status = to
+        kernel.status_changed_at = now
+        kernel.status_info = row.status_info
+        if to is SessionStatus.RUNNING and kernel.started_at is None:
+            kernel.started_at = now
+        if to in (SessionStatus.TERMINATED, SessionStatus.CANCELLED):
+            kernel.terminated_at = now
+    if is_resource_occupying(before) and not is_resource_occupying(to):
+        row.occupied_slots = ResourceSlot()
+        await db.flush()
+        agents = {k.agent_id for k in kernels if k.agent_id} | (
+            {row.agent_id} if row.agent_id else set()
+        )
+        for agent_id in sorted(agents):
+            await recompute_agent_occupancy(db, agent_id)
+
+
+async def walk_forward(
+    db: AsyncSession,
+    row: Session,
+    target: SessionStatus,
+    *,
+    reason: str,
+    now: datetime,
+    kernels: Sequence[Kernel] | None = None,
+) -> list[SessionStatus]:
+    """Step along :data:`FORWARD_CHAIN` up to ``target``; returns the statuses entered.
+
+    A no-op when the session is already at (or past) ``target`` or off the chain, so
+    the bind result and the agent's "started" event may arrive in either order.
+    """
+    # PULLING sits where PREPARING does: its next step is PREPARED.
+    current = SessionStatus.PREPARING if row.status is SessionStatus.PULLING else row.status
+    if current not in FORWARD_CHAIN:
+        return []
+    start, end = FORWARD_CHAIN.index(current), FORWARD_CHAIN.index(target)
+    entered: list[SessionStatus] = []
+    if kernels is None:
+        kernels = await session_kernels(db, row.id)
+    for status in FORWARD_CHAIN[start + 1 : end + 1]:
+        await change_status(db, row, status, reason=reason, now=now, kernels=kernels)
+        entered.append(status)
+    return entered
+
+
+async def recompute_agent_occupancy(db: AsyncSession, agent_id: str) -> ResourceSlot | None:
+    """``agents.occupied_slots`` = the sum over its resource-occupying kernels, recomputed.
+
+    The agent row is locked first (PostgreSQL ``FOR UPDATE``), so a scheduler's
+    compare-and-set on ``occupancy_revision`` either sees this release or is seen by
+    it; the revision is bumped.  Returns the new occupancy (None: no such agent).
+    """
+    agent = (
+        await db.execute(sa.select(Agent).where(Agent.id == agent_id).with_for_update())
+    ).scalar_one_or_none()
+    if agent is None:
+        return None
+    rows = await db.execute(
+        sa.select(Kernel.occupied_slots).where(
+            Kernel.agent_id == agent_id, Kernel.status.in_(OCCUPYING)
+        )
+    )
+    total = ResourceSlot()
+    for (slots,) in rows:
+        total = total + slots
+    agent.occupied_slots = total
+    agent.occupancy_revision = agent.occupancy_revision + 1
+    return total

@@ -1,0 +1,350 @@
+"""Does a session fit an agent?  Totals first, then a dry run on the agent's devices.
+
+The manager knows every agent's per-device state (capacity and allocated amount per
+device, as the agent's allocation maps report it in each heartbeat) and checks a
+placement with the *same* allocation algorithm the agent will run (spec 00,
+deliberate difference 8), so a session it schedules does not fail on the agent with
+InsufficientResource or FractionalResourceFragmented.
+
+Pure and synchronous; the manager turns the heartbeat's ``PluginMapView``\\ s into
+:class:`MapState` (plain data) and the pass builds :class:`DeviceLedger`\\ s from them.
+
+A pass keeps one ledger per agent (built lazily, from the frozen snapshot) and
+places sessions on it one after another, Nomad style: :meth:`DeviceLedger.place`
+runs :func:`~accelshare.alloc.allocate_kernel`, which snapshots every map before the
+trial and restores them when any map fails, so a failed trial leaves the ledger as
+it was and a successful one stays committed for the rest of the pass.
+
+Worked example (two GPUs of 1.0 share, quantum 0.1, EVENLY; GPU1 holds 0.6 and GPU2
+0.2 already)::
+
+    ledger.place({"cuda.shares": Decimal("1.5")})
+    # -> FitFailure("cuda.shares needs 1.5, largest placement 1.2 (GPU1 0.4, GPU2 0.8 free)")
+    ledger.place({"cuda.shares": Decimal("1.2")})
+    # -> {"cuda": {"cuda.shares": {"GPU1": 0.4, "GPU2": 0.8}}}, committed
+
+Reasons read ``<agent>: <why>``, e.g. ``i-node01: cuda.shares needs 1.2, largest
+placement 0.8 (GPU1 0.4, GPU2 0.8 free)`` or ``i-node02: no cuda.shares slot``.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from decimal import Decimal
+
+from accelshare.alloc import (
+    AbstractAllocMap,
+    AllocationStrategy,
+    DiscreteAllocMap,
+    FractionAllocMap,
+    FractionalResourceFragmented,
+    InsufficientResource,
+    KernelAllocation,
+    NotMultipleOfQuantum,
+    ResourceError,
+    allocate_kernel,
+)
+from accelshare.common import ResourceSlot, SlotTypes, canonical_decimal
+
+__all__ = [
+    "DeviceLedger",
+    "DeviceState",
+    "FitFailure",
+    "MapKind",
+    "MapState",
+    "device_allocation",
+    "fits_capacity",
+    "format_slot_amount",
+    "merge_device_ledger",
+    "sum_allocations",
+    "totals_shortfall",
+]
+
+_ZERO = Decimal(0)
+
+
+class MapKind(enum.StrEnum):
+    DISCRETE = "discrete"
+    FRACTIONAL = "fractional"
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceState:
+    """One device of one map: its slot, capacity and what is allocated on it."""
+
+    device_id: str
+    slot_name: str
+    slot_type: SlotTypes
+    capacity: Decimal
+    allocated: Decimal = _ZERO
+    numa_node: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class MapState:
+    """One plugin's allocation map as reported (enough to rebuild it for a dry run)."""
+
+    key: str
+    kind: MapKind
+    devices: tuple[DeviceState, ...]
+    strategy: str = "EVENLY"
+    quantum: Decimal | None = None  # fractional maps only
+    exclusive_slot_types: tuple[str, ...] = ()
+
+    @property
+    def slot_names(self) -> frozenset[str]:
+        return frozenset(d.slot_name for d in self.devices)
+
+    def build(self, *, empty: bool = False) -> AbstractAllocMap:
+        """A live map with this state's ledger (``empty``: nothing allocated).
+
+        An allocated amount above a device's capacity (possible while reports and the
+        manager's own ledger disagree) is clamped to the capacity: the device is full.
+        """
+        capacities: dict[str, dict[str, Decimal]] = {}
+        allocations: dict[str, dict[str, Decimal]] = {}
+        types: dict[str, SlotTypes] = {}
+        for d in self.devices:
+            capacities.setdefault(d.slot_name, {})[d.device_id] = d.capacity
+            types[d.slot_name] = d.slot_type
+            if not empty and d.allocated > 0:
+                allocations.setdefault(d.slot_name, {})[d.device_id] = min(d.allocated, d.capacity)
+        numa = {d.device_id: d.numa_node for d in self.devices}
+        strategy = AllocationStrategy.parse(self.strategy)
+        if self.kind is MapKind.FRACTIONAL:
+            return FractionAllocMap.from_state(
+                capacities,
+                allocations,
+                slot_types=types,
+                allocation_strategy=strategy,
+                quantum_size=self.quantum if self.quantum is not None else Decimal("0.01"),
+                exclusive_slot_types=self.exclusive_slot_types,
+                numa_nodes=numa,
+            )
+        return DiscreteAllocMap.from_state(
+            capacities,
+            allocations,
+            slot_types=types,
+            allocation_strategy=strategy,
+            exclusive_slot_types=self.exclusive_slot_types,
+            numa_nodes=numa,
+        )
+
+
+def merge_device_ledger(
+    reported_allocated: Decimal,
+    reported_by_kernel: Mapping[str, Decimal],
+    manager_amount: Decimal,
+    known_kernels: Iterable[str] | frozenset[str],
+) -> Decimal:
+    """The amount of one device the scheduler must treat as taken.
+
+    ``manager_amount`` is what the manager's own resource-occupying kernels hold there
+    (authoritative, and already includes kernels the agent has not heard of yet).  On
+    top of it comes what the agent reports that the manager does not account for:
+    kernels it does not know (or legacy holdings), i.e. ``reported_allocated`` minus
+    the amounts of ``known_kernels`` (every kernel id the manager has a row for,
+    ended ones included: those are freed or about to be).
+
+    >>> merge_device_ledger(Decimal("0.8"), {"k1": Decimal("0.2"), "x": Decimal("0.6")},
+    ...                     Decimal("0.2"), {"k1"})
+    Decimal('0.8')
+    """
+    known = frozenset(known_kernels)
+    attributed = sum((v for k, v in reported_by_kernel.items() if k in known), _ZERO)
+    foreign = max(_ZERO, reported_allocated - attributed)
+    return manager_amount + foreign
+
+
+def format_slot_amount(slot: str, amount: Decimal, slot_type: SlotTypes | None = None) -> str:
+    """``2147483648`` of ``mem`` -> ``2g``; counts as plain decimals."""
+    if (
+        slot_type is SlotTypes.BYTES or (slot_type is None and slot == "mem")
+    ) and amount.is_finite():
+        return ResourceSlot({slot: amount}).to_humanized({slot: SlotTypes.BYTES})[slot]
+    return canonical_decimal(amount)
+
+
+def totals_shortfall(
+    available: ResourceSlot, occupied: ResourceSlot, requested: ResourceSlot
+) -> list[str]:
+    """Why the agent's remaining totals cannot cover ``requested`` (empty: they can)."""
+    reasons: list[str] = []
+    for slot, amount in requested.items():
+        if amount <= 0:
+            continue
+        total = available.get_amount(slot)
+        if slot not in available or total <= 0:
+            reasons.append(f"no {slot} slot")
+            continue
+        free = total - occupied.get_amount(slot)
+        if free < amount:
+            reasons.append(
+                f"{slot} needs {format_slot_amount(slot, amount)},"
+                f" {format_slot_amount(slot, max(free, _ZERO))} free"
+                f" of {format_slot_amount(slot, total)}"
+            )
+    return reasons
+
+
+@dataclass(frozen=True, slots=True)
+class FitFailure:
+    """Why a request does not fit an agent's devices right now."""
+
+    reason: str
+    error: ResourceError | None = None
+
+
+def _device_label(slot: str, device: str) -> str:
+    """CPU cores are numbered ``0``, ``1``...: say ``cpu0`` so that "0 0 free" reads well."""
+    return f"{slot.split('.', 1)[0]}{device}" if device.isdigit() else device
+
+
+def _free_list(slot: str, devices: Mapping[str, Decimal]) -> str:
+    return ", ".join(f"{_device_label(slot, d)} {canonical_decimal(v)}" for d, v in devices.items())
+
+
+@dataclass(slots=True)
+class DeviceLedger:
+    """One agent's allocation maps during a pass (mutable; see the module docstring)."""
+
+    agent_id: str
+    states: tuple[MapState, ...]
+    _maps: dict[str, AbstractAllocMap] | None = field(default=None, repr=False)
+    _empty_maps: dict[str, AbstractAllocMap] | None = field(default=None, repr=False)
+    _slot_owner: dict[str, str] = field(default_factory=dict, repr=False)
+
+    def __post_init__(self) -> None:
+        for state in self.states:
+            for slot in state.slot_names:
+                self._slot_owner.setdefault(slot, state.key)
+
+    @property
+    def slots(self) -> frozenset[str]:
+        """Slots this agent reports per device (the rest is checked by totals only)."""
+        return frozenset(self._slot_owner)
+
+    @property
+    def maps(self) -> dict[str, AbstractAllocMap]:
+        if self._maps is None:
+            self._maps = {s.key: s.build() for s in self.states}
+        return self._maps
+
+    def _device_request(self, requested: Mapping[str, Decimal]) -> dict[str, Decimal]:
+        return {s: v for s, v in requested.items() if v > 0 and s in self._slot_owner}
+
+    def place(
+        self, requested: Mapping[str, Decimal], *, allow_fragmentation: bool = True
+    ) -> KernelAllocation | FitFailure:
+        """Allocate on the ledger (kept on success, rolled back on failure)."""
+        request = self._device_request(requested)
+        if not request:
+            return {}
+        try:
+            return allocate_kernel(
+                self.maps, request, allow_resource_fragmentation=allow_fragmentation
+            )
+        except ResourceError as e:
+            return FitFailure(self._explain(e, allow_fragmentation), e)
+
+    def check(
+        self, requested: Mapping[str, Decimal], *, allow_fragmentation: bool = True
+    ) -> KernelAllocation | FitFailure:
+        """A dry run: what :meth:`place` would return, leaving the ledger unchanged."""
+        request = self._device_request(requested)
+        if not request:
+            return {}
+        maps = self.maps
+        snapshots = {key: m.snapshot() for key, m in maps.items()}
+        try:
+            return allocate_kernel(maps, request, allow_resource_fragmentation=allow_fragmentation)
+        except ResourceError as e:
+            return FitFailure(self._explain(e, allow_fragmentation), e)
+        finally:
+            for key, snapshot in snapshots.items():
+                maps[key].restore(snapshot)
+
+    def fits_when_empty(
+        self, requested: Mapping[str, Decimal], *, allow_fragmentation: bool = True
+    ) -> bool:
+        """Could the request fit these devices if nothing were allocated on them?"""
+        request = self._device_request(requested)
+        if not request:
+            return True
+        if self._empty_maps is None:
+            self._empty_maps = {s.key: s.build(empty=True) for s in self.states}
+        try:
+            allocate_kernel(
+                self._empty_maps, request, allow_resource_fragmentation=allow_fragmentation
+            )
+        except ResourceError:
+            return False
+        finally:
+            for m in self._empty_maps.values():
+                m.clear()
+        return True
+
+    def _explain(self, error: ResourceError, allow_fragmentation: bool) -> str:
+        slot = error.slot
+        if isinstance(error, InsufficientResource | FractionalResourceFragmented) and slot:
+            owner = self.maps.get(self._slot_owner.get(slot, ""))
+            largest = (
+                owner.largest_fit(slot, allow_resource_fragmentation=allow_fragmentation)
+                if owner is not None
+                else _ZERO
+            )
+            needs = f"{slot} needs {format_slot_amount(slot, error.requested)}"
+            place = f"largest placement {format_slot_amount(slot, largest)}"
+            if isinstance(error, FractionalResourceFragmented):
+                return (
+                    f"{needs}, {place} without fragmentation"
+                    f" (fragmented: {_free_list(slot, error.devices)} free)"
+                )
+            if slot == "mem":
+                return (
+                    f"{needs}, {place} ({format_slot_amount(slot, error.available or _ZERO)} free)"
+                )
+            return f"{needs}, {place} ({_free_list(slot, error.devices)} free)"
+        if isinstance(error, NotMultipleOfQuantum):
+            return (
+                f"{slot} {canonical_decimal(error.requested)} is not a multiple of this agent's"
+                f" quantum {canonical_decimal(error.quantum)}"
+            )
+        return error.detail
+
+
+def fits_capacity(
+    available: ResourceSlot,
+    ledger: DeviceLedger,
+    requested: ResourceSlot,
+    *,
+    allow_fragmentation: bool = True,
+) -> bool:
+    """Could the agent ever hold the request (everything else gone)?"""
+    if totals_shortfall(available, ResourceSlot(), requested):
+        return False
+    return ledger.fits_when_empty(requested, allow_fragmentation=allow_fragmentation)
+
+
+def device_allocation(allocation: KernelAllocation) -> dict[str, dict[str, Decimal]]:
+    """Flatten ``{plugin: {slot: {device: amount}}}`` to ``{slot: {device: amount}}``."""
+    flat: dict[str, dict[str, Decimal]] = {}
+    for per_slot in allocation.values():
+        for slot, per_device in per_slot.items():
+            flat.setdefault(slot, {}).update(per_device)
+    return flat
+
+
+def sum_allocations(
+    allocations: Sequence[Mapping[str, Mapping[str, Decimal]]],
+) -> dict[str, dict[str, Decimal]]:
+    """Add several ``{slot: {device: amount}}`` ledgers."""
+    total: dict[str, dict[str, Decimal]] = {}
+    for alloc in allocations:
+        for slot, per_device in alloc.items():
+            bucket = total.setdefault(slot, {})
+            for device, amount in per_device.items():
+                bucket[device] = bucket.get(device, _ZERO) + amount
+    return total

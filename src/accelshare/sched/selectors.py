@@ -1,0 +1,133 @@
+"""Agent selectors: which of the agents that can hold a session gets it.
+
+The candidates passed in have already passed the fit check (remaining totals cover
+the request *and* the per-device dry run succeeded), so a selector only ranks.
+
+* ``dispersed`` (default) — the agent with the most remaining capacity;
+* ``concentrated`` — best fit: the least remaining capacity that still fits;
+* ``legacy`` — the largest total capacity;
+* ``roundrobin`` — agents sorted by id, the first after the last one chosen.
+
+Capacity is compared slot by slot in the order of ``resource_priority`` (device names,
+default ``cuda, rocm, tpu, cpu, mem``), restricted to the slots the session asks for.
+Before that, every selector prefers agents with fewer *unused accelerators*: a session
+asking 0 of ``cuda`` prefers a CPU-only agent, keeping GPUs free for GPU work.
+
+Example (dispersed): a session asks {cpu: 1, cuda.shares: 0.5}; agent A has 1.5
+cuda.shares and 8 cpu left, agent B 2.0 cuda.shares and 2 cpu left → B (cuda first).
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Sequence
+from decimal import Decimal
+
+from accelshare.common import ResourceSlot, SlotName
+
+from .model import AgentState, PendingSession
+
+__all__ = [
+    "DEFAULT_RESOURCE_PRIORITY",
+    "SelectorName",
+    "rank_agents",
+    "select_agent",
+    "unused_accelerators",
+]
+
+DEFAULT_RESOURCE_PRIORITY: tuple[str, ...] = ("cuda", "rocm", "tpu", "cpu", "mem")
+
+
+class SelectorName(enum.StrEnum):
+    DISPERSED = "dispersed"
+    CONCENTRATED = "concentrated"
+    LEGACY = "legacy"
+    ROUNDROBIN = "roundrobin"
+
+
+def unused_accelerators(agent: AgentState, requested: ResourceSlot) -> int:
+    """How many accelerator device kinds the agent has that the session does not use."""
+    has: set[str] = set()
+    uses: set[str] = set()
+    for slot, amount in agent.available_slots.items():
+        name = SlotName(slot)
+        if name.is_accelerator and amount > 0:
+            has.add(name.device_name)
+    for slot, amount in requested.items():
+        name = SlotName(slot)
+        if name.is_accelerator and amount > 0:
+            uses.add(name.device_name)
+    return len(has - uses)
+
+
+def _ordered_slots(requested: ResourceSlot, priority: Sequence[str]) -> list[str]:
+    rank = {device: i for i, device in enumerate(priority)}
+    slots = [s for s, v in requested.items() if v > 0]
+    return sorted(slots, key=lambda s: (rank.get(SlotName(s).device_name, len(rank)), s))
+
+
+def _capacity_key(slots: ResourceSlot, order: Sequence[str]) -> tuple[Decimal, ...]:
+    return tuple(slots.get_amount(s) for s in order)
+
+
+def select_agent(
+    selector: SelectorName | str,
+    session: PendingSession,
+    candidates: Sequence[AgentState],
+    *,
+    resource_priority: Sequence[str] = DEFAULT_RESOURCE_PRIORITY,
+    last_roundrobin_agent: str | None = None,
+) -> AgentState | None:
+    """Rank the fitting ``candidates`` and return the chosen one (None if there is none)."""
+    ranked = rank_agents(
+        selector,
+        session,
+        candidates,
+        resource_priority=resource_priority,
+        last_roundrobin_agent=last_roundrobin_agent,
+    )
+    return ranked[0] if ranked else None
+
+
+def rank_agents(
+    selector: SelectorName | str,
+    session: PendingSession,
+    candidates: Sequence[AgentState],
+    *,
+    resource_priority: Sequence[str] = DEFAULT_RESOURCE_PRIORITY,
+    last_roundrobin_agent: str | None = None,
+) -> list[AgentState]:
+    """Every candidate, best first: ``rank_agents(...)[0]`` is what :func:`select_agent` picks.
+
+    The pass walks this order and runs the per-device dry run agent by agent, so an
+    agent whose totals fit but whose devices are too fragmented costs one extra dry
+    run, not a second ranking (O(n log n) per session instead of O(n^2)).
+    """
+    if not candidates:
+        return []
+    name = SelectorName(selector)
+    requested = session.requested_slots
+    if name is SelectorName.ROUNDROBIN:
+        ordered = sorted(candidates, key=lambda a: a.id)
+        if last_roundrobin_agent is None:
+            return ordered
+        start = next((i for i, a in enumerate(ordered) if a.id > last_roundrobin_agent), 0)
+        return ordered[start:] + ordered[:start]
+    order = _ordered_slots(requested, resource_priority)
+    if name is SelectorName.CONCENTRATED:
+        return sorted(
+            candidates,
+            key=lambda a: (
+                unused_accelerators(a, requested),
+                _capacity_key(a.remaining_slots, order),
+                a.id,
+            ),
+        )
+    source = "available_slots" if name is SelectorName.LEGACY else "remaining_slots"
+
+    def key(agent: AgentState) -> tuple[int, tuple[Decimal, ...], str]:
+        capacity = getattr(agent, source)
+        negated = tuple(-v for v in _capacity_key(capacity, order))
+        return (unused_accelerators(agent, requested), negated, agent.id)
+
+    return sorted(candidates, key=key)

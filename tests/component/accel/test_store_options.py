@@ -1,0 +1,185 @@
+"""Accelerator options read from a real (embedded) config store, merged over scopes."""
+
+from __future__ import annotations
+
+import json
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from accelshare.accel import PluginConfigError, PluginContext, load_compute_plugins
+from accelshare.accel.mock.plugin import load_mock_options
+from accelshare.accel.options import parse_accelerator_options, read_accelerator_options
+from accelshare.accel.types import AllocationMode
+from accelshare.client.cli import app
+from accelshare.config import ConfigScopes, ConfigStore, open_config_store
+from accelshare.config.agent_file import load_agent_config
+from accelshare.config.settings import ConfigStoreSettings, EmbeddedSettings
+
+REPO = Path(__file__).resolve().parents[3]
+SAMPLES = REPO / "configs" / "accelerator"
+U = "c59395cd-ac91-4cd3-a1b0-3d2568aa2d0"
+
+
+@pytest.fixture
+async def store(tmp_path: Path) -> Any:
+    settings = ConfigStoreSettings(embedded=EmbeddedSettings(path=tmp_path / "store.db"))
+    opened = await open_config_store(settings, sgroup="gpu", node_id="i-node01")
+    yield opened
+    await opened.close()
+
+
+async def test_plugin_key_then_mock_fallback(store: ConfigStore) -> None:
+    await store.put_prefix(
+        "config/plugins/accelerator",
+        {
+            "mock": {"allocation_mode": "fractional", "unit_proc": "10", "quantum_size": "0.05"},
+            "cuda": {"unit_proc": "12"},
+        },
+    )
+    raw = await read_accelerator_options(store, "cuda", fallback_keys=("mock",))
+    assert raw.values == {
+        "unit_proc": "12",
+        "allocation_mode": "fractional",
+        "quantum_size": "0.05",
+    }
+    assert raw.sources["unit_proc"] == "config store config/plugins/accelerator/cuda/"
+    assert raw.sources["allocation_mode"] == "config store config/plugins/accelerator/mock/"
+    options = parse_accelerator_options(raw)
+    assert (options.allocation_mode, options.unit_proc) == (AllocationMode.FRACTIONAL, 12)
+    assert options.quantum_size == Decimal("0.05")
+    # the real cuda plugin has no fallback
+    assert (await read_accelerator_options(store, "cuda")).values == {"unit_proc": "12"}
+
+
+async def test_scopes_node_over_sgroup_over_global(store: ConfigStore) -> None:
+    key = "config/plugins/accelerator/cuda/allocation_mode"
+    await store.put(key, "discrete", scope=ConfigScopes.GLOBAL)
+    await store.put("config/plugins/accelerator/cuda/unit_mem", "1g", scope=ConfigScopes.GLOBAL)
+    await store.put(key, "fractional", scope=ConfigScopes.SGROUP)
+    raw = await read_accelerator_options(store, "cuda")
+    assert raw.values == {"allocation_mode": "fractional", "unit_mem": "1g"}
+    await store.put(key, "discrete", scope=ConfigScopes.NODE)
+    assert (await read_accelerator_options(store, "cuda")).values["allocation_mode"] == "discrete"
+
+
+async def test_the_operator_json_file(store: ConfigStore, tmp_path: Path) -> None:
+    """The spec's put-json example: 10 SMs and 1 GiB make 1.0 share."""
+    doc = {
+        "config": {
+            "plugins": {
+                "accelerator": {
+                    "cuda": {
+                        "allocation_mode": "fractional",
+                        "unit_mem": 1073741824,
+                        "unit_proc": 10,
+                    }
+                }
+            }
+        }
+    }
+    await store.put_prefix("", doc)
+    config = load_agent_config(REPO / "configs" / "agent.toml")
+    loaded = await load_compute_plugins(PluginContext(config, store))
+    try:
+        inventory = loaded.plugins["cuda"].inventory
+        assert [str(d.capacity) for d in inventory.devices] == ["10.80"] * 4
+        assert inventory.capacities() == {"cuda.shares": Decimal("43.20")}
+    finally:
+        await loaded.close()
+
+
+async def test_bad_store_value_stops_with_the_store_key(store: ConfigStore) -> None:
+    await store.put("config/plugins/accelerator/mock/allocation_mode", "shared")
+    with pytest.raises(PluginConfigError) as info:
+        await load_mock_options(PluginContext(store=store), "cuda")
+    assert str(info.value) == (
+        "config store config/plugins/accelerator/mock/: key 'allocation_mode': "
+        "expected 'discrete' or 'fractional', received 'shared'"
+    )
+
+
+def write_agent_toml(tmp_path: Path, mock: str = "two-fgpu.toml", extra: str = "") -> Path:
+    path = tmp_path / "agent.toml"
+    path.write_text(
+        f"""
+[agent]
+id = "i-cli"
+scaling-group = "gpu"
+allowed-compute-plugins = ["mock"]
+mock-accelerator-config = "{SAMPLES / mock}"
+{extra}
+[resource]
+cpu-count = 2
+memory-size = "4g"
+
+[config-store]
+path = "{tmp_path / "store.db"}"
+"""
+    )
+    return path
+
+
+def test_cli_plugins_json(tmp_path: Path) -> None:
+    agent_toml = write_agent_toml(tmp_path)
+    runner = CliRunner()
+    result = runner.invoke(
+        app,
+        [
+            "mgr",
+            "etcd",
+            "put",
+            "config/plugins/accelerator/cuda/allocation_mode",
+            "fractional",
+            "--config",
+            str(agent_toml),
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    result = runner.invoke(app, ["agent", "plugins", "--config", str(agent_toml), "--json"])
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.stdout)
+    assert list(doc["plugins"]) == ["cpu", "mem", "cuda"]
+    cuda = doc["plugins"]["cuda"]
+    assert cuda["slots"] == {"cuda.shares": {"type": "count", "capacity": "2.00"}}
+    assert cuda["allocation_mode"] == "fractional"
+    assert cuda["quantum_size"] == "0.1"
+    assert cuda["entry_point"] == "mock"
+    assert [d["device_id"] for d in cuda["devices"]] == [f"{U}1", f"{U}2"]
+    first = cuda["devices"][0]
+    assert (first["numa_node"], first["memory_bytes"], first["processors"]) == (0, 2**31, 108)
+    assert first["shares"] == "1.00"
+    assert cuda["metadata"]["cuda.shares"]["display_unit"] == "fGPU"
+    assert doc["plugins"]["mem"]["slots"] == {"mem": {"type": "bytes", "capacity": str(4 * 2**30)}}
+    assert doc["plugins"]["cpu"]["quantum_size"] is None
+    assert doc["skipped"] == {}
+
+
+def test_cli_plugins_text_and_no_store(tmp_path: Path) -> None:
+    agent_toml = write_agent_toml(tmp_path, "cuda-mock-mig.toml")
+    result = CliRunner().invoke(
+        app, ["agent", "plugins", "--config", str(agent_toml), "--no-config-store"]
+    )
+    assert result.exit_code == 0, result.output
+    assert "cuda.device:10g-mig" in result.stdout
+    assert f"MIG-{U}3/3/0" in result.stdout
+    assert "GPU [fGPU]" not in result.stdout
+    assert "GPU [GPU]" in result.stdout
+    assert not (tmp_path / "store.db").exists()
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        ('allocation-order = "cuda"', "key 'agent.allocation-order'"),
+        ('blocked-compute-plugins = ["cpu"]', "cpu and mem are intrinsic"),
+    ],
+)
+def test_cli_errors_exit_non_zero(tmp_path: Path, extra: str, message: str) -> None:
+    agent_toml = write_agent_toml(tmp_path, extra=extra)
+    result = CliRunner().invoke(app, ["agent", "plugins", "--config", str(agent_toml), "--json"])
+    assert result.exit_code == 1
+    assert message in " ".join(result.output.split())

@@ -1,0 +1,151 @@
+"""What ``accelshare dev up`` generates, read back by the daemons' own loaders, and its
+refusals of bad options (before anything starts)."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from accelshare.client.cli import app
+from accelshare.client.config import load_client_config
+from accelshare.config import load_config_store_settings
+from accelshare.config.agent_file import load_agent_config
+from accelshare.devcluster import ClusterLayout, ClusterStartError, DevClusterOptions, LocalCluster
+from accelshare.devcluster.cluster import resolve_mock_config
+from accelshare.devcluster.layout import (
+    accelerator_options,
+    agent_ids,
+    check_accelerator_options,
+    render_agent_toml,
+    render_client_env,
+    render_manager_toml,
+)
+from accelshare.manager.config import load_manager_config
+
+REPO = Path(__file__).resolve().parents[3]
+
+
+def test_generated_configs_load(tmp_path: Path) -> None:
+    layout = ClusterLayout.of(tmp_path / "data dir")  # a space: quoting must hold
+    options = DevClusterOptions(data_dir=layout.root, port=18099, cpus=8, mem_bytes=16 * 2**30)
+    layout.root.mkdir()
+    layout.manager_toml.write_text(render_manager_toml(layout, options))
+    manager = load_manager_config(layout.manager_toml)
+    assert manager.data_dir == layout.root
+    assert manager.manager.service_host_port == ("127.0.0.1", 18099)
+    assert manager.credentials_file == layout.credentials
+    assert manager.cluster_secret_file == layout.cluster_secret
+    store = load_config_store_settings(layout.manager_toml, env={})
+    assert (store.backend, store.embedded.path) == ("embedded", layout.config_store)
+
+    toml = layout.agent_toml("i-dev-01")
+    toml.parent.mkdir(parents=True)
+    toml.write_text(render_agent_toml(layout, options, "i-dev-01", 16001))
+    agent = load_agent_config(toml)
+    assert agent.unknown_keys == ()
+    assert agent.agent.id == "i-dev-01"
+    assert agent.agent.rpc_listen_addr == "127.0.0.1:16001"
+    assert agent.agent.cluster_secret_file == layout.cluster_secret
+    assert agent.mock_accelerator_path() == layout.mock_config
+    assert (agent.resource.cpu_count, agent.resource.memory_size) == (8, 16 * 2**30)
+    assert agent.container.runtime == "process"
+    assert agent.manager.endpoint == "http://127.0.0.1:18099"
+    agent_store = load_config_store_settings(toml, env={})
+    assert agent_store.embedded.path == layout.config_store  # the store is shared
+
+
+def test_client_env_is_sourceable_and_readable(tmp_path: Path) -> None:
+    path = tmp_path / "client.env"
+    path.write_text(render_client_env("http://127.0.0.1:8081", "AKIAEXAMPLE", "s3cret"))
+    config = load_client_config(config_file=path, env={})
+    assert (config.endpoint, config.access_key, config.secret_key) == (
+        "http://127.0.0.1:8081",
+        "AKIAEXAMPLE",
+        "s3cret",
+    )
+    shown = subprocess.run(
+        ["sh", "-c", f". '{path}'; sh -c 'echo $ACCELSHARE_ENDPOINT $ACCELSHARE_ACCESS_KEY'"],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={"PATH": os.environ["PATH"]},
+    )
+    assert shown.stdout.split() == ["http://127.0.0.1:8081", "AKIAEXAMPLE"]  # exported
+
+
+def test_accelerator_options_and_agent_ids() -> None:
+    assert accelerator_options(DevClusterOptions()) == {
+        "allocation_mode": "fractional",
+        "unit_mem": None,
+        "unit_proc": None,
+        "quantum_size": None,
+    }
+    options = DevClusterOptions(
+        allocation_mode="discrete", unit_mem="1g", unit_proc=10, quantum="0.05"
+    )
+    assert accelerator_options(options) == {
+        "allocation_mode": "discrete",
+        "unit_mem": "1g",
+        "unit_proc": "10",
+        "quantum_size": "0.05",
+    }
+    assert check_accelerator_options(options) is None
+    assert check_accelerator_options(DevClusterOptions(unit_mem="1m")) == (
+        "--unit-mem '1m': expected a byte size >= 512 MiB such as '1g' or 1073741824"
+    )
+    assert agent_ids(3) == ["i-dev-01", "i-dev-02", "i-dev-03"]
+
+
+def test_mock_config_resolution(tmp_path: Path) -> None:
+    assert resolve_mock_config(None, cwd=REPO) == REPO / "configs/accelerator/two-fgpu.toml"
+    # from elsewhere: the checkout this package runs from
+    assert resolve_mock_config(None, cwd=tmp_path).name == "two-fgpu.toml"
+    with pytest.raises(ClusterStartError, match="no such file"):
+        resolve_mock_config(tmp_path / "missing.toml")
+
+
+def _dev_up(*args: str) -> tuple[int, str, str]:
+    result = CliRunner().invoke(app, ["dev", "up", *args])
+    return result.exit_code, result.stdout, result.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "code", "words"),
+    [
+        (["--mem", "lots"], 2, "--mem 'lots'"),
+        (["--mock-config", "/no/such.toml"], 1, "no such file"),
+        (["--unit-mem", "1m"], 1, "--unit-mem '1m': expected a byte size >= 512 MiB"),
+        (["--quantum", "2"], 1, "--quantum '2': expected a decimal number > 0 and <= 1"),
+        (["--quantum", "abc"], 1, "--quantum 'abc'"),
+        (["--allocation-mode", "halves"], 2, "halves"),
+    ],
+    ids=["mem", "mock-config", "unit-mem", "quantum", "quantum-text", "mode"],
+)
+def test_dev_up_refuses_bad_options(tmp_path: Path, args: list[str], code: int, words: str) -> None:
+    exit_code, _stdout, stderr = _dev_up("--data-dir", str(tmp_path / "d"), *args)
+    assert exit_code == code, stderr
+    assert words in stderr
+    assert not (tmp_path / "d" / "manager.toml").exists()  # nothing was started
+
+
+def test_port_in_use_and_second_dev_up_refused(tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        cluster = LocalCluster(DevClusterOptions(data_dir=tmp_path, port=port))
+        with pytest.raises(ClusterStartError, match=f"port {port} .* is in use"):
+            cluster.start()
+    first = LocalCluster(DevClusterOptions(data_dir=tmp_path, port=port))
+    first._take_lock()
+    try:
+        second = LocalCluster(DevClusterOptions(data_dir=tmp_path, port=port))
+        with pytest.raises(ClusterStartError, match=r"another `accelshare dev up` \(pid \d+\)"):
+            second._take_lock()
+    finally:
+        first.stop()

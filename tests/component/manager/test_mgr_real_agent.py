@@ -1,0 +1,184 @@
+"""The seed scenarios with a real agent process (mock plugin, process runtime) and the
+manager process (``accelshare server manager``), over real HTTP."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import importlib.util
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from accelshare.config import ConfigStore
+from accelshare.config.embedded import EmbeddedBackend
+from accelshare.manager.bootstrap import AdminCredentials
+
+from .cluster import SECRET, ManagerProcess, Signer, free_port
+
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.skipif(
+        importlib.util.find_spec("accelshare.agent.daemon") is None,
+        reason="the agent daemon (accelshare.agent.daemon) is not in this tree",
+    ),
+]
+
+REPO = Path(__file__).resolve().parents[3]
+GPU1 = "c59395cd-ac91-4cd3-a1b0-3d2568aa2d01"
+GPU2 = "c59395cd-ac91-4cd3-a1b0-3d2568aa2d02"
+QUERY = "query ($agent_id: String!) { agent(agent_id: $agent_id) { gpu_alloc_map } }"
+
+
+@contextlib.asynccontextmanager
+async def real_cluster(
+    db_url: str, tmp_path: Path, *, keep_scratch: bool = False
+) -> AsyncIterator[httpx.AsyncClient]:
+    port, rpc_port = free_port(), free_port()
+    store_path = tmp_path / "config-store.db"
+    async with ConfigStore(EmbeddedBackend(store_path)) as store:
+        await store.put("config/plugins/accelerator/cuda/allocation_mode", "fractional")
+    (tmp_path / "manager.toml").write_text(
+        f'[manager]\ndata-dir = "{tmp_path / "state"}"\nservice-addr = "127.0.0.1:{port}"\n'
+        f'cluster-secret = "{SECRET}"\n[db]\nurl = "{db_url}"\n'
+        f'[config-store]\npath = "{store_path}"\n'
+    )
+    (tmp_path / "agent.toml").write_text(
+        f'[agent]\nid = "i-node01"\nrpc-listen-addr = "127.0.0.1:{rpc_port}"\n'
+        'allowed-compute-plugins = ["mock"]\n'
+        f'mock-accelerator-config = "{REPO / "configs/accelerator/two-fgpu.toml"}"\n'
+        f'[container]\nruntime = "process"\nscratch-root = "{tmp_path / "scratch"}"\n'
+        f"keep-scratch = {str(keep_scratch).lower()}\n"
+        '[resource]\nreserved-cpu = 0\ncpu-count = 8\nmemory-size = "16g"\nreserved-mem = 0\n'
+        f'[manager]\nendpoint = "http://127.0.0.1:{port}"\n'
+        f'[config-store]\npath = "{store_path}"\n'
+    )
+    manager = ManagerProcess(tmp_path / "manager.toml", port, tmp_path / "manager.log")
+    agent_log = tmp_path / "agent.log"
+    agent: subprocess.Popen[bytes] | None = None
+    try:
+        await manager.start()
+        agent = subprocess.Popen(
+            [sys.executable, "-m", "accelshare.agent", "--config", str(tmp_path / "agent.toml")],
+            stdout=agent_log.open("ab"),
+            stderr=subprocess.STDOUT,
+            cwd=tmp_path,
+            env={**os.environ, "ACCELSHARE_CLUSTER_SECRET": SECRET},
+        )
+        creds = AdminCredentials.from_env_file(tmp_path / "state" / "admin-credentials.env")
+        auth = Signer(creds.access_key, creds.secret_key)
+        async with httpx.AsyncClient(
+            base_url=f"http://127.0.0.1:{port}", auth=auth, timeout=60
+        ) as client:
+            deadline = time.monotonic() + 60
+            while not (await client.get("/agents", params={"status": "ALIVE"})).json()["items"]:
+                if agent.poll() is not None or time.monotonic() > deadline:
+                    raise AssertionError("the agent did not register:\n" + agent_log.read_text())
+                await asyncio.sleep(0.2)
+            try:
+                yield client
+            finally:
+                listing = (await client.get("/sessions")).json()["items"]
+                for s in listing:
+                    await client.delete(f"/session/{s['sessionId']}")
+    finally:
+        if agent is not None and agent.poll() is None:
+            agent.send_signal(signal.SIGTERM)
+            agent.wait(30)
+        manager.stop()
+
+
+async def wait_for(
+    client: httpx.AsyncClient, names: list[str], want: Counter[str]
+) -> dict[str, str]:
+    deadline = time.monotonic() + 60
+    while True:
+        statuses = {n: (await client.get(f"/session/{n}")).json()["status"] for n in names}
+        if Counter(statuses.values()) == want:
+            return statuses
+        assert time.monotonic() < deadline, statuses
+        await asyncio.sleep(0.2)
+
+
+async def test_seed_scenarios_with_a_real_agent(db_url: str, tmp_path: Path) -> None:
+    async with real_cluster(db_url, tmp_path) as client:
+        for name, shares in (("small", "0.2"), ("big", "1.2")):
+            body = {
+                "image": "python",
+                "name": name,
+                "maxWaitSeconds": 30,
+                "config": {"resources": {"cpu": 1, "mem": "256m", "cuda.shares": shares}},
+            }
+            created = await client.post("/session", json=body)
+            assert created.status_code == 201, created.text
+            assert created.json()["status"] == "RUNNING", created.text
+        answer = await client.post(
+            "/admin/gql", json={"query": QUERY, "variables": {"agent_id": "i-node01"}}
+        )
+        assert answer.json() == {
+            "data": {"agent": {"gpu_alloc_map": json.dumps({GPU2: "0.80", GPU1: "0.60"})}}
+        }
+        for name in ("small", "big"):
+            assert (await client.delete(f"/session/{name}")).json()["status"] == "TERMINATED"
+
+        names = ["a", "b", "c"]
+        for name in names:
+            body = {
+                "image": "python",
+                "name": name,
+                "enqueueOnly": True,
+                "config": {"resources": {"cpu": 1, "mem": "256m", "cuda.shares": "1"}},
+            }
+            assert (await client.post("/session", json=body)).status_code == 201
+        statuses = await wait_for(client, names, Counter({"RUNNING": 2, "PENDING": 1}))
+        waiting = next(n for n, s in statuses.items() if s == "PENDING")
+        deadline = time.monotonic() + 30
+        while not (why := (await client.get(f"/session/{waiting}/why")).json())["agents"]:
+            assert time.monotonic() < deadline, why  # the first pass has not looked at it yet
+            await asyncio.sleep(0.1)
+        assert why["agents"][0].startswith("i-node01: cuda.shares needs 1, largest placement 0")
+        running = next(n for n, s in statuses.items() if s == "RUNNING")
+        assert (await client.delete(f"/session/{running}")).json()["status"] == "TERMINATED"
+        await wait_for(client, names, Counter({"RUNNING": 2, "TERMINATED": 1}))
+
+
+async def test_batch_sessions_run_their_command_in_the_environment(
+    db_url: str, tmp_path: Path
+) -> None:
+    """``accelshare session create python -- -c 'print(42)'`` and ``shell -- 'echo hello;
+    exit 3'`` (the startupCommands the CLI sends for them): the command runs in the
+    session's environment, once, and its output and exit code are recorded.  (Scratch
+    dirs are kept so the logs outlive the heartbeat that cleans up ended kernels.)"""
+    cases = [
+        # name, image, startupCommand, exit code, result, output
+        ("py", "python", "-c 'print(42)'", 0, "SUCCESS", "42\n"),
+        ("sh", "shell", "echo hello; exit 3", 3, "FAILURE", "hello\n"),
+    ]
+    async with real_cluster(db_url, tmp_path, keep_scratch=True) as client:
+        for name, image, startup, _, _, _ in cases:
+            body = {
+                "image": image,
+                "name": name,
+                "type": "batch",
+                "startupCommand": startup,
+                "enqueueOnly": True,
+                "config": {"resources": {"cpu": 1, "mem": "256m"}},
+            }
+            created = await client.post("/session", json=body)
+            assert created.status_code == 201, created.text
+        names = [case[0] for case in cases]
+        await wait_for(client, names, Counter({"TERMINATED": len(cases)}))
+        for name, _, _, exit_code, result, output in cases:
+            session = (await client.get(f"/session/{name}")).json()
+            assert (session["exitCode"], session["result"]) == (exit_code, result), session
+            logs = (await client.get(f"/session/{name}/logs")).json()["result"]["logs"]
+            assert logs == output, (name, logs)

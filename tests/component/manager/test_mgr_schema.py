@@ -1,0 +1,97 @@
+"""The packaged Alembic migrations produce exactly the models' schema (SQLite and PostgreSQL)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+from alembic import command
+from alembic.autogenerate import compare_metadata
+from alembic.runtime.migration import MigrationContext
+from sqlalchemy.engine import Connection
+
+from accelshare.manager.db import Database
+from accelshare.manager.models import Base
+from accelshare.manager.schema import (
+    SchemaError,
+    alembic_config,
+    create_schema_oneshot,
+    ensure_schema,
+    get_schema_state,
+    head_revision,
+    upgrade_schema,
+)
+
+APP_TABLES = frozenset(Base.metadata.tables)
+
+
+def _diff(connection: Connection) -> list[Any]:
+    context = MigrationContext.configure(
+        connection, opts={"compare_type": True, "compare_server_default": True}
+    )
+    return list(compare_metadata(context, Base.metadata))
+
+
+async def schema_diff(db: Database) -> list[Any]:
+    async with db.connect() as conn:
+        return await conn.run_sync(_diff)
+
+
+async def test_migrations_match_the_models(database: Database) -> None:
+    state = await upgrade_schema(database)
+    assert state.current == head_revision()
+    assert state.tables == APP_TABLES
+    assert await schema_diff(database) == []
+
+
+async def test_oneshot_matches_the_models_and_is_stamped(database: Database) -> None:
+    state = await create_schema_oneshot(database)
+    assert state.is_current
+    assert state.tables == APP_TABLES
+    assert await schema_diff(database) == []
+    assert (await upgrade_schema(database)).is_current  # nothing left to run
+
+
+async def test_oneshot_refuses_an_existing_schema(database: Database) -> None:
+    await upgrade_schema(database)
+    with pytest.raises(SchemaError, match="dbschema upgrade"):
+        await create_schema_oneshot(database)
+
+
+async def test_foreign_tables_are_not_touched(database: Database) -> None:
+    async with database.connect(write=True) as conn:
+        await conn.execute(sa.text("CREATE TABLE stray (id INTEGER PRIMARY KEY)"))
+    with pytest.raises(SchemaError, match="stray"):
+        await create_schema_oneshot(database)
+    with pytest.raises(SchemaError, match="no Alembic revision"):
+        await upgrade_schema(database)
+
+
+async def test_downgrade_to_nothing_and_back(database: Database) -> None:
+    assert (await upgrade_schema(database)).is_current
+
+    def down(connection: Connection) -> None:
+        cfg = alembic_config()
+        cfg.attributes["connection"] = connection
+        command.downgrade(cfg, "base")
+
+    async with database.connect(write=True) as conn:
+        await conn.run_sync(down)
+    assert (await get_schema_state(database)).tables == frozenset()
+    await upgrade_schema(database)
+    assert await schema_diff(database) == []
+
+
+async def test_ensure_schema_creates_then_keeps(database: Database) -> None:
+    assert (await get_schema_state(database)).is_empty
+    assert (await ensure_schema(database)).is_current
+    assert (await ensure_schema(database, auto_upgrade=False)).is_current
+
+
+async def test_ensure_schema_without_auto_upgrade_refuses_an_old_schema(database: Database) -> None:
+    async with database.connect(write=True) as conn:
+        await conn.execute(sa.text("CREATE TABLE alembic_version (version_num VARCHAR(32))"))
+        await conn.execute(sa.text("INSERT INTO alembic_version VALUES ('0000_older')"))
+    with pytest.raises(SchemaError, match="run 'accelshare mgr dbschema upgrade'"):
+        await ensure_schema(database, auto_upgrade=False)

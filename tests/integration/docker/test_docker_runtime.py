@@ -1,0 +1,182 @@
+"""The docker runtime against a real dockerd (started by conftest) and a local busybox image."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from decimal import Decimal
+from pathlib import Path
+
+import pytest
+
+from accelshare.agent.recovery import discover_kernels
+from accelshare.agent.runtime import (
+    AGENT_ID_LABEL,
+    KERNEL_ID_LABEL,
+    ExitReason,
+    KernelSpec,
+    KernelStartFailed,
+    KernelState,
+    ResourceLimits,
+)
+from accelshare.agent.runtime.docker import DockerRuntime, DockerRuntimeConfig
+from accelshare.common import SlotTypes
+
+pytestmark = pytest.mark.integration
+
+RESOURCE_TXT = 'SLOTS={"cpu":"1"}\nCPU_SHARES=0:1\nMEM_SHARES=root:64m\n'
+SLOT_TYPES = {"cpu": SlotTypes.COUNT, "mem": SlotTypes.BYTES}
+REPORT = (
+    "echo kid=$BACKENDAI_KERNEL_ID mock=$BACKENDAI_MOCK_CUDA_DEVICES > /home/work/report; "
+    "cat /home/config/resource.txt >> /home/work/report; "
+    "echo limit=$(cat /sys/fs/cgroup/memory/memory.limit_in_bytes 2>/dev/null "
+    "|| cat /sys/fs/cgroup/memory.max) >> /home/work/report; "
+    "echo END >> /home/work/report; echo to-stdout; "
+    "trap 'exit 0' TERM; while :; do sleep 1 & wait $!; done"
+)
+
+
+def new_kernel_id() -> str:
+    return f"d-{uuid.uuid4().hex[:12]}"
+
+
+async def poll_file(path: Path, marker: str, timeout_s: float = 20.0) -> str:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        if path.exists() and marker in (text := path.read_text()):
+            return text
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{path} never contained {marker!r}")
+        await asyncio.sleep(0.05)
+
+
+async def test_container_lifecycle(docker_runtime: DockerRuntime, busybox_image: str) -> None:
+    kernel_id = new_kernel_id()
+    spec = KernelSpec(
+        kernel_id=kernel_id,
+        image=busybox_image,
+        resource_txt=RESOURCE_TXT,
+        command=("sh", "-c", REPORT),
+        env={"BACKENDAI_MOCK_CUDA_DEVICES": "gpu-a,gpu-b"},
+        limits=ResourceLimits(cpu_count=Decimal("0.5"), mem_bytes=64 << 20, pids_max=64),
+        labels={"ai.accelshare.session-id": "s-1"},
+    )
+    info = await docker_runtime.create_kernel(spec)
+    assert info.state is KernelState.RUNNING
+    assert info.cid is not None
+    scratch = docker_runtime.scratch_root / kernel_id
+
+    report = await poll_file(scratch / "work" / "report", "END")
+    assert f"kid={kernel_id} mock=gpu-a,gpu-b" in report
+    assert "CPU_SHARES=0:1" in report  # /home/config/resource.txt is visible inside
+    assert f"limit={64 << 20}" in report
+    assert (scratch / "config" / "resource.txt").read_text() == RESOURCE_TXT + f"CID={info.cid}\n"
+
+    data = await (await docker_runtime.docker.containers.get(info.cid)).show()
+    labels = data["Config"]["Labels"]
+    assert labels[KERNEL_ID_LABEL] == kernel_id
+    assert labels[AGENT_ID_LABEL] == docker_runtime.config.agent_id
+    assert labels["ai.accelshare.session-id"] == "s-1"
+    assert data["HostConfig"]["Memory"] == 64 << 20
+    assert data["HostConfig"]["NanoCpus"] == 500_000_000
+    assert data["HostConfig"]["PidsLimit"] == 64
+    assert info.limits["memory"] == f"docker Memory={64 << 20}"
+
+    assert (await docker_runtime.create_kernel(spec)).cid == info.cid  # idempotent
+    assert "to-stdout" in await docker_runtime.get_logs(kernel_id)
+
+    destroyed = await docker_runtime.destroy_kernel(kernel_id)
+    assert destroyed.state is KernelState.EXITED
+    assert destroyed.exit is not None
+    assert destroyed.exit.reason is ExitReason.DESTROYED
+    assert destroyed.exit.exit_code == 0  # the trap ended it on SIGTERM
+    assert "to-stdout" in await docker_runtime.get_logs(kernel_id)  # saved before removal
+    after = await docker_runtime.get_kernel(kernel_id)
+    assert after.state is KernelState.EXITED
+    assert after.exit is not None
+    assert after.exit.reason is ExitReason.DESTROYED
+    await docker_runtime.cleanup_kernel(kernel_id)
+    assert not scratch.exists()
+
+
+async def test_exit_code_idle_kernel_and_bad_image(
+    docker_runtime: DockerRuntime, busybox_image: str
+) -> None:
+    ends = new_kernel_id()
+    await docker_runtime.create_kernel(
+        KernelSpec(ends, busybox_image, RESOURCE_TXT, command=("sh", "-c", "exit 3"))
+    )
+    info = await docker_runtime.wait_exit(ends, timeout_s=20)
+    assert info.exit is not None
+    assert (info.exit.reason, info.exit.exit_code) == (ExitReason.EXITED, 3)
+
+    idle = new_kernel_id()
+    await docker_runtime.create_kernel(KernelSpec(idle, busybox_image, RESOURCE_TXT))
+    with pytest.raises(TimeoutError):
+        await docker_runtime.wait_exit(idle, timeout_s=0.3)
+    assert (await docker_runtime.get_kernel(idle)).is_running
+
+    with pytest.raises(KernelStartFailed, match="docker"):
+        await docker_runtime.create_kernel(
+            KernelSpec(new_kernel_id(), "accelshare-test/none:0", RESOURCE_TXT)
+        )
+
+
+async def test_memory_hog_container_is_oom_killed(
+    docker_runtime: DockerRuntime, busybox_image: str
+) -> None:
+    kernel_id = new_kernel_id()
+    hog = "x=$(head -c 200000000 /dev/zero | tr '\\0' a); echo survived"
+    await docker_runtime.create_kernel(
+        KernelSpec(
+            kernel_id,
+            busybox_image,
+            RESOURCE_TXT,
+            command=("sh", "-c", hog),
+            limits=ResourceLimits(mem_bytes=32 << 20),
+        )
+    )
+    info = await docker_runtime.wait_exit(kernel_id, timeout_s=30)
+    assert info.exit is not None
+    assert info.exit.oom_killed
+    assert info.exit.reason is ExitReason.OOM_KILLED
+
+
+async def test_recovery_lists_containers_by_label(
+    docker_runtime: DockerRuntime, busybox_image: str
+) -> None:
+    live, killed = new_kernel_id(), new_kernel_id()
+    for kernel_id in (live, killed):
+        await docker_runtime.create_kernel(KernelSpec(kernel_id, busybox_image, RESOURCE_TXT))
+    killed_info = await docker_runtime.get_kernel(killed)
+    assert killed_info.cid is not None
+    container = await docker_runtime.docker.containers.get(killed_info.cid)
+    await container.kill(signal="SIGKILL")  # dies while "the agent is away"
+
+    # A restarted agent: a new runtime object on the same scratch root and agent id,
+    # and a stranger agent on the same engine that must not see these kernels.
+    config = docker_runtime.config
+    restarted = await DockerRuntime.connect(config)
+    stranger = await DockerRuntime.connect(
+        DockerRuntimeConfig(
+            scratch_root=config.scratch_root.parent / "other",
+            docker_url=config.docker_url,
+            agent_id="someone-else",
+        )
+    )
+    try:
+        report = await discover_kernels(restarted, SLOT_TYPES)
+        assert [k.kernel_id for k in report.live] == [live]
+        assert report.live[0].allocations == {
+            "cpu": {"0": Decimal(1)},
+            "mem": {"root": Decimal(64 << 20)},
+        }
+        assert [i.kernel_id for i in report.exited] == [killed]
+        exit_ = report.exited[0].exit
+        assert exit_ is not None
+        assert exit_.exit_code == 137
+        assert await stranger.scan_kernels() == []
+    finally:
+        await restarted.close()
+        await stranger.close()

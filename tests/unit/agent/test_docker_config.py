@@ -1,0 +1,141 @@
+"""The docker runtime's container request, as pure data (no engine needed)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from decimal import Decimal
+from pathlib import Path
+
+import pytest
+
+from accelshare.agent.runtime.base import KernelSpec, ResourceLimits
+from accelshare.agent.runtime.docker import (
+    DockerRuntimeConfig,
+    container_config,
+    gpu_device_request,
+)
+from accelshare.agent.scratch import ScratchDir
+
+
+@dataclass(frozen=True)
+class Node:  # same shape as accelshare.accel.types.DeviceNode
+    host_path: str
+    container_path: str
+    permissions: str = "rwm"
+
+
+@dataclass(frozen=True)
+class Bind:  # same shape as accelshare.accel.types.Mount
+    source: str
+    target: str
+    read_only: bool = True
+
+
+def test_full_container_request(tmp_path: Path) -> None:
+    config = DockerRuntimeConfig(scratch_root=tmp_path, agent_id="i-node01", network_mode="none")
+    scratch = ScratchDir(tmp_path, "k1")
+    spec = KernelSpec(
+        kernel_id="k1",
+        image="cr.example/python:3.11",
+        resource_txt="",
+        command=("python", "-c", "print(1)"),
+        env={"CUDA_VISIBLE_DEVICES": "0,1"},
+        limits=ResourceLimits(
+            cpu_count=Decimal("1.5"), cpuset_cpus=(3, 1), mem_bytes=2 << 30, pids_max=100
+        ),
+        device_nodes=(Node("/dev/nvidia0", "/dev/nvidia0"),),
+        mounts=(Bind("/data", "/home/work/data"),),
+        device_requests=(gpu_device_request(["GPU-aaa", "GPU-bbb"]),),
+        labels={"ai.accelshare.session-id": "s1"},
+    )
+    body = container_config(spec, scratch, config)
+    assert body["Image"] == "cr.example/python:3.11"
+    assert body["Cmd"] == ["python", "-c", "print(1)"]
+    assert "CUDA_VISIBLE_DEVICES=0,1" in body["Env"]
+    assert "ACCELSHARE_KERNEL_ID=k1" in body["Env"]
+    assert "BACKENDAI_KERNEL_ID=k1" in body["Env"]
+    assert "ACCELSHARE_RESOURCE_TXT=/home/config/resource.txt" in body["Env"]
+    assert body["Labels"] == {
+        "ai.accelshare.session-id": "s1",
+        "ai.accelshare.kernel-id": "k1",
+        "ai.accelshare.agent-id": "i-node01",
+    }
+    assert body["WorkingDir"] == "/home/work"
+    host = body["HostConfig"]
+    assert host["NanoCpus"] == 1_500_000_000
+    assert host["Memory"] == host["MemorySwap"] == 2 << 30
+    assert host["PidsLimit"] == 100
+    assert host["CpusetCpus"] == "1,3"
+    assert host["NetworkMode"] == "none"
+    assert host["Mounts"] == [
+        {
+            "Type": "bind",
+            "Source": str(scratch.config_dir),
+            "Target": "/home/config",
+            "ReadOnly": True,
+        },
+        {
+            "Type": "bind",
+            "Source": str(scratch.work_dir),
+            "Target": "/home/work",
+            "ReadOnly": False,
+        },
+        {"Type": "bind", "Source": "/data", "Target": "/home/work/data", "ReadOnly": True},
+    ]
+    assert host["Devices"] == [
+        {
+            "PathOnHost": "/dev/nvidia0",
+            "PathInContainer": "/dev/nvidia0",
+            "CgroupPermissions": "rwm",
+        }
+    ]
+    assert host["DeviceRequests"] == [
+        {"Capabilities": [["gpu"]], "DeviceIDs": ["GPU-aaa", "GPU-bbb"], "Driver": "nvidia"}
+    ]
+
+
+def test_minimal_request_idles_and_sets_no_limits(tmp_path: Path) -> None:
+    config = DockerRuntimeConfig(scratch_root=tmp_path, host_config={"ShmSize": 64 << 20})
+    body = container_config(KernelSpec("k2", "busybox", ""), ScratchDir(tmp_path, "k2"), config)
+    assert body["Cmd"] == list(config.idle_command)
+    host = body["HostConfig"]
+    assert not {"NanoCpus", "Memory", "PidsLimit", "CpusetCpus", "DeviceRequests", "Devices"} & set(
+        host
+    )
+    assert host["ShmSize"] == 64 << 20
+
+
+@pytest.mark.parametrize(
+    ("request_", "message"),
+    [
+        ({"Drvier": "nvidia"}, "unknown keys"),
+        ({"Count": 1, "DeviceIDs": ["a"]}, "Count or DeviceIDs"),
+    ],
+)
+def test_bad_device_requests_are_refused(
+    tmp_path: Path, request_: dict[str, object], message: str
+) -> None:
+    spec = KernelSpec("k3", "busybox", "", device_requests=(request_,))
+    with pytest.raises(ValueError, match=message):
+        container_config(
+            spec, ScratchDir(tmp_path, "k3"), DockerRuntimeConfig(scratch_root=tmp_path)
+        )
+
+
+def test_gpu_device_request_needs_devices() -> None:
+    with pytest.raises(ValueError, match="at least one"):
+        gpu_device_request([])
+
+
+def test_startup_command_runs_through_the_containers_shell(tmp_path: Path) -> None:
+    config = DockerRuntimeConfig(scratch_root=tmp_path, agent_id="i-node01")
+    spec = KernelSpec(
+        kernel_id="k1", image="python:3.11", resource_txt="", startup_command="python a.py && ls"
+    )
+    body = container_config(spec, ScratchDir(tmp_path, "k1"), config)
+    assert body["Cmd"] == ["/bin/sh", "-c", "python a.py && ls"]
+
+
+def test_command_and_startup_command_are_exclusive() -> None:
+    with pytest.raises(ValueError, match="not both"):
+        KernelSpec(kernel_id="k1", image="i", resource_txt="", command=("a",), startup_command="a")

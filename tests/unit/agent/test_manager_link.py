@@ -1,0 +1,139 @@
+"""Heartbeats and event delivery against a fake manager (httpx.MockTransport, no network)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
+
+import httpx
+import pytest
+
+from accelshare.agent.events import EventOutbox
+from accelshare.agent.manager_link import EVENTS_PATH, HEARTBEAT_PATH, ManagerLink
+from accelshare.agent.wire import CLUSTER_SECRET_HEADER, Heartbeat, HeartbeatAck, KernelEventType
+
+AT = datetime(2024, 1, 1, tzinfo=UTC)
+SECRET = "s3cret-s3cret-s3cret"
+
+
+class FakeManager:
+    def __init__(self) -> None:
+        self.down = False
+        self.status = 200
+        self.heartbeats: list[dict[str, Any]] = []
+        self.batches: list[dict[str, Any]] = []
+        self.secrets: set[str | None] = set()
+        self.destroy: list[str] = []
+
+    def handle(self, request: httpx.Request) -> httpx.Response:
+        if self.down:
+            raise httpx.ConnectError("connection refused", request=request)
+        self.secrets.add(request.headers.get(CLUSTER_SECRET_HEADER))
+        if self.status != 200:
+            return httpx.Response(self.status, json={"title": "nope"})
+        body = json.loads(request.content)
+        if request.url.path == HEARTBEAT_PATH:
+            self.heartbeats.append(body)
+            return httpx.Response(200, json={"destroy_kernels": self.destroy})
+        assert request.url.path == EVENTS_PATH
+        self.batches.append(body)
+        return httpx.Response(204)
+
+
+async def until(check: Callable[[], object], timeout_s: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not check():
+        assert time.monotonic() < deadline, "timed out"
+        await asyncio.sleep(0.005)
+
+
+def make_link(
+    manager: FakeManager, outbox: EventOutbox, acks: list[HeartbeatAck] | None = None
+) -> ManagerLink:
+    async def on_ack(ack: HeartbeatAck) -> None:
+        if acks is not None:
+            acks.append(ack)
+
+    return ManagerLink(
+        endpoint="http://manager:8081",
+        agent_id="i-1",
+        secret=SECRET,
+        outbox=outbox,
+        build_heartbeat=lambda: Heartbeat(
+            agent_id="i-1", rpc_url="http://127.0.0.1:6001", slots={}, alloc_maps={}
+        ),
+        on_ack=on_ack,
+        interval_s=0.01,
+        transport=httpx.MockTransport(manager.handle),
+        min_backoff_s=0.001,
+        max_backoff_s=0.01,
+    )
+
+
+async def test_heartbeats_carry_the_secret_and_acks_reach_the_agent() -> None:
+    manager, acks = FakeManager(), []
+    manager.destroy = ["k-gone"]
+    link = make_link(manager, EventOutbox(), acks)
+    link.start()
+    await until(lambda: len(manager.heartbeats) >= 3 and acks)
+    await link.stop()
+    assert manager.secrets == {SECRET}
+    assert manager.heartbeats[0]["agent_id"] == "i-1"
+    assert acks[0].destroy_kernels == ["k-gone"]
+    assert link.reachable is True
+
+
+async def test_events_are_batched_and_dropped_only_once_acknowledged() -> None:
+    manager, outbox = FakeManager(), EventOutbox()
+    manager.down = True
+    link = make_link(manager, outbox)
+    link.start()
+    for i in range(3):
+        outbox.emit(f"k{i}", "s", KernelEventType.STARTED, at=AT)
+    link.notify_events()
+    await until(lambda: link.reachable is False)
+    assert len(outbox) == 3  # kept while the manager is down
+    manager.down = False
+    await until(lambda: len(outbox) == 0)
+    await link.stop()
+    sent = [e["event_id"] for batch in manager.batches for e in batch["events"]]
+    assert sent == ["k0:started", "k1:started", "k2:started"]
+    assert manager.batches[0]["agent_id"] == "i-1"
+
+
+async def test_an_outage_is_logged_once(caplog: pytest.LogCaptureFixture) -> None:
+    manager = FakeManager()
+    manager.down = True
+    link = make_link(manager, EventOutbox())
+    with caplog.at_level(logging.INFO, logger="accelshare.agent.manager_link"):
+        link.start()
+        await until(lambda: link._failures >= 5)
+        manager.down = False
+        await until(lambda: link.reachable is True)
+        await link.stop()
+    unreachable = [r for r in caplog.records if "unreachable" in r.getMessage()]
+    again = [r for r in caplog.records if "reachable again" in r.getMessage()]
+    assert len(unreachable) == 1
+    assert len(again) == 1
+
+
+async def test_a_refusing_manager_counts_as_down_and_events_stay(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    manager, outbox = FakeManager(), EventOutbox()
+    manager.status = 401
+    link = make_link(manager, outbox)
+    outbox.emit("k1", "s", KernelEventType.EXITED, at=AT, exit_code=0)
+    with caplog.at_level(logging.WARNING, logger="accelshare.agent.manager_link"):
+        link.start()
+        link.notify_events()
+        await until(lambda: link.reachable is False)
+    assert any("refused the" in r.getMessage() and "401" in r.getMessage() for r in caplog.records)
+    assert await link.send_heartbeat() is None
+    await link.stop(flush_timeout_s=0.5)
+    assert len(outbox) == 1

@@ -1,0 +1,61 @@
+"""Parsing a kernel's requested slots: unknown zero dropped, unknown non-zero refused,
+cpu and mem required."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+import pytest
+
+from accelshare.agent.requests import KernelRequestError, parse_requested_slots
+from accelshare.alloc import UnsupportedResource
+from accelshare.common import SlotTypes
+
+KNOWN = {"cpu": SlotTypes.COUNT, "mem": SlotTypes.BYTES, "cuda.shares": SlotTypes.COUNT}
+
+
+@pytest.mark.parametrize(
+    ("requested", "expected"),
+    [
+        pytest.param(
+            {"cpu": "1", "mem": "1073741824", "cuda.shares": "0.5"},
+            {"cpu": Decimal(1), "mem": Decimal(1 << 30), "cuda.shares": Decimal("0.5")},
+            id="all-known",
+        ),
+        pytest.param(
+            {"cpu": "2", "mem": "2g"},
+            {"cpu": Decimal(2), "mem": Decimal(2 << 30)},
+            id="binary-size-for-bytes",
+        ),
+        pytest.param(
+            {"cpu": "1", "mem": "1g", "rocm.device": "0", "cuda.shares": "0"},
+            {"cpu": Decimal(1), "mem": Decimal(1 << 30)},
+            id="zeros-dropped-known-or-not",
+        ),
+    ],
+)
+def test_accepted(requested: dict[str, str], expected: dict[str, Decimal]) -> None:
+    assert parse_requested_slots(requested, KNOWN) == expected
+
+
+def test_unknown_non_zero_is_unsupported() -> None:
+    with pytest.raises(UnsupportedResource, match=r"UnsupportedResource: .*'rocm\.device'"):
+        parse_requested_slots({"cpu": "1", "mem": "1g", "rocm.device": "1"}, KNOWN, kernel_id="k")
+
+
+@pytest.mark.parametrize(
+    ("requested", "message"),
+    [
+        pytest.param({"mem": "1g"}, "cpu must be requested", id="cpu-missing"),
+        pytest.param({"cpu": "1", "mem": "0"}, "mem must be requested", id="mem-zero"),
+        pytest.param({}, "cpu and mem", id="both-missing"),
+        pytest.param({"cpu": "-1", "mem": "1g"}, "cannot be negative", id="negative"),
+        pytest.param({"cpu": "one", "mem": "1g"}, "not a finite number", id="junk"),
+        pytest.param({"cpu": "NaN", "mem": "1g"}, "not a finite number", id="nan"),
+        pytest.param({"cpu": "1", "mem": "inf"}, "not a finite number", id="infinite"),
+    ],
+)
+def test_refused(requested: dict[str, str], message: str) -> None:
+    with pytest.raises(KernelRequestError, match=message) as info:
+        parse_requested_slots(requested, KNOWN)
+    assert str(info.value).startswith("KernelRequestError: ")

@@ -1,0 +1,139 @@
+"""Request validation at enqueue (pure part): known slots, defaults, quanta, whole units."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+from typing import Any
+
+import pytest
+from pydantic import ValidationError
+
+from accelshare.common import ResourceSlot, SlotTypes
+from accelshare.manager.agents import format_compat, gpu_alloc_map_string
+from accelshare.manager.errors import InvalidRequest
+from accelshare.manager.scheduler.loop import advisory_key
+from accelshare.manager.session_spec import CreateSessionBody, resolve_resources
+
+KNOWN = {
+    "cpu": SlotTypes.COUNT,
+    "mem": SlotTypes.BYTES,
+    "cuda.shares": SlotTypes.COUNT,
+    "cuda.device:10g-mig": SlotTypes.UNIQUE,
+}
+DEFAULTS = ResourceSlot({"cpu": 1, "mem": 1 << 30})
+QUANTA = {"cuda.shares": {Decimal("0.1")}}
+
+
+def resolve(raw: dict[str, Any]) -> ResourceSlot:
+    return resolve_resources(raw, known=KNOWN, defaults=DEFAULTS, quanta=QUANTA, discrete={"cpu"})
+
+
+@pytest.mark.parametrize(
+    ("raw", "expected"),
+    [
+        pytest.param({}, {"cpu": 1, "mem": 1 << 30}, id="defaults"),
+        pytest.param(
+            {"cpu": 2, "mem": "2g", "cuda.shares": "0.2"},
+            {"cpu": 2, "mem": 2 << 30, "cuda.shares": Decimal("0.2")},
+            id="given",
+        ),
+        pytest.param(
+            {"cuda.shares": 0, "foo": 0}, {"cpu": 1, "mem": 1 << 30}, id="zero-unknown-is-fine"
+        ),
+        pytest.param(
+            {"cuda.device:10g-mig": 1},
+            {"cpu": 1, "mem": 1 << 30, "cuda.device:10g-mig": 1},
+            id="unique",
+        ),
+    ],
+)
+def test_accepted(raw: dict[str, Any], expected: dict[str, Any]) -> None:
+    assert resolve(raw) == ResourceSlot(expected)
+
+
+@pytest.mark.parametrize(
+    ("raw", "field", "message"),
+    [
+        pytest.param(
+            {"tpu.device": 1},
+            "config.resources.tpu.device",
+            "Unknown requested resource slot: tpu.device",
+            id="unknown",
+        ),
+        pytest.param(
+            {"shmem": "1g"}, "config.resources.shmem", "shmem is a resource option", id="shmem-hint"
+        ),
+        pytest.param(
+            {"cuda.shares": "0.25"},
+            "config.resources.cuda.shares",
+            "cuda.shares=0.25 is not a multiple of the quantum 0.1 (nearest valid amounts: 0.2 and 0.3)",
+            id="quantum",
+        ),
+        pytest.param(
+            {"cpu": "2.5"},
+            "config.resources.cpu",
+            "cpu=2.5 must be a whole number (nearest whole amounts: 2 and 3)",
+            id="whole",
+        ),
+        pytest.param({"cpu": 0}, "config.resources.cpu", "cpu must be positive", id="cpu-zero"),
+        pytest.param({"mem": 0}, "config.resources.mem", "mem must be positive", id="mem-zero"),
+        pytest.param(
+            {"cuda.device:10g-mig": 2},
+            "config.resources.cuda.device:10g-mig",
+            "request exactly 1",
+            id="unique-two",
+        ),
+        pytest.param({"cpu": "inf"}, "config.resources.cpu", "finite", id="infinite"),
+        pytest.param({"cpu": "many"}, "config.resources.cpu", "Invalid amount for cpu", id="junk"),
+    ],
+)
+def test_refused_with_field_and_value(raw: dict[str, Any], field: str, message: str) -> None:
+    with pytest.raises(InvalidRequest) as info:
+        resolve(raw)
+    assert info.value.field == field
+    assert message in info.value.detail
+
+
+def test_body_accepts_backend_ai_spellings() -> None:
+    body = CreateSessionBody.model_validate(
+        {
+            "image": "python:3.11",
+            "clientSessionToken": "mine",
+            "config": {"scaling_group": "gpu", "resourceOpts": {"shmem": "1g"}},
+            "startsAt": "2026-01-01T00:00:00",
+            "enqueue_only": True,
+            "unknown": "ignored",
+        }
+    )
+    assert (body.name, body.config.scaling_group, body.enqueue_only) == ("mine", "gpu", True)
+    assert body.config.resource_opts == {"shmem": "1g"}
+    assert body.starts_at is not None
+    assert body.starts_at.tzinfo is not None
+
+
+@pytest.mark.parametrize(
+    ("payload", "loc"),
+    [
+        ({"image": "x", "name": "00000000-0000-0000-0000-000000000000"}, "name"),
+        ({"image": "x", "name": "bad name"}, "name"),
+        ({"image": "x", "cluster_size": 2}, "cluster_size"),
+        ({"image": "x", "priority": -1}, "priority"),
+        ({"image": "x", "type": "service"}, "type"),
+    ],
+)
+def test_body_refusals(payload: dict[str, Any], loc: str) -> None:
+    with pytest.raises(ValidationError) as info:
+        CreateSessionBody.model_validate(payload)
+    assert info.value.errors()[0]["loc"][0] == loc
+
+
+def test_gpu_alloc_map_shape() -> None:
+    raw = {"a-2d01": "0.6", "a-2d02": Decimal("0.8"), "a-2d03": "0"}
+    assert format_compat(raw) == {"a-2d02": "0.80", "a-2d01": "0.60", "a-2d03": "0.00"}
+    assert gpu_alloc_map_string({"x": "1"}) == '{"x": "1.00"}'
+
+
+def test_advisory_key_is_stable_and_signed_64_bit() -> None:
+    assert advisory_key("default") == advisory_key("default")
+    assert advisory_key("default") != advisory_key("gpu")
+    assert -(2**63) <= advisory_key("default") < 2**63

@@ -1,0 +1,162 @@
+"""The per-device fit: dry runs on rebuilt maps, in-pass commits, readable reasons."""
+
+from decimal import Decimal
+
+import pytest
+
+from accelshare.common import ResourceSlot
+from accelshare.sched.fit import (
+    DeviceLedger,
+    FitFailure,
+    device_allocation,
+    fits_capacity,
+    merge_device_ledger,
+    sum_allocations,
+    totals_shortfall,
+)
+
+from .builders import cpu_map, gpu_map, mem_map, slots
+
+D = Decimal
+
+
+def test_canonical_example_places_like_the_agent() -> None:
+    ledger = DeviceLedger("i-node01", (gpu_map(0, 0),))
+    first = ledger.place({"cuda.shares": D("0.2")})
+    second = ledger.place({"cuda.shares": D("1.2")})
+    assert first == {"cuda": {"cuda.shares": {"GPU2": D("0.2")}}}
+    assert second == {"cuda": {"cuda.shares": {"GPU1": D("0.6"), "GPU2": D("0.6")}}}
+    assert ledger.maps["cuda"].allocations == {"cuda.shares": {"GPU1": D("0.6"), "GPU2": D("0.8")}}
+
+
+def test_insufficient_reason_names_largest_placement_and_free_devices() -> None:
+    ledger = DeviceLedger("i-node01", (gpu_map("0.6", "0.2"),))
+    result = ledger.place({"cuda.shares": D("1.5")})
+    assert isinstance(result, FitFailure)
+    assert result.reason == "cuda.shares needs 1.5, largest placement 1.2 (GPU1 0.4, GPU2 0.8 free)"
+    # a failed trial leaves the ledger untouched
+    assert ledger.maps["cuda"].allocations["cuda.shares"] == {"GPU1": D("0.6"), "GPU2": D("0.2")}
+
+
+def test_fragmentation_option_is_honoured() -> None:
+    ledger = DeviceLedger("i-node01", (gpu_map("0.6", "0.2"),))
+    refused = ledger.check({"cuda.shares": D("1.0")}, allow_fragmentation=False)
+    assert isinstance(refused, FitFailure)
+    assert refused.reason == (
+        "cuda.shares needs 1, largest placement 0.8 without fragmentation"
+        " (fragmented: GPU1 0.4, GPU2 0.8 free)"
+    )
+    allowed = ledger.check({"cuda.shares": D("1.0")}, allow_fragmentation=True)
+    assert not isinstance(allowed, FitFailure)
+
+
+def test_check_is_a_dry_run() -> None:
+    ledger = DeviceLedger("a", (gpu_map(0, 0),))
+    assert ledger.check({"cuda.shares": D("0.5")}) == {"cuda": {"cuda.shares": {"GPU2": D("0.5")}}}
+    assert ledger.check({"cuda.shares": D("0.5")}) == {"cuda": {"cuda.shares": {"GPU2": D("0.5")}}}
+
+
+def test_quantum_mismatch_reason() -> None:
+    ledger = DeviceLedger("a", (gpu_map(0, 0),))
+    result = ledger.check({"cuda.shares": D("0.15")})
+    assert isinstance(result, FitFailure)
+    assert result.reason == "cuda.shares 0.15 is not a multiple of this agent's quantum 0.1"
+
+
+def test_multi_map_request_rolls_back_every_map() -> None:
+    ledger = DeviceLedger("a", (gpu_map(0, 0), cpu_map(2)))
+    result = ledger.place({"cuda.shares": D("0.5"), "cpu": D(3)})
+    assert isinstance(result, FitFailure)
+    assert result.reason.startswith("cpu needs 3, largest placement 2")
+    assert ledger.maps["cuda"].allocations["cuda.shares"] == {"GPU1": D(0), "GPU2": D(0)}
+
+
+def test_mem_reason_is_humanized() -> None:
+    ledger = DeviceLedger("a", (mem_map(2 << 30, 1 << 30),))
+    result = ledger.check({"mem": D(2 << 30)})
+    assert isinstance(result, FitFailure)
+    assert result.reason == "mem needs 2g, largest placement 1g (1g free)"
+
+
+def test_slots_without_a_map_are_left_to_totals() -> None:
+    ledger = DeviceLedger("a", (gpu_map(0),))
+    assert ledger.place({"cpu": D(4), "mem": D(1 << 30)}) == {}
+
+
+@pytest.mark.parametrize(
+    ("available", "occupied", "requested", "expected"),
+    [
+        pytest.param(
+            slots(cpu=8), slots(cpu=7), slots(cpu=2), ["cpu needs 2, 1 free of 8"], id="short"
+        ),
+        pytest.param(
+            slots(cpu=8),
+            slots(),
+            slots(cpu=1, cuda_shares="0.5"),
+            ["no cuda.shares slot"],
+            id="missing",
+        ),
+        pytest.param(
+            slots(cpu=8), slots(), slots(cpu=1, cuda_shares=0), [], id="zero-of-missing-fits"
+        ),
+        pytest.param(
+            ResourceSlot({"mem": D(4 << 30)}),
+            ResourceSlot({"mem": D(3 << 30)}),
+            ResourceSlot({"mem": D(2 << 30)}),
+            ["mem needs 2g, 1g free of 4g"],
+            id="mem-humanized",
+        ),
+    ],
+)
+def test_totals_shortfall(
+    available: ResourceSlot, occupied: ResourceSlot, requested: ResourceSlot, expected: list[str]
+) -> None:
+    assert totals_shortfall(available, occupied, requested) == expected
+
+
+def test_fits_capacity_ignores_current_allocations() -> None:
+    ledger = DeviceLedger("a", (gpu_map(1, 1),))
+    assert fits_capacity(slots(cuda_shares=2), ledger, slots(cuda_shares="1.5"))
+    assert not fits_capacity(slots(cuda_shares=2), ledger, slots(cuda_shares="2.5"))
+    # fragmentation refused: 1.5 over two 1.0 devices is an even split (0.8 + 0.7) -> fits
+    assert fits_capacity(
+        slots(cuda_shares=2), ledger, slots(cuda_shares="1.5"), allow_fragmentation=False
+    )
+    assert isinstance(ledger.check({"cuda.shares": D("0.1")}), FitFailure)  # still full
+
+
+@pytest.mark.parametrize(
+    ("reported", "by_kernel", "manager", "known", "expected"),
+    [
+        pytest.param(
+            "0.8", {"k1": "0.2", "x": "0.6"}, "0.2", {"k1"}, "0.8", id="unknown-kernel-counts"
+        ),
+        pytest.param(
+            "0.2", {"k1": "0.2"}, "0.8", {"k1", "k2"}, "0.8", id="manager-ahead-of-report"
+        ),
+        pytest.param("0.6", {"gone": "0.6"}, "0", {"gone"}, "0", id="ended-kernel-is-free"),
+        pytest.param("0.5", {}, "0", set(), "0.5", id="unattributed-counts"),
+    ],
+)
+def test_merge_device_ledger(
+    reported: str, by_kernel: dict[str, str], manager: str, known: set[str], expected: str
+) -> None:
+    merged = merge_device_ledger(
+        D(reported), {k: D(v) for k, v in by_kernel.items()}, D(manager), known
+    )
+    assert merged == D(expected)
+
+
+def test_flatten_and_sum_allocations() -> None:
+    flat = device_allocation({"cuda": {"cuda.shares": {"GPU1": D(1)}}, "cpu": {"cpu": {"0": D(1)}}})
+    assert flat == {"cuda.shares": {"GPU1": D(1)}, "cpu": {"0": D(1)}}
+    assert sum_allocations([flat, {"cuda.shares": {"GPU1": D("0.5")}}])["cuda.shares"] == {
+        "GPU1": D("1.5")
+    }
+
+
+def test_cpu_cores_are_labelled() -> None:
+    ledger = DeviceLedger("a", (cpu_map(2, used=2),))
+    result = ledger.check({"cpu": D(1)})
+    assert isinstance(result, FitFailure)
+    assert result.reason == "cpu needs 1, largest placement 0 (cpu0 0, cpu1 0 free)"
