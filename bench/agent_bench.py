@@ -10,13 +10,19 @@ Two parts:
 2. **Real agent** (process runtime, cgroups when writable): an in-process agent with its
    RPC served by uvicorn on loopback; N real ``shell`` kernels (idle ``sleep``).  Times
    agent-side create -> running (the first ``--sequential`` creates, one at a time, then
-   20 through the RPC), alloc-map queries over HTTP from a client process (as the manager
-   asks) with N live kernels, and a restart (stop the agent, kernels keep running, start a new one: plugins, discovery of
-   N kernels, maps rebuilt) -- then checks the rebuilt view is identical and destroys
-   everything.  Creation stops early (and says so) when less than ``--min-free-gib`` of
-   memory is left: each kernel costs a Python supervisor (~5 MB) and a ``sleep``.
+   20 through the RPC); alloc-map queries over HTTP with N live kernels from a client
+   process (as the manager asks): back to back with the map unchanged (served from the
+   cached JSON), then ``--churn`` queries each right after a real destroy + create and
+   ``--churn`` more 50 ms after one (the view must be rebuilt), and a control round
+   paced like those with nothing changed; and a restart (stop the agent, kernels keep
+   running, start a new one: plugins, discovery of N kernels, maps rebuilt) -- then
+   checks the rebuilt view is identical and destroys everything.  Creation stops early
+   (and says so) when less than ``--min-free-gib`` of memory is left: each kernel costs
+   a Python supervisor (~5 MB) and a ``sleep``.
 
-Run: ``.venv/bin/python bench/agent_bench.py [--kernels 1000] [--queries 2000]``.
+Run: ``.venv/bin/python bench/agent_bench.py [--kernels 1000] [--queries 2000] [--churn 200]``
+(1.5-2.5 minutes with 1,000 kernels on the shared 2-core development machine;
+``--kernels 100 --churn 40`` for a quick run).
 This is a script that prints figures, not a timed test.
 """
 
@@ -105,21 +111,25 @@ def in_process(n_kernels: int, queries: int) -> None:
             affinity_policy="INTERLEAVED",
         )
     row(f"in-process: allocate {n_kernels} kernels (3 maps each)", ms(time.perf_counter() - t0))
-    built, cached, compat = [], [], []
+    built, objects, cached, compat = [], [], [], []
     request = {"cpu": Decimal(1), "mem": Decimal(1 << 30), "cuda.shares": Decimal("0.1")}
-    for i in range(max(200, queries // 5)):
+    for i in range(max(400, queries // 5)):
         victim = f"k{i % n_kernels:04}"  # a kernel ends and another starts: the view changes
         ledger.release(victim)
         ledger.allocate(
             victim, request, allocation_order=("cuda", "cpu", "mem"), affinity_policy="INTERLEAVED"
         )
         t = time.perf_counter()
-        ledger.view("i-bench").model_dump_json()
-        built.append(time.perf_counter() - t)
-    size = len(ledger.view("i-bench").model_dump_json())
+        if i % 2:  # what the alloc-map query serves
+            ledger.view_json("i-bench")
+            built.append(time.perf_counter() - t)
+        else:  # the view object (heartbeats), serialised whole
+            ledger.view("i-bench").model_dump_json()
+            objects.append(time.perf_counter() - t)
+    size = len(ledger.view_json("i-bench"))
     for _ in range(queries):
         t = time.perf_counter()
-        ledger.view("i-bench")
+        ledger.view_json("i-bench")
         cached.append(time.perf_counter() - t)
     for _ in range(queries):
         ledger.version += 1  # forces a rebuild of the compat form
@@ -127,11 +137,16 @@ def in_process(n_kernels: int, queries: int) -> None:
         ledger.compat_view()
         compat.append(time.perf_counter() - t)
     row(
-        f"in-process: full view after a change + JSON, {n_kernels} kernels ({size // 1024} KiB)",
+        f"in-process: full view JSON after a change (view_json), {n_kernels} kernels "
+        f"({size // 1024} KiB)",
         summary(built),
         "p99 <= 5 ms",
     )
-    row("in-process: full view, unchanged ledger (cached)", summary(cached))
+    row(
+        "in-process: the same as view() + model_dump_json (the path before view_json)",
+        summary(objects),
+    )
+    row("in-process: full view JSON, unchanged ledger (cached)", summary(cached))
     row("in-process: compat view rebuilt", summary(compat))
     recorded = [(k, ledger.recorded(k)) for k in ledger.kernel_ids()]
     before = ledger.view("i-bench")
@@ -231,6 +246,99 @@ async def timed_queries(url: str, form: str, n: int) -> tuple[list[float], list[
         gc.callbacks.remove(on_gc)
     samples: list[float] = json.loads(out)
     return samples[n // 10 :], pauses  # the first tenth warms the connection up
+
+
+STEP_CLIENT = """
+import sys, time, httpx
+url, secret = sys.argv[1], sys.argv[2]
+with httpx.Client(base_url=url, headers={"X-Accelshare-Cluster-Secret": secret}) as client:
+    client.get("/v1/health").read()  # the connection is up before the first timed query
+    print("ready", flush=True)
+    for _ in sys.stdin:  # one query per line, when the agent says so
+        t = time.perf_counter()
+        response = client.get("/v1/alloc-map")
+        response.read()
+        assert response.status_code == 200, response.text
+        print(time.perf_counter() - t, flush=True)
+"""
+
+
+async def churn_queries(service: AgentService, url: str, live: int, n: int) -> None:
+    """Alloc-map queries with the map changing in between: before each query one real
+    kernel is destroyed and a new one created (a session ends, another starts), so the
+    agent cannot answer from its cached JSON and must rebuild the view.
+
+    The client is another process (as the manager is), told by a line on its stdin when
+    to send each query.  Two rounds of ``n``: the query sent the moment the create
+    returns (it competes with the create's own aftermath in the agent: the kernel's exit
+    watcher starting, a spare launcher being started), and the query sent 50 ms later
+    (the rebuild alone); then a control round with the same pacing and no change (a
+    query after 50 ms idle costs more than back-to-back ones: caches, wake-ups)."""
+    client = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-c",
+        STEP_CLIENT,
+        url,
+        SECRET,
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+    )
+    assert client.stdin is not None
+    assert client.stdout is not None
+    assert (await client.stdout.readline()).strip() == b"ready"
+    victims = sorted(r.kernel_id for r in service.registry.live())
+    serial = 100_000
+    builds: list[float] = []  # of the time inside the agent: making the JSON answer
+    serve_json = service.alloc_map_json
+
+    def timed_json() -> bytes:
+        t = time.perf_counter()
+        try:
+            return serve_json()
+        finally:
+            builds.append(time.perf_counter() - t)
+
+    service.alloc_map_json = timed_json  # type: ignore[method-assign]
+    try:
+        rounds = ((True, 0.0, "at once"), (True, 0.05, "50 ms later"), (False, 0.05, ""))
+        for churn, settle_s, label in rounds:
+            round_trips: list[float] = []
+            SERVER_SIDE.clear()
+            for i in range(n):
+                if churn:
+                    slot = i % len(victims)
+                    await service.destroy_kernel(victims[slot])
+                    serial += 1
+                    replacement = request(serial)
+                    report = await service.create_kernel(replacement)
+                    assert report.status == "RUNNING", report
+                    victims[slot] = replacement.kernel_id
+                if settle_s:
+                    await asyncio.sleep(settle_s)
+                version = service.ledger.version
+                client.stdin.write(b"query\n")
+                await client.stdin.drain()
+                round_trips.append(float(await client.stdout.readline()))
+                assert service.ledger.version == version  # the query saw one fresh change
+            if churn:
+                row(
+                    f"real: GET /v1/alloc-map after a destroy + create, {live} live kernels "
+                    f"(view rebuilt), query {label}, other process",
+                    summary(round_trips),
+                    "p99 <= 5 ms",
+                )
+                row(f"real: the same ({label}), time inside the agent", summary(SERVER_SIDE[-n:]))
+                row(f"real: of which rebuilding the view JSON ({label})", summary(builds[-n:]))
+            else:  # the control: the same pacing (one query per 50 ms), nothing changed
+                row(
+                    "real: control: unchanged map, one query per 50 ms, other process",
+                    summary(round_trips),
+                )
+                row("real: the same (control), time inside the agent", summary(SERVER_SIDE[-n:]))
+    finally:
+        del service.alloc_map_json  # the method again
+        client.stdin.close()
+        await client.wait()
 
 
 def write_agent_toml(path: Path, workdir: Path, port: int, kernels: int) -> None:
@@ -350,7 +458,8 @@ async def real_agent(args: argparse.Namespace, workdir: Path) -> None:
         size = len((await client.get("/v1/alloc-map")).content)
         samples, pauses = await timed_queries(url, "full", args.queries)
         row(
-            f"real: GET /v1/alloc-map, {live} live kernels ({size // 1024} KiB), other process",
+            f"real: GET /v1/alloc-map, {live} live kernels ({size // 1024} KiB), map unchanged "
+            "(cached JSON), other process",
             summary(samples),
             "p99 <= 5 ms",
         )
@@ -364,6 +473,8 @@ async def real_agent(args: argparse.Namespace, workdir: Path) -> None:
         )
         samples, _ = await timed_queries(url, "compat", args.queries)
         row("real: GET /v1/alloc-map?form=compat, other process", summary(samples))
+        if args.churn:
+            await churn_queries(service, url, live, args.churn)
         view = (await client.get("/v1/alloc-map")).json()
 
         server.should_exit = True
@@ -408,6 +519,13 @@ def main() -> None:
     parser.add_argument("--sequential", type=int, default=100, help="creates timed one by one")
     parser.add_argument("--concurrency", type=int, default=8)
     parser.add_argument("--min-free-gib", type=float, default=3.0)
+    parser.add_argument(
+        "--churn",
+        type=int,
+        default=200,
+        help="alloc-map queries each right after a real destroy + create, and as many "
+        "50 ms after one (0: skip)",
+    )
     parser.add_argument("--in-process-only", action="store_true")
     args = parser.parse_args()
     logging.basicConfig(level=logging.ERROR)

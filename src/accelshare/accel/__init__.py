@@ -18,7 +18,13 @@ See :mod:`accelshare.accel.protocol` for the contract and ``docs/plugins.md``.
 """
 
 from .describe import describe_inventory, describe_plugins
-from .errors import PluginConfigError, PluginError, PluginLoadError, PluginUnavailable
+from .errors import (
+    PluginConfigError,
+    PluginError,
+    PluginLoadError,
+    PluginUnavailable,
+    UnknownOptionError,
+)
 from .maps import build_alloc_map, device_slots
 from .protocol import ComputePlugin, PluginContext, PluginFactory, validate_inventory
 from .registry import (
@@ -79,6 +85,7 @@ __all__ = [
     "PluginSelection",
     "PluginUnavailable",
     "SlotMetadata",
+    "UnknownOptionError",
     "build_alloc_map",
     "describe_inventory",
     "describe_plugins",

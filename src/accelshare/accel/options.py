@@ -1,9 +1,20 @@
 """Accelerator options from the config store, device shares and their inverse.
 
 The options live at ``config/plugins/accelerator/<key>/<option>`` (the mock plugin
-falls back to ``config/plugins/accelerator/mock/<option>`` key by key), merged over
-scopes node -> scaling group -> global by the store.  :func:`read_accelerator_options`
-is the only I/O here; everything else is pure.
+falls back to ``config/plugins/accelerator/mock/<option>``), in the scopes node,
+scaling group and global.  Precedence, option by option (:func:`option_layer_order`,
+:func:`merge_option_layers`)::
+
+    node/<key>  >  node/mock  >  sgroup/<key>  >  sgroup/mock  >  global/<key>  >  global/mock
+
+the first scope (node -> scaling group -> global) that sets the option under either
+prefix wins; within one scope the plugin's own key beats ``mock``.  So a node-level
+``mock/unit_mem`` overrides a cluster-wide ``cuda/unit_mem``: the more specific scope
+decides, whichever spelling of the prefix it uses.  An option name that is not one of
+:data:`OPTION_NAMES` (under any prefix, in any scope) is refused with
+:class:`~accelshare.accel.errors.UnknownOptionError`, so a typo never silently leaves
+the default in place.  :func:`read_accelerator_options` is the only I/O here;
+everything else is pure.
 
 Shares of one device, exact::
 
@@ -18,14 +29,15 @@ processors ``max(floor(unit_proc * s), 4)``.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from decimal import ROUND_FLOOR, Decimal, InvalidOperation
 
 from accelshare.common import BinarySize, CommonValueError
 from accelshare.config.store import ConfigStore
+from accelshare.config.types import ConfigScopes
 
-from .errors import PluginConfigError
+from .errors import PluginConfigError, UnknownOptionError
 from .types import AllocationMode
 
 __all__ = [
@@ -35,10 +47,16 @@ __all__ = [
     "MIN_PROCESSOR_LIMIT",
     "MIN_UNIT_MEM",
     "MIN_UNIT_PROC",
+    "OPTION_NAMES",
     "PLUGIN_CONFIG_PREFIX",
+    "SCOPE_PRECEDENCE",
     "AcceleratorOptions",
+    "OptionLayer",
     "RawOptions",
+    "allocatable_shares",
     "device_shares",
+    "merge_option_layers",
+    "option_layer_order",
     "parse_accelerator_options",
     "read_accelerator_options",
     "share_limits",
@@ -52,6 +70,15 @@ DEFAULT_UNIT_MEM = 2 * 2**30  # 2 GiB
 DEFAULT_UNIT_PROC = 8
 DEFAULT_RESERVED_MEMORY = 64 * 2**20  # 64 MiB
 _HUNDREDTH = Decimal("0.01")
+OPTION_NAMES = (
+    "allocation_mode",
+    "unit_mem",
+    "unit_proc",
+    "quantum_size",
+    "device_mask",
+    "reserved_memory",
+)
+SCOPE_PRECEDENCE = (ConfigScopes.NODE, ConfigScopes.SGROUP, ConfigScopes.GLOBAL)
 
 
 def device_shares(memory_bytes: int, processors: int, unit_mem: int, unit_proc: int) -> Decimal:
@@ -133,10 +160,11 @@ def parse_accelerator_options(
     source: str = "config store",
     default_quantum: Decimal = Decimal("0.1"),
 ) -> AcceleratorOptions:
-    """Validate option values (pure).  Unknown keys are ignored.
+    """Validate option values (pure).
 
     Errors name the store key the value came from, the option, what was expected and
-    what was received.
+    what was received; an option name outside :data:`OPTION_NAMES` is an
+    :class:`UnknownOptionError` naming the known ones.
     """
     if not isinstance(raw, RawOptions):
         raw = RawOptions(values=dict(raw))
@@ -144,6 +172,11 @@ def parse_accelerator_options(
 
     def src(key: str) -> str:
         return sources.get(key, source)
+
+    for name in sorted(values):
+        if name not in OPTION_NAMES:
+            shown = name or "(a value stored at the prefix itself)"
+            raise UnknownOptionError(src(name), shown, OPTION_NAMES, values[name])
 
     mode = AllocationMode.DISCRETE
     if "allocation_mode" in values:
@@ -215,22 +248,89 @@ def parse_accelerator_options(
     )
 
 
-async def read_accelerator_options(
-    store: ConfigStore, key: str, *, fallback_keys: tuple[str, ...] = ()
-) -> RawOptions:
-    """Read ``config/plugins/accelerator/<key>/`` (merged over scopes).
+def allocatable_shares(
+    options: AcceleratorOptions, device_id: str, memory_bytes: int, processors: int
+) -> Decimal:
+    """A device's shares, refusing a device that could never be allocated (pure).
 
-    Options missing there are taken from ``config/plugins/accelerator/<fallback>/`` for
-    each fallback key in order (the mock plugin passes ``("mock",)``).
+    A device below one quantum (0.00 shares, or 0.05 with a quantum of 0.1) would sit in
+    the fractional map unusable; that is a configuration mistake (units too large for
+    the device), reported on the option that limits it::
+
+        2 GiB, 108 SMs, unit_mem 4 GiB  ->  0.50 shares, fine
+        1 GiB, 108 SMs, unit_mem 200 GiB  ->  PluginConfigError on 'unit_mem'
     """
+    shares = options.shares(memory_bytes, processors)
+    if shares >= options.quantum_size:
+        return shares
+    by_memory = memory_bytes * options.unit_proc <= processors * options.unit_mem
+    key, value = ("unit_mem", options.unit_mem) if by_memory else ("unit_proc", options.unit_proc)
+    raise PluginConfigError(
+        options.source(key),
+        key,
+        f"a value small enough that device {device_id!r} ({memory_bytes} bytes of memory, "
+        f"{processors} processors) gets at least one quantum ({options.quantum_size}) of "
+        f"shares, instead of {shares}; or exclude the device with device_mask",
+        value,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class OptionLayer:
+    """The option values found under one prefix in one scope of the store."""
+
+    scope: ConfigScopes
+    prefix_key: str  # "cuda", "mock"
+    source: str  # "config store config/plugins/accelerator/cuda/ (global scope)"
+    values: Mapping[str, object]
+
+
+def option_layer_order(
+    scopes: Iterable[ConfigScopes], key: str, fallback_keys: Sequence[str] = ()
+) -> list[tuple[ConfigScopes, str]]:
+    """(scope, prefix key) pairs to read, highest precedence first (pure).
+
+    ``option_layer_order([GLOBAL, SGROUP, NODE], "cuda", ("mock",))`` ->
+    ``[(NODE, "cuda"), (NODE, "mock"), (SGROUP, "cuda"), (SGROUP, "mock"),
+    (GLOBAL, "cuda"), (GLOBAL, "mock")]``; scopes the store does not have are left out.
+    """
+    present = set(scopes)
+    keys = [key, *(k for k in dict.fromkeys(fallback_keys) if k != key)]
+    return [(scope, k) for scope in SCOPE_PRECEDENCE if scope in present for k in keys]
+
+
+def merge_option_layers(layers: Sequence[OptionLayer]) -> RawOptions:
+    """Each option from the first layer that has it (layers highest precedence first)."""
     values: dict[str, object] = {}
     sources: dict[str, str] = {}
-    for prefix_key in (key, *(k for k in fallback_keys if k != key)):
-        prefix = f"{PLUGIN_CONFIG_PREFIX}/{prefix_key}"
-        tree = await store.get_prefix(prefix)
-        for name, value in tree.items():
-            if name in values or name == "":
-                continue
-            values[name] = value
-            sources[name] = f"config store {prefix}/"
+    for layer in layers:
+        for name, value in layer.values.items():
+            if name not in values:
+                values[name] = value
+                sources[name] = layer.source
     return RawOptions(values=values, sources=sources)
+
+
+def _layer_source(scope_prefix: str, prefix: str, scope: ConfigScopes) -> str:
+    path = f"{scope_prefix}/{prefix}" if scope_prefix else prefix
+    return f"config store {path}/ ({scope.value} scope)"
+
+
+async def read_accelerator_options(
+    store: ConfigStore, key: str, *, fallback_keys: Sequence[str] = ()
+) -> RawOptions:
+    """Read ``config/plugins/accelerator/<key>/`` (and the fallbacks) in every scope.
+
+    Merged option by option with :func:`merge_option_layers` in the order of
+    :func:`option_layer_order` (see the module docstring); the mock plugin passes
+    ``fallback_keys=("mock",)``.  Each value's source names the scope and prefix it
+    came from, for error messages.
+    """
+    scope_prefixes = store.scope_prefix_map
+    layers: list[OptionLayer] = []
+    for scope, prefix_key in option_layer_order(scope_prefixes, key, fallback_keys):
+        prefix = f"{PLUGIN_CONFIG_PREFIX}/{prefix_key}"
+        tree = await store.get_prefix(prefix, scope=scope)
+        source = _layer_source(scope_prefixes[scope], prefix, scope)
+        layers.append(OptionLayer(scope, prefix_key, source, dict(tree)))
+    return merge_option_layers(layers)

@@ -9,7 +9,9 @@ accelshare.agent``) call :func:`run_agent`::
         sgroup = scaling group), load the plugins, close the store again
     restart recovery, then serve the RPC on rpc-listen-addr and heartbeat the manager
     SIGTERM / SIGINT: stop serving, stop heartbeats, flush events briefly, exit 0;
-        kernels keep running and the next agent re-adopts them
+        kernels keep running and the next agent re-adopts them (with
+        ``end_kernels_on_exit``, as ``accelshare dev up`` runs its agents: they are
+        destroyed first and the next agent reports them exited)
 
 Exit codes: 0 after a signal, 1 for a configuration or start error (one line on stderr;
 configuration errors name the file, key, expected and received value).  The RPC socket
@@ -31,6 +33,7 @@ import httpx
 import uvicorn
 
 from accelshare.accel import PluginError
+from accelshare.bus import RedisBus, load_bus_settings
 from accelshare.config import ConfigFileError, ConfigStoreError, open_config_store
 from accelshare.config.agent_file import AgentConfig, AgentConfigError, load_agent_config
 from accelshare.config.settings import load_config_store_settings
@@ -68,12 +71,28 @@ async def start_agent_service(
     """Open the config store agent.toml names, start the agent, close the store again
     (plugins read their options once, at start).  ``transport``: tests' fake manager."""
     settings = load_config_store_settings(config.source_path)
+    bus_settings = load_bus_settings(config.source_path)
     store = await open_config_store(
         settings, sgroup=config.agent.scaling_group, node_id=config.agent.id
     )
+    bus = None
+    if bus_settings.redis is not None:
+        bus = RedisBus(bus_settings.redis, client_name=f"accelshare-agent-{config.agent.id}")
+        log.info("agent %s: stats and events on %s", config.agent.id, bus_settings.describe())
     try:
-        service = AgentService(config, store=store, secret=secret, transport=transport)
+        service = AgentService(
+            config,
+            store=store,
+            secret=secret,
+            transport=transport,
+            bus=bus,
+            bus_interval_s=bus_settings.redis.stats_interval_s if bus_settings.redis else 5.0,
+        )
         await service.start()
+    except BaseException:
+        if bus is not None:
+            await bus.close()
+        raise
     finally:
         await store.close()
     return service
@@ -84,6 +103,7 @@ async def serve_agent(
     *,
     secret: str | None,
     on_ready: Callable[[AgentService], None] | None = None,
+    end_kernels_on_exit: bool = False,
 ) -> int:
     """Run until SIGTERM/SIGINT; returns the exit code."""
     if secret is None:
@@ -131,7 +151,7 @@ async def serve_agent(
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.remove_signal_handler(signum)
         sock.close()
-        await service.stop()
+        await service.stop(end_kernels=end_kernels_on_exit)
     return 0
 
 
@@ -159,7 +179,9 @@ def _raise_fd_limit(wanted: int = 65536) -> None:
             resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
 
 
-def run_agent(config_path: str | None = None, *, dev: bool = False) -> int:
+def run_agent(
+    config_path: str | None = None, *, dev: bool = False, end_kernels_on_exit: bool = False
+) -> int:
     """Load the configuration and run the agent (blocking); returns the exit code."""
     _raise_fd_limit()
     try:
@@ -171,7 +193,9 @@ def run_agent(config_path: str | None = None, *, dev: bool = False) -> int:
     for key in config.unknown_keys:
         log.warning("%s: unknown key %r ignored", config.source_path or "agent.toml", key)
     try:
-        return asyncio.run(serve_agent(config, secret=secret))
+        return asyncio.run(
+            serve_agent(config, secret=secret, end_kernels_on_exit=end_kernels_on_exit)
+        )
     except (
         AgentConfigError,
         ConfigFileError,

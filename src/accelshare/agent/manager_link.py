@@ -13,6 +13,12 @@ Two loops share one ``httpx.AsyncClient`` (its transport is injectable, so tests
 Both carry the cluster secret (``X-Accelshare-Cluster-Secret``).  The manager may be
 down: the agent keeps running and retrying, and logs one warning per outage (and one
 line when the manager answers again).
+
+Several manager replicas (``[manager] endpoint = ["http://m1:8081", "http://m2:8081"]``):
+the calls go to one of them until it fails to answer (a connection error, a timeout or a
+5xx), then to the next in the list — a replica that was killed is left at once, and the
+agent never goes LOST while another replica answers.  A 4xx (a wrong cluster secret, an
+unknown scaling group) is a refusal, not an outage: it does not move the agent on.
 """
 
 from __future__ import annotations
@@ -20,7 +26,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 
 import httpx
 
@@ -42,7 +48,7 @@ class ManagerLink:
     def __init__(
         self,
         *,
-        endpoint: str,
+        endpoint: str | Sequence[str],
         agent_id: str,
         secret: str | None,
         outbox: EventOutbox,
@@ -56,10 +62,13 @@ class ManagerLink:
         max_backoff_s: float = 10.0,
     ) -> None:
         headers = {CLUSTER_SECRET_HEADER: secret} if secret else {}
-        self._client = httpx.AsyncClient(
-            base_url=endpoint.rstrip("/"), transport=transport, headers=headers, timeout=timeout_s
-        )
-        self._endpoint = endpoint
+        self._client = httpx.AsyncClient(transport=transport, headers=headers, timeout=timeout_s)
+        endpoints = [endpoint] if isinstance(endpoint, str) else list(endpoint)
+        if not endpoints:
+            raise ValueError("ManagerLink needs at least one manager endpoint")
+        self._endpoints = [e.rstrip("/") for e in endpoints]
+        self._current = 0
+        self._last_tried = self._endpoints[0]
         self._agent_id = agent_id
         self._outbox = outbox
         self._build_heartbeat = build_heartbeat
@@ -78,6 +87,32 @@ class ManagerLink:
     @property
     def reachable(self) -> bool | None:
         return self._reachable
+
+    @property
+    def _endpoint(self) -> str:
+        """The manager replica the calls go to now."""
+        return self._endpoints[self._current]
+
+    def _fail_over(self) -> None:
+        """The current replica did not answer: the next call goes to the next one."""
+        if len(self._endpoints) > 1:
+            previous = self._endpoint
+            self._current = (self._current + 1) % len(self._endpoints)
+            log.info("manager at %s did not answer; trying %s", previous, self._endpoint)
+
+    async def _post(self, path: str, content: str) -> httpx.Response:
+        """POST to the current replica; a transport error or a 5xx moves to the next."""
+        self._last_tried = self._endpoint
+        try:
+            response = await self._client.post(
+                self._endpoint + path, content=content, headers=_JSON
+            )
+        except (httpx.HTTPError, OSError):
+            self._fail_over()
+            raise
+        if response.status_code >= 500:
+            self._fail_over()
+        return response
 
     def start(self) -> None:
         self._tasks = [
@@ -117,7 +152,7 @@ class ManagerLink:
             how = f"refused the {what}" if refused else f"unreachable ({what}"
             log.warning(
                 "manager at %s %s: %s%s; the agent keeps running and retries",
-                self._endpoint,
+                self._last_tried,
                 how,
                 error,
                 "" if refused else ")",
@@ -141,7 +176,7 @@ class ManagerLink:
         """One heartbeat; the ack, or None when the manager did not take it."""
         try:
             payload = self._build_heartbeat().model_dump_json()
-            response = await self._client.post(HEARTBEAT_PATH, content=payload, headers=_JSON)
+            response = await self._post(HEARTBEAT_PATH, payload)
             if response.status_code >= 300:
                 self._failed(
                     "heartbeat", f"HTTP {response.status_code} {response.text[:200]}", refused=True
@@ -158,6 +193,11 @@ class ManagerLink:
     async def _heartbeat_loop(self) -> None:
         while not self._stopping.is_set():
             ack = await self.send_heartbeat()
+            # another replica at once when this one did not answer (not after a refusal)
+            for _ in range(len(self._endpoints) - 1):
+                if ack is not None or self._last_tried == self._endpoint:
+                    break
+                ack = await self.send_heartbeat()
             if ack is not None and ack.destroy_kernels:
                 try:
                     await self._on_ack(ack)
@@ -174,7 +214,7 @@ class ManagerLink:
             return True
         body = KernelEventBatch(agent_id=self._agent_id, events=batch).model_dump_json()
         try:
-            response = await self._client.post(EVENTS_PATH, content=body, headers=_JSON)
+            response = await self._post(EVENTS_PATH, body)
         except (httpx.HTTPError, OSError) as e:
             self._failed("events", f"{type(e).__name__}: {e}")
             return False

@@ -140,6 +140,10 @@ async def discover_kernels(
                     texts[info.kernel_id] = _read(info.scratch_dir / "config" / "resource.txt")
                 except OSError as e:
                     texts[info.kernel_id] = e
+                except UnicodeDecodeError as e:  # garbage bytes: unrecoverable, not a crash
+                    texts[info.kernel_id] = OSError(
+                        f"not UTF-8 text ({e.reason} at byte {e.start})"
+                    )
         return texts
 
     texts = await asyncio.to_thread(read_all)

@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from decimal import Decimal, InvalidOperation
 
 from accelshare.alloc import UnsupportedResource
-from accelshare.common import BinarySize, CommonValueError, SlotTypes
+from accelshare.common import BinarySize, CommonValueError, NegativeBinarySize, SlotTypes
 
 __all__ = ["REQUIRED_SLOTS", "KernelRequestError", "parse_requested_slots"]
 
@@ -46,6 +46,10 @@ def _amount(slot: str, text: str, slot_type: SlotTypes | None) -> Decimal:
     if value is None and slot_type in (SlotTypes.BYTES, None):
         try:
             value = Decimal(int(BinarySize.finite_from_str(text)))
+        except NegativeBinarySize:
+            raise KernelRequestError(
+                f"the amount {text!r} of slot {slot!r} cannot be negative"
+            ) from None
         except CommonValueError:
             value = None
     if value is None or not value.is_finite():

@@ -14,6 +14,7 @@ Lifecycle::
     await service.destroy_kernel("k1")                      # -> KernelReport (EXITED)
     await service.stop()      # kernels keep running; a new agent re-adopts them;
                               # undelivered events are saved for the next agent
+                              # (stop(end_kernels=True): destroy them first)
 
 Contracts:
 
@@ -52,9 +53,11 @@ from accelshare.accel import (
     load_compute_plugins,
 )
 from accelshare.alloc import ResourceError
+from accelshare.bus import RedisBus
 from accelshare.config.agent_file import AgentConfig, AgentConfigError
 from accelshare.config.store import ConfigStore
 
+from .bus_link import AgentBusLink
 from .events import EventOutbox
 from .kernels import KernelRecord, KernelRegistry
 from .launch import build_kernel_spec
@@ -64,6 +67,8 @@ from .metrics import AgentMetrics, StateSample
 from .recovery import discover_kernels
 from .requests import KernelRequestError, parse_requested_slots
 from .runtime import (
+    EnvironmentConfigError,
+    ImageSource,
     KernelInfo,
     KernelNotFound,
     KernelRuntime,
@@ -118,9 +123,9 @@ def _environments(config: AgentConfig) -> dict[str, ProcessEnvironment]:
     for name, table in config.container.environments.items():
         try:
             environments[name] = ProcessEnvironment.from_config(name, table)
-        except ValueError as e:
+        except EnvironmentConfigError as e:
             raise AgentConfigError(
-                source, f"container.environments.{name}", "a valid environment", str(e)
+                source, f"container.environments.{name}.{e.key}", e.expected, e.received
             ) from None
     return environments
 
@@ -139,6 +144,8 @@ class AgentService:
         plugin_entries: list[PluginEntry] | None = None,
         report_to_manager: bool = True,
         host_root: Path = Path("/"),
+        bus: RedisBus | None = None,
+        bus_interval_s: float = 5.0,
     ) -> None:
         self.config = config
         self.agent_id = config.agent.id
@@ -163,13 +170,17 @@ class AgentService:
         self._runtime: KernelRuntime | None = None
         self._stats: StatsCollector | None = None
         self._link: ManagerLink | None = None
-        self._view_json: tuple[int, bytes] | None = None
+        self._bus = bus  # the Redis bus (None: stats by RPC, events over HTTP only)
+        self._bus_interval_s = bus_interval_s
+        self.bus_link: AgentBusLink | None = None
         self._host_cpus = frozenset(os.sched_getaffinity(0))
         self.registry = KernelRegistry()
         self.outbox = EventOutbox()
         self.metrics = AgentMetrics(self._sample)
         self.started_at: float | None = None
-        self.images: list[str] = []
+        self.images: list[str] = []  # what heartbeats report (refresh_images)
+        self._images_task: asyncio.Task[None] | None = None
+        self._images_failing = False
 
     # -- accessors ------------------------------------------------------------------------
     @property
@@ -234,8 +245,7 @@ class AgentService:
         self._ledger = AllocLedger(maps, details)
         self._stats = StatsCollector(self._loaded.plugins, self.agent_id)
         self._runtime = self._runtime_override or await self._make_runtime()
-        if isinstance(self._runtime, ProcessRuntime):
-            self.images = sorted(self._runtime.config.environments)
+        await self.refresh_images()
         await self._recover()
 
     def start_reporting(self) -> None:
@@ -246,7 +256,7 @@ class AgentService:
         """
         if self._report_to_manager and self._link is None:
             self._link = ManagerLink(
-                endpoint=self.config.manager.endpoint,
+                endpoint=self.config.manager.endpoints,
                 agent_id=self.agent_id,
                 secret=self._secret,
                 outbox=self.outbox,
@@ -258,6 +268,49 @@ class AgentService:
             self._link.start()
             if len(self.outbox):
                 self._link.notify_events()
+            if self._images_task is None and isinstance(self._runtime, ImageSource):
+                self._images_task = asyncio.create_task(self._images_loop(), name="images")
+        if self._report_to_manager and self._bus is not None and self.bus_link is None:
+            self.bus_link = AgentBusLink(
+                self._bus,
+                agent_id=self.agent_id,
+                collect=self.collect_stats,
+                interval_s=self._bus_interval_s,
+            )
+            self.bus_link.start()
+
+    # -- images (heartbeat) ---------------------------------------------------------------
+    async def refresh_images(self) -> None:
+        """Re-read the images kernels may name (docker: the engine's repo tags; process:
+        the environments).  On failure the last list is kept and a warning logged once
+        per outage."""
+        source = self._runtime
+        if not isinstance(source, ImageSource):
+            return
+        try:
+            images = await source.list_images()
+        except KernelRuntimeError as e:
+            if not self._images_failing:
+                log.warning("images: %s; the heartbeat keeps the last list", e)
+            self._images_failing = True
+            return
+        if self._images_failing:
+            log.info("images: listed again (%d)", len(images))
+        self._images_failing = False
+        if images != self.images:
+            log.debug("images: %s", images)
+            self.images = images
+
+    async def _images_loop(self) -> None:
+        """Every heartbeat interval (at least 1 s), so that an image pulled or removed on
+        the engine shows in the next heartbeats."""
+        interval_s = max(1.0, self.config.agent.heartbeat_interval_s)
+        while True:
+            await asyncio.sleep(interval_s)
+            try:
+                await self.refresh_images()
+            except Exception:  # never let a bug end the loop silently
+                log.exception("images: refresh failed")
 
     async def _make_runtime(self) -> KernelRuntime:
         container = self.config.container
@@ -270,6 +323,7 @@ class AgentService:
                     docker_url=container.docker_url,
                     agent_id=self.agent_id,
                     stop_grace_s=container.stop_grace_s,
+                    network_mode=container.docker_network,
                 )
             )
         return ProcessRuntime(
@@ -285,12 +339,29 @@ class AgentService:
             )
         )
 
-    async def stop(self) -> None:
-        """Stop serving; kernels keep running (the next agent re-adopts them)."""
+    async def stop(self, *, end_kernels: bool = False) -> None:
+        """Stop serving; kernels keep running (the next agent re-adopts them).
+
+        ``end_kernels`` (``accelshare dev up``, through ``server agent
+        --end-kernels-on-exit``) destroys every live kernel first, after the manager
+        link has stopped: their exits are saved with the undelivered events and
+        reported by the next agent, so the manager learns of them then, not while it
+        could still place sessions here.
+        """
         if self._link is not None:
             await self._link.stop()
             self._link = None
+        if self.bus_link is not None:
+            await self.bus_link.stop()
+            self.bus_link = None
+        elif self._bus is not None:
+            await self._bus.close()
+        if end_kernels:
+            await self._end_kernels()
         tasks = [*self._watchers.values(), *self._background]
+        if self._images_task is not None:
+            tasks.append(self._images_task)
+            self._images_task = None
         for task in tasks:
             task.cancel()
         for task in tasks:
@@ -303,6 +374,17 @@ class AgentService:
                 await asyncio.to_thread(save_pending_events, self.scratch_root, self.outbox)
         await self._close_resources()
         log.info("agent %s stopped; %d kernel(s) left running", self.agent_id, len(self.registry))
+
+    async def _end_kernels(self) -> None:
+        live = [record.kernel_id for record in self.registry.live()]
+        if live:
+            log.info("agent %s: ending %d kernel(s) before it stops", self.agent_id, len(live))
+        results = await asyncio.gather(
+            *(self.destroy_kernel(kernel_id) for kernel_id in live), return_exceptions=True
+        )
+        for kernel_id, result in zip(live, results, strict=True):
+            if isinstance(result, BaseException):
+                log.warning("kernel %s: could not end it: %s", kernel_id, result)
 
     async def _close_resources(self) -> None:
         if self._runtime is not None and self._runtime_override is None:
@@ -548,7 +630,7 @@ class AgentService:
         self._emit(record, KernelEventType.EXITED)
 
     def _emit(self, record: KernelRecord, event: KernelEventType) -> None:
-        self.outbox.emit(
+        queued = self.outbox.emit(
             record.kernel_id,
             record.session_id,
             event,
@@ -558,6 +640,8 @@ class AgentService:
         )
         if self._link is not None:
             self._link.notify_events()
+        if queued is not None and self.bus_link is not None:
+            self.bus_link.publish_event(queued)  # the fast path; HTTP stays the durable one
 
     # -- destroy --------------------------------------------------------------------------
     async def destroy_kernel(self, kernel_id: str) -> KernelReport:
@@ -634,13 +718,9 @@ class AgentService:
         return self.ledger.view(self.agent_id)
 
     def alloc_map_json(self) -> bytes:
-        """The full view as JSON, serialised once per ledger change."""
-        ledger = self.ledger
-        cached = self._view_json
-        if cached is None or cached[0] != ledger.version:
-            cached = (ledger.version, ledger.view(self.agent_id).model_dump_json().encode())
-            self._view_json = cached
-        return cached[1]
+        """The full view as JSON: cached until the ledger changes, then re-assembled from
+        per-device fragments (only the devices the change touched are serialised)."""
+        return self.ledger.view_json(self.agent_id)
 
     def compat_alloc_map(self) -> dict[str, str]:
         return self.ledger.compat_view()
@@ -655,6 +735,10 @@ class AgentService:
         return await self._stats.kernel_stats(
             {r.kernel_id: (self.ledger.held_by_plugin(r.kernel_id), r.pids) for r in live}
         )
+
+    async def collect_stats(self) -> tuple[NodeStats, KernelStats]:
+        """One stats tick for the bus: node and per-kernel stats."""
+        return await self.node_stats(), await self.kernel_stats()
 
     def heartbeat(self) -> Heartbeat:
         return build_heartbeat(

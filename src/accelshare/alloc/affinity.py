@@ -19,6 +19,8 @@ node 1 = g2 g3, all free::
     first kind, PREFER_SINGLE    -> g0 g1 g2 g3
     hint nodes (1,), INTERLEAVED -> g2 g3 g0 g1
 
+(:func:`affinity_tiers` runs this example as a doctest.)
+
 Besides the walk order (used by FILL and by discrete EVENLY), the same function gives
 the *tiers* fractional EVENLY tries in turn: it first looks for a placement inside
 the preferred devices and widens to all devices only when they cannot hold it.
@@ -101,6 +103,29 @@ def affinity_tiers(
 
     ``devices`` is in declaration order, ``spare`` the free units per device and
     ``used`` the allocated amount per device (to find the least-used node group).
+
+    Worked example, the four GPUs of the module docstring (node 0 = g0 g1,
+    node 1 = g2 g3), all free:
+
+    >>> gpus = ["g0", "g1", "g2", "g3"]
+    >>> numa = {"g0": 0, "g1": 0, "g2": 1, "g3": 1}
+    >>> spare = dict.fromkeys(gpus, 10)
+    >>> used = dict.fromkeys(gpus, Decimal(0))
+    >>> affinity_tiers(gpus, spare, used, numa, None)
+    [['g0', 'g1', 'g2', 'g3']]
+    >>> affinity_tiers(gpus, spare, used, numa, AffinityHint())
+    [['g0', 'g2', 'g1', 'g3']]
+    >>> affinity_tiers(gpus, spare, used, numa, AffinityHint((1,)))
+    [['g2', 'g3'], ['g2', 'g3', 'g0', 'g1']]
+
+    With ``PREFER_SINGLE_NODE`` each node is a tier of its own, tried before the full
+    walk.  Once g0 holds 4 units, node 1 is the least used and comes first, and g0
+    (4 units less free) sorts after g1 inside node 0:
+
+    >>> spare["g0"], used["g0"] = 6, Decimal(4)
+    >>> prefer = AffinityHint(policy=AffinityPolicy.PREFER_SINGLE_NODE)
+    >>> affinity_tiers(gpus, spare, used, numa, prefer)
+    [['g2', 'g3'], ['g1', 'g0'], ['g2', 'g3', 'g1', 'g0']]
     """
     if hint is None:
         return [most_free_first(devices, spare)]

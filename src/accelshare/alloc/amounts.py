@@ -106,10 +106,16 @@ def check_exclusive(
 ) -> None:
     """Refuse two *different* requested slots that both match the exclusive set.
 
-    Entries are slot names or ``fnmatch`` patterns (``cuda.device:*-mig``).
+    Entries are slot names or ``fnmatch`` patterns (``cuda.device:*-mig``); an empty
+    set matches nothing, so every request passes.
+
+    >>> check_exclusive(["cuda.device:1g-mig", "cpu"], ("cuda.device", "cuda.device:*-mig"))
+    >>> check_exclusive(["cuda.shares", "cpu"], ())
+    >>> check_exclusive(["cuda.device:1g-mig", "cuda.device:2g-mig"], ("cuda.device:*-mig",))
+    Traceback (most recent call last):
+    ...
+    accelshare.alloc.errors.InvalidResourceCombination: InvalidResourceCombination: cuda.device:1g-mig and cuda.device:2g-mig cannot be allocated together (mutually exclusive slots: cuda.device:*-mig)
     """
-    if not exclusive:
-        return
     matched = [slot for slot in slots if any(fnmatchcase(slot, pat) for pat in exclusive)]
     if len(matched) >= 2:
         raise InvalidResourceCombination(matched[:2], exclusive, context_tag=context_tag)

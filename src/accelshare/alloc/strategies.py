@@ -75,10 +75,8 @@ def best_fit(ordered: Sequence[str], spare: Mapping[str, int], need: int) -> str
     """
     if not ordered or spare[ordered[0]] < need:
         return None
-    for device in reversed(ordered):
-        if spare[device] >= need:
-            return device
-    return None  # pragma: no cover - unreachable: the most-free device holds it
+    # Always found: the most-free device (ordered[0]) holds it, so no default is needed.
+    return next(device for device in reversed(ordered) if spare[device] >= need)
 
 
 def _split_window(spares: Sequence[int], start: int, width: int, need: int) -> tuple[int, int, int]:

@@ -247,8 +247,7 @@ async def _user_by_email(db: Any, identity: Identity, email: str) -> User:
 async def patch_user(
     email: str, body: PatchUserBody, identity: AdminIdentity, manager: ManagerDep
 ) -> dict[str, Any]:
-    known = await manager.known_slots.load()
-    async with manager.db.begin(write=True) as db:
+    async with manager.known_slots.hold() as known, manager.db.begin(write=True) as db:
         user = await _user_by_email(db, identity, email)
         if body.role is UserRole.SUPERADMIN and not identity.is_superadmin:
             raise Forbidden("Only a superadmin may grant superadmin", reason="insufficient-role")
@@ -275,6 +274,7 @@ async def delete_user(email: str, identity: AdminIdentity, manager: ManagerDep) 
         user = await _user_by_email(db, identity, email)
         if user.id == identity.user_id:
             raise Conflict("You cannot delete yourself", field="email", received=email)
+        _guard_superadmin(identity, user.role)
         user.status = UserStatus.DELETED
         await db.execute(
             sa.update(Keypair).where(Keypair.user_id == user.id).values(is_active=False)
@@ -323,14 +323,22 @@ async def list_keypairs(
 async def _keypair(db: Any, identity: Identity, access_key: str) -> Keypair:
     row = (
         await db.execute(
-            sa.select(Keypair, User.domain_name)
+            sa.select(Keypair, User.domain_name, User.role)
             .join(User, User.id == Keypair.user_id)
             .where(Keypair.access_key == access_key)
         )
     ).first()
     if row is None or (not identity.is_superadmin and row[1] != identity.domain_name):
         raise NotFound(f"No keypair {access_key!r}", field="access_key", received=access_key)
+    _guard_superadmin(identity, row[2])
     return row[0]  # type: ignore[no-any-return]
+
+
+def _guard_superadmin(identity: Identity, owner_role: UserRole) -> None:
+    """A domain admin must not act on a superadmin's account or keys: a keypair minted
+    for a superadmin signs as the superadmin (docs/reliability.md, bug 1)."""
+    if owner_role is UserRole.SUPERADMIN and not identity.is_superadmin:
+        raise Forbidden("Only a superadmin may change a superadmin", reason="insufficient-role")
 
 
 @router.post("/keypairs", status_code=201)
@@ -339,6 +347,7 @@ async def create_keypair(
 ) -> dict[str, Any]:
     async with manager.db.begin(write=True) as db:
         user = await _user_by_email(db, identity, body.user_email)
+        _guard_superadmin(identity, user.role)
         if await db.get(KeypairResourcePolicy, body.resource_policy) is None:
             raise InvalidAPIParameters(
                 f"Unknown resource policy {body.resource_policy!r}",
@@ -401,17 +410,21 @@ async def delete_keypair(
 # -- resource policies ----------------------------------------------------------------------
 
 
+INT32_MAX = 2**31 - 1
+
+
 class PolicyBody(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     name: str | None = Field(default=None, min_length=1, max_length=64)
     default_for_unspecified: DefaultForUnspecified | None = None
     total_resource_slots: dict[str, Any] | None = None
-    max_concurrent_sessions: int | None = Field(default=None, ge=0)
-    max_pending_session_count: int | None = Field(default=None, ge=0)
+    # le: the columns are 32-bit INTEGERs (a larger value was a 500; docs/reliability.md)
+    max_concurrent_sessions: int | None = Field(default=None, ge=0, le=INT32_MAX)
+    max_pending_session_count: int | None = Field(default=None, ge=0, le=INT32_MAX)
     max_pending_session_resource_slots: dict[str, Any] | None = None
     clear_max_pending_session_resource_slots: bool = False
-    idle_timeout: int | None = Field(default=None, ge=0)
+    idle_timeout: int | None = Field(default=None, ge=0, le=INT32_MAX)
 
 
 def policy_json(p: KeypairResourcePolicy) -> dict[str, Any]:
@@ -466,8 +479,7 @@ async def create_policy(
 ) -> dict[str, Any]:
     if not body.name:
         raise InvalidAPIParameters("A name is needed", field="name", received=body.name)
-    known = await manager.known_slots.load()
-    async with manager.db.begin(write=True) as db:
+    async with manager.known_slots.hold() as known, manager.db.begin(write=True) as db:
         if await db.get(KeypairResourcePolicy, body.name) is not None:
             raise Conflict(f"The policy {body.name!r} exists", field="name", received=body.name)
         policy = KeypairResourcePolicy(
@@ -494,8 +506,7 @@ async def _policy(db: Any, name: str) -> KeypairResourcePolicy:
 async def patch_policy(
     name: str, body: PolicyBody, _identity: SuperadminIdentity, manager: ManagerDep
 ) -> dict[str, Any]:
-    known = await manager.known_slots.load()
-    async with manager.db.begin(write=True) as db:
+    async with manager.known_slots.hold() as known, manager.db.begin(write=True) as db:
         policy = await _policy(db, name)
         _apply_policy(policy, body, known)
     return policy_json(policy)
@@ -612,8 +623,7 @@ async def create_sgroup(
 ) -> dict[str, Any]:
     if not body.name:
         raise InvalidAPIParameters("A name is needed", field="name", received=body.name)
-    known = await manager.known_slots.load()
-    async with manager.db.begin(write=True) as db:
+    async with manager.known_slots.hold() as known, manager.db.begin(write=True) as db:
         if await db.get(ScalingGroup, body.name) is not None:
             raise Conflict(
                 f"The scaling group {body.name!r} exists", field="name", received=body.name
@@ -636,8 +646,7 @@ async def create_sgroup(
 async def patch_sgroup(
     name: str, body: ScalingGroupBody, _identity: SuperadminIdentity, manager: ManagerDep
 ) -> dict[str, Any]:
-    known = await manager.known_slots.load()
-    async with manager.db.begin(write=True) as db:
+    async with manager.known_slots.hold() as known, manager.db.begin(write=True) as db:
         sg = await db.get(ScalingGroup, name)
         if sg is None:
             raise NotFound(f"No scaling group {name!r}", field="name", received=name)

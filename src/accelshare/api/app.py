@@ -15,8 +15,10 @@ Routes: ``GET /`` (API version, public; Backend.AI clients negotiate with it),
 ``GET /health`` (public), ``GET /whoami``, ``GET /auth/role``, ``POST /auth/login``,
 ``POST /auth/logout``; with a manager also the sessions (:mod:`.sessions`), agents
 (:mod:`.agents`), agent endpoints (:mod:`.internal`), slot types and the config tree
-(:mod:`.config_routes`), admin (:mod:`.admin`), GraphQL at ``/admin/gql`` (:mod:`.gql`)
-and ``/metrics``.
+(:mod:`.config_routes`), admin (:mod:`.admin`), GraphQL at ``/admin/gql`` (:mod:`.gql`),
+``/metrics``, the live streams ``/events/...`` (:mod:`.stream`, :mod:`.console_support`)
+and the web console at ``/console/`` (:mod:`accelshare.web`; browsers asking for ``/``
+are redirected there).
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from fastapi import FastAPI, Request
 from sqlalchemy.exc import SQLAlchemyError
 
 from accelshare import __version__
+from accelshare.bus import RedisBus, load_bus_settings
 from accelshare.config import (
     ConfigStore,
     ConfigStoreSettings,
@@ -49,8 +52,9 @@ from accelshare.manager.models import UserRole
 from accelshare.manager.runtime import Manager, ManagerOptions
 from accelshare.manager.schema import ensure_schema
 
-from . import admin, agents, config_routes, internal, login, metrics_route, sessions
+from . import admin, agents, compat, config_routes, internal, login, metrics_route, sessions
 from .auth import Authenticator, AuthSettings, CurrentIdentity
+from .limits import BodySizeLimit
 from .problems import ServiceUnavailable, install_problem_handlers
 from .signing import API_VERSION
 
@@ -81,6 +85,7 @@ def create_app(
     app.state.db = db
     app.state.manager = manager
     install_problem_handlers(app)
+    app.add_middleware(BodySizeLimit)  # 413 over 1 MiB (docs/reliability.md)
 
     @app.get("/", tags=["meta"])
     async def hello() -> dict[str, str]:
@@ -124,9 +129,18 @@ def create_app(
             config_routes.router,
             admin.router,
             metrics_route.router,
+            compat.router,  # the official Backend.AI client's extras (docs/compatibility.md)
         ):
             app.include_router(router)
         app.include_router(create_graphql_router(), prefix="/admin/gql")
+        # The web console: live streams, its two helper routes, the static files.
+        from accelshare.web import install_console
+
+        from . import console_support, stream
+
+        app.include_router(stream.router)
+        app.include_router(console_support.router)
+        install_console(app)
     return app
 
 
@@ -176,6 +190,7 @@ def manager_options_from_config(config: ManagerConfig, cluster_secret: str) -> M
         schedule_interval_s=section.schedule_interval,
         sweep_interval_s=section.sweep_interval,
         agent_rpc_timeout_s=section.agent_rpc_timeout,
+        stale_bind_timeout_s=section.stale_bind_timeout,
         default_scaling_group=config.bootstrap.scaling_group,
     )
 
@@ -197,6 +212,7 @@ async def create_manager_app(
     (tests route it to hollow agents).  ``background=False`` starts no loops (tests
     drive passes and sweeps by hand).
     """
+    bus_settings = load_bus_settings(config.source)  # a bad [redis] fails before anything opens
     db = Database.from_config(config)
     owned_store: ConfigStore | None = None
     try:
@@ -216,6 +232,9 @@ async def create_manager_app(
         options=manager_options_from_config(config, cluster_secret),
         clock=clock,
         agent_transport=agent_transport,
+        bus=RedisBus(bus_settings.redis, client_name="accelshare-manager")
+        if bus_settings.redis is not None
+        else None,
     )
     app = create_app(
         store=DBCredentialStore(db),

@@ -62,7 +62,13 @@ def _scoped(
             received=raw,
         ) from None
     if sgroup or node:
-        store = store.scoped(sgroup=sgroup, node_id=node)
+        try:
+            store = store.scoped(sgroup=sgroup, node_id=node)
+        except InvalidConfigInput as e:  # e.g. node="a/b" (was a 500; docs/reliability.md)
+            field = "node" if str(e).startswith("invalid node id") else "sgroup"
+            raise InvalidAPIParameters(
+                str(e), field=field, expected=e.expected or None, received=e.received
+            ) from None
     return store, chosen
 
 

@@ -9,9 +9,13 @@ Backend.AI's field names and shapes; slot maps are JSON *strings* (its ``JSONStr
 
 * ``agent(agent_id)``, ``agents(status, scaling_group)``, ``agent_list(limit, offset,
   status, scaling_group) { items total_count }`` — superadmin;
-* ``compute_session(id)`` (id or the caller's session name),
+* ``compute_session(id: UUID!)``,
   ``compute_session_list(limit, offset, status, access_key) { items total_count }`` —
-  the caller's visibility (user: own, admin: domain, superadmin: all).
+  the caller's visibility (user: own, admin: domain, superadmin: all);
+* ``keypair(access_key)`` — the caller's own keypair (any one for a superadmin).
+
+The official Backend.AI client's queries work unchanged: the extra fields and arguments
+it sends are described in :mod:`.compat_gql` (and docs/compatibility.md).
 
 ``gpu_alloc_map`` and ``alloc_map`` are read live from the agent (see
 :mod:`accelshare.manager.agents`).  Errors come back as GraphQL ``errors`` with the
@@ -21,6 +25,7 @@ same message a REST problem would carry.
 from __future__ import annotations
 
 import json
+import uuid
 from typing import Annotated, Any
 
 import strawberry
@@ -36,6 +41,19 @@ from accelshare.manager.runtime import Manager
 from accelshare.sched.lifecycle import SessionStatus
 
 from .auth import Identity, current_identity
+from .compat_gql import (
+    ContainerNode,
+    DependencyNode,
+    KeyPairNode,
+    VirtualFolderList,
+    containers_of,
+    group_name,
+    hardware_metadata,
+    keypair_node,
+    refuse_filter_and_order,
+    session_statuses,
+    user_email,
+)
 from .deps import get_manager
 
 __all__ = ["create_graphql_router", "schema"]
@@ -74,6 +92,12 @@ class AgentNode:
     first_contact: str | None
     last_heartbeat: str | None
     lost_at: str | None
+    hardware_metadata: str
+    local_config: str
+    # Backend.AI's live statistics: accelshare's manager does not collect them (null).
+    cpu_cur_pct: float | None
+    mem_cur_bytes: float | None
+    live_stat: str | None
     _row: strawberry.Private[Agent]
 
     @classmethod
@@ -94,6 +118,20 @@ class AgentNode:
             first_contact=row.first_contact_at.isoformat() if row.first_contact_at else None,
             last_heartbeat=row.last_heartbeat_at.isoformat() if row.last_heartbeat_at else None,
             lost_at=row.lost_at.isoformat() if row.lost_at else None,
+            hardware_metadata=hardware_metadata(row),
+            local_config=_json(
+                {
+                    "agent": {
+                        "id": row.id,
+                        "region": row.region,
+                        "scaling-group": row.scaling_group,
+                        "rpc-listen-addr": row.address,
+                    }
+                }
+            ),
+            cpu_cur_pct=None,
+            mem_cur_bytes=None,
+            live_stat=None,
             _row=row,
         )
 
@@ -146,6 +184,21 @@ class ComputeSessionNode:
     scheduled_at: str | None
     starts_at: str | None
     terminated_at: str | None
+    # Backend.AI's names and fields (its client's session field list).
+    created_user_id: str
+    occupying_slots: str
+    startup_command: str | None
+    tag: str | None
+    registry: str | None
+    cluster_template: str | None
+    cluster_mode: str
+    cluster_size: int
+    service_ports: str
+    mounts: list[str]
+    vfolder_mounts: list[str]
+    abusing_reports: list[str]
+    idle_checks: str
+    _raw: strawberry.Private[dict[str, Any]]
 
     @classmethod
     def from_json(cls, s: dict[str, Any]) -> ComputeSessionNode:
@@ -177,7 +230,68 @@ class ComputeSessionNode:
             scheduled_at=s["scheduledAt"],
             starts_at=s["startsAt"],
             terminated_at=s["terminationTime"],
+            created_user_id=s["userId"],
+            occupying_slots=_json(s["occupiedSlots"]),
+            startup_command=s["startupCommand"],
+            tag=None,
+            registry=None,
+            cluster_template=None,
+            cluster_mode="single-node",
+            cluster_size=1,
+            service_ports="[]",
+            mounts=[],
+            vfolder_mounts=[],
+            abusing_reports=[],
+            idle_checks="{}",
+            _raw=s,
         )
+
+    async def _full(self, info: Info) -> dict[str, Any]:
+        """The session with its kernels (list items are fetched without them)."""
+        if "kernels" in self._raw or "statusHistory" in self._raw:
+            return self._raw
+        manager, identity = _context(info)
+        self._raw = await manager.sessions.get(identity, self.session_id)
+        return self._raw
+
+    @strawberry.field
+    async def main_kernel_id(self, info: Info) -> str | None:
+        kernels = (await self._full(info)).get("kernels") or []
+        return str(kernels[0]["kernelId"]) if kernels else None
+
+    @strawberry.field
+    async def containers(self, info: Info) -> list[ContainerNode]:
+        return containers_of(await self._full(info))
+
+    @strawberry.field
+    async def dependencies(self, info: Info) -> list[DependencyNode]:
+        manager, identity = _context(info)
+        nodes = []
+        for dep in (await self._full(info)).get("dependencies") or []:
+            try:
+                other = await manager.sessions.get(identity, dep)
+            except ManagerError:
+                nodes.append(DependencyNode(id=dep, name=None, status=None))
+            else:
+                nodes.append(
+                    DependencyNode(id=dep, name=other["sessionName"], status=other["status"])
+                )
+        return nodes
+
+    @strawberry.field
+    async def group_name(self, info: Info) -> str | None:
+        manager, _ = _context(info)
+        return await group_name(manager, self.group_id)
+
+    @strawberry.field
+    async def user_email(self, info: Info) -> str | None:
+        manager, _ = _context(info)
+        return await user_email(manager, self.user_id)
+
+    @strawberry.field
+    async def created_user_email(self, info: Info) -> str | None:
+        manager, _ = _context(info)
+        return await user_email(manager, self.user_id)
 
 
 @strawberry.type
@@ -194,17 +308,6 @@ def _agent_status(status: str | None) -> AgentStatus | None:
     except ValueError:
         raise ValueError(
             f"Unknown agent status {status!r}: expected one of {', '.join(AgentStatus)}"
-        ) from None
-
-
-def _session_statuses(status: str | None) -> list[SessionStatus] | None:
-    if not status:
-        return None
-    try:
-        return [SessionStatus(s.strip().upper()) for s in status.split(",")]
-    except ValueError:
-        raise ValueError(
-            f"Unknown session status in {status!r}: expected some of {', '.join(SessionStatus)}"
         ) from None
 
 
@@ -236,18 +339,21 @@ class Query:
         offset: int = 0,
         status: str | None = None,
         scaling_group: str | None = None,
+        filter: str | None = None,
+        order: str | None = None,
     ) -> AgentList:
         manager, identity = _context(info)
         _require_superadmin(identity)
+        refuse_filter_and_order(filter, order)
         rows = await manager.list_agents(status=_agent_status(status), scaling_group=scaling_group)
         page = rows[offset : offset + limit]
         return AgentList(items=[AgentNode.from_row(r) for r in page], total_count=len(rows))
 
     @strawberry.field
-    async def compute_session(self, info: Info, id: str) -> ComputeSessionNode | None:
+    async def compute_session(self, info: Info, id: uuid.UUID) -> ComputeSessionNode | None:
         manager, identity = _context(info)
         try:
-            return ComputeSessionNode.from_json(await manager.sessions.get(identity, id))
+            return ComputeSessionNode.from_json(await manager.sessions.get(identity, str(id)))
         except ManagerError:
             return None
 
@@ -259,9 +365,12 @@ class Query:
         offset: int = 0,
         status: str | None = None,
         access_key: str | None = None,
+        filter: str | None = None,
+        order: str | None = None,
     ) -> ComputeSessionList:
         manager, identity = _context(info)
-        statuses = _session_statuses(status)
+        refuse_filter_and_order(filter, order)
+        statuses = session_statuses(status)
         if statuses is None:
             statuses = list(SessionStatus)
         if access_key and identity.role is UserRole.USER and access_key != identity.access_key:
@@ -273,6 +382,28 @@ class Query:
             items=[ComputeSessionNode.from_json(s) for s in page["items"]],
             total_count=page["total"],
         )
+
+    @strawberry.field
+    async def vfolder_list(
+        self,
+        info: Info,
+        limit: int = 20,
+        offset: int = 0,
+        group_id: uuid.UUID | None = None,
+        filter: str | None = None,
+        order: str | None = None,
+    ) -> VirtualFolderList:
+        """Backend.AI's virtual folders: accelshare has none (always empty)."""
+        return VirtualFolderList(items=[], total_count=0)
+
+    @strawberry.field
+    async def keypair(self, info: Info, access_key: str | None = None) -> KeyPairNode | None:
+        """The caller's keypair, or (superadmin) the one named."""
+        manager, identity = _context(info)
+        key = access_key or identity.access_key
+        if key != identity.access_key:
+            _require_superadmin(identity)
+        return await keypair_node(manager, key)
 
 
 schema = strawberry.Schema(query=Query, config=StrawberryConfig(auto_camel_case=False))

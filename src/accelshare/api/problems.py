@@ -27,6 +27,12 @@ Exception hierarchy (raise these from routes and dependencies)::
 The control plane's services raise ``accelshare.manager.errors.ManagerError``
 (InvalidRequest 400, PermissionDenied 403, NotFound 404, Conflict 409, LimitExceeded 412,
 Unavailable 503); they become the problems above with their field/expected/received.
+
+A database that cannot be reached or dropped the connection (see
+:func:`is_database_unavailable`) is a 503 ``service-unavailable`` with
+``reason: "database-unavailable"`` and ``Retry-After``, not a 500: the pool replaces
+dead connections, so a retry usually succeeds at once.  Any other error is a 500 whose
+detail reveals nothing (the traceback goes to the log).
 """
 
 from __future__ import annotations
@@ -40,12 +46,15 @@ from typing import Any, ClassVar
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from sqlalchemy import exc as sa_exc
+from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from accelshare.common import CommonValueError
 from accelshare.manager.errors import ManagerError
 
 __all__ = [
+    "DATABASE_RETRY_AFTER_S",
     "PROBLEM_MEDIA_TYPE",
     "BadRequest",
     "Conflict",
@@ -57,6 +66,7 @@ __all__ = [
     "ServiceUnavailable",
     "Unauthorized",
     "install_problem_handlers",
+    "is_database_unavailable",
     "problem_response",
     "problem_type",
 ]
@@ -172,6 +182,11 @@ class ServiceUnavailable(Problem):
     status = 503
     slug = "service-unavailable"
     title = "Service unavailable"
+
+    def __init__(self, detail: str, *, retry_after_s: int | None = None, **extra: Any) -> None:
+        super().__init__(detail, **extra)
+        if retry_after_s is not None:
+            self.headers["Retry-After"] = str(retry_after_s)
 
 
 def problem_response(problem: Problem, instance: str | None = None) -> JSONResponse:
@@ -297,6 +312,75 @@ async def _on_http_exception(request: Request, exc: Exception) -> JSONResponse:
     )
 
 
+DATABASE_RETRY_AFTER_S = 2
+# SQLSTATEs of a lost or refused connection: class 08 (connection exception),
+# 57P01-57P03 (admin/crash shutdown, cannot connect now), 53300 (too many connections).
+_UNAVAILABLE_SQLSTATES = ("08", "57P01", "57P02", "57P03", "53300")
+
+
+def _driver_errors(exc: DBAPIError) -> list[BaseException]:
+    """The DBAPI error and the driver's own (asyncpg's is the adapter's ``__cause__``)."""
+    found: list[BaseException] = []
+    error: BaseException | None = exc.orig
+    while error is not None and len(found) < 3:
+        found.append(error)
+        error = error.__cause__
+    return found
+
+
+def is_database_unavailable(exc: BaseException) -> bool:
+    """Is ``exc`` the database being unreachable, rather than a bug or bad data?
+
+    True for: a connection SQLAlchemy found dropped (``connection_invalidated``, e.g.
+    ``pg_terminate_backend`` mid-query); ``OperationalError`` / ``InterfaceError``
+    (SQLite's "database is locked" too); a driver error whose SQLSTATE says the
+    connection failed (class 08, 57P01-57P03, 53300) or whose severity is FATAL/PANIC
+    (the server ended the session, e.g. "database is not accepting connections");
+    the pool's ``TimeoutError`` and ``DisconnectionError``; and a socket
+    ``ConnectionError`` (asyncpg raises ``ConnectionRefusedError`` as it is).
+    An ``IntegrityError`` or a syntax error stays a 500.
+    """
+    if isinstance(exc, ConnectionError | sa_exc.DisconnectionError | sa_exc.TimeoutError):
+        return True
+    if not isinstance(exc, DBAPIError):
+        return False
+    if exc.connection_invalidated or isinstance(
+        exc, sa_exc.OperationalError | sa_exc.InterfaceError
+    ):
+        return True
+    for error in _driver_errors(exc):
+        sqlstate = getattr(error, "sqlstate", None)
+        if isinstance(sqlstate, str) and sqlstate.startswith(_UNAVAILABLE_SQLSTATES):
+            return True
+        if getattr(error, "severity", None) in ("FATAL", "PANIC"):
+            return True
+    return False
+
+
+async def _on_backend_error(request: Request, exc: Exception) -> JSONResponse:
+    """SQLAlchemy errors and socket ``ConnectionError``: 503 when the database is
+    unavailable (:func:`is_database_unavailable`); anything else goes on to the
+    unexpected-error handler (500) exactly as before."""
+    if not is_database_unavailable(exc):
+        raise exc
+    # The message names the failure, never a statement's parameters (hide_parameters).
+    first_line = str(exc).splitlines()[0] if str(exc) else ""
+    log.warning(
+        "the database is unavailable on %s %s: %s: %s",
+        request.method,
+        request.url.path,
+        type(exc).__name__,
+        first_line,
+    )
+    problem = ServiceUnavailable(
+        "The database is unavailable (the connection failed, was lost or is busy);"
+        f" retry in {DATABASE_RETRY_AFTER_S} s",
+        retry_after_s=DATABASE_RETRY_AFTER_S,
+        reason="database-unavailable",
+    )
+    return problem_response(problem, request.url.path)
+
+
 async def _on_unexpected(request: Request, exc: Exception) -> JSONResponse:
     # Details stay in the log: an internal error message may hold secrets or SQL.
     log.exception("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
@@ -312,4 +396,6 @@ def install_problem_handlers(app: FastAPI) -> None:
     app.add_exception_handler(CommonValueError, _on_common_value_error)
     app.add_exception_handler(ManagerError, _on_manager_error)
     app.add_exception_handler(StarletteHTTPException, _on_http_exception)
+    app.add_exception_handler(SQLAlchemyError, _on_backend_error)
+    app.add_exception_handler(ConnectionError, _on_backend_error)
     app.add_exception_handler(Exception, _on_unexpected)

@@ -20,13 +20,13 @@ import json
 from collections.abc import AsyncIterator
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Query, Response
+from fastapi import APIRouter, Query, Request, Response
 from fastapi.responses import StreamingResponse
 
-from accelshare.manager.session_spec import CreateSessionBody
 from accelshare.manager.slots import use_known_slots
 from accelshare.sched.lifecycle import SessionStatus
 
+from . import compat
 from .auth import CurrentIdentity
 from .deps import ManagerDep
 from .problems import InvalidAPIParameters
@@ -43,13 +43,23 @@ OwnerQuery = Annotated[
 
 @router.post("/session", status_code=201)
 async def create_session(
-    body: CreateSessionBody, identity: CurrentIdentity, manager: ManagerDep, response: Response
+    body: compat.CreateSessionRequest,
+    identity: CurrentIdentity,
+    manager: ManagerDep,
+    request: Request,
+    response: Response,
 ) -> dict[str, Any]:
-    """Enqueue a session (PENDING at once; ``maxWaitSeconds`` waits for RUNNING)."""
+    """Enqueue a session (PENDING at once; ``maxWaitSeconds`` waits for RUNNING).
+
+    The official Backend.AI client also waits for a scheduled session to run
+    (:func:`.compat.wait_like_backendai`)."""
+    spec = compat.normalize_resource_opts(body)
     with use_known_slots(await manager.known_slots.load()):
-        result = await manager.sessions.create(identity, body)
+        result = await manager.sessions.create(identity, spec)
     if not result.created:
         response.status_code = 200
+    if compat.is_backendai_client(request):
+        return await compat.wait_like_backendai(manager, identity, spec, result.body)
     return result.body
 
 
@@ -62,7 +72,7 @@ async def list_sessions(
     ] = None,
     access_key: str | None = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
-    offset: Annotated[int, Query(ge=0)] = 0,
+    offset: Annotated[int, Query(ge=0, le=2**31 - 1)] = 0,  # past SQL's range: a 500
 ) -> dict[str, Any]:
     statuses: list[SessionStatus] | None = None
     if status is not None and status.strip().lower() == "all":

@@ -1,9 +1,13 @@
 """``client.admin``: users, keypairs, resource policies, scaling groups, config tree.
 
 Admins manage users and keypairs of their domain, superadmins everything.  The
-answers are the manager's JSON objects (``dict``); a new keypair's ``secret_key`` is
-only ever shown in the answer that created it.  Slot amounts are user input
-(``{"cpu": "4", "mem": "8g", "cuda.shares": "inf"}``; ``inf`` = unlimited).
+answers are typed (:mod:`.models`): :class:`UserInfo`, :class:`KeypairInfo`,
+:class:`CreatedUser`, :class:`ResourcePolicyInfo`, :class:`ScalingGroupInfo`; quotas
+are ``Decimal`` (``Decimal("Infinity")`` = unlimited) and ``.to_json()`` gives the
+server's object back.  A new keypair's ``secret_key`` is only ever in the answer that
+created it.  Slot amounts sent are user input (``{"cpu": "4", "mem": "8g",
+"cuda.shares": "inf"}``; ``inf`` = unlimited).  Deletes return nothing (an error if
+refused).  The configuration tree stays plain JSON (``str`` values, nested ``dict``).
 
 Update methods send only the fields given (``None`` = leave as is).
 """
@@ -11,20 +15,25 @@ Update methods send only the fields given (``None`` = leave as is).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import quote
 
+from pydantic import BaseModel
+
 from .http import HttpCaller
+from .models import CreatedUser, KeypairInfo, ResourcePolicyInfo, ScalingGroupInfo, UserInfo
 
 __all__ = ["AdminAPI"]
+
+M = TypeVar("M", bound=BaseModel)
 
 
 def _given(**fields: Any) -> dict[str, Any]:
     return {k: v for k, v in fields.items() if v is not None}
 
 
-def _items(answer: Any) -> list[dict[str, Any]]:
-    return [dict(item) for item in answer.get("items", [])]
+def _items(answer: Any, model: type[M]) -> list[M]:
+    return [model.model_validate(item) for item in answer.get("items", [])]
 
 
 class AdminAPI:
@@ -32,8 +41,9 @@ class AdminAPI:
         self._http = http
 
     # -- users ----------------------------------------------------------------------------
-    async def list_users(self, *, domain: str | None = None) -> list[dict[str, Any]]:
-        return _items(await self._http.request("GET", "/admin/users", params={"domain": domain}))
+    async def list_users(self, *, domain: str | None = None) -> list[UserInfo]:
+        answer = await self._http.request("GET", "/admin/users", params={"domain": domain})
+        return _items(answer, UserInfo)
 
     async def create_user(
         self,
@@ -47,8 +57,8 @@ class AdminAPI:
         group: str | None = None,
         resource_policy: str | None = None,
         with_keypair: bool = True,
-    ) -> dict[str, Any]:
-        """``{"user": {...}, "keypair": {access_key, secret_key, ...} or None}``."""
+    ) -> CreatedUser:
+        """The user, and its keypair (with the secret key) unless ``with_keypair=False``."""
         body = _given(
             email=email,
             password=password,
@@ -60,7 +70,8 @@ class AdminAPI:
             resource_policy=resource_policy,
         )
         body["with_keypair"] = with_keypair
-        return dict(await self._http.request("POST", "/admin/users", json_body=body))
+        answer = await self._http.request("POST", "/admin/users", json_body=body)
+        return CreatedUser.model_validate(answer)
 
     async def update_user(
         self,
@@ -71,7 +82,7 @@ class AdminAPI:
         status: str | None = None,
         full_name: str | None = None,
         total_resource_slots: Mapping[str, str] | None = None,
-    ) -> dict[str, Any]:
+    ) -> UserInfo:
         body = _given(
             password=password,
             role=role,
@@ -81,20 +92,21 @@ class AdminAPI:
             if total_resource_slots is not None
             else None,
         )
-        return dict(
-            await self._http.request("PATCH", f"/admin/users/{quote(email)}", json_body=body)
-        )
+        answer = await self._http.request("PATCH", f"/admin/users/{quote(email)}", json_body=body)
+        return UserInfo.model_validate(answer["user"])
 
-    async def delete_user(self, email: str) -> dict[str, Any]:
-        """Marks the user deleted and deactivates its keypairs."""
-        return dict(await self._http.request("DELETE", f"/admin/users/{quote(email)}"))
+    async def delete_user(self, email: str) -> UserInfo:
+        """Marks the user deleted and deactivates its keypairs; returns it (status
+        ``deleted``)."""
+        answer = await self._http.request("DELETE", f"/admin/users/{quote(email)}")
+        return UserInfo.model_validate(answer["user"])
 
     # -- keypairs -------------------------------------------------------------------------
-    async def list_keypairs(self, *, user_email: str | None = None) -> list[dict[str, Any]]:
+    async def list_keypairs(self, *, user_email: str | None = None) -> list[KeypairInfo]:
         answer = await self._http.request(
             "GET", "/admin/keypairs", params={"user_email": user_email}
         )
-        return _items(answer)
+        return _items(answer, KeypairInfo)
 
     async def create_keypair(
         self,
@@ -103,10 +115,12 @@ class AdminAPI:
         resource_policy: str | None = None,
         is_active: bool = True,
         is_admin: bool = False,
-    ) -> dict[str, Any]:
+    ) -> KeypairInfo:
+        """The new keypair, with its ``secret_key`` (shown this once)."""
         body = _given(user_email=user_email, resource_policy=resource_policy)
         body.update(is_active=is_active, is_admin=is_admin)
-        return dict(await self._http.request("POST", "/admin/keypairs", json_body=body))
+        answer = await self._http.request("POST", "/admin/keypairs", json_body=body)
+        return KeypairInfo.model_validate(answer)
 
     async def update_keypair(
         self,
@@ -115,53 +129,57 @@ class AdminAPI:
         is_active: bool | None = None,
         is_admin: bool | None = None,
         resource_policy: str | None = None,
-    ) -> dict[str, Any]:
+    ) -> KeypairInfo:
         body = _given(is_active=is_active, is_admin=is_admin, resource_policy=resource_policy)
-        return dict(
-            await self._http.request(
-                "PATCH", f"/admin/keypairs/{quote(access_key)}", json_body=body
-            )
-        )
+        path = f"/admin/keypairs/{quote(access_key)}"
+        return KeypairInfo.model_validate(await self._http.request("PATCH", path, json_body=body))
 
-    async def delete_keypair(self, access_key: str) -> dict[str, Any]:
+    async def delete_keypair(self, access_key: str) -> None:
         """Refused (409) while sessions reference the keypair: deactivate it instead."""
-        return dict(await self._http.request("DELETE", f"/admin/keypairs/{quote(access_key)}"))
+        await self._http.request("DELETE", f"/admin/keypairs/{quote(access_key)}")
 
     # -- resource policies ----------------------------------------------------------------
-    async def list_policies(self) -> list[dict[str, Any]]:
-        return _items(await self._http.request("GET", "/admin/resource-policies"))
+    async def list_policies(self) -> list[ResourcePolicyInfo]:
+        answer = await self._http.request("GET", "/admin/resource-policies")
+        return _items(answer, ResourcePolicyInfo)
 
-    async def create_policy(self, name: str, **fields: Any) -> dict[str, Any]:
+    async def create_policy(self, name: str, **fields: Any) -> ResourcePolicyInfo:
         """Fields: ``default_for_unspecified`` (LIMITED/UNLIMITED), ``total_resource_slots``,
         ``max_concurrent_sessions``, ``max_pending_session_count``,
         ``max_pending_session_resource_slots``, ``idle_timeout``."""
         body = {"name": name, **_given(**fields)}
-        return dict(await self._http.request("POST", "/admin/resource-policies", json_body=body))
+        answer = await self._http.request("POST", "/admin/resource-policies", json_body=body)
+        return ResourcePolicyInfo.model_validate(answer)
 
-    async def update_policy(self, name: str, **fields: Any) -> dict[str, Any]:
+    async def update_policy(self, name: str, **fields: Any) -> ResourcePolicyInfo:
         path = f"/admin/resource-policies/{quote(name)}"
-        return dict(await self._http.request("PATCH", path, json_body=_given(**fields)))
+        answer = await self._http.request("PATCH", path, json_body=_given(**fields))
+        return ResourcePolicyInfo.model_validate(answer)
 
-    async def delete_policy(self, name: str) -> dict[str, Any]:
-        path = f"/admin/resource-policies/{quote(name)}"
-        return dict(await self._http.request("DELETE", path))
+    async def delete_policy(self, name: str) -> None:
+        """Refused (409) while keypairs use the policy."""
+        await self._http.request("DELETE", f"/admin/resource-policies/{quote(name)}")
 
     # -- scaling groups -------------------------------------------------------------------
-    async def list_scaling_groups(self) -> list[dict[str, Any]]:
-        return _items(await self._http.request("GET", "/admin/scaling-groups"))
+    async def list_scaling_groups(self) -> list[ScalingGroupInfo]:
+        answer = await self._http.request("GET", "/admin/scaling-groups")
+        return _items(answer, ScalingGroupInfo)
 
-    async def create_scaling_group(self, name: str, **fields: Any) -> dict[str, Any]:
+    async def create_scaling_group(self, name: str, **fields: Any) -> ScalingGroupInfo:
         """Fields: ``description``, ``is_active``, ``is_public``, ``scheduler``
         (fifo/lifo/drf), ``scheduler_opts``, ``default_session_slots``."""
         body = {"name": name, **_given(**fields)}
-        return dict(await self._http.request("POST", "/admin/scaling-groups", json_body=body))
+        answer = await self._http.request("POST", "/admin/scaling-groups", json_body=body)
+        return ScalingGroupInfo.model_validate(answer)
 
-    async def update_scaling_group(self, name: str, **fields: Any) -> dict[str, Any]:
+    async def update_scaling_group(self, name: str, **fields: Any) -> ScalingGroupInfo:
         path = f"/admin/scaling-groups/{quote(name)}"
-        return dict(await self._http.request("PATCH", path, json_body=_given(**fields)))
+        answer = await self._http.request("PATCH", path, json_body=_given(**fields))
+        return ScalingGroupInfo.model_validate(answer)
 
-    async def delete_scaling_group(self, name: str) -> dict[str, Any]:
-        return dict(await self._http.request("DELETE", f"/admin/scaling-groups/{quote(name)}"))
+    async def delete_scaling_group(self, name: str) -> None:
+        """Refused (409) while agents or sessions reference the group."""
+        await self._http.request("DELETE", f"/admin/scaling-groups/{quote(name)}")
 
     # -- configuration tree (superadmin) --------------------------------------------------
     async def etcd_get(

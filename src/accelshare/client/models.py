@@ -9,7 +9,7 @@ as decimal strings) and a newer manager's additions are never lost.  Amounts are
 from __future__ import annotations
 
 from decimal import Decimal
-from typing import Any
+from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -21,16 +21,23 @@ __all__ = [
     "AllocMap",
     "CompatAllocMap",
     "CreatedSession",
+    "CreatedUser",
     "DestroyedSession",
     "KernelInfo",
+    "KeypairInfo",
+    "ResourcePolicyInfo",
+    "ScalingGroupInfo",
     "SessionEvent",
     "SessionInfo",
     "SessionPage",
     "StatusChange",
+    "UserInfo",
     "WhyPending",
 ]
 
 Slots = dict[str, Decimal]  # slot -> amount
+# quotas and limits: "Infinity" is unlimited
+Limits = dict[str, Annotated[Decimal, Field(allow_inf_nan=True)]]
 DeviceAllocs = dict[str, dict[str, Decimal]]  # slot -> device -> amount
 
 
@@ -172,3 +179,63 @@ class AgentInfo(_Model):
     # GET /agents/{id} only: the last heartbeat's map and the plugins' UI metadata
     alloc_map: AllocMap | None = Field(default=None, alias="allocMap")
     slot_metadata: dict[str, Any] = Field(default_factory=dict, alias="slotMetadata")
+
+
+# -- administration (client.admin) ---------------------------------------------------------
+
+
+class _AdminModel(_Model):
+    def to_json(self) -> dict[str, Any]:
+        """Exactly the fields the server sent (a listing's keypair has no ``secret_key``)."""
+        return self.model_dump(by_alias=True, mode="json", exclude_unset=True)
+
+
+class UserInfo(_AdminModel):
+    id: str
+    email: str
+    username: str | None = None
+    full_name: str | None = None
+    role: str
+    status: str
+    domain_name: str | None = None
+    total_resource_slots: Limits = Field(default_factory=dict)
+    created_at: str | None = None
+
+
+class KeypairInfo(_AdminModel):
+    access_key: str
+    user_id: str | None = None
+    user_email: str | None = None
+    resource_policy: str | None = None
+    is_active: bool
+    is_admin: bool
+    created_at: str | None = None
+    last_used_at: str | None = None
+    secret_key: str | None = None  # only in the answer that created the keypair
+
+
+class CreatedUser(_AdminModel):
+    user: UserInfo
+    keypair: KeypairInfo | None = None  # with its secret_key (shown this once)
+
+
+class ResourcePolicyInfo(_AdminModel):
+    name: str
+    default_for_unspecified: str
+    total_resource_slots: Limits = Field(default_factory=dict)
+    max_concurrent_sessions: int = 0
+    max_pending_session_count: int | None = None
+    max_pending_session_resource_slots: Limits | None = None
+    idle_timeout: int = 0
+    created_at: str | None = None
+
+
+class ScalingGroupInfo(_AdminModel):
+    name: str
+    description: str | None = None
+    is_active: bool = True
+    is_public: bool = True
+    scheduler: str
+    scheduler_opts: dict[str, Any] = Field(default_factory=dict)
+    default_session_slots: Limits = Field(default_factory=dict)
+    created_at: str | None = None

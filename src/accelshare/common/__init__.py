@@ -9,6 +9,7 @@ from .errors import (
     InvalidBinarySize,
     InvalidResourceSlotQuantity,
     InvalidSlotName,
+    NegativeBinarySize,
     SlotValueError,
     UnknownResourceSlotType,
 )
@@ -24,6 +25,7 @@ __all__ = [
     "InvalidBinarySize",
     "InvalidResourceSlotQuantity",
     "InvalidSlotName",
+    "NegativeBinarySize",
     "ResourceSlot",
     "SlotName",
     "SlotTypes",

@@ -7,10 +7,12 @@ Parsing (case-insensitive, ``_`` separators and spaces allowed)::
     "inf"    -> Decimal("Infinity")   (refused by ``finite_from_str``)
 
 A fraction needs a scale suffix: ``"1.1"`` or ``"1.5 bytes"`` are errors, never rounded.
+A negative size (``"-1k"``, ``-5``) is refused with :class:`NegativeBinarySize`.
 
 Formatting::
 
     str(BinarySize(1))       == "1 byte"        str(BinarySize(105933)) == "103.45 KiB"
+    str(BinarySize(3 * 2**29)) == "1.5 GiB"     str(BinarySize(1000 * 2**20)) == "1000 MiB"
     format(BinarySize(524288), "s") == "512k"   (shortest exact short form)
     format(BinarySize(524288), "m") == "0.5m"   (that scale, exact)
     format(BinarySize(524288), " ") == "524288"
@@ -19,10 +21,10 @@ Formatting::
 from __future__ import annotations
 
 import re
-from decimal import ROUND_FLOOR, Decimal, InvalidOperation
+from decimal import ROUND_DOWN, ROUND_FLOOR, Decimal
 from typing import Any
 
-from .errors import InvalidBinarySize
+from .errors import InvalidBinarySize, NegativeBinarySize
 
 __all__ = ["BinarySize"]
 
@@ -48,21 +50,31 @@ def _plain(value: Decimal) -> str:
 
 
 class BinarySize(int):
-    """An ``int`` that counts bytes; see the module docstring for the accepted forms."""
+    """An ``int`` that counts bytes; see the module docstring for the accepted forms.
+
+    Parsing (:meth:`from_str`) is the edge where user input comes in, and it refuses
+    negative sizes.  The constructor does not: the class also formats computed
+    amounts, and a difference of two sizes may be negative (``"-2k"``).
+    """
 
     @classmethod
     def from_str(cls, expr: Any) -> BinarySize | Decimal:
-        """Parse a size; ``"inf"`` gives ``Decimal("Infinity")``.  Ints pass through."""
+        """Parse a size; ``"inf"`` gives ``Decimal("Infinity")``.  Ints >= 0 pass through.
+
+        A negative size raises :class:`NegativeBinarySize` (an :class:`InvalidBinarySize`).
+        """
         if isinstance(expr, bool):
             raise InvalidBinarySize(expr, "a boolean is not a size")
-        if isinstance(expr, BinarySize):
-            return expr
         if isinstance(expr, int):
-            return cls(expr)
+            if expr < 0:
+                raise NegativeBinarySize(expr)
+            return expr if isinstance(expr, BinarySize) else cls(expr)
         if isinstance(expr, Decimal):
             if expr.is_infinite() and expr > 0:
                 return expr
             if expr.is_finite() and expr == expr.to_integral_value():
+                if expr < 0:
+                    raise NegativeBinarySize(expr)
                 return cls(int(expr))
             raise InvalidBinarySize(expr, "not a whole number of bytes")
         if not isinstance(expr, str):
@@ -73,10 +85,9 @@ class BinarySize(int):
         match = _PATTERN.match(text)
         if match is None:
             raise InvalidBinarySize(expr)
-        try:
-            number = Decimal(match["num"])
-        except InvalidOperation as e:  # pragma: no cover - the regex admits only numerals
-            raise InvalidBinarySize(expr) from e
+        number = Decimal(match["num"])  # the regex admits only numerals Decimal accepts
+        if number < 0:  # "-0" is zero and passes
+            raise NegativeBinarySize(expr)
         scale = (match["scale"] or "").lower()
         if not scale and number != number.to_integral_value():
             raise InvalidBinarySize(expr, "a fraction needs a scale suffix such as k, m or g")
@@ -106,9 +117,10 @@ class BinarySize(int):
         if index == 0:
             return f"{int(self)} byte" if int(self) == 1 else f"{int(self)} bytes"
         scale = _SCALES[index]
-        value = self._at_scale(scale).quantize(Decimal("0.01"), rounding=ROUND_FLOOR)
-        text = f"{value:.2f}".removesuffix(".00")
-        return f"{text} {scale.upper()}iB"
+        # At most two decimals, truncated (towards zero, so -x prints as -(x)), and
+        # trailing zeros stripped like every other form here: "1.5 GiB", "1000 MiB".
+        value = self._at_scale(scale).quantize(Decimal("0.01"), rounding=ROUND_DOWN)
+        return f"{_plain(value)} {scale.upper()}iB"
 
     def __repr__(self) -> str:
         return f"BinarySize({int(self)})"

@@ -9,6 +9,7 @@ Hierarchy (every class is also a ``ValueError`` because each one reports bad inp
           │    └── InvalidResourceSlotQuantity   a negative amount
           ├── UnknownResourceSlotType  a slot that is not in the known set
           └── InvalidBinarySize        a byte-size expression that does not parse
+               └── NegativeBinarySize  a byte size below zero
 
 Each message names the field, what was expected and what was received, so that an
 operator can fix a request or a configuration file from the message alone.
@@ -23,6 +24,7 @@ __all__ = [
     "InvalidBinarySize",
     "InvalidResourceSlotQuantity",
     "InvalidSlotName",
+    "NegativeBinarySize",
     "SlotValueError",
     "UnknownResourceSlotType",
 ]
@@ -98,3 +100,10 @@ class InvalidBinarySize(CommonValueError):
             expected=expected,
             received=received,
         )
+
+
+class NegativeBinarySize(InvalidBinarySize):
+    """A byte amount below zero: parsed fine, but no size can be negative."""
+
+    def __init__(self, received: Any) -> None:
+        super().__init__(received, "a byte size cannot be negative")

@@ -21,6 +21,7 @@ from .binary_size import BinarySize
 from .errors import (
     CommonValueError,
     InvalidResourceSlotQuantity,
+    NegativeBinarySize,
     SlotValueError,
     UnknownResourceSlotType,
 )
@@ -71,6 +72,16 @@ def _to_decimal(slot: str, value: Any, expected: str) -> Decimal:
     return number
 
 
+MAX_AMOUNT_EXPONENT = 21  # finite amounts stay below 10**21 (about 867 EiB)
+
+
+def _check_magnitude(slot: str, value: Any, number: Decimal) -> None:
+    """Refuse absurd finite amounts: beyond the decimal context's 28 digits they made
+    ``quantize`` raise InvalidOperation, a 500 from the API (docs/reliability.md)."""
+    if number.is_finite() and number.adjusted() >= MAX_AMOUNT_EXPONENT:
+        raise SlotValueError(slot, value, f"an amount below 10^{MAX_AMOUNT_EXPONENT}")
+
+
 def normalize_amount(slot: str, value: Any, slot_type: SlotTypes | str) -> Decimal:
     """Parse one amount of ``slot`` according to its type (see spec 01)."""
     slot_type = SlotTypes(slot_type)
@@ -79,16 +90,20 @@ def normalize_amount(slot: str, value: Any, slot_type: SlotTypes | str) -> Decim
         if isinstance(value, str):
             try:
                 size = BinarySize.from_str(value)
+            except NegativeBinarySize:
+                raise InvalidResourceSlotQuantity(slot, value) from None  # as for "-1" (spec 01)
             except CommonValueError as e:
                 raise SlotValueError(slot, value, expected) from e
             number = Decimal(size)
         else:
             number = _to_decimal(slot, value, expected)
-            if number.is_finite() and number != number.to_integral_value():
-                raise SlotValueError(slot, value, "a whole number of bytes")
+        _check_magnitude(slot, value, number)
+        if number.is_finite() and number != number.to_integral_value():
+            raise SlotValueError(slot, value, "a whole number of bytes")
     else:
         expected = f"a decimal number ({slot_type.value})"
         number = _to_decimal(slot, value, expected)
+        _check_magnitude(slot, value, number)
         if number.is_finite():
             number = number.quantize(COUNT_QUANTUM)
     if number < 0:

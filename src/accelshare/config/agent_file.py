@@ -10,7 +10,11 @@ Discovery order (first existing file wins)::
 Every problem is reported as :class:`AgentConfigError` naming the file, the key
 (``agent.rpc-listen-addr``), what was expected and what was received::
 
-    agent.toml: key 'resource.reserved-cpu': expected an integer >= 0, received -1
+    agent.toml: key 'resource.reserved-cpu': expected an integer >= 0 (cores), received -1
+
+"Expected" is said in agent.toml's terms (:data:`EXPECTED`, one entry per key: never a
+Python type such as "a valid tuple"); "received" is the value exactly as the file holds
+it (not as a validator transformed it, e.g. upper-cased), except for the secret.
 
 Unknown keys are kept out of the model but listed in :attr:`AgentConfig.unknown_keys`
 so the agent can warn about typos while still accepting a Backend.AI ``agent.toml``
@@ -34,12 +38,14 @@ Keys the daemon adds (docs/agent.md has the full table)::
     rlimit-memory = "data"            # or "as"
     prespawn-launchers = 2            # kernel launchers started ahead (faster creates)
     docker-url = "unix:///run/docker.sock"
+    docker-network = "bridge"         # or "host", "none", "container:NAME", a network name
     [container.environments.torch]    # more process-runtime "images"
     command-prefix = ["/opt/venvs/torch/bin/python"]
 """
 
 from __future__ import annotations
 
+import re
 import socket
 import tomllib
 from collections.abc import Mapping, Sequence
@@ -74,6 +80,8 @@ __all__ = [
 ]
 
 DEFAULT_ALLOCATION_ORDER = ("cuda", "rocm", "tpu", "cpu", "mem")
+# A Docker network or container name (what the engine accepts for both).
+_DOCKER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 MOCK_ACCELERATOR_FILENAME = "mock-accelerator.toml"
 _MISSING = object()
 
@@ -209,8 +217,10 @@ class ContainerSection(_Section):
     rlimit_memory: Literal["data", "as"] = Field("data", alias="rlimit-memory")
     # Kernel launchers started ahead (saves the Python start on each create); 0: none.
     prespawn_launchers: int = Field(2, alias="prespawn-launchers", ge=0, le=16)
-    # Docker runtime: the engine (None: DOCKER_HOST or the default socket).
+    # Docker runtime: the engine (None: DOCKER_HOST or the default socket), and the
+    # network of the kernels' containers (HostConfig.NetworkMode).
     docker_url: str | None = Field(None, alias="docker-url")
+    docker_network: str = Field("bridge", alias="docker-network")
     # Process-runtime environments ("images") beyond the built-in python and shell:
     # name -> {command-prefix, image-dir, env, idle-command}; checked by the agent.
     environments: dict[str, dict[str, Any]] = Field(default_factory=dict)
@@ -225,6 +235,14 @@ class ContainerSection(_Section):
     def _cgroup_parent(cls, value: str) -> str:
         if not value.strip("/") or ".." in value.split("/"):
             raise ValueError("a cgroup path such as 'accelshare' or '/accelshare'")
+        return value
+
+    @field_validator("docker_network")
+    @classmethod
+    def _docker_network(cls, value: str) -> str:
+        name = value.removeprefix("container:")
+        if not _DOCKER_NAME.fullmatch(name):
+            raise ValueError(EXPECTED["container.docker-network"])
         return value
 
 
@@ -244,14 +262,28 @@ class ResourceSection(_Section):
 
 
 class ManagerSection(_Section):
-    endpoint: str = "http://127.0.0.1:8081"
+    # one URL, or a list: several manager replicas, tried in order (failover)
+    endpoint: str | list[str] = "http://127.0.0.1:8081"
 
-    @field_validator("endpoint")
+    @field_validator("endpoint", mode="before")  # before: errors name the key, not a union arm
     @classmethod
-    def _url(cls, value: str) -> str:
-        if not value.startswith(("http://", "https://")) or len(value.split("://", 1)[1]) == 0:
-            raise ValueError("an http(s) URL such as 'http://127.0.0.1:8081'")
+    def _url(cls, value: object) -> object:
+        urls = [value] if isinstance(value, str) else value
+        if not isinstance(urls, list) or not urls:
+            raise ValueError("an http(s) URL such as 'http://127.0.0.1:8081', or a list of them")
+        for url in urls:
+            if (
+                not isinstance(url, str)
+                or not url.startswith(("http://", "https://"))
+                or len(url.split("://", 1)[1]) == 0
+            ):
+                raise ValueError("an http(s) URL such as 'http://127.0.0.1:8081'")
         return value
+
+    @property
+    def endpoints(self) -> tuple[str, ...]:
+        """The manager URLs in the order they are tried."""
+        return (self.endpoint,) if isinstance(self.endpoint, str) else tuple(self.endpoint)
 
 
 class EtcdSection(_Section):
@@ -272,6 +304,8 @@ class AgentConfig(_Section):
     etcd: EtcdSection | None = None  # absent: the embedded config store
     # [config-store] belongs to accelshare.config.settings (validated when opening the store)
     config_store: dict[str, Any] = Field(default_factory=dict, alias="config-store")
+    # [redis] belongs to accelshare.bus.settings (validated when the agent starts)
+    redis: dict[str, Any] = Field(default_factory=dict)
     # Where the file came from (None: built-in defaults); not part of the TOML.
     source_path: Path | None = Field(None, exclude=True)
     unknown_keys: tuple[str, ...] = Field((), exclude=True)
@@ -319,18 +353,102 @@ def find_agent_config(
     return None
 
 
+# What each key accepts, in the words of agent.toml (shown whenever pydantic's own
+# message would name a Python type, e.g. "a valid tuple").  Checked for completeness by
+# tests/unit/config/test_agent_file.py: a new key needs an entry here.
+_TRUE_FALSE = "true or false"
+EXPECTED: dict[str, str] = {
+    "agent": "a table ([agent])",
+    "agent.id": 'a non-empty string such as "i-node01"',
+    "agent.region": 'a non-empty string such as "local"',
+    "agent.scaling-group": 'a non-empty string such as "default"',
+    "agent.rpc-listen-addr": '"HOST:PORT" with a port in 1..65535, such as "127.0.0.1:6001"',
+    "agent.allowed-compute-plugins": 'a list of plugin names such as ["mock"] or ["cuda"]',
+    "agent.allow-compute-plugins": 'a list of plugin names such as ["mock"] or ["cuda"]',
+    "agent.blocked-compute-plugins": 'a list of plugin names such as ["cuda"]',
+    "agent.allocation-order": 'a list of plugin keys such as ["cuda", "cpu", "mem"]',
+    "agent.affinity-policy": '"INTERLEAVED" or "PREFER_SINGLE_NODE" (in any case)',
+    "agent.mock-accelerator-config": 'a file path such as "mock-accelerator.toml"',
+    "agent.cluster-secret": "a string of at least 16 characters",
+    "agent.cluster-secret-file": 'a file path such as "/etc/accelshare/secret"',
+    "agent.dev-mode": _TRUE_FALSE,
+    "agent.heartbeat-interval-s": "a number of seconds > 0 and <= 3600, such as 3.0",
+    "agent.rpc-advertise-url": 'an http(s) URL such as "http://10.0.0.5:6001"',
+    "container": "a table ([container])",
+    "container.runtime": '"process" or "docker"',
+    "container.scratch-root": 'a folder path such as "./scratch"',
+    "container.keep-scratch": _TRUE_FALSE,
+    "container.stop-grace-s": "a number of seconds >= 0, such as 5.0",
+    "container.use-cgroups": _TRUE_FALSE,
+    "container.cgroup-parent": 'a cgroup path such as "accelshare" or "/accelshare"',
+    "container.isolate-namespaces": _TRUE_FALSE,
+    "container.rlimit-memory": '"data" or "as"',
+    "container.prespawn-launchers": "an integer from 0 to 16",
+    "container.docker-url": 'a Docker engine URL such as "unix:///run/docker.sock"',
+    "container.docker-network": (
+        '"bridge", "host", "none", "container:NAME" or the name of a Docker network'
+    ),
+    "container.environments": "a table of environments ([container.environments.NAME])",
+    "resource": "a table ([resource])",
+    "resource.reserved-cpu": "an integer >= 0 (cores)",
+    "resource.reserved-mem": 'a byte size such as "1g" or 1073741824',
+    "resource.cpu-count": "an integer >= 1 (cores)",
+    "resource.memory-size": 'a byte size > 0 such as "32g"',
+    "manager": "a table ([manager])",
+    "manager.endpoint": 'an http(s) URL such as "http://127.0.0.1:8081", or a list of them',
+    "etcd": "a table ([etcd])",
+    "redis": "a table ([redis]; see docs/operations.md)",
+    "etcd.addr": '"HOST:PORT" with a port in 1..65535, such as "127.0.0.1:2379"',
+    "etcd.namespace": 'a non-empty string such as "local"',
+    "config-store": "a table ([config-store])",
+}
+# One item of a list key (``agent.allocation-order[1]``).
+EXPECTED_ITEM: dict[str, str] = {
+    "agent.allowed-compute-plugins": 'a plugin name (a string) such as "mock"',
+    "agent.allow-compute-plugins": 'a plugin name (a string) such as "mock"',
+    "agent.blocked-compute-plugins": 'a plugin name (a string) such as "cuda"',
+    "agent.allocation-order": 'a plugin key (a string) such as "cuda"',
+}
+_ENVIRONMENT = 'a table such as { command-prefix = ["/opt/venvs/torch/bin/python"] }'
+_HIDDEN_KEYS = frozenset({"agent.cluster-secret"})
+
+
 def _describe_expected(err: Mapping[str, Any]) -> str:
-    kind, ctx = err["type"], err.get("ctx") or {}
-    if kind == "greater_than_equal":
-        return f"a number >= {ctx.get('ge')}"
-    if kind in ("model_type", "dict_type"):
-        return "a table"
-    if kind == "missing":
+    """What the key accepts, from :data:`EXPECTED` (pydantic's own messages name Python
+    types); a section-level check (``value_error`` on a table) has its own message."""
+    loc: Sequence[int | str] = err["loc"]
+    key = _key_of(loc)
+    if err["type"] == "value_error" and ("." not in key or key not in EXPECTED):
+        return str(err["msg"]).removeprefix("Value error, ")
+    if loc and isinstance(loc[-1], int):
+        item = EXPECTED_ITEM.get(_key_of(loc[:-1]))
+        if item is not None:
+            return item
+    if key in EXPECTED:
+        return EXPECTED[key]
+    if key.startswith("container.environments."):
+        return _ENVIRONMENT
+    if err["type"] == "missing":
         return "a value (the key is required)"
-    message = str(err["msg"])
-    for prefix in ("Value error, ", "Input should be "):
-        message = message.removeprefix(prefix)
-    return message
+    return str(err["msg"]).removeprefix("Input should be ")
+
+
+def _received(data: Mapping[str, Any], err: Mapping[str, Any]) -> Any:
+    """The value as written in the file (pydantic's ``input`` may be a transformed one,
+    e.g. upper-cased by a validator); hidden for secrets."""
+    if err["type"] == "missing":
+        return _MISSING
+    loc: Sequence[int | str] = err["loc"]
+    if _key_of(loc) in _HIDDEN_KEYS:
+        return "(hidden)"
+    value: Any = data
+    for part in loc:
+        in_table = isinstance(value, Mapping) and part in value
+        in_list = isinstance(value, list | tuple) and isinstance(part, int) and part < len(value)
+        if not (in_table or in_list):
+            return err.get("input", _MISSING)
+        value = value[part]
+    return value
 
 
 def _key_of(loc: Sequence[int | str]) -> str:
@@ -384,9 +502,9 @@ def parse_agent_config(
         config = AgentConfig.model_validate(dict(data))
     except ValidationError as e:
         err = e.errors()[0]
-        loc = err["loc"]
-        received = _MISSING if err["type"] == "missing" else err.get("input", _MISSING)
-        raise AgentConfigError(source, _key_of(loc), _describe_expected(err), received) from None
+        raise AgentConfigError(
+            source, _key_of(err["loc"]), _describe_expected(err), _received(data, err)
+        ) from None
     return config.model_copy(
         update={
             "source_path": source_path,

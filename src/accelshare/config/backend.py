@@ -60,17 +60,29 @@ TxnOp = Put | Delete | DeleteTree
 
 
 @dataclass(frozen=True, slots=True)
-class TreeGuard:
-    """Commit only if no key in the tree rooted at ``key`` was written after ``revision``."""
-
-    key: str
-    revision: int
-
-
-@dataclass(frozen=True, slots=True)
 class TreeSnapshot:
     revision: int
     pairs: list[tuple[str, str]]  # (full key, value), sorted by key
+
+
+@dataclass(frozen=True, slots=True)
+class TreeGuard:
+    """Commit only if the tree rooted at ``key`` is still as read at ``revision``.
+
+    No key in it may have been written (put *or deleted*) after ``revision``.  ``keys``
+    are the keys the snapshot held: a backend that cannot see deletions in its history
+    (etcd compares only keys that exist) checks that each of them still exists.  Build
+    it with :meth:`of` so the two always come from the same snapshot.
+    """
+
+    key: str
+    revision: int
+    keys: tuple[str, ...]
+
+    @classmethod
+    def of(cls, key: str, snapshot: TreeSnapshot) -> TreeGuard:
+        """The guard for ``snapshot``, which ``get_tree(key)`` returned."""
+        return cls(key, snapshot.revision, tuple(k for k, _ in snapshot.pairs))
 
 
 class GuardFailed(Exception):

@@ -154,6 +154,7 @@ class _Txn:
 
     def check_guard(self, guard: TreeGuard) -> None:
         # Any event in the tree after the guard's revision (a put or a delete) fails it.
+        # The event log records deletes, so guard.keys (for etcd) is not needed here.
         changed = self.conn.execute(
             f"SELECT 1 FROM events WHERE revision > ? AND {_tree_clause()} LIMIT 1",
             (guard.revision, *_tree_args(guard.key)),
@@ -239,9 +240,12 @@ class EmbeddedBackend(KVBackend):
     def _connection(self) -> sqlite3.Connection:
         if self._conn is None:
             try:
-                self._path.parent.mkdir(parents=True, exist_ok=True)
+                # private from the start: the tree may hold secrets (etcd credentials,
+                # plugin options); SQLite gives its -wal/-shm files the main file's mode
+                self._path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+                os.close(os.open(self._path, os.O_RDWR | os.O_CREAT, 0o600))
             except OSError as e:
-                raise ConfigStoreUnavailable(f"cannot create {self._path.parent}: {e}") from e
+                raise ConfigStoreUnavailable(f"cannot create {self._path}: {e}") from e
             # Switching a new file to WAL does not wait on SQLite's busy handler: two
             # processes opening a fresh store at once would see "database is locked"
             # at once.  So the first open (WAL switch + schema) is serialised across
@@ -274,7 +278,7 @@ class EmbeddedBackend(KVBackend):
     @contextlib.contextmanager
     def _init_lock(self) -> Iterator[None]:
         path = self._path.with_name(self._path.name + ".init.lock")
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
         try:
             deadline = time.monotonic() + self._timeout_s
             while True:
@@ -492,9 +496,9 @@ class EmbeddedBackend(KVBackend):
 
     @contextlib.asynccontextmanager
     async def lock(self, key: str, *, timeout_s: float | None) -> AsyncIterator[None]:
-        self._locks_dir.mkdir(parents=True, exist_ok=True)
+        self._locks_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         path = self._locks_dir / (hashlib.sha256(key.encode()).hexdigest()[:32] + ".lock")
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
         try:
             loop = asyncio.get_running_loop()
             deadline = None if timeout_s is None else loop.time() + timeout_s

@@ -15,6 +15,12 @@ Failure handling, the part that matters in production:
   delivered, so no event is lost or repeated.  It gives up with
   ``ConfigStoreUnavailable`` after ``reconnect_timeout_s`` without etcd (``None``:
   never);
+- a connection that dies *silently* (a network partition, a NAT or firewall dropping
+  its state: nothing closes the socket) would leave a watch waiting forever, since
+  the watch has no deadline.  HTTP/2 keepalive pings find it: every
+  ``keepalive_time_s`` while a call is open, and a ping unanswered for
+  ``keepalive_timeout_s`` closes the connection, which breaks the watch's stream so
+  it reconnects as above;
 - ``put_prefix``'s single transaction is bounded by the server's ``--max-txn-ops``
   (128 by default) and ``--max-request-bytes`` (1.5 MiB): a larger tree is refused
   whole with ``TransactionRejected`` explaining which limit to raise -- it is never
@@ -63,6 +69,10 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 _RETRYABLE = {rpc.StatusCode.UNAVAILABLE, rpc.StatusCode.DEADLINE_EXCEEDED}
+# etcd refuses pings more frequent than its --grpc-keepalive-min-time (5 s by default)
+# with GOAWAY "too_many_pings", so the interval stays above that.
+DEFAULT_KEEPALIVE_TIME_S = 10.0
+DEFAULT_KEEPALIVE_TIMEOUT_S = 5.0
 _CHANNEL_OPTIONS: dict[str, Any] = {
     # Reconnect quickly after an etcd restart instead of gRPC's default backoff (up to 120 s).
     "grpc.initial_reconnect_backoff_ms": 100,
@@ -71,7 +81,32 @@ _CHANNEL_OPTIONS: dict[str, Any] = {
     # Large trees: get_prefix of tens of thousands of keys exceeds gRPC's 4 MiB default.
     "grpc.max_receive_message_length": 256 * 1024 * 1024,
     "grpc.max_send_message_length": 256 * 1024 * 1024,
+    # Keepalive pings only while a call is open: etcd does not permit pings on a
+    # connection without streams (its enforcement policy's PermitWithoutStream is
+    # false), and an idle connection has no watch to save.  A watch is a call that may
+    # not send a byte for hours, so pings must not wait for data (gRPC's default
+    # allows only 2 pings without data).
+    "grpc.keepalive_permit_without_calls": 0,
+    "grpc.http2.max_pings_without_data": 0,
 }
+
+
+def channel_options(keepalive_time_s: float, keepalive_timeout_s: float) -> dict[str, Any]:
+    """The gRPC channel options of a backend (``aetcd.Client(options=...)``)."""
+    if keepalive_time_s <= 0 or keepalive_timeout_s <= 0:
+        raise ValueError(
+            "etcd keepalive: expected keepalive_time_s > 0 and keepalive_timeout_s > 0,"
+            f" received {keepalive_time_s!r} and {keepalive_timeout_s!r}"
+        )
+    return {
+        **_CHANNEL_OPTIONS,
+        "grpc.keepalive_time_ms": round(keepalive_time_s * 1000),
+        "grpc.keepalive_timeout_ms": round(keepalive_timeout_s * 1000),
+        # How long any ping (keepalive or gRPC's own flow-control ping) may go
+        # unanswered.  With its default of 60 s a dead connection lingered a minute
+        # despite the keepalive timeout (test_etcd_backend.py, the silent proxy test).
+        "grpc.http2.ping_timeout_ms": round(keepalive_timeout_s * 1000),
+    }
 
 
 class _StreamEnded(Exception):
@@ -93,6 +128,8 @@ class EtcdBackend(KVBackend):
         timeout_s: float = 5.0,
         reconnect_timeout_s: float | None = 60.0,
         lock_ttl_s: int = 10,
+        keepalive_time_s: float = DEFAULT_KEEPALIVE_TIME_S,
+        keepalive_timeout_s: float = DEFAULT_KEEPALIVE_TIMEOUT_S,
     ) -> None:
         self.description = f"etcd at {host}:{port}"
         self._timeout_s = timeout_s
@@ -104,7 +141,7 @@ class EtcdBackend(KVBackend):
             username=user or None,
             password=password or None,
             timeout=timeout_s,
-            options=dict(_CHANNEL_OPTIONS),
+            options=channel_options(keepalive_time_s, keepalive_timeout_s),
             connect_wait_timeout=timeout_s,
         )
         self._closed = False
@@ -160,7 +197,8 @@ class EtcdBackend(KVBackend):
         if "too many operations in txn request" in details:
             return TransactionRejected(
                 f"{self.description} refused the transaction: {details}; nothing was written"
-                " (raise etcd's --max-txn-ops, 128 by default, above the number of keys)"
+                " (raise etcd's --max-txn-ops, 128 by default, above the number of keys;"
+                " a guarded commit also compares each key it read, plus 2)"
             )
         if "request is too large" in details:
             return TransactionRejected(
@@ -219,18 +257,7 @@ class EtcdBackend(KVBackend):
                 for start, end in ((op.key, ""), (op.key + "/", op.key + "0")):
                     request = rpc.DeleteRangeRequest(key=_b(start), range_end=_b(end))
                     request_ops.append(rpc.RequestOp(request_delete_range=request))
-        compare: list[Any] = []
-        if guard is not None:
-            for start, end in ((guard.key, ""), (guard.key + "/", guard.key + "0")):
-                compare.append(
-                    rpc.Compare(
-                        key=_b(start),
-                        range_end=_b(end),
-                        target=rpc.Compare.MOD,
-                        result=rpc.Compare.LESS,
-                        mod_revision=guard.revision + 1,
-                    )
-                )
+        compare = [] if guard is None else _guard_compares(guard)
         request = rpc.TxnRequest(compare=compare, success=request_ops)
 
         async def call(client: Any) -> int:
@@ -490,6 +517,38 @@ class EtcdBackend(KVBackend):
             return
         self._closed = True
         await self._client.close()
+
+
+def _guard_compares(guard: TreeGuard) -> list[Any]:
+    """etcd compares that hold only while the tree is as it was at ``guard.revision``.
+
+    A range compare applies to the keys that exist *now*: "every key's mod_revision
+    <= R" catches a put (a new or changed key) but not a delete -- a deleted key is
+    simply no longer compared.  So each key of the snapshot must also still exist
+    (``version > 0``; a key deleted and re-created has a newer mod_revision and fails
+    the range compare).  etcd counts compares against ``--max-txn-ops`` like writes:
+    a guarded commit of n snapshotted keys needs n + 2 compares.
+    """
+    compares = [
+        rpc.Compare(
+            key=_b(start),
+            range_end=_b(end),
+            target=rpc.Compare.MOD,
+            result=rpc.Compare.LESS,
+            mod_revision=guard.revision + 1,
+        )
+        for start, end in ((guard.key, ""), (guard.key + "/", guard.key + "0"))
+    ]
+    compares.extend(
+        rpc.Compare(
+            key=_b(key),
+            target=rpc.Compare.VERSION,
+            result=rpc.Compare.GREATER,
+            version=0,
+        )
+        for key in guard.keys
+    )
+    return compares
 
 
 def _is_auth_expiry(e: rpc.AioRpcError) -> bool:

@@ -211,9 +211,7 @@ class ConfigStore:
             snapshot = await self._backend.get_tree(root)
             stale = [Delete(key) for key, _ in snapshot.pairs if key not in new_keys]
             try:
-                await self._backend.commit(
-                    [*stale, *puts], guard=TreeGuard(root, snapshot.revision)
-                )
+                await self._backend.commit([*stale, *puts], guard=TreeGuard.of(root, snapshot))
             except GuardFailed:
                 continue
             return
@@ -250,7 +248,7 @@ class ConfigStore:
             ops = [Put(dst_root + key[len(src_root) :], value) for key, value in snapshot.pairs]
             try:
                 await self._backend.commit(
-                    [*ops, DeleteTree(src_root)], guard=TreeGuard(src_root, snapshot.revision)
+                    [*ops, DeleteTree(src_root)], guard=TreeGuard.of(src_root, snapshot)
                 )
             except GuardFailed:
                 continue

@@ -22,6 +22,7 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Sequence
 from pathlib import Path
 from types import TracebackType
 
@@ -51,6 +52,7 @@ class EtcdProcess:
         binary: str | None = None,
         max_txn_ops: int = 128,
         max_request_bytes: int = 1572864,
+        extra_args: Sequence[str] = (),
     ) -> None:
         found = binary or find_etcd_binary()
         if found is None:
@@ -64,6 +66,7 @@ class EtcdProcess:
         self.peer_port = free_port()
         self.max_txn_ops = max_txn_ops
         self.max_request_bytes = max_request_bytes
+        self.extra_args = tuple(extra_args)  # more etcd flags, e.g. "--grpc-keepalive-min-time=1s"
         self.log_path = self.data_dir.with_name(self.data_dir.name + ".log")
         self._process: subprocess.Popen[bytes] | None = None
 
@@ -102,6 +105,7 @@ class EtcdProcess:
             f"--max-request-bytes={self.max_request_bytes}",
             "--logger=zap",
             "--log-level=warn",
+            *self.extra_args,
         ]
 
     def start(self, timeout_s: float = 30.0) -> None:

@@ -5,7 +5,8 @@
     cluster = LocalCluster(DevClusterOptions(data_dir=Path("/tmp/x"), port=18081))
     cluster.start()              # files, config store, manager, agents; waits until usable
     cluster.client_env()         # {"ACCELSHARE_ENDPOINT": ..., "ACCELSHARE_ACCESS_KEY": ...}
-    cluster.stop()               # agents first, then the manager; SIGKILL after the grace
+    cluster.stop()               # agents (they end their kernels), then the manager;
+                                 # SIGKILL after the grace
 
 Start order and why:
 
@@ -14,13 +15,20 @@ Start order and why:
 2. the accelerator options in the shared config store (``allocation_mode`` etc.) —
    before any agent starts, since plugins read them once at start;
 3. the manager; wait for ``GET /health``; read the superadmin's keys from the
-   credentials file its bootstrap wrote; write ``client.env``;
-4. the agents; wait until each has sent a heartbeat since this start (``GET /agents``).
+   credentials file its bootstrap wrote; write ``client.env`` (with the ``PATH`` of
+   this Python's ``accelshare``);
+4. the agents (``server agent --end-kernels-on-exit``); wait until each has sent a
+   heartbeat since this start (``GET /agents``).
 
 Synchronous (it blocks while waiting); call it from a thread inside an event loop.
-Kernels of live sessions survive a stop (the process runtime detaches them) and are
-re-adopted by the next start on the same data dir; ``stop(destroy_sessions=True)``
-ends them first (throwaway clusters: tests, the demo, benchmarks).
+
+Nothing outlives a stop: the agents destroy their kernels when they get SIGTERM, and
+what is left of kernels under the data dir afterwards (those of an agent that had to be
+SIGKILLed) is killed.  The state stays: the next start on the same data dir finds the
+database, keys and configuration again, and its agents report the kernels that were
+running as exited, so those sessions become TERMINATED; PENDING sessions stay queued.
+``stop(destroy_sessions=True)`` destroys the sessions through the manager first
+(throwaway clusters: tests, the demo, benchmarks).
 """
 
 from __future__ import annotations
@@ -58,11 +66,12 @@ from .layout import (
     accelerator_options,
     agent_ids,
     check_accelerator_options,
+    cli_bin_dir,
     render_agent_toml,
     render_client_env,
     render_manager_toml,
 )
-from .processes import Daemon, child_env, reap_processes_under, stop_daemons
+from .processes import Daemon, child_env, reap_kernels, stop_daemons
 
 __all__ = ["ClusterStartError", "LocalCluster", "free_port", "resolve_mock_config"]
 
@@ -119,6 +128,7 @@ class LocalCluster:
         self._progress = progress or (lambda _msg: None)
         self._lock: IO[str] | None = None
         self._env = child_env()
+        self.reaped = 0  # processes killed under the data dir by the last stop()
 
     @property
     def endpoint(self) -> str:
@@ -250,7 +260,11 @@ class LocalCluster:
         path = self.layout.client_env
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "w") as out:
-            out.write(render_client_env(config.endpoint, config.access_key, config.secret_key))
+            out.write(
+                render_client_env(
+                    config.endpoint, config.access_key, config.secret_key, bin_dir=cli_bin_dir()
+                )
+            )
         os.chmod(path, 0o600)
 
     def _start_agents(self, deadline: float) -> None:
@@ -261,7 +275,7 @@ class LocalCluster:
             toml.write_text(render_agent_toml(self.layout, self.options, agent_id, port))
             daemon = Daemon(
                 agent_id,
-                ["server", "agent", "--config", str(toml)],
+                ["server", "agent", "--config", str(toml), "--end-kernels-on-exit"],
                 log=self.layout.log(agent_id),
                 cwd=self.layout.root,
                 env=self._env,
@@ -333,8 +347,9 @@ class LocalCluster:
                 time.sleep(0.1)
         return len(live)
 
-    def stop(self, *, destroy_sessions: bool = False, grace_s: float = 10.0) -> list[str]:
-        """Stop the agents, then the manager (SIGTERM, SIGKILL after ``grace_s``).
+    def stop(self, *, destroy_sessions: bool = False, grace_s: float = 20.0) -> list[str]:
+        """Stop the agents (which end their kernels), then the manager (SIGTERM,
+        SIGKILL after ``grace_s``), then kill any process left under the data dir.
 
         Returns the names of daemons that had to be killed.  Idempotent.
         """
@@ -344,8 +359,7 @@ class LocalCluster:
         killed = stop_daemons(self.agents, grace_s=grace_s)
         if self.manager is not None:
             killed += stop_daemons([self.manager], grace_s=grace_s)
-        if destroy_sessions:
-            reap_processes_under(self.layout.root / "agents")
+        self.reaped = reap_kernels(self.layout.root)
         if self._lock is not None:
             self._lock.close()
             self._lock = None

@@ -8,11 +8,14 @@ output and what it verifies:
 1. ``session create -r cpu=1 -r mem=1g -r cuda.shares=0.2`` and ``-r cuda.shares=1.2``
    -> both ready; the allocation map shows 0.60 / 1.00 and 0.80 / 1.00 (CLI bars and
    the GraphQL ``gpu_alloc_map``); both destroyed;
-2. three 1-fGPU sessions on the 2-fGPU agent -> two ready, one PENDING with its
-   reason (``session why``); destroying a running one -> the PENDING one starts by
-   itself.
+2. three 1-fGPU sessions on the 2-fGPU agent -> two ready, one PENDING whose reason
+   names the agent and ``cuda.shares`` (in the create answer and in ``session why``);
+   destroying a running one -> the PENDING one is RUNNING by itself, on the agent, and
+   both GPUs are full again.
 
 Exits 1 if any check fails.  The cluster (and every session) is stopped at the end.
+With ``as_json`` the tour's output goes to stderr and stdout gets one JSON document:
+``{"passed": 14, "failed": [], "checks": [{"check": "...", "ok": true}, ...]}``.
 """
 
 from __future__ import annotations
@@ -37,6 +40,8 @@ from .up import START_ERRORS
 __all__ = ["Tour", "run_demo"]
 
 GPU_ALLOC_QUERY = "query ($agent_id: String!) { agent(agent_id: $agent_id) { id gpu_alloc_map } }"
+# What the scheduler says of an agent whose GPUs are taken by two 1-share sessions.
+CUDA_REASON = "cuda.shares needs 1"
 
 
 @dataclass
@@ -45,6 +50,7 @@ class Tour:
     out: Console
     failures: list[str] = field(default_factory=list)
     passed: int = 0
+    checks: list[tuple[str, bool]] = field(default_factory=list)
 
     def cli(self, *args: str, echo: bool = True) -> subprocess.CompletedProcess[str]:
         """Run ``accelshare ARGS`` and print it (its output too unless ``echo`` is off)."""
@@ -66,6 +72,7 @@ class Tour:
         return result
 
     def check(self, ok: bool, what: str) -> bool:
+        self.checks.append((what, ok))
         if ok:
             self.passed += 1
             self.out.print(f"[green]  ✓ {escape(what)}[/green]")
@@ -84,6 +91,12 @@ def _json(result: subprocess.CompletedProcess[str]) -> object:
         return json.loads(result.stdout)
     except ValueError:
         return None
+
+
+def _pending_reason(stdout: str) -> str:
+    """``Session ID … is enqueued (PENDING: <reason>)`` -> the reason ("" if not so)."""
+    _, found, rest = stdout.partition("is enqueued (PENDING: ")
+    return rest.rstrip().removesuffix(")") if found else ""
 
 
 def _cuda_allocations(result: subprocess.CompletedProcess[str]) -> list[Decimal]:
@@ -138,17 +151,30 @@ def run_tour(tour: Tour, agent_id: str) -> None:
         created = tour.cli("session", "create", "-r", "cuda.shares=1", "--name", name, "python")
         tour.check("is created and ready." in created.stdout, f"{name} (1 fGPU) is ready")
     third = tour.cli("session", "create", "-r", "cuda.shares=1", "--name", "fill-3", "python")
+    reason = _pending_reason(third.stdout)
     tour.check(
-        third.returncode == 0 and "is enqueued (PENDING:" in third.stdout,
-        "fill-3 waits as PENDING with its reason (the 2 fGPU are taken)",
+        third.returncode == 0 and f"{agent_id}: {CUDA_REASON}" in reason,
+        f"fill-3 waits as PENDING, because {agent_id}: {CUDA_REASON} (the 2 fGPU are taken)",
     )
     why = tour.cli("session", "why", "fill-3")
-    tour.check(why.returncode == 0 and "PENDING" in why.stdout, "session why explains it")
+    why_lines = why.stdout.splitlines()
+    tour.check(
+        why.returncode == 0
+        and bool(why_lines)
+        and why_lines[0].endswith("(fill-3): PENDING")
+        and f"{agent_id}: {CUDA_REASON}" in why.stdout,
+        f"session why says fill-3 is PENDING and names {agent_id}: {CUDA_REASON}",
+    )
     tour.cli("session", "destroy", "fill-1")
     waited = tour.cli("session", "wait", "fill-3", "--status", "RUNNING", "--timeout", "30")
+    info = _json(tour.cli("session", "info", "fill-3", "--json", echo=False))
+    resumed = isinstance(info, dict) and (info.get("status"), info.get("agentId")) == (
+        "RUNNING",
+        agent_id,
+    )
     tour.check(
-        waited.returncode == 0 and "is RUNNING" in waited.stdout,
-        "after destroying fill-1, fill-3 starts by itself",
+        waited.returncode == 0 and waited.stdout.rstrip().endswith("is RUNNING.") and resumed,
+        f"after destroying fill-1, fill-3 is RUNNING by itself on {agent_id} (session info)",
     )
     full = tour.cli("agent", "alloc-map", agent_id, "--plugin", "cuda")
     tour.check(full.stdout.count("1.00 / 1.00") == 2, "both GPUs are fully allocated again")
@@ -161,9 +187,10 @@ def run_demo(
     port: int | None = None,
     out: Console | None = None,
     tour: Callable[[Tour, str], None] = run_tour,
+    as_json: bool = False,
 ) -> int:
-    out = out or Console(highlight=False, soft_wrap=True)
     err = Console(stderr=True, highlight=False, soft_wrap=True)
+    out = out or (err if as_json else Console(highlight=False, soft_wrap=True))
     with tempfile.TemporaryDirectory(prefix="accelshare-demo-") as tmp:
         options = DevClusterOptions(
             data_dir=data_dir or Path(tmp),
@@ -184,6 +211,14 @@ def run_demo(
             tour(walk, cluster.agent_ids[0])
         finally:
             cluster.stop(destroy_sessions=True)
+    if as_json:
+        doc = {
+            "passed": walk.passed,
+            "failed": walk.failures,
+            "checks": [{"check": what, "ok": ok} for what, ok in walk.checks],
+        }
+        print(json.dumps(doc, indent=2, ensure_ascii=False), flush=True)
+        return 1 if walk.failures else 0
     out.print()
     if walk.failures:
         out.print(f"[red bold]demo FAILED: {len(walk.failures)} check(s) failed[/red bold]")

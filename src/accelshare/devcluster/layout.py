@@ -7,7 +7,7 @@ The data dir (default ``./.accelshare``)::
     config-store.db            the embedded config store, shared by manager and agents
     admin-credentials.env      the superadmin's keys, written once by the manager (0600)
     cluster-secret             shared by manager and agents (0600, created once)
-    client.env                 ACCELSHARE_ENDPOINT / _ACCESS_KEY / _SECRET_KEY (0600)
+    client.env                 ACCELSHARE_ENDPOINT / _ACCESS_KEY / _SECRET_KEY and PATH (0600)
     mock-accelerator.toml      copy of --mock-config
     agents/<id>/agent.toml     generated at every start
     agents/<id>/scratch/       the agent's kernels (scratch dirs, resource.txt)
@@ -21,6 +21,9 @@ and their kernels again.
 from __future__ import annotations
 
 import json
+import shlex
+import sys
+import sysconfig
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -36,6 +39,7 @@ __all__ = [
     "accelerator_options",
     "agent_ids",
     "check_accelerator_options",
+    "cli_bin_dir",
     "render_agent_toml",
     "render_client_env",
     "render_manager_toml",
@@ -174,14 +178,38 @@ def render_agent_toml(
     )
 
 
-def render_client_env(endpoint: str, access_key: str, secret_key: str) -> str:
-    """Sourceable by a shell (``source client.env``) and readable by the SDK."""
-    return (
-        "# accelshare local cluster: `source` this file, then use `accelshare ...`.\n"
-        f"export ACCELSHARE_ENDPOINT={endpoint}\n"
-        f"export ACCELSHARE_ACCESS_KEY={access_key}\n"
-        f"export ACCELSHARE_SECRET_KEY={secret_key}\n"
-    )
+def render_client_env(
+    endpoint: str, access_key: str, secret_key: str, *, bin_dir: Path | None = None
+) -> str:
+    """Sourceable by a shell (``source client.env``) and readable by the SDK (which
+    reads the three ``ACCELSHARE_*`` lines and ignores the rest).
+
+    ``bin_dir``: where the ``accelshare`` command lives (``.venv/bin`` after ``make
+    run``); put in front of ``PATH`` unless it is there already, so that the README's
+    ``accelshare ...`` commands work in a new shell without activating the venv.
+    """
+    lines = [
+        "# accelshare local cluster: `source` this file, then use `accelshare ...`.",
+        f"export ACCELSHARE_ENDPOINT={shlex.quote(endpoint)}",
+        f"export ACCELSHARE_ACCESS_KEY={shlex.quote(access_key)}",
+        f"export ACCELSHARE_SECRET_KEY={shlex.quote(secret_key)}",
+    ]
+    if bin_dir is not None:
+        quoted = shlex.quote(str(bin_dir))
+        lines += [
+            "# the `accelshare` command of the Python that runs this cluster",
+            f'case ":$PATH:" in *:{quoted}:*) ;; *) export PATH={quoted}":$PATH" ;; esac',
+        ]
+    return "\n".join(lines) + "\n"
+
+
+def cli_bin_dir() -> Path | None:
+    """The folder of the ``accelshare`` script that belongs to the running Python (its
+    virtualenv's ``bin``), absolute; None when this Python has none (no PATH line)."""
+    for folder in (Path(sysconfig.get_path("scripts")), Path(sys.executable).parent):
+        if (folder / "accelshare").is_file():
+            return folder.absolute()
+    return None
 
 
 _OPTION_FLAGS = {

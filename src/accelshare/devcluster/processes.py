@@ -24,7 +24,16 @@ from pathlib import Path
 
 import psutil  # type: ignore[import-untyped,unused-ignore]
 
-__all__ = ["CLEARED_ENV", "Daemon", "child_env", "reap_processes_under", "stop_daemons"]
+from accelshare.agent.runtime.procfs import find_marked_processes
+
+__all__ = [
+    "CLEARED_ENV",
+    "Daemon",
+    "child_env",
+    "reap_kernels",
+    "reap_processes_under",
+    "stop_daemons",
+]
 
 # The environment must not point the daemons at another store or secret than the
 # generated configuration does.
@@ -131,6 +140,29 @@ def stop_daemons(daemons: Sequence[Daemon], *, grace_s: float) -> list[str]:
             daemon.wait(5.0)
             killed.append(daemon.name)
     return killed
+
+
+def reap_kernels(data_dir: Path) -> int:
+    """SIGKILL what is left of the kernels of a local cluster's agents (each supervisor,
+    each kernel and what it spawned, found by ``ACCELSHARE_KERNEL_ID`` in their
+    environment or their launch file, under ``DIR/agents/*/scratch``); returns the count.
+
+    Normally nothing: the agents end their kernels when they stop.  This catches those
+    of an agent that had to be SIGKILLed."""
+    me = os.getpid()
+    victims: list[psutil.Process] = []
+    for scratch in sorted(data_dir.resolve().glob("agents/*/scratch")):
+        for pids in find_marked_processes(scratch).values():
+            for pid in pids:
+                if pid == me:
+                    continue
+                with contextlib.suppress(psutil.Error):
+                    victims.append(psutil.Process(pid))
+    for proc in victims:
+        with contextlib.suppress(psutil.Error):
+            proc.kill()
+    psutil.wait_procs(victims, timeout=5)
+    return len(victims)
 
 
 def reap_processes_under(root: Path) -> int:

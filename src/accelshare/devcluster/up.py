@@ -3,17 +3,24 @@
 Prints where everything is once the manager is healthy and the agents have
 registered, then watches the daemons: if one of them exits, the others are stopped and
 ``dev up`` exits 1 with the end of that daemon's log.  Ctrl-C (SIGINT) or SIGTERM stop
-the agents, then the manager, killing any that do not exit within the grace period.
+the agents (each ends its kernels first), then the manager, killing any that do not
+exit within the grace period; no process it started survives it.
+
+With ``--json`` the banner is one JSON line (``{"event": "running", "endpoint": ...}``)
+and the stop another (``{"event": "stopped", ...}``); progress goes to stderr.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import signal
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
+from typing import Any
 
 from rich.console import Console
 from rich.markup import escape
@@ -26,7 +33,7 @@ from accelshare.config import ConfigFileError, ConfigStoreError
 from .cluster import ClusterStartError, LocalCluster
 from .layout import DevClusterOptions
 
-__all__ = ["run_dev_up", "shown_path"]
+__all__ = ["SessionCounts", "run_dev_up", "shown_path"]
 
 START_ERRORS = (ClusterStartError, PluginError, CommonValueError, ConfigFileError, ConfigStoreError)
 
@@ -44,12 +51,16 @@ def _raise_interrupt(signum: int, _frame: FrameType | None) -> None:
 
 @contextlib.contextmanager
 def _signals_interrupt() -> Iterator[None]:
-    """SIGTERM behaves like Ctrl-C (KeyboardInterrupt) inside the block."""
-    previous = signal.signal(signal.SIGTERM, _raise_interrupt)
+    """SIGINT and SIGTERM stop the cluster (KeyboardInterrupt) inside the block.
+
+    SIGINT gets a handler of its own too: a shell starts a background job (``dev up
+    &``) with SIGINT ignored, and ``kill -INT`` must stop it all the same."""
+    saved = {s: signal.signal(s, _raise_interrupt) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for signum, handler in saved.items():
+            signal.signal(signum, handler)
 
 
 @contextlib.contextmanager
@@ -99,7 +110,7 @@ def _banner(out: Console, cluster: LocalCluster) -> None:
         out.print(f"  [bold]{key:<11}[/bold]{escape(value)}")
     first = cluster.agent_ids[0]
     out.print()
-    out.print("Use the CLI from another shell:")
+    out.print("Use the CLI from another shell (client.env also puts `accelshare` on PATH):")
     for line in (
         f"source {env_file}",
         "accelshare agent list",
@@ -110,35 +121,82 @@ def _banner(out: Console, cluster: LocalCluster) -> None:
         out.print(f"  {escape(line)}")
 
 
-def _live_sessions(cluster: LocalCluster) -> int | None:
+def _running_doc(cluster: LocalCluster) -> dict[str, Any]:
+    """The banner as one JSON document (``--json``)."""
+    assert cluster.manager is not None
+    assert cluster.credentials is not None
+    layout = cluster.layout
+    return {
+        "event": "running",
+        "endpoint": cluster.endpoint,
+        "console": f"{cluster.endpoint}/",
+        "data_dir": str(layout.root),
+        "client_env": str(layout.client_env),
+        "superadmin": cluster.credentials.email,
+        "credentials": str(layout.credentials),
+        "manager": {"pid": cluster.manager.pid, "log": str(cluster.manager.log)},
+        "agents": [{"id": d.name, "pid": d.pid, "log": str(d.log)} for d in cluster.agents],
+    }
+
+
+@dataclass(frozen=True, slots=True)
+class SessionCounts:
+    """Live sessions when ``dev up`` stops: those with a kernel (ended by the stop) and
+    those still waiting (kept queued for the next run)."""
+
+    started: int
+    pending: int
+
+
+def _session_counts(cluster: LocalCluster) -> SessionCounts | None:
     try:
         with SyncAccelshareClient(cluster.client_config(), timeout_s=3.0) as client:
-            return len(client.sessions.list_all())
+            live = client.sessions.list_all()
     except Exception:
         return None
+    pending = sum(1 for s in live if s.status == "PENDING")
+    return SessionCounts(started=len(live) - pending, pending=pending)
 
 
-def _shutdown(out: Console, cluster: LocalCluster) -> None:
+def _shutdown(out: Console, cluster: LocalCluster, *, as_json: bool = False) -> None:
     with _signals_ignored():
-        live = _live_sessions(cluster) if cluster.credentials else None
-        out.print("stopping the agents and the manager...")
+        counts = _session_counts(cluster) if cluster.credentials else None
+        if not as_json:
+            out.print("stopping the agents (and their sessions' kernels) and the manager...")
         killed = cluster.stop()
+    if as_json:
+        doc = {
+            "event": "stopped",
+            "ended_sessions": counts.started if counts else None,
+            "pending_sessions": counts.pending if counts else None,
+            "killed": killed,
+            "reaped_processes": cluster.reaped,
+        }
+        out.print(json.dumps(doc), markup=False, highlight=False)
+        return
     if killed:
         out.print(f"[yellow]killed after the grace period:[/yellow] {', '.join(killed)}")
-    if live:
+    if cluster.reaped:
+        out.print(f"[yellow]killed {cluster.reaped} leftover kernel process(es)[/yellow]")
+    again = f"`accelshare dev up --data-dir {shown_path(cluster.layout.root)}`"
+    if counts and counts.started:
         out.print(
-            f"{live} session(s) keep running; the next `accelshare dev up --data-dir"
-            f" {shown_path(cluster.layout.root)}` finds them again (destroy them with"
-            " `accelshare session destroy`)."
+            f"{counts.started} running session(s) ended with it; the next {again} reports"
+            " them TERMINATED."
         )
+    if counts and counts.pending:
+        out.print(f"{counts.pending} PENDING session(s) stay queued for the next {again}.")
     out.print("stopped.")
 
 
-def run_dev_up(options: DevClusterOptions, *, out: Console | None = None) -> int:
+def run_dev_up(
+    options: DevClusterOptions, *, out: Console | None = None, as_json: bool = False
+) -> int:
     """Run until interrupted; returns the exit code (0 after Ctrl-C/SIGTERM)."""
     out = out or Console(highlight=False, soft_wrap=True)
     err = Console(stderr=True, highlight=False, soft_wrap=True)
-    cluster = LocalCluster(options, progress=lambda msg: out.print(f"[dim]{escape(msg)}[/dim]"))
+    shown = err if as_json else out  # --json: stdout holds only the JSON lines
+    cluster = LocalCluster(options, progress=lambda msg: shown.print(f"[dim]{escape(msg)}[/dim]"))
     with _signals_interrupt():
         try:
             with err.status("Starting the local cluster..."):
@@ -149,7 +207,10 @@ def run_dev_up(options: DevClusterOptions, *, out: Console | None = None) -> int
         except START_ERRORS as e:
             err.print(f"[red]error:[/red] {escape(str(e))}")
             return 1
-        _banner(out, cluster)
+        if as_json:
+            out.print(json.dumps(_running_doc(cluster)), markup=False, highlight=False)
+        else:
+            _banner(out, cluster)
         try:
             while True:
                 time.sleep(0.5)
@@ -159,9 +220,10 @@ def run_dev_up(options: DevClusterOptions, *, out: Console | None = None) -> int
                         f"[red]error:[/red] {dead.name} exited with status {dead.exit_code()}"
                         f" (log {shown_path(dead.log)}):\n{escape(dead.tail())}"
                     )
-                    _shutdown(out, cluster)
+                    _shutdown(out, cluster, as_json=as_json)
                     return 1
         except KeyboardInterrupt:
-            out.print()
-    _shutdown(out, cluster)
+            if not as_json:
+                out.print()
+    _shutdown(out, cluster, as_json=as_json)
     return 0

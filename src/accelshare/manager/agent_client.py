@@ -20,6 +20,7 @@ from accelshare.agent.wire import (
     CreateKernelRequest,
     KernelList,
     KernelReport,
+    NodeStats,
 )
 
 __all__ = ["AgentClient", "AgentRPCError"]
@@ -128,3 +129,10 @@ class AgentClient:
         if not isinstance(body, dict):
             raise AgentRPCError(base_url, "the agent sent an alloc map that is not an object")
         return body
+
+    async def node_stats(self, base_url: str) -> dict[str, Any]:
+        """The agent's ``GET /v1/stats/node`` (:class:`~accelshare.agent.wire.NodeStats`
+        as JSON: per-device utilisation, memory, power, temperature from the plugins)."""
+        response = await self._request("GET", base_url, "/v1/stats/node")
+        stats: NodeStats = self._parse(base_url, NodeStats, response)
+        return stats.model_dump(mode="json")

@@ -9,7 +9,9 @@ Contract (idempotent; safe to call on every manager start, even from two replica
   half a file and an existing file is never replaced);
 * when that file already exists but the database has no superadmin (a wiped database),
   the file's credentials are adopted, so that scripts which sourced it keep working;
-* secrets are never logged; the log names the file only.
+* secrets are never logged; the log names the file only;
+* the data dir is made private first (0700; its secret files and SQLite files lose
+  any group/other access, with a warning): :func:`~.private_files.secure_data_dir`.
 
 The file is a dotenv file (``KEY=value``); load it in a shell with
 ``set -a; . ./.accelshare/admin-credentials.env; set +a``.
@@ -48,6 +50,7 @@ from .models import (
     UserStatus,
 )
 from .passwords import generate_password, hash_password
+from .private_files import ensure_private_dir, secure_data_dir
 
 __all__ = [
     "AdminCredentials",
@@ -130,7 +133,8 @@ def write_private_file_once(path: Path, content: str) -> bool:
     Atomic: the content goes to a private temporary file that is hard-linked to
     ``path``; ``link`` fails when ``path`` exists, so an existing file is never replaced.
     """
-    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    if not path.parent.exists():
+        ensure_private_dir(path.parent)
     tmp = path.with_name(f".{path.name}.{secrets.token_hex(6)}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     try:
@@ -262,6 +266,12 @@ async def bootstrap(
     db: Database, config: ManagerConfig, *, clock: Clock = utcnow
 ) -> BootstrapResult:
     """Create what a fresh cluster needs (see the module docstring).  Idempotent."""
+    secure_data_dir(
+        config.data_dir,
+        config.credentials_file,
+        config.cookie_secret_file,
+        config.cluster_secret_file,
+    )
     try:
         result = await _bootstrap_once(db, config, clock)
     except IntegrityError:

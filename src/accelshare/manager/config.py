@@ -14,6 +14,7 @@ file (or none) gives an embedded SQLite manager under ``./.accelshare``::
 
     cluster-secret = "..."                 # shared with the agents (or $ACCELSHARE_CLUSTER_SECRET)
     agent-timeout = 30.0                   # seconds without a heartbeat before an agent is LOST
+    stale-bind-timeout = 60.0              # re-bind sessions a dead replica left mid-bind
     schedule-interval = 2.0                # the scheduler's timer (passes also run on events)
 
     [api]
@@ -89,6 +90,9 @@ class ManagerSection(_Section):
     schedule_interval: float = Field(default=2.0, gt=0)  # timer between passes
     sweep_interval: float = Field(default=5.0, gt=0)  # LOST / pending-timeout sweeps
     agent_rpc_timeout: float = Field(default=30.0, gt=0)  # create/destroy kernel calls
+    # a session stuck between SCHEDULED and CREATING this long (its replica died mid-bind)
+    # is bound again by a live replica; default: agent-rpc-timeout + 30 s
+    stale_bind_timeout: float | None = Field(default=None, gt=0)
 
     @field_validator("service_addr")
     @classmethod

@@ -11,6 +11,8 @@ back on error)::
 
 SQLite specifics (applied on every new connection):
 
+* the file is created 0600 before SQLite opens it (:mod:`.private_files`), so its
+  ``-wal`` / ``-shm`` files are 0600 too (SQLite gives them the database's mode);
 * ``journal_mode=WAL`` (readers never block the writer), ``foreign_keys=ON``,
   ``synchronous=NORMAL``, ``busy_timeout`` from ``[db] busy-timeout``;
 * the driver's own transaction handling is turned off and we emit ``BEGIN``
@@ -39,6 +41,7 @@ from sqlalchemy.ext.asyncio import (
 from sqlalchemy.pool import StaticPool
 
 from .config import ManagerConfig, normalize_db_url
+from .private_files import prepare_sqlite_file
 
 __all__ = ["Database", "is_memory_sqlite"]
 
@@ -87,7 +90,8 @@ class Database:
         busy_timeout_s: float = 10.0,
         echo: bool = False,
     ) -> Database:
-        """Create the engine.  A file SQLite URL gets its parent directory created."""
+        """Create the engine.  A file SQLite URL gets its file created private (0600, in a
+        0700 directory when that is missing too) before SQLite opens it."""
         url = normalize_db_url(url) if isinstance(url, str) else url
         # hide_parameters: statement parameters (secret keys, password hashes) never
         # appear in SQL logs (echo) or in exception messages.
@@ -96,9 +100,17 @@ class Database:
             memory = is_memory_sqlite(url)
             if memory:
                 kwargs["poolclass"] = StaticPool  # one shared in-memory database
-            else:
-                Path(str(url.database)).expanduser().parent.mkdir(parents=True, exist_ok=True)
+            elif not str(url.database).startswith("file:"):  # not a SQLite URI filename
+                # The database holds every secret key: 0600 in a 0700 directory when
+                # created, tightened (with a warning) when found open to others.
+                prepare_sqlite_file(Path(str(url.database)).expanduser())
             kwargs["connect_args"] = {"timeout": busy_timeout_s}
+            # aiosqlite logs every statement *with its parameters* at DEBUG, which
+            # defeats hide_parameters under --log-level debug; keep it at INFO unless
+            # someone set its level on purpose (docs/reliability.md, bug 2).
+            aiosqlite_log = logging.getLogger("aiosqlite")
+            if aiosqlite_log.level == logging.NOTSET:
+                aiosqlite_log.setLevel(logging.INFO)
             engine = create_async_engine(url, **kwargs)
             _install_sqlite_pragmas(
                 engine, busy_timeout_ms=int(busy_timeout_s * 1000), wal=not memory

@@ -6,26 +6,52 @@ a timeout so that changes made by *another* manager replica are seen too::
 
     while not done():
         await hub.wait(timeout_s=0.5)
+
+Listeners (:meth:`ChangeHub.add_listener`) hear every publish; the Redis bus link uses
+one to tell the other replicas, and publishes their notices here with ``remote=True``
+(so they are not sent back out).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
+from typing import Protocol
 
-__all__ = ["ChangeHub"]
+__all__ = ["ChangeHub", "ChangeListener"]
+
+log = logging.getLogger(__name__)
+
+
+class ChangeListener(Protocol):
+    def __call__(self, *, remote: bool) -> None: ...
 
 
 class ChangeHub:
     def __init__(self) -> None:
         self._event = asyncio.Event()
+        self._listeners: list[ChangeListener] = []
         self.version = 0
 
-    def publish(self) -> None:
-        """Wake every current waiter (callable from sync code on the event loop)."""
+    def add_listener(self, listener: ChangeListener) -> None:
+        self._listeners.append(listener)
+
+    def remove_listener(self, listener: ChangeListener) -> None:
+        with contextlib.suppress(ValueError):
+            self._listeners.remove(listener)
+
+    def publish(self, *, remote: bool = False) -> None:
+        """Wake every current waiter (callable from sync code on the event loop);
+        ``remote``: the change happened on another replica."""
         self.version += 1
         event, self._event = self._event, asyncio.Event()
         event.set()
+        for listener in self._listeners:
+            try:
+                listener(remote=remote)
+            except Exception:  # a listener must not break the publisher
+                log.exception("change listener failed")
 
     async def wait(self, timeout_s: float) -> bool:
         """Wait for the next :meth:`publish` (True) or the timeout (False)."""

@@ -5,7 +5,11 @@
 * ``accelshare_scheduler_pass_seconds`` — histogram of pass latency (snapshot + plan +
   apply, lock held);
 * ``accelshare_scheduler_placements_total`` / ``..._failures_total`` — sessions placed /
-  left pending per pass; ``accelshare_bind_failures_total`` — kernels the agents refused.
+  left pending per pass; ``accelshare_bind_failures_total`` — kernels the agents refused;
+* ``accelshare_event_delivery_seconds{path}`` — from a kernel event on its agent to the
+  manager applying it, by the path that brought it first (``http`` or ``redis``; hosts'
+  clocks must agree for this to mean anything across machines);
+  ``accelshare_bus_events_received_total`` — kernel events read from the Redis stream.
 """
 
 from __future__ import annotations
@@ -41,6 +45,18 @@ class ManagerMetrics:
             "accelshare_scheduler_failures",
             "Sessions a pass left pending",
             ["scaling_group"],
+            registry=self.registry,
+        )
+        self.event_delivery = Histogram(
+            "accelshare_event_delivery_seconds",
+            "Kernel event age when the manager applied it, by the path that brought it first",
+            ["path"],
+            buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
+            registry=self.registry,
+        )
+        self.bus_events = Counter(
+            "accelshare_bus_events_received",
+            "Kernel events read from the Redis stream (applied or already known)",
             registry=self.registry,
         )
         self.bind_failures = Counter(

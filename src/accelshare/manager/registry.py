@@ -3,10 +3,11 @@
 Called by ``POST /internal/agents/heartbeat`` and ``/internal/agents/events`` (cluster
 secret) and by the manager's sweep timer.
 
-**Heartbeat** (idempotent; one transaction): upsert the agent row (status ALIVE, RPC
-URL, available slots, the per-device alloc-map views, slot metadata, quanta, plugin
-summary, last heartbeat); add the reported slot types to the known set in the config
-store (never removed); reconcile the reported kernels with the database:
+**Heartbeat** (idempotent): a heartbeat naming an unknown scaling group is refused
+before anything is recorded; otherwise add the reported slot types to the known set in
+the config store (never removed); upsert the agent row (status ALIVE, RPC URL,
+available slots, the per-device alloc-map views, slot metadata, quanta, plugin summary,
+last heartbeat); reconcile the reported kernels with the database:
 
 * a kernel the manager considers ended (TERMINATED/CANCELLED), or is destroying
   (TERMINATING), is listed in ``HeartbeatAck.destroy_kernels``;
@@ -144,6 +145,12 @@ def _as_uuid(value: str) -> uuid.UUID | None:
         return None
 
 
+async def _require_scaling_group(db: AsyncSession, name: str) -> None:
+    if await db.get(ScalingGroup, name) is None:
+        names = list((await db.execute(sa.select(ScalingGroup.name))).scalars())
+        raise UnknownScalingGroup(name, names)
+
+
 class AgentRegistry:
     def __init__(
         self,
@@ -154,6 +161,7 @@ class AgentRegistry:
         clock: Clock,
         agent_timeout_s: float,
         on_change: Callable[[], None],
+        on_event_applied: Callable[[KernelEvent, str], None] | None = None,
     ) -> None:
         self.db = db
         self.known_slots = known_slots
@@ -161,19 +169,25 @@ class AgentRegistry:
         self.clock = clock
         self.agent_timeout = timedelta(seconds=agent_timeout_s)
         self.on_change = on_change
+        # (event, path) for each event applied the first time: "http" or "redis"
+        self.on_event_applied = on_event_applied
 
     # -- heartbeats -------------------------------------------------------------------------
     async def heartbeat(self, hb: Heartbeat) -> HeartbeatAck:
         """Upsert, then reconcile.  Lock order everywhere is *session, then agent* (as a
         destroy or an event takes them), so the agent row is updated in a transaction of
-        its own and each session change gets its own short transaction: no deadlock."""
+        its own and each session change gets its own short transaction: no deadlock.
+
+        A heartbeat naming an unknown scaling group is refused before anything is
+        recorded, its slot types included; the known set grows before the agent row
+        is written, so no pass sees the agent's slots before they are known."""
+        async with self.db.begin() as db:
+            await _require_scaling_group(db, hb.scaling_group)
         await self.known_slots.add({slot: SlotTypes(cap.type) for slot, cap in hb.slots.items()})
         outcome = _Outcome()
         async with self.db.begin(write=True) as db:
             now = self.clock()
-            if await db.get(ScalingGroup, hb.scaling_group) is None:
-                names = list((await db.execute(sa.select(ScalingGroup.name))).scalars())
-                raise UnknownScalingGroup(hb.scaling_group, names)
+            await _require_scaling_group(db, hb.scaling_group)  # may have gone meanwhile
             agent = await db.get(Agent, hb.agent_id)
             returning = agent is not None and agent.status is not AgentStatus.ALIVE
             agent = self._upsert(db, agent, hb, now, outcome)
@@ -339,8 +353,9 @@ class AgentRegistry:
         )
 
     # -- events -----------------------------------------------------------------------------
-    async def apply_events(self, batch: KernelEventBatch) -> int:
-        """Apply each event once; returns how many were new."""
+    async def apply_events(self, batch: KernelEventBatch, *, path: str = "http") -> int:
+        """Apply each event once, whichever path brings it first (``http``: the agent's
+        acknowledged call, ``redis``: the bus); returns how many were new."""
         applied = 0
         released = False
         for event in batch.events:
@@ -351,6 +366,8 @@ class AgentRegistry:
             if result is not None:
                 applied += 1
                 released |= result
+                if self.on_event_applied is not None:
+                    self.on_event_applied(event, path)
         if applied:
             self.hub.publish()
         if released:

@@ -8,7 +8,9 @@
 
 Everything that reads the time uses the injected ``clock``; everything that calls an
 agent goes through one :class:`~accelshare.manager.agent_client.AgentClient`, whose
-transport is injectable (hollow agents in tests).
+transport is injectable (hollow agents in tests).  With a Redis bus (``bus=``), kernel
+events also arrive through it, live stats are read from it, and change notices reach the
+other manager replicas (:mod:`.bus_link`).
 """
 
 from __future__ import annotations
@@ -17,15 +19,19 @@ import asyncio
 import contextlib
 import logging
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 
 import httpx
 import sqlalchemy as sa
 
+from accelshare.agent.wire import KernelEvent
+from accelshare.bus import BusUnavailable, RedisBus
 from accelshare.config import ConfigStore
 
 from .agent_client import AgentClient, AgentRPCError
 from .agents import compat_from_views, format_compat, full_from_views, views_of
+from .bus_link import ManagerBusLink
 from .clock import Clock, utcnow
 from .db import Database
 from .errors import NotFound
@@ -37,7 +43,7 @@ from .scheduler import Binder, Scheduler
 from .sessions import SessionService
 from .slots import KnownSlots
 
-__all__ = ["Manager", "ManagerOptions"]
+__all__ = ["Manager", "ManagerOptions", "StatsUnavailable"]
 
 log = logging.getLogger(__name__)
 
@@ -49,7 +55,12 @@ class ManagerOptions:
     schedule_interval_s: float = 2.0
     sweep_interval_s: float = 5.0
     agent_rpc_timeout_s: float = 30.0
+    stale_bind_timeout_s: float | None = None  # None: agent_rpc_timeout_s + 30
     default_scaling_group: str = "default"
+
+
+class StatsUnavailable(RuntimeError):
+    """An agent's live stats cannot be had right now (the message says why)."""
 
 
 class Manager:
@@ -61,6 +72,7 @@ class Manager:
         options: ManagerOptions,
         clock: Clock = utcnow,
         agent_transport: httpx.AsyncBaseTransport | None = None,
+        bus: RedisBus | None = None,
     ) -> None:
         self.db = db
         self.store = store
@@ -99,6 +111,7 @@ class Manager:
             clock=clock,
             agent_timeout_s=options.agent_timeout_s,
             on_change=self.trigger,
+            on_event_applied=self._event_applied,
         )
         self.sessions = SessionService(
             db=db,
@@ -108,9 +121,22 @@ class Manager:
             trigger=self.trigger,
             passes=self.scheduler.next_pass_mark,
             wait_for_pass=self.scheduler.wait_for_pass,
+            known_slots=self.known_slots,
             default_scaling_group=options.default_scaling_group,
         )
         self._sweeper: asyncio.Task[None] | None = None
+        self.bus_link: ManagerBusLink | None = None
+        if bus is not None:
+            self.bus_link = ManagerBusLink(
+                bus,
+                hub=self.hub,
+                apply_events=lambda batch: self.registry.apply_events(batch, path="redis"),
+                on_received=self.metrics.bus_events.inc,
+            )
+
+    def _event_applied(self, event: KernelEvent, path: str) -> None:
+        age_s = (self.clock() - event.at).total_seconds()
+        self.metrics.event_delivery.labels(path).observe(max(0.0, age_s))
 
     @property
     def cluster_secret(self) -> str:
@@ -122,6 +148,12 @@ class Manager:
 
     async def start(self, *, background: bool = True) -> None:
         await self.scheduler.resume()
+        if self.bus_link is not None:
+            try:
+                await self.bus_link.bus.ping()
+            except BusUnavailable as e:  # not fatal: the loops retry, HTTP still works
+                log.warning("%s; starting anyway (events still arrive over HTTP)", e)
+            self.bus_link.start()
         if background:
             self.scheduler.start()
             self._sweeper = asyncio.create_task(self._sweep_forever(), name="accelshare-sweep")
@@ -134,13 +166,20 @@ class Manager:
                 await self._sweeper
             self._sweeper = None
         await self.scheduler.stop(drain_s=drain_s)
+        if self.bus_link is not None:
+            await self.bus_link.stop()
         await self.client.close()
 
     async def _sweep_forever(self) -> None:
+        # longer than any bind in flight can take (one create RPC per session, bounded)
+        stale_bind = timedelta(
+            seconds=self.options.stale_bind_timeout_s or self.options.agent_rpc_timeout_s + 30
+        )
         while True:
             await asyncio.sleep(self.options.sweep_interval_s)
             try:
                 await self.registry.sweep()
+                await self.scheduler.rescue_stale_binds(stale_bind)
             except asyncio.CancelledError:
                 raise
             except Exception:
@@ -190,6 +229,34 @@ class Manager:
                 "source": "agent",
             }
         return {**live, "source": "agent"}
+
+    async def node_stats(self, agent: Agent) -> dict[str, Any]:
+        """The agent's live device stats (:class:`~accelshare.agent.wire.NodeStats` as
+        JSON plus ``source``): its latest report on the Redis bus when there is one
+        (with ``seq``, ``missed``, ``gapS`` — ticks lost to an outage — and ``ageS``),
+        else asked of the agent.  Raises :class:`StatsUnavailable`."""
+        if self.bus_link is None:
+            try:
+                return {**await self.client.node_stats(agent.address), "source": "agent"}
+            except AgentRPCError as e:
+                raise StatsUnavailable(f"Agent {agent.id} does not answer: {e}") from None
+        try:
+            report = (await self.bus_link.stats([agent.id]))[agent.id]
+        except BusUnavailable as e:
+            raise StatsUnavailable(str(e)) from None
+        if report is None:
+            raise StatsUnavailable(
+                f"No stats from agent {agent.id} on Redis in the last"
+                f" {self.bus_link.bus.settings.stats_ttl_s:g} s"
+            )
+        return {
+            **report.node.model_dump(mode="json"),
+            "source": "redis",
+            "seq": report.seq,
+            "missed": report.missed,
+            "gapS": report.gap_s,
+            "ageS": round(max(0.0, (self.clock() - report.at).total_seconds()), 3),
+        }
 
     async def count_sessions_by_status(self) -> dict[str, int]:
         async with self.db.begin() as db:

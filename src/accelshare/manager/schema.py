@@ -91,7 +91,19 @@ async def get_schema_state(db: Database) -> SchemaState:
         return await conn.run_sync(_state)
 
 
+# pg_advisory_xact_lock key of schema changes: two replicas (or a replica and
+# `mgr dbschema upgrade`) starting on one database at once change it one after the other;
+# the second then finds the schema current.  SQLite serialises writers by itself.
+SCHEMA_LOCK_KEY = 0x61636365_6C736368  # "accelsch"
+
+
+def _lock(connection: Connection) -> None:
+    if connection.dialect.name == "postgresql":
+        connection.execute(sa.select(sa.func.pg_advisory_xact_lock(SCHEMA_LOCK_KEY)))
+
+
 def _oneshot(connection: Connection) -> SchemaState:
+    _lock(connection)
     state = _state(connection)
     if state.current is not None:
         raise SchemaError(
@@ -116,6 +128,7 @@ async def create_schema_oneshot(db: Database) -> SchemaState:
 
 
 def _upgrade(connection: Connection, target: str) -> SchemaState:
+    _lock(connection)
     state = _state(connection)
     if state.current is None and state.tables:
         raise SchemaError(
@@ -132,11 +145,11 @@ async def upgrade_schema(db: Database, target: str = "head") -> SchemaState:
         return await conn.run_sync(_upgrade, target)
 
 
-async def ensure_schema(db: Database, *, auto_upgrade: bool = True) -> SchemaState:
-    """At manager start: create an empty schema, upgrade an old one (or refuse)."""
-    state = await get_schema_state(db)
+def _ensure(connection: Connection, auto_upgrade: bool) -> SchemaState:
+    _lock(connection)  # the state is read under the lock: no two replicas both see "empty"
+    state = _state(connection)
     if state.is_empty:
-        return await create_schema_oneshot(db)
+        return _oneshot(connection)
     if state.is_current:
         return state
     if not auto_upgrade:
@@ -144,7 +157,17 @@ async def ensure_schema(db: Database, *, auto_upgrade: bool = True) -> SchemaSta
             f"The database schema is at {state.current}, the manager needs {state.head}; "
             "run 'accelshare mgr dbschema upgrade' first."
         )
-    return await upgrade_schema(db)
+    return _upgrade(connection, "head")
+
+
+async def ensure_schema(db: Database, *, auto_upgrade: bool = True) -> SchemaState:
+    """At manager start: create an empty schema, upgrade an old one (or refuse); one
+    transaction under the schema lock."""
+    state = await get_schema_state(db)
+    if state.is_current:
+        return state  # the usual case: no write transaction, no lock
+    async with db.connect(write=True) as conn:
+        return await conn.run_sync(_ensure, auto_upgrade)
 
 
 def _revision(connection: Connection, message: str, rev_id: str | None) -> None:

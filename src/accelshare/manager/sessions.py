@@ -55,7 +55,7 @@ from .models import (
 )
 from .scheduler.binding import BINDABLE
 from .session_spec import CreateSessionBody, resolve_resources
-from .slots import current_known_slots
+from .slots import KnownSlots
 from .transitions import agent_addresses, change_status, lock_session, session_kernels
 
 __all__ = ["Caller", "SessionService", "session_json"]
@@ -184,6 +184,18 @@ class CreateResult:
     created: bool
 
 
+async def _lost_agents(db: AsyncSession, addresses: Mapping[str, str]) -> set[str]:
+    """Which of these agents are not ALIVE (LOST or gone)."""
+    if not addresses:
+        return set()
+    rows = await db.execute(
+        sa.select(Agent.id).where(
+            Agent.id.in_(sorted(addresses)), Agent.status != AgentStatus.ALIVE
+        )
+    )
+    return set(rows.scalars())
+
+
 class SessionService:
     def __init__(
         self,
@@ -195,9 +207,11 @@ class SessionService:
         trigger: Callable[[], None],
         passes: Callable[[], int],  # a mark for wait_for_pass (Scheduler.next_pass_mark)
         wait_for_pass: Callable[[int, float], Any],
+        known_slots: KnownSlots,
         default_scaling_group: str = "default",
     ) -> None:
         self.db = db
+        self.known_slots = known_slots
         self.client = client
         self.hub = hub
         self.clock = clock
@@ -307,7 +321,33 @@ class SessionService:
 
     # -- enqueue ----------------------------------------------------------------------------
     async def create(self, caller: Caller, body: CreateSessionBody) -> CreateResult:
-        known = current_known_slots()
+        """Enqueue (PENDING), trigger a pass, wait as the body asks; the answer's body.
+
+        The resources are parsed against the known slot types held for this request
+        (the caller's, e.g. the API route's; else read now and held for the enqueue), so
+        a heartbeat adding a slot meanwhile does not change what this request sees."""
+        async with self.known_slots.hold() as known:
+            enqueued = await self._enqueue(caller, body, known)
+        if isinstance(enqueued, CreateResult):  # reuseIfExists found a live session
+            return enqueued
+        row = enqueued
+        log.info("session %s (%s) enqueued by %s", row.id, row.name, caller.email)
+        passes_before = self.passes()
+        self.trigger()
+        self.hub.publish()
+        if not body.enqueue_only:
+            await self._wait_after_create(row.id, passes_before, body.max_wait_seconds)
+        async with self.db.begin() as db:
+            fresh = await db.get(Session, row.id)
+            assert fresh is not None
+            result = await self._full_json(db, fresh)
+        return CreateResult(_create_answer(result, created=True), True)
+
+    async def _enqueue(
+        self, caller: Caller, body: CreateSessionBody, known: Mapping[str, SlotTypes]
+    ) -> Session | CreateResult:
+        """The enqueue transaction: the new PENDING row, or the live session of that
+        name when ``reuseIfExists`` finds one."""
         async with self.db.begin(write=True) as db:
             owner = await self._owner(db, caller, body.owner_access_key)
             if self.db.dialect == "postgresql":
@@ -379,17 +419,7 @@ class SessionService:
             )
             for dep in deps:
                 db.add(SessionDependency(session_id=row.id, depends_on=dep))
-        log.info("session %s (%s) enqueued by %s", row.id, name, caller.email)
-        passes_before = self.passes()
-        self.trigger()
-        self.hub.publish()
-        if not body.enqueue_only:
-            await self._wait_after_create(row.id, passes_before, body.max_wait_seconds)
-        async with self.db.begin() as db:
-            fresh = await db.get(Session, row.id)
-            assert fresh is not None
-            result = await self._full_json(db, fresh)
-        return CreateResult(_create_answer(result, created=True), True)
+        return row
 
     async def _wait_after_create(
         self, session_id: uuid.UUID, passes_before: int, max_wait_s: int
@@ -645,6 +675,7 @@ class SessionService:
         now = self.clock()
         who = f"destroyed by {caller.email}"
         targets: list[tuple[str, str]] = []  # (agent url, kernel id) to destroy on the agent
+        unreachable: list[str] = []  # LOST agents: not called (reconciled when they return)
         confirm = False
         released = False
         async with self.db.begin(write=True) as db:
@@ -653,11 +684,15 @@ class SessionService:
             assert row is not None
             kernels = await session_kernels(db, row.id)
             addresses = await agent_addresses(db, kernels)
+            lost = await _lost_agents(db, addresses)
             targets = [
-                (addresses[k.agent_id], str(k.id)) for k in kernels if k.agent_id in addresses
+                (addresses[k.agent_id], str(k.id))
+                for k in kernels
+                if k.agent_id in addresses and k.agent_id not in lost
             ]
+            unreachable = sorted(lost)
             if row.status in FINAL_STATUSES:
-                targets = []
+                targets, unreachable = [], []
             elif row.status is SessionStatus.PENDING:
                 await change_status(
                     db, row, SessionStatus.CANCELLED, reason=who, now=now, kernels=kernels
@@ -676,7 +711,9 @@ class SessionService:
                 confirm = True
             session_id = row.id
         self.hub.publish()
-        errors: list[str] = []
+        # a LOST agent is not waited for (its RPC would time out): the session ends here
+        # and the agent destroys the kernel when it comes back (its heartbeat's ack)
+        errors: list[str] = [f"agent {agent_id} is LOST" for agent_id in unreachable]
         for url, kernel_id in targets:
             try:
                 await self.client.destroy_kernel(url, kernel_id)

@@ -6,17 +6,26 @@ per API request / scheduling pass and held in :data:`KNOWN_SLOT_TYPES` (a
 ``ContextVar``) so it stays consistent for that whole request even if a heartbeat
 adds a slot meanwhile::
 
-    types = await known_slots.load()
+    async with known_slots.hold() as types:   # read once (or the set already held)
+        ... current_known_slots() ...         # the same mapping everywhere below
+
+    types = await known_slots.load()          # or, for a pass: read, then hold
     with use_known_slots(types):
-        ... current_known_slots() ...     # the same mapping everywhere below
+        ...
+
+Whoever parses resources holds the set: the session routes and the scheduling pass
+hold it for the whole request / round, and :meth:`SessionService.create
+<accelshare.manager.sessions.SessionService.create>` holds one itself when its caller
+did not, so an enqueue never parses against a set read mid-way (nor against the
+intrinsic slots alone).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Iterator, Mapping
+from contextlib import asynccontextmanager, contextmanager
 from contextvars import ContextVar
 from types import MappingProxyType
 
@@ -28,6 +37,7 @@ __all__ = [
     "RESOURCE_SLOTS_PREFIX",
     "KnownSlots",
     "current_known_slots",
+    "held_known_slots",
     "use_known_slots",
 ]
 
@@ -43,6 +53,11 @@ _INTRINSIC: Mapping[str, SlotTypes] = MappingProxyType(dict(INTRINSIC_SLOTS))
 def current_known_slots() -> Mapping[str, SlotTypes]:
     """The set held for this request / pass (only the intrinsic slots when none is held)."""
     return KNOWN_SLOT_TYPES.get(_INTRINSIC)
+
+
+def held_known_slots() -> Mapping[str, SlotTypes] | None:
+    """The set held for this request / pass, or ``None`` when none is held."""
+    return KNOWN_SLOT_TYPES.get(None)
 
 
 @contextmanager
@@ -61,6 +76,17 @@ class KnownSlots:
         self.store = store
         self._stored: dict[str, SlotTypes] = {}  # what this process knows is in the store
         self._lock = asyncio.Lock()
+
+    @asynccontextmanager
+    async def hold(self) -> AsyncIterator[Mapping[str, SlotTypes]]:
+        """Hold the set for the block: the one already held by an enclosing request or
+        pass (read once per request), else a fresh :meth:`load`, released on exit."""
+        held = held_known_slots()
+        if held is not None:
+            yield held
+            return
+        with use_known_slots(await self.load()) as types:
+            yield types
 
     async def load(self) -> Mapping[str, SlotTypes]:
         """A fresh, immutable copy: intrinsic slots first, then the stored ones."""

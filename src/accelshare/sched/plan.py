@@ -5,9 +5,8 @@ transaction (ALIVE agents with their per-device state, PENDING sessions, counter
 for the predicates), calls :func:`plan_pass`, and applies the returned
 :class:`SchedulingPlan` with an optimistic check (spec 05, STYLE: Nomad).  The pass:
 
-1. **Priority bands**, highest first.  Only the highest band is tried, *unless* it
-   cannot use the resources anyway (the no-starvation rule below), in which case the
-   next band is tried in the same pass.
+1. **Priority bands**, highest first.  Every band is tried, but a lower band may not
+   take what a waiting higher-priority session needs (the no-starvation rule below).
 2. Inside a band the scaling group's **picker** (fifo, lifo, drf) orders sessions;
    every one is tried: a session that does not fit never stops the pass (no
    head-of-line blocking).
@@ -20,26 +19,40 @@ for the predicates), calls :func:`plan_pass`, and applies the returned
    ledger, totals and the predicate counters at once, so later sessions in the same
    pass see it (in-pass accounting: a plan never over-commits an agent or a device).
 5. Sessions that were not placed get a :class:`Failure` with the reasons (failed
-   predicates, and per agent why it did not fit) for ``why``.
+   predicates, and per agent why it did not fit — the first :data:`MAX_AGENT_REASONS`
+   agents by id, then how many more) for ``why``.
 
-**No starvation.**  A band *blocks* the lower bands when at least one of its sessions
-passed every predicate and failed only because no agent has room *now* although some
-agent could hold it when empty.  Then every lower-priority session is deferred
-("waiting for priority-P sessions to be placed first") and the resources that free up
-go to the high-priority session first: it is never overtaken forever.  A band does
-*not* block when its unplaced sessions fail only predicates that resources cannot
-cure (a future start time, unfinished dependencies, the owner's own quota or
-concurrency limit) or ask for more than any agent has even when empty: such sessions
-would otherwise freeze the whole cluster for nothing.
+**No starvation.**  A session *waits* when it passed every predicate and found no room
+now, although some agent could hold it if that agent were empty (its *usable* agents).
+When a band is done, each waiting session **protects** what it needs on each of its
+usable agents from every lower band:
 
-Example: agent with 2 fGPU, pending A (priority 20, 3 fGPU — never fits), B
-(priority 20, 1 fGPU, starts tomorrow), C (priority 10, 1 fGPU).  The 20-band does
-not block (A can never fit, B waits for its time), so C is placed in this pass.
+* its accelerator slots (``cuda.shares``...) entirely: a lower-band session that asks
+  for any of them is not placed there (fractional devices fragment; any use competes);
+* of every other slot it asks for (cpu, mem...), its amount: a lower-band session may
+  take that slot there only if at least that much stays free after it.
+
+A lower-band session that would break a protection on every agent that could hold it
+is ``DEFERRED`` ("Waiting for priority-P sessions to be placed first", retries
+unchanged); one that fits elsewhere, or only uses slack the waiting session does not
+need, is placed.  Freed resources therefore reach the waiting session before any
+lower band, however long it waits: it is never overtaken on the resources it waits
+for.  Sessions that fail only predicates resources cannot cure (a future start time,
+unfinished dependencies, the owner's own quota or concurrency limit), or that no agent
+could ever hold, protect nothing.  Deferred sessions that could fit when empty wait
+too and protect what they need from the bands below them.
+
+Example: agent ``gpu`` with 8 cores (2 used) and two GPUs holding 0.5 and 1.0 (0.5
+free); pending H (priority 50: 4 cores, 2 fGPU), L1 (10: 2 cores), L2 (10: 3 cores),
+L3 (10: 1 core, 0.5 fGPU).  H waits (it fits the empty agent).  L1 is placed (6 free
+cores − 2 = 4 still cover H's 4), then L2 is deferred (4 − 3 < 4), and L3 is deferred
+(it asks for cuda.shares, which H waits for).
 """
 
 from __future__ import annotations
 
 import enum
+import functools
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
@@ -47,7 +60,7 @@ from decimal import Decimal
 from typing import Any
 
 from accelshare.alloc import KernelAllocation
-from accelshare.common import ResourceSlot
+from accelshare.common import ResourceSlot, SlotName
 
 from .fit import (
     DeviceLedger,
@@ -60,9 +73,10 @@ from .fit import (
 from .model import AgentState, PendingSession, PredicateResult
 from .pickers import PickerName, pick
 from .predicates import DEFAULT_PREDICATES, Predicate, PredicateContext, run_predicates
-from .selectors import DEFAULT_RESOURCE_PRIORITY, SelectorName, rank_agents
+from .selectors import DEFAULT_RESOURCE_PRIORITY, SelectorName, iter_ranked
 
 __all__ = [
+    "MAX_AGENT_REASONS",
     "AgentSnapshot",
     "Assignment",
     "Failure",
@@ -75,6 +89,22 @@ __all__ = [
 
 _EMPTY = ResourceSlot()
 _MAX_REASONS_IN_MSG = 3
+MAX_AGENT_REASONS = 10
+"""A failure lists the per-agent reasons of the first 10 agents (by id) and one
+``"... and N more agent(s)"`` line: a 1,000-agent cluster would otherwise compute (a
+per-device dry run each) and store 1,000 lines for every pending session on every pass."""
+
+_ShapeKey = tuple[tuple[tuple[str, Decimal], ...], bool, str | None]
+
+
+def _shape(session: PendingSession) -> _ShapeKey:
+    """What a session's fit depends on besides the cluster: its request, its
+    fragmentation option and its designated agent (sessions of one shape fit alike)."""
+    return (
+        tuple(sorted(session.requested_slots.items())),
+        session.allow_fragmentation,
+        session.designated_agent,
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -194,7 +224,9 @@ class Failure:
     retries: int  # status_data.scheduler.retries after this pass
     failed_predicates: tuple[PredicateResult, ...] = ()
     passed_predicates: tuple[PredicateResult, ...] = ()
-    agent_reasons: tuple[str, ...] = ()  # "i-node01: cuda.shares needs 1.2, ..."
+    # "i-node01: cuda.shares needs 1.2, ..."; the first MAX_AGENT_REASONS agents by id,
+    # then "... and N more agent(s)"
+    agent_reasons: tuple[str, ...] = ()
     blocks_lower_priorities: bool = False
 
     def scheduler_data(self, now: datetime) -> dict[str, Any]:
@@ -243,9 +275,56 @@ def _age_key(session: PendingSession) -> tuple[datetime, str]:
     return (session.created_at, session.id)
 
 
+@dataclass(frozen=True, slots=True)
+class _Blocker:
+    """A session that waits for resources and holds lower priorities back (see
+    :func:`plan_pass`): where it could fit when empty, and what it asks for."""
+
+    priority: int
+    requested: ResourceSlot
+    agents: frozenset[str]
+
+
+@dataclass(slots=True)
+class _Protection:
+    """Per agent, what the waiting higher-priority sessions that could use it need:
+    the largest amount of each slot, and the accelerator slots (never shared)."""
+
+    priority: int
+    needs: dict[str, Decimal] = field(default_factory=dict)
+    accelerators: set[str] = field(default_factory=set)
+
+
+@functools.lru_cache(maxsize=1024)
+def _is_accelerator(slot: str) -> bool:
+    return SlotName(slot).is_accelerator
+
+
+@dataclass(slots=True)
+class _Fit:
+    """A shape's failed fit: reasons per agent, agents it could use when empty, and
+    whether a waiting higher-priority session held it back."""
+
+    reasons: list[str]
+    usable: frozenset[str]
+    deferred_by: int | None
+    refused: int = 1  # how many agents refused (the reasons list at most MAX_AGENT_REASONS)
+    # per agent: the reason, or None for a totals shortfall explained when the pass ends
+    raw: dict[str, str | None] | None = None
+    shape: _ShapeKey | None = None
+
+
 @dataclass(slots=True)
 class _Pass:
-    """The mutable state of one pass (never escapes :func:`plan_pass`)."""
+    """The mutable state of one pass (never escapes :func:`plan_pass`).
+
+    Caches (exact, never stale): a commit bumps the agent's version and the pass's
+    generation.  Per shape (:func:`_shape`) and agent, the totals verdict and a failed
+    device dry run are kept with the agent's version; a shape's whole failure is kept
+    with the generation (and the number of blockers), so the thousands of pending
+    sessions of a full cluster cost one evaluation per distinct request, not one per
+    session and agent.  Whether a shape could fit an agent when empty never changes.
+    """
 
     snapshot: SchedulingSnapshot
     ctx: PredicateContext
@@ -256,6 +335,19 @@ class _Pass:
     last_roundrobin: str | None
     assignments: list[Assignment] = field(default_factory=list)
     failures: list[Failure] = field(default_factory=list)
+    versions: dict[str, int] = field(default_factory=dict)
+    generation: int = 0
+    blockers: list[_Blocker] = field(default_factory=list)
+    protections: dict[str, _Protection] = field(default_factory=dict)
+    _totals: dict[_ShapeKey, dict[str, tuple[int, bool]]] = field(default_factory=dict)
+    _unexplained: list[tuple[int, PendingSession, tuple[PredicateResult, ...], _Fit]] = field(
+        default_factory=list
+    )
+    _device_failures: dict[_ShapeKey, dict[str, tuple[int, str]]] = field(default_factory=dict)
+    _capacity: dict[_ShapeKey, frozenset[str]] = field(default_factory=dict)
+    _empty_fit: dict[tuple[int, _ShapeKey], bool] = field(default_factory=dict)
+    signatures: dict[str, int] = field(default_factory=dict)  # agents built alike: same int
+    _failed: dict[_ShapeKey, tuple[int, int, _Fit]] = field(default_factory=dict)
 
     def pick_sequence(self, band: Sequence[PendingSession]) -> Iterator[PendingSession]:
         """The picker's order for a band, one session at a time.
@@ -286,8 +378,8 @@ class _Pass:
             ordered = fresh + stale
         yield from ordered
 
-    def try_session(self, session: PendingSession) -> bool:
-        """Try one session; returns True when it blocks lower priorities."""
+    def try_session(self, session: PendingSession) -> _Blocker | None:
+        """Try one session; returns a blocker when it waits for resources (see plan_pass)."""
         passed, failed = run_predicates(session, self.ctx, self.snapshot.options.predicates)
         if failed:
             self.failures.append(
@@ -300,32 +392,76 @@ class _Pass:
                     tuple(passed),
                 )
             )
-            return False
+            return None
         result = self.place(session)
         if isinstance(result, Assignment):
             self.assignments.append(replace(result, passed_predicates=tuple(passed)))
-            return False
-        reasons, could_fit = result
-        shown = reasons[:_MAX_REASONS_IN_MSG]
-        more = len(reasons) - len(shown)
-        msg = "No agent can hold the request now: " + "; ".join(shown)
-        if more:
-            msg += f"; and {more} more agent(s)"
-        self.failures.append(
-            Failure(
-                session.id,
-                FailureKind.NO_AGENT,
-                msg,
-                session.retries + 1,
-                (),
-                tuple(passed),
-                tuple(reasons),
-                blocks_lower_priorities=could_fit,
-            )
-        )
-        return could_fit
+            return None
+        self._unexplained.append((len(self.failures), session, tuple(passed), result))
+        self.failures.append(self.failure_for(session, tuple(passed), result))  # placeholder
+        if not result.usable:
+            return None
+        return _Blocker(session.priority, session.requested_slots, result.usable)
 
-    def place(self, session: PendingSession) -> Assignment | tuple[list[str], bool]:
+    def failure_for(
+        self, session: PendingSession, passed: tuple[PredicateResult, ...], result: _Fit
+    ) -> Failure:
+        reasons = result.reasons
+        if result.deferred_by is not None:
+            kind = FailureKind.DEFERRED
+            msg = (
+                f"Waiting for priority-{result.deferred_by} sessions to be placed first"
+                f" (this session has priority {session.priority})"
+            )
+            retries = session.retries
+        else:
+            kind = FailureKind.NO_AGENT
+            shown = reasons[: min(_MAX_REASONS_IN_MSG, result.refused)]
+            more = result.refused - len(shown)
+            msg = "No agent can hold the request now: " + "; ".join(shown)
+            if more:
+                msg += f"; and {more} more agent(s)"
+            retries = session.retries + 1
+        return Failure(
+            session.id,
+            kind,
+            msg,
+            retries,
+            (),
+            passed,
+            tuple(reasons),
+            blocks_lower_priorities=bool(result.usable),
+        )
+
+    def explain_failures(self) -> None:
+        """Fill in the reasons of the sessions left pending, as of the end of the pass:
+        ``<agent>: <why>`` for the first :data:`MAX_AGENT_REASONS` agents by id (a
+        totals shortfall is explained here, per device where that says more), then how
+        many more agents refused.  Worked out once per shape and agent."""
+        explained: dict[tuple[_ShapeKey, str], str] = {}
+        for index, session, passed, fit in self._unexplained:
+            if fit.raw is not None and not fit.reasons:
+                assert fit.shape is not None
+                shown = sorted(fit.raw)[:MAX_AGENT_REASONS]
+                for agent_id in shown:
+                    reason = fit.raw[agent_id]
+                    if reason is None:
+                        reason = explained.get((fit.shape, agent_id))
+                        if reason is None:
+                            agent = self.states[agent_id]
+                            short = totals_shortfall(
+                                agent.available_slots,
+                                agent.occupied_slots,
+                                session.requested_slots,
+                            )
+                            reason = self.shortfall_reason(agent, session, short)
+                            explained[(fit.shape, agent_id)] = reason
+                    fit.reasons.append(f"{agent_id}: {reason}")
+                if len(fit.raw) > len(shown):
+                    fit.reasons.append(f"... and {len(fit.raw) - len(shown)} more agent(s)")
+            self.failures[index] = self.failure_for(session, passed, fit)
+
+    def place(self, session: PendingSession) -> Assignment | _Fit:
         requested = session.requested_slots
         if session.designated_agent is not None:
             designated = self.states.get(session.designated_agent)
@@ -334,47 +470,135 @@ class _Pass:
                     f"{session.designated_agent}: the designated agent is not ALIVE and"
                     f" schedulable in scaling group {self.snapshot.scaling_group}"
                 )
-                return [why], False
+                return _Fit([why], frozenset(), None)
             pool = [designated]
         else:
             pool = list(self.states.values())
         if not pool:
-            return [f"no ALIVE agent in scaling group {self.snapshot.scaling_group}"], False
-        reasons: dict[str, str] = {}
+            why = f"no ALIVE agent in scaling group {self.snapshot.scaling_group}"
+            return _Fit([why], frozenset(), None)
+        shape = _shape(session)
+        known = self._failed.get(shape)
+        if known is not None and known[0] == self.generation and known[1] == len(self.blockers):
+            return known[2]  # nothing changed since a session of this shape failed
+        reasons: dict[str, str | None] = {}  # None: a totals shortfall, explained lazily
         fitting: list[AgentState] = []
+        totals = self._totals.setdefault(shape, {})
+        versions = self.versions
         for agent in pool:
-            short = totals_shortfall(agent.available_slots, agent.occupied_slots, requested)
-            if short:
-                reasons[agent.id] = self.shortfall_reason(agent, session, short)
+            version = versions[agent.id]
+            cached = totals.get(agent.id)
+            if cached is not None and cached[0] == version:
+                fits = cached[1]
             else:
+                fits = _totals_fit(agent.available_slots, agent.occupied_slots, requested)
+                totals[agent.id] = (version, fits)
+            if fits:
                 fitting.append(agent)
+            else:
+                reasons[agent.id] = None
         options = self.snapshot.options
-        ranked = rank_agents(
+        device_failures = self._device_failures.setdefault(shape, {})
+        deferred_by: int | None = None
+        for agent in iter_ranked(
             options.selector,
             session,
             fitting,
             resource_priority=options.resource_priority,
             last_roundrobin_agent=self.last_roundrobin,
-        )
-        for agent in ranked:
+        ):
+            held = self.held_for(agent, requested)
+            if held is not None:
+                priority, slot = held
+                reasons[agent.id] = (
+                    f"held for a waiting priority-{priority} session ({slot} it needs here)"
+                )
+                deferred_by = max(deferred_by or priority, priority)
+                continue
+            version = versions[agent.id]
+            failed = device_failures.get(agent.id)
+            if failed is not None and failed[0] == version:
+                reasons[agent.id] = failed[1]
+                continue
             placed = self.ledgers[agent.id].place(
                 requested, allow_fragmentation=session.allow_fragmentation
             )
             if isinstance(placed, FitFailure):
+                device_failures[agent.id] = (version, placed.reason)
                 reasons[agent.id] = placed.reason
                 continue
             self.commit(session, agent)
             return Assignment(session.id, agent.id, requested, placed)
-        could_fit = any(
-            fits_capacity(
-                a.available_slots,
-                self.ledgers[a.id],
-                requested,
-                allow_fragmentation=session.allow_fragmentation,
-            )
-            for a in pool
-        )
-        return [f"{aid}: {reasons[aid]}" for aid in sorted(reasons)], could_fit
+        usable = self.usable_agents(shape, session, pool)
+        fit = _Fit([], usable, deferred_by, len(reasons), raw=reasons, shape=shape)
+        self._failed[shape] = (self.generation, len(self.blockers), fit)
+        return fit
+
+    def usable_agents(
+        self, shape: _ShapeKey, session: PendingSession, pool: Sequence[AgentState]
+    ) -> frozenset[str]:
+        """The agents of ``pool`` that could hold the session if they were empty (agents
+        built alike — same totals, same devices — are dry-run once)."""
+        usable = self._capacity.get(shape)
+        if usable is None:
+            ids = []
+            for a in pool:
+                key = (self.signatures[a.id], shape)
+                fits = self._empty_fit.get(key)
+                if fits is None:
+                    fits = self._empty_fit[key] = fits_capacity(
+                        a.available_slots,
+                        self.ledgers[a.id],
+                        session.requested_slots,
+                        allow_fragmentation=session.allow_fragmentation,
+                    )
+                if fits:
+                    ids.append(a.id)
+            usable = frozenset(ids)
+            self._capacity[shape] = usable
+        return usable
+
+    def held_for(self, agent: AgentState, requested: ResourceSlot) -> tuple[int, str] | None:
+        """``(priority, slot)`` when placing ``requested`` on ``agent`` would take what a
+        waiting higher-priority session needs there (the rule of :func:`plan_pass`)."""
+        protection = self.protections.get(agent.id)
+        if protection is None:
+            return None
+        for slot, amount in requested.items():
+            if amount <= 0:
+                continue
+            if slot in protection.accelerators:
+                return protection.priority, slot
+            need = protection.needs.get(slot)
+            if need is None:
+                continue
+            free = agent.available_slots.get_amount(slot) - agent.occupied_slots.get_amount(slot)
+            if free - amount < need:
+                return protection.priority, slot
+        return None
+
+    def add_blockers(self, blockers: Sequence[_Blocker]) -> None:
+        """Sessions of a finished band that wait for resources protect what they need
+        on every agent they could use, from every lower band."""
+        seen: set[tuple[ResourceSlot, frozenset[str]]] = set()
+        for blocker in blockers:
+            key = (blocker.requested, blocker.agents)
+            if key in seen:
+                continue
+            seen.add(key)
+            self.blockers.append(blocker)
+            for agent_id in blocker.agents:
+                protection = self.protections.get(agent_id)
+                if protection is None:
+                    protection = self.protections[agent_id] = _Protection(blocker.priority)
+                protection.priority = max(protection.priority, blocker.priority)
+                for slot, amount in blocker.requested.items():
+                    if amount <= 0:
+                        continue
+                    if _is_accelerator(slot):
+                        protection.accelerators.add(slot)
+                    else:
+                        protection.needs[slot] = max(protection.needs.get(slot, amount), amount)
 
     def shortfall_reason(self, agent: AgentState, session: PendingSession, short: list[str]) -> str:
         """The totals' reason, or the devices' one when it says more (per-device free)."""
@@ -395,10 +619,47 @@ class _Pass:
     def commit(self, session: PendingSession, agent: AgentState) -> None:
         requested = session.requested_slots
         self.states[agent.id] = replace(agent, occupied_slots=agent.occupied_slots + requested)
+        self.versions[agent.id] += 1
+        self.generation += 1
         self.ctx.occupy(session)
         key = session.access_key
         self.drf_occupancy[key] = self.drf_occupancy.get(key, _EMPTY) + requested
         self.last_roundrobin = agent.id
+
+
+def _capacity_signature(agent: AgentSnapshot) -> object:
+    """What "could it hold this when empty?" depends on: the totals and every map's
+    devices (slot, capacity, NUMA node, in the map's order), kind, strategy, quantum."""
+    return (
+        agent.state.available_slots,
+        tuple(
+            (
+                m.key,
+                m.kind,
+                m.strategy,
+                m.quantum,
+                m.exclusive_slot_types,
+                tuple((d.slot_name, d.slot_type, d.capacity, d.numa_node) for d in m.devices),
+            )
+            for m in agent.maps
+        ),
+    )
+
+
+def _signature_ids(agents: Sequence[AgentSnapshot]) -> dict[str, int]:
+    interned: dict[object, int] = {}
+    return {a.state.id: interned.setdefault(_capacity_signature(a), len(interned)) for a in agents}
+
+
+def _totals_fit(available: ResourceSlot, occupied: ResourceSlot, requested: ResourceSlot) -> bool:
+    """``not totals_shortfall(available, occupied, requested)``, without the messages."""
+    for slot, amount in requested.items():
+        if amount <= 0:
+            continue
+        total = available.get_amount(slot)
+        if slot not in available or total <= 0 or total - occupied.get_amount(slot) < amount:
+            return False
+    return True
 
 
 def plan_pass(snapshot: SchedulingSnapshot) -> SchedulingPlan:
@@ -415,28 +676,20 @@ def plan_pass(snapshot: SchedulingSnapshot) -> SchedulingPlan:
         drf_occupancy=dict(snapshot.occupancy_by_access_key),
         total_capacity=total,
         last_roundrobin=snapshot.last_roundrobin_agent,
+        versions=dict.fromkeys(states, 0),
+        signatures=_signature_ids(snapshot.agents),
     )
     bands: dict[int, list[PendingSession]] = {}
     for session in snapshot.pending:
         bands.setdefault(session.priority, []).append(session)
-    blocked_by: int | None = None
     for priority in sorted(bands, reverse=True):
-        band = bands[priority]
-        if blocked_by is not None:
-            msg = (
-                f"Waiting for priority-{blocked_by} sessions to be placed first"
-                f" (this session has priority {priority})"
-            )
-            run.failures.extend(
-                Failure(s.id, FailureKind.DEFERRED, msg, s.retries)
-                for s in sorted(band, key=_age_key)
-            )
-            continue
-        blocks = False
-        for session in run.pick_sequence(band):
-            blocks = run.try_session(session) or blocks
-        if blocks:
-            blocked_by = priority
+        waiting = [
+            blocker
+            for session in run.pick_sequence(bands[priority])
+            if (blocker := run.try_session(session)) is not None
+        ]
+        run.add_blockers(waiting)
+    run.explain_failures()
     return SchedulingPlan(
         snapshot.scaling_group,
         tuple(run.assignments),

@@ -20,7 +20,9 @@ cuda.shares and 8 cpu left, agent B 2.0 cuda.shares and 2 cpu left → B (cuda f
 from __future__ import annotations
 
 import enum
-from collections.abc import Sequence
+import functools
+import heapq
+from collections.abc import Iterator, Sequence
 from decimal import Decimal
 
 from accelshare.common import ResourceSlot, SlotName
@@ -30,6 +32,7 @@ from .model import AgentState, PendingSession
 __all__ = [
     "DEFAULT_RESOURCE_PRIORITY",
     "SelectorName",
+    "iter_ranked",
     "rank_agents",
     "select_agent",
     "unused_accelerators",
@@ -45,19 +48,24 @@ class SelectorName(enum.StrEnum):
     ROUNDROBIN = "roundrobin"
 
 
+@functools.lru_cache(maxsize=4096)
+def _accelerator_devices(slots: tuple[str, ...]) -> frozenset[str]:
+    """The device names (``cuda``...) of the accelerator slots among ``slots`` (cached:
+    the same few slot-name tuples come back for every agent and session of a pass)."""
+    names = (SlotName(slot) for slot in slots)
+    return frozenset(name.device_name for name in names if name.is_accelerator)
+
+
+def _positive(slots: ResourceSlot) -> tuple[str, ...]:
+    return tuple(slot for slot, amount in slots.items() if amount > 0)
+
+
 def unused_accelerators(agent: AgentState, requested: ResourceSlot) -> int:
     """How many accelerator device kinds the agent has that the session does not use."""
-    has: set[str] = set()
-    uses: set[str] = set()
-    for slot, amount in agent.available_slots.items():
-        name = SlotName(slot)
-        if name.is_accelerator and amount > 0:
-            has.add(name.device_name)
-    for slot, amount in requested.items():
-        name = SlotName(slot)
-        if name.is_accelerator and amount > 0:
-            uses.add(name.device_name)
-    return len(has - uses)
+    has = _accelerator_devices(_positive(agent.available_slots))
+    if not has:
+        return 0
+    return len(has - _accelerator_devices(_positive(requested)))
 
 
 def _ordered_slots(requested: ResourceSlot, priority: Sequence[str]) -> list[str]:
@@ -103,31 +111,70 @@ def rank_agents(
     agent whose totals fit but whose devices are too fragmented costs one extra dry
     run, not a second ranking (O(n log n) per session instead of O(n^2)).
     """
+    return list(
+        iter_ranked(
+            selector,
+            session,
+            candidates,
+            resource_priority=resource_priority,
+            last_roundrobin_agent=last_roundrobin_agent,
+        )
+    )
+
+
+def iter_ranked(
+    selector: SelectorName | str,
+    session: PendingSession,
+    candidates: Sequence[AgentState],
+    *,
+    resource_priority: Sequence[str] = DEFAULT_RESOURCE_PRIORITY,
+    last_roundrobin_agent: str | None = None,
+) -> Iterator[AgentState]:
+    """The order of :func:`rank_agents`, lazily: the keys are computed once (O(n)) and a
+    heap yields the best agent first (O(log n) each), so a pass whose first choice fits
+    never sorts the whole cluster (the keys end with the agent id: no ties)."""
     if not candidates:
-        return []
+        return
     name = SelectorName(selector)
     requested = session.requested_slots
     if name is SelectorName.ROUNDROBIN:
         ordered = sorted(candidates, key=lambda a: a.id)
         if last_roundrobin_agent is None:
-            return ordered
+            yield from ordered
+            return
         start = next((i for i, a in enumerate(ordered) if a.id > last_roundrobin_agent), 0)
-        return ordered[start:] + ordered[:start]
+        yield from ordered[start:]
+        yield from ordered[:start]
+        return
     order = _ordered_slots(requested, resource_priority)
+    uses = _accelerator_devices(_positive(requested))
+
+    def unused(agent: AgentState) -> int:
+        has = _accelerator_devices(_positive(agent.available_slots))
+        return len(has - uses) if has else 0
+
+    def remaining(agent: AgentState) -> tuple[Decimal, ...]:
+        # == _capacity_key(agent.remaining_slots, order), without building the slots
+        available, occupied = agent.available_slots, agent.occupied_slots
+        return tuple(available.get_amount(s) - occupied.get_amount(s) for s in order)
+
+    heap: list[tuple[int, tuple[Decimal, ...], str, int]]
     if name is SelectorName.CONCENTRATED:
-        return sorted(
-            candidates,
-            key=lambda a: (
-                unused_accelerators(a, requested),
-                _capacity_key(a.remaining_slots, order),
+        heap = [(unused(a), remaining(a), a.id, i) for i, a in enumerate(candidates)]
+    else:
+        legacy = name is SelectorName.LEGACY
+        heap = [
+            (
+                unused(a),
+                tuple(
+                    -v
+                    for v in (_capacity_key(a.available_slots, order) if legacy else remaining(a))
+                ),
                 a.id,
-            ),
-        )
-    source = "available_slots" if name is SelectorName.LEGACY else "remaining_slots"
-
-    def key(agent: AgentState) -> tuple[int, tuple[Decimal, ...], str]:
-        capacity = getattr(agent, source)
-        negated = tuple(-v for v in _capacity_key(capacity, order))
-        return (unused_accelerators(agent, requested), negated, agent.id)
-
-    return sorted(candidates, key=key)
+                i,
+            )
+            for i, a in enumerate(candidates)
+        ]
+    heapq.heapify(heap)
+    while heap:
+        yield candidates[heapq.heappop(heap)[3]]

@@ -10,13 +10,21 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from accelshare.accel import PluginConfigError, PluginContext, load_compute_plugins
+from accelshare.accel import (
+    PluginConfigError,
+    PluginContext,
+    UnknownOptionError,
+    load_compute_plugins,
+)
+from accelshare.accel.cuda import LibcudaDriver, PynvmlLayer
+from accelshare.accel.cuda import create_plugin as create_cuda_plugin
+from accelshare.accel.cuda.fake import FakeGpu, FakeNvml
 from accelshare.accel.mock.plugin import load_mock_options
 from accelshare.accel.options import parse_accelerator_options, read_accelerator_options
 from accelshare.accel.types import AllocationMode
 from accelshare.client.cli import app
 from accelshare.config import ConfigScopes, ConfigStore, open_config_store
-from accelshare.config.agent_file import load_agent_config
+from accelshare.config.agent_file import load_agent_config, parse_agent_config
 from accelshare.config.settings import ConfigStoreSettings, EmbeddedSettings
 
 REPO = Path(__file__).resolve().parents[3]
@@ -46,8 +54,12 @@ async def test_plugin_key_then_mock_fallback(store: ConfigStore) -> None:
         "allocation_mode": "fractional",
         "quantum_size": "0.05",
     }
-    assert raw.sources["unit_proc"] == "config store config/plugins/accelerator/cuda/"
-    assert raw.sources["allocation_mode"] == "config store config/plugins/accelerator/mock/"
+    assert (
+        raw.sources["unit_proc"] == "config store config/plugins/accelerator/cuda/ (global scope)"
+    )
+    assert raw.sources["allocation_mode"] == (
+        "config store config/plugins/accelerator/mock/ (global scope)"
+    )
     options = parse_accelerator_options(raw)
     assert (options.allocation_mode, options.unit_proc) == (AllocationMode.FRACTIONAL, 12)
     assert options.quantum_size == Decimal("0.05")
@@ -97,9 +109,108 @@ async def test_bad_store_value_stops_with_the_store_key(store: ConfigStore) -> N
     with pytest.raises(PluginConfigError) as info:
         await load_mock_options(PluginContext(store=store), "cuda")
     assert str(info.value) == (
-        "config store config/plugins/accelerator/mock/: key 'allocation_mode': "
+        "config store config/plugins/accelerator/mock/ (global scope): key 'allocation_mode': "
         "expected 'discrete' or 'fractional', received 'shared'"
     )
+
+
+G, S, N = ConfigScopes.GLOBAL, ConfigScopes.SGROUP, ConfigScopes.NODE
+PREFIX = {
+    G: "config store config/plugins/accelerator",
+    S: "config store sgroup/gpu/config/plugins/accelerator",
+    N: "config store nodes/agents/i-node01/config/plugins/accelerator",
+}
+
+
+@pytest.mark.parametrize(
+    ("placed", "winner"),
+    [
+        pytest.param([(G, "cuda")], (G, "cuda"), id="global-own"),
+        pytest.param([(G, "cuda"), (G, "mock")], (G, "cuda"), id="own-beats-mock-in-a-scope"),
+        pytest.param([(G, "cuda"), (S, "cuda")], (S, "cuda"), id="sgroup-over-global"),
+        pytest.param([(S, "cuda"), (N, "cuda")], (N, "cuda"), id="node-over-sgroup"),
+        pytest.param([(G, "cuda"), (N, "mock")], (N, "mock"), id="node-mock-over-global-own"),
+        pytest.param([(G, "cuda"), (S, "mock")], (S, "mock"), id="sgroup-mock-over-global-own"),
+        pytest.param([(S, "cuda"), (S, "mock"), (G, "mock")], (S, "cuda"), id="sgroup-own"),
+        pytest.param(
+            [(G, "cuda"), (G, "mock"), (S, "cuda"), (S, "mock"), (N, "cuda"), (N, "mock")],
+            (N, "cuda"),
+            id="everywhere",
+        ),
+    ],
+)
+async def test_precedence_in_the_real_store(
+    store: ConfigStore,
+    placed: list[tuple[ConfigScopes, str]],
+    winner: tuple[ConfigScopes, str],
+) -> None:
+    """Each placement gets its own unit_proc value; the winner's value and source show."""
+    value = {where: str(10 + i) for i, where in enumerate(placed)}
+    for (scope, key), text in value.items():
+        await store.put(f"config/plugins/accelerator/{key}/unit_proc", text, scope=scope)
+    options = await load_mock_options(PluginContext(store=store), "cuda")
+    assert options.unit_proc == int(value[winner])
+    scope, key = winner
+    assert options.source("unit_proc") == f"{PREFIX[scope]}/{key}/ ({scope.value} scope)"
+
+
+@pytest.mark.parametrize(
+    ("scope", "key"),
+    [(G, "cuda"), (S, "cuda"), (N, "mock"), (G, "mock")],
+)
+async def test_a_misspelt_option_stops_the_agent(
+    store: ConfigStore, scope: ConfigScopes, key: str
+) -> None:
+    await store.put(f"config/plugins/accelerator/{key}/alocation_mode", "fractional", scope=scope)
+    config = parse_agent_config(
+        {
+            "agent": {
+                "allowed-compute-plugins": ["mock"],
+                "mock-accelerator-config": str(SAMPLES / "two-fgpu.toml"),
+            },
+            "resource": {"cpu-count": 2, "memory-size": "4g"},
+        }
+    )
+    with pytest.raises(UnknownOptionError) as info:
+        await load_compute_plugins(PluginContext(config, store))
+    assert str(info.value) == (
+        f"{PREFIX[scope]}/{key}/ ({scope.value} scope): key 'alocation_mode': unknown option "
+        "(set to 'fractional'); did you mean 'allocation_mode'? known options: "
+        "allocation_mode, unit_mem, unit_proc, quantum_size, device_mask, reserved_memory"
+    )
+
+
+async def test_a_misspelt_cuda_option_stops_the_real_cuda_plugin(store: ConfigStore) -> None:
+    await store.put("config/plugins/accelerator/cuda/alocation_mode", "fractional")
+    nvml = FakeNvml([FakeGpu.h100(0)])
+    with pytest.raises(UnknownOptionError, match="'alocation_mode'"):
+        await create_cuda_plugin(PluginContext(store=store), nvml=PynvmlLayer(nvml))
+    assert nvml.init_count == 0  # options are checked before NVML is touched
+
+
+async def test_cuda_fractional_through_the_factory(store: ConfigStore) -> None:
+    """The real factory path: options from the store, NVML, then the CUDA driver."""
+    await store.put("config/plugins/accelerator/cuda/allocation_mode", "fractional", scope=S)
+    nvml = FakeNvml([FakeGpu.h100(0), FakeGpu.a100(1)])
+    plugin = await create_cuda_plugin(
+        PluginContext(store=store),
+        nvml=PynvmlLayer(nvml),
+        driver=LibcudaDriver(loader=nvml.libcuda().load),
+    )
+    try:
+        assert [str(d.capacity) for d in plugin.inventory.devices] == ["16.50", "13.50"]
+        assert [d.processors for d in plugin.inventory.devices] == [132, 108]
+    finally:
+        await plugin.close()
+    with pytest.raises(PluginConfigError) as info:
+        await create_cuda_plugin(
+            PluginContext(store=store),
+            nvml=PynvmlLayer(nvml),
+            driver=LibcudaDriver(loader=nvml.libcuda(library_missing=True).load),
+        )
+    assert info.value.source == f"{PREFIX[S]}/cuda/ (sgroup scope)"
+    assert info.value.key == "allocation_mode"
+    assert nvml.init_count == nvml.shutdown_count == 2  # NVML closed after the refusal
 
 
 def write_agent_toml(tmp_path: Path, mock: str = "two-fgpu.toml", extra: str = "") -> Path:

@@ -114,14 +114,14 @@ async def make_runtime(scratch_root: Path) -> AsyncIterator[RuntimeFactory]:
     no process or cgroup outlives the test.
     """
 
-    def factory(**overrides: Any) -> ProcessRuntime:
+    def factory(*, cgroups: CgroupManager | None = None, **overrides: Any) -> ProcessRuntime:
         settings: dict[str, Any] = {
             "scratch_root": scratch_root,
             "stop_grace_s": 2.0,
             "cgroup_parent": "accelshare-test",
         }
         settings.update(overrides)
-        return ProcessRuntime(ProcessRuntimeConfig(**settings))
+        return ProcessRuntime(ProcessRuntimeConfig(**settings), cgroups=cgroups)
 
     yield factory
     cleaner = factory()

@@ -4,7 +4,9 @@ reporting to a fake manager (httpx.MockTransport)."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
+import platform
 import signal
 import uuid
 from collections.abc import Awaitable, Callable
@@ -13,6 +15,8 @@ from typing import Any
 
 import pytest
 
+import accelshare
+from accelshare.agent.runtime import RuntimeUnavailable
 from accelshare.agent.runtime.procfs import is_same_process
 from accelshare.agent.service import AgentService
 from accelshare.agent.wire import CreateKernelRequest
@@ -171,9 +175,11 @@ async def test_rollback_when_the_second_map_fails(
 async def test_heartbeats_carry_slots_maps_metadata_and_kernels(
     agent_toml: Factory, set_mode: Factory, start_agent: Factory, eventually: Eventually
 ) -> None:
-    path = agent_toml()
+    path = agent_toml(agent={"region": "eu-west-test", "scaling-group": "gpu-pool"})
     await set_mode(path, "fractional")
     agent = await start_agent(path)
+    # The manager only creates kernels on an agent that has registered.
+    await eventually(lambda: agent.manager.heartbeats, what="the registration heartbeat")
     kernel_id = kid()
     await agent.create(kernel_id, {**SLOTS, "cuda.shares": "0.5"})
 
@@ -187,7 +193,11 @@ async def test_heartbeats_carry_slots_maps_metadata_and_kernels(
     assert agent.manager.heartbeats[0]["kernels"] == []  # registration came first
     assert beat["agent_id"] == "i-test"
     assert beat["rpc_url"].startswith("http://127.0.0.1:")
-    assert beat["scaling_group"] == "default"
+    assert (beat["region"], beat["scaling_group"]) == ("eu-west-test", "gpu-pool")
+    # Not the wire defaults ("x86_64", ""): what this machine and package really are.
+    assert beat["architecture"] == platform.machine()
+    assert beat["version"] == accelshare.__version__
+    assert "" not in (beat["architecture"], beat["version"])
     assert beat["slots"] == {
         "cpu": {"type": "count", "capacity": "8"},
         "mem": {"type": "bytes", "capacity": str(16 << 30)},
@@ -361,6 +371,61 @@ async def test_renamed_slots_keep_devices_occupied_until_old_kernels_end(
     assert {d["device_id"]: d["allocated"] for d in cuda["devices"]}[held_gpu] == "0"
 
 
+async def test_a_removed_plugin_leaves_its_kernels_allocation_recorded_until_they_end(
+    agent_toml: Factory, set_mode: Factory, start_agent: Factory, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Spec 04, restart recovery: a kernel keeps its recorded allocation of a slot the new
+    plugin set does not know; the remaining maps are exact; destroying it frees cleanly."""
+    path = agent_toml()
+    await set_mode(path, "fractional")
+    first = await start_agent(path)
+    empty = await first.alloc_map()
+    kernel_id = kid()
+    created = await first.create(kernel_id, {"cpu": "2", "mem": "2g", "cuda.shares": "0.5"})
+    assert created["status"] == "RUNNING", created
+    (gpu,) = created["allocations"]["cuda.shares"]
+    assert created["allocations"]["cuda.shares"] == {gpu: "0.5"}
+    before = await first.alloc_map()
+    await first.service.stop()  # the kernel keeps running
+
+    agent_toml(agent={"allowed-compute-plugins": []})  # the mock is no longer allowed
+    with caplog.at_level(logging.WARNING, logger="accelshare.agent.service"):
+        second = await start_agent(path)
+    assert list(second.service.plugins) == ["cpu", "mem"]
+    assert (
+        f"restart recovery: kernel {kernel_id} holds 0.5 of cuda.shares on {gpu}, which the "
+        "current plugin set does not allocate as such; kept until it ends (its device is not "
+        "in any current map)"
+    ) in [r.getMessage() for r in caplog.records]
+
+    listed = {k["kernel_id"]: k for k in (await second.client.get("/v1/kernels")).json()["kernels"]}
+    assert listed[kernel_id]["status"] == "RUNNING"
+    assert listed[kernel_id]["allocations"] == created["allocations"]  # cuda.shares included
+    view = await second.alloc_map()
+    assert sorted(view["maps"]) == ["cpu", "mem"]
+    assert view["maps"]["cpu"] == before["maps"]["cpu"]  # the kernel's 2 cores, as before
+    assert view["maps"]["mem"] == before["maps"]["mem"]
+    assert sum(int(d["allocated"]) for d in view["maps"]["cpu"]["devices"]) == 2
+    assert await second.alloc_map("compat") == {}  # no cuda map to show
+    assert "cuda.shares" not in second.service.heartbeat().slots
+    refused = await second.create(kid(), {**SLOTS, "cuda.shares": "0.1"})  # new kernels:
+    assert refused["reason"].startswith("UnsupportedResource: ")  # the new slot set
+    assert "cuda.shares" in refused["reason"]
+
+    destroyed = await second.destroy(kernel_id)
+    assert (destroyed["status"], destroyed["reason"]) == ("EXITED", "destroyed")
+    assert not second.service.ledger.holds(kernel_id)
+    assert second.service.ledger.legacy_holdings() == []
+    freed = await second.alloc_map()
+    assert freed["maps"] == {key: empty["maps"][key] for key in ("cpu", "mem")}
+    await second.service.stop()
+
+    agent_toml()  # the mock allowed again: nothing of the ended kernel comes back
+    third = await start_agent(path)
+    assert await third.alloc_map() == empty
+    assert await third.alloc_map("compat") == {GPU1: "0.00", GPU2: "0.00"}
+
+
 async def test_node_stats_from_the_plugins(agent_toml: Factory, start_agent: Factory) -> None:
     agent = await start_agent(agent_toml())
     stats = (await agent.client.get("/v1/stats/node")).json()
@@ -434,5 +499,55 @@ async def test_an_unexpected_runtime_error_frees_the_allocation(
         assert report.reason == "RuntimeError: boom"
         assert service.alloc_map_view() == empty
         assert [e.event_id for e in service.outbox.peek(10)] == ["k1:failed"]
+    finally:
+        await service.stop()
+
+
+class ImagesRuntime(ExplodingRuntime):
+    """A runtime whose image list the test controls (an engine whose images change)."""
+
+    def __init__(self, scratch_root: Path) -> None:
+        super().__init__(scratch_root)
+        self.images: list[str] | None = ["python:3.11"]
+
+    async def list_images(self) -> list[str]:
+        if self.images is None:
+            raise RuntimeUnavailable("no Docker engine at unix:///nowhere")
+        return list(self.images)
+
+
+async def test_heartbeat_images_follow_the_runtime_and_survive_an_outage(
+    agent_toml: Factory,
+    scratch_root: Path,
+    fake_manager: Any,
+    eventually: Eventually,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    runtime = ImagesRuntime(scratch_root)
+    service = AgentService(
+        load_agent_config(agent_toml()),
+        store=None,
+        secret=None,
+        runtime=runtime,  # type: ignore[arg-type]
+        transport=fake_manager.transport,
+    )
+    await service.start()
+    try:
+        assert service.heartbeat().images == ["python:3.11"]  # read at start
+        service.start_reporting()
+        runtime.images = ["python:3.11", "torch:2"]  # pulled on the engine
+        await eventually(
+            lambda: any(b["images"] == ["python:3.11", "torch:2"] for b in fake_manager.heartbeats),
+            what="a heartbeat with the new image",
+        )
+        runtime.images = None  # the engine stops answering
+        with caplog.at_level(logging.WARNING, logger="accelshare.agent.service"):
+            await service.refresh_images()
+            await service.refresh_images()
+        assert service.heartbeat().images == ["python:3.11", "torch:2"]  # the last list
+        warnings = [r.getMessage() for r in caplog.records if "images:" in r.getMessage()]
+        assert warnings == [  # once per outage, naming why
+            "images: no Docker engine at unix:///nowhere; the heartbeat keeps the last list"
+        ]
     finally:
         await service.stop()

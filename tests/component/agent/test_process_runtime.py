@@ -75,9 +75,9 @@ async def test_create_running_destroy(runtime: ProcessRuntime, eventually: Event
     pid = int(info.cid)
     scratch = runtime.scratch_root / kernel.kernel_id
 
-    log = await eventually(
-        lambda: "CPU_SHARES" in (t := (scratch / "logs/kernel.log").read_text()) and t
-    )
+    # "oops" is the last line the command writes: wait for it, not for an earlier one
+    log = await eventually(lambda: "oops" in (t := (scratch / "logs/kernel.log").read_text()) and t)
+    assert "CPU_SHARES=0:1" in log
     assert f"kid={kernel.kernel_id} mock=gpu0 cwd={scratch / 'work'}" in log
     assert "oops" in log  # stderr goes to the same log
     assert await runtime.get_logs(kernel.kernel_id, tail_bytes=5) == "oops\n"

@@ -54,8 +54,10 @@ class Cli:
         self.env = env
         self.runner = CliRunner()
 
-    def __call__(self, *args: str, env: dict[str, str] | None = None) -> CliResult:
-        result = self.runner.invoke(app, list(args), env={**self.env, **(env or {})})
+    def __call__(
+        self, *args: str, env: dict[str, str] | None = None, input: str | None = None
+    ) -> CliResult:
+        result = self.runner.invoke(app, list(args), env={**self.env, **(env or {})}, input=input)
         if result.exception is not None and not isinstance(result.exception, SystemExit):
             raise result.exception
         return CliResult(result.exit_code, result.stdout, result.stderr)

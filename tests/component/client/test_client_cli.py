@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import uuid
@@ -193,10 +194,18 @@ def test_admin_commands(cli: Cli) -> None:
     assert [k["access_key"] for k in keys] == [keypair["access_key"]]
     extra = cli("admin", "keypair", "create", email)
     assert "Secret key: " in extra.stdout
-    assert cli("admin", "keypair", "update", keypair["access_key"], "--inactive").code == 0
-    assert cli("admin", "keypair", "delete", keypair["access_key"]).code == 0
-    assert cli("admin", "user", "update", email, "--slots", "cpu=4").code == 0
-    assert cli("admin", "user", "delete", email).code == 0
+    assert "secret_key" not in keys[0]
+    updated = cli("admin", "keypair", "update", keypair["access_key"], "--inactive", "--json")
+    assert json.loads(updated.stdout)["is_active"] is False
+    deleted = cli("admin", "keypair", "delete", keypair["access_key"], "--json")
+    assert json.loads(deleted.stdout) == {"result": "deleted"}
+    changed = cli("admin", "user", "update", email, "--slots", "cpu=4", "--json")
+    assert json.loads(changed.stdout)["user"]["total_resource_slots"] == {"cpu": "4"}
+    assert cli("admin", "user", "update", email, "--slots", "cpu=4").stdout == (
+        f"User {email} updated.\n"
+    )
+    gone = cli("admin", "user", "delete", email, "--json")
+    assert json.loads(gone.stdout)["user"]["status"] == "deleted"
     policies = json.loads(cli("admin", "policy", "list", "--json").stdout)
     assert {p["name"]: p["max_concurrent_sessions"] for p in policies}[f"p-{tag}"] == 3
     sg = f"sg-{tag}"
@@ -242,7 +251,17 @@ def test_admin_commands(cli: Cli) -> None:
         ),
         (["session", "create", "-r", "cpu=lots", "python"], 1, "cpu"),
         (["session", "create", "--type", "daemon", "python"], 2, "interactive or batch"),
-        (["session", "create", "--starts-at", "tomorrow", "python"], 2, "ISO 8601"),
+        (
+            ["session", "create", "--starts-at", "tomorrow", "python", "--", "-c", "1"],
+            2,
+            "ISO 8601",
+        ),
+        (["session", "create", "--starts-at", "+5m", "python"], 2, "is for batch sessions"),
+        (
+            ["session", "create", "--starts-at", "+5m", "-t", "interactive", "shell", "--", "x"],
+            2,
+            "is for batch sessions",
+        ),
         (["session", "create", "-e", "1X=2", "python"], 2, "NAME=VALUE"),
         (["session", "info", "no-such-session"], 1, "accelshare session list"),
         (["agent", "info", "i-nowhere"], 1, "accelshare agent list"),
@@ -260,6 +279,44 @@ def test_bad_arguments_give_one_line(cli: Cli, args: list[str], code: int, words
     assert words in lines[0]
     if args[:2] != ["admin", "query"]:
         assert result.stdout == ""
+
+
+# -- errors click finds itself (types, ranges, choices, missing arguments): one line, exit 2 --
+
+
+@pytest.mark.parametrize(
+    ("args", "words"),
+    [
+        (["session", "create", "--priority", "abc", "python"], "'--priority'"),
+        (["session", "create", "--priority", "101", "python"], "'--priority'"),
+        (["session", "create", "--max-wait", "-1", "python"], "'--max-wait'"),
+        (["session", "create", "--no-such-flag", "python"], "No such option: --no-such-flag"),
+        (["session", "info"], "Missing argument 'REF'"),
+        (["session", "destroy"], "Missing argument"),
+        (["agent", "alloc-map"], "Missing argument"),
+        (["dev", "up", "--agents", "0"], "'--agents'"),
+        (["dev", "up", "--allocation-mode", "half"], "'half'"),
+        (["dev", "up", "--port", "0"], "'--port'"),
+        (["mgr", "etcd", "get"], "Missing argument"),
+        (["mgr", "dbschema", "show", "--config", "/no/such/manager.toml"], "'--config'"),
+        (["admin", "user", "create"], "Missing argument"),
+        (["session", "nope"], "No such command 'nope'"),
+    ],
+    ids=lambda v: "-".join(v) if isinstance(v, list) else None,
+)
+def test_usage_errors_are_one_line_with_a_hint(args: list[str], words: str) -> None:
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 2, result.output
+    assert result.stdout == ""
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr  # no usage box
+    assert lines[0].startswith("error: "), lines
+    assert words in lines[0]
+    group = [a for a in args if not a.startswith("-")]
+    path = " ".join(["accelshare", *group[: 3 if args[0] in ("mgr", "admin") else 2]])
+    if args[:2] == ["session", "nope"]:
+        path = "accelshare session"
+    assert lines[0].endswith(f"; try '{path} --help'"), lines[0]
 
 
 def test_no_keys_configured_says_what_to_do(tmp_path: object) -> None:
@@ -283,18 +340,73 @@ def _commands(group: Any, path: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
 ALL_COMMANDS = _commands(typer.main.get_command(app))
 
 
-@pytest.mark.parametrize("path", ALL_COMMANDS, ids=" ".join)
-def test_every_command_has_help(path: tuple[str, ...]) -> None:
-    result = CliRunner().invoke(app, [*path, "--help"])
-    assert result.exit_code == 0, result.output
-    assert "Usage:" in result.stdout
+def _command(path: tuple[str, ...]) -> Any:
     command: Any = typer.main.get_command(app)
     for name in path:
         command = command.commands[name]
+    return command
+
+
+LEAF_COMMANDS = [path for path in ALL_COMMANDS if not hasattr(_command(path), "commands")]
+
+
+def _squashed(text: str) -> str:
+    """Without any whitespace: help is rewrapped (and may break at hyphens)."""
+    return "".join(text.split())
+
+
+def test_the_command_tree_is_walked() -> None:
+    assert ("session", "create") in LEAF_COMMANDS
+    assert ("mgr", "etcd", "put-json") in LEAF_COMMANDS
+    assert ("admin", "keypair", "list") in LEAF_COMMANDS
+    assert len(LEAF_COMMANDS) >= 40
+
+
+@pytest.mark.parametrize("path", ALL_COMMANDS, ids=" ".join)
+def test_every_command_has_help(path: tuple[str, ...]) -> None:
+    """Every command and option is described, and the rendered --help shows each help
+    text whole: nothing in [brackets] ("[etcd] table", "[default: 2g]") is swallowed as
+    markup."""
+    result = CliRunner().invoke(app, [*path, "--help"])
+    assert result.exit_code == 0, result.output
+    assert "Usage:" in result.stdout
+    shown = _squashed(result.stdout)
+    command = _command(path)
     assert (command.help or "").strip(), f"{' '.join(path)} has no description"
+    assert _squashed(command.help) in shown, f"{' '.join(path)}: its description is mangled"
     for param in command.params:
+        text = getattr(param, "help", None) or ""
         if param.param_type_name == "option" and param.name != "help":
-            assert (param.help or "").strip(), f"{' '.join(path)} {param.opts[0]} has no help"
+            assert text.strip(), f"{' '.join(path)} {param.opts[0]} has no help"
+        for bracketed in re.findall(r"\[[^\]]*\]", text):
+            assert _squashed(bracketed) in shown, f"{' '.join(path)}: {bracketed} is lost"
+        assert _squashed(text) in shown, f"{' '.join(path)} {param.opts[0]}: help is mangled"
+
+
+def test_help_keeps_the_bracketed_words_the_audit_found() -> None:
+    expected = {
+        ("dev", "up"): [
+            "[default: configs/accelerator/two-fgpu.toml",
+            "[default: 2g]",
+            "[default: 8]",
+            "[default: 0.1]",
+        ],
+        ("mgr", "etcd", "get"): ["with an [etcd] or [config-store] table"],
+        ("mgr", "dbschema", "show"): ["its [db] table"],
+        ("admin", "sgroup", "create"): ["[agent] scaling-group"],
+    }
+    for path, words in expected.items():
+        shown = _squashed(CliRunner().invoke(app, [*path, "--help"]).stdout)
+        for word in words:
+            assert _squashed(word) in shown, (path, word)
+
+
+@pytest.mark.parametrize("path", LEAF_COMMANDS, ids=" ".join)
+def test_every_command_takes_json(path: tuple[str, ...]) -> None:
+    """The README's promise: every command takes --help and --json."""
+    options = {opt for param in _command(path).params for opt in param.opts}
+    assert "--json" in options, f"`accelshare {' '.join(path)}` has no --json"
+    assert "--help" in CliRunner().invoke(app, [*path, "--help"]).stdout
 
 
 def test_the_real_entry_point(cluster: LocalCluster) -> None:

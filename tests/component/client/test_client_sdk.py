@@ -17,6 +17,13 @@ from accelshare.client import (
     GraphQLError,
     SyncAccelshareClient,
 )
+from accelshare.client.models import (
+    CreatedUser,
+    KeypairInfo,
+    ResourcePolicyInfo,
+    ScalingGroupInfo,
+    UserInfo,
+)
 from accelshare.devcluster import LocalCluster, free_port
 
 AGENT = "i-dev-01"
@@ -190,16 +197,27 @@ async def test_admin_users_keypairs_policies(sdk: AccelshareClient, clean: Local
     policy = await sdk.admin.create_policy(
         f"p-{tag}",
         default_for_unspecified="UNLIMITED",
-        total_resource_slots={"cpu": "4"},
+        total_resource_slots={"cpu": "4", "mem": "inf"},
         max_concurrent_sessions=1,
     )
-    assert policy["max_concurrent_sessions"] == 1
+    assert isinstance(policy, ResourcePolicyInfo)
+    assert policy.max_concurrent_sessions == 1
+    assert policy.total_resource_slots == {"cpu": Decimal(4), "mem": Decimal("Infinity")}
+    assert policy.to_json()["total_resource_slots"] == {"cpu": "4", "mem": "Infinity"}
     made = await sdk.admin.create_user(
         f"u-{tag}@example.com", "password-123", resource_policy=f"p-{tag}"
     )
-    keypair = made["keypair"]
-    assert keypair["secret_key"]
-    user_config = ClientConfig(clean.endpoint, keypair["access_key"], keypair["secret_key"])
+    assert isinstance(made, CreatedUser)
+    assert (made.user.email, made.user.role, made.user.status) == (
+        f"u-{tag}@example.com",
+        "user",
+        "active",
+    )
+    keypair = made.keypair
+    assert keypair is not None
+    assert keypair.secret_key
+    assert keypair.resource_policy == f"p-{tag}"
+    user_config = ClientConfig(clean.endpoint, keypair.access_key, keypair.secret_key)
     async with AccelshareClient(user_config) as user:
         assert (await user.whoami())["role"] == "user"
         with pytest.raises(APIError) as forbidden:
@@ -207,15 +225,29 @@ async def test_admin_users_keypairs_policies(sdk: AccelshareClient, clean: Local
         assert forbidden.value.status == 403
         assert (await user.sessions.list()).items == []
     listed = await sdk.admin.list_keypairs(user_email=f"u-{tag}@example.com")
-    assert [k["access_key"] for k in listed] == [keypair["access_key"]]
-    assert "secret_key" not in listed[0]
-    updated = await sdk.admin.update_keypair(keypair["access_key"], is_active=False)
-    assert updated["is_active"] is False
-    await sdk.admin.delete_keypair(keypair["access_key"])
-    await sdk.admin.delete_user(f"u-{tag}@example.com")
-    await sdk.admin.update_policy(f"p-{tag}", max_concurrent_sessions=2)
-    await sdk.admin.delete_policy(f"p-{tag}")
-    assert f"p-{tag}" not in {p["name"] for p in await sdk.admin.list_policies()}
+    assert [k.access_key for k in listed] == [keypair.access_key]
+    assert listed[0].user_email == f"u-{tag}@example.com"
+    assert listed[0].secret_key is None
+    assert "secret_key" not in listed[0].to_json()  # exactly what the server sent
+    extra = await sdk.admin.create_keypair(f"u-{tag}@example.com", is_admin=False)
+    assert isinstance(extra, KeypairInfo)
+    assert extra.secret_key
+    updated = await sdk.admin.update_keypair(keypair.access_key, is_active=False)
+    assert isinstance(updated, KeypairInfo)
+    assert updated.is_active is False
+    assert await sdk.admin.delete_keypair(keypair.access_key) is None
+    assert await sdk.admin.delete_keypair(extra.access_key) is None
+    changed = await sdk.admin.update_user(f"u-{tag}@example.com", total_resource_slots={"cpu": "2"})
+    assert isinstance(changed, UserInfo)
+    assert changed.total_resource_slots == {"cpu": Decimal(2)}
+    users = {u.email: u for u in await sdk.admin.list_users()}
+    assert users[f"u-{tag}@example.com"].total_resource_slots["cpu"] == Decimal(2)
+    deleted = await sdk.admin.delete_user(f"u-{tag}@example.com")
+    assert deleted.status == "deleted"
+    again = await sdk.admin.update_policy(f"p-{tag}", max_concurrent_sessions=2)
+    assert again.max_concurrent_sessions == 2
+    assert await sdk.admin.delete_policy(f"p-{tag}") is None
+    assert f"p-{tag}" not in {p.name for p in await sdk.admin.list_policies()}
 
 
 async def test_admin_scaling_groups_and_config_tree(sdk: AccelshareClient) -> None:
@@ -223,12 +255,15 @@ async def test_admin_scaling_groups_and_config_tree(sdk: AccelshareClient) -> No
     made = await sdk.admin.create_scaling_group(
         name, scheduler="lifo", scheduler_opts={"pending_timeout": 60}
     )
-    assert made["scheduler"] == "lifo"
+    assert isinstance(made, ScalingGroupInfo)
+    assert made.scheduler == "lifo"
     changed = await sdk.admin.update_scaling_group(name, scheduler="drf")
-    assert changed["scheduler"] == "drf"
-    assert changed["scheduler_opts"]["pending_timeout"] == 60
-    await sdk.admin.delete_scaling_group(name)
-    assert name not in {g["name"] for g in await sdk.admin.list_scaling_groups()}
+    assert changed.scheduler == "drf"
+    assert changed.scheduler_opts["pending_timeout"] == 60
+    groups = {g.name: g for g in await sdk.admin.list_scaling_groups()}
+    assert groups[name].is_active is True
+    assert await sdk.admin.delete_scaling_group(name) is None
+    assert name not in {g.name for g in await sdk.admin.list_scaling_groups()}
 
     key = f"test/{name}"
     await sdk.admin.etcd_put(f"{key}/a", "1")

@@ -21,6 +21,7 @@ from accelshare.devcluster.layout import (
     accelerator_options,
     agent_ids,
     check_accelerator_options,
+    cli_bin_dir,
     render_agent_toml,
     render_client_env,
     render_manager_toml,
@@ -61,7 +62,10 @@ def test_generated_configs_load(tmp_path: Path) -> None:
 
 def test_client_env_is_sourceable_and_readable(tmp_path: Path) -> None:
     path = tmp_path / "client.env"
-    path.write_text(render_client_env("http://127.0.0.1:8081", "AKIAEXAMPLE", "s3cret"))
+    bin_dir = tmp_path / "a venv" / "bin"  # a space: quoting must hold
+    path.write_text(
+        render_client_env("http://127.0.0.1:8081", "AKIAEXAMPLE", "s3cret", bin_dir=bin_dir)
+    )
     config = load_client_config(config_file=path, env={})
     assert (config.endpoint, config.access_key, config.secret_key) == (
         "http://127.0.0.1:8081",
@@ -76,6 +80,45 @@ def test_client_env_is_sourceable_and_readable(tmp_path: Path) -> None:
         env={"PATH": os.environ["PATH"]},
     )
     assert shown.stdout.split() == ["http://127.0.0.1:8081", "AKIAEXAMPLE"]  # exported
+    twice = subprocess.run(
+        ["sh", "-c", f". '{path}'; . '{path}'; echo \"$PATH\""],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={"PATH": "/usr/bin:/bin"},
+    )
+    assert twice.stdout.strip() == f"{bin_dir}:/usr/bin:/bin"  # in front, and only once
+
+
+def test_sourcing_client_env_puts_accelshare_on_path(tmp_path: Path) -> None:
+    """The README's `source .accelshare/client.env` then `accelshare ...`, in a shell
+    whose PATH does not have the venv: client.env (written as `dev up` writes it)
+    brings this Python's `accelshare`."""
+    bin_dir = cli_bin_dir()
+    assert bin_dir is not None, "no accelshare script next to this Python (make venv)"
+    assert bin_dir.is_absolute()
+    path = tmp_path / "client.env"
+    path.write_text(render_client_env("http://127.0.0.1:8081", "AK", "SK", bin_dir=bin_dir))
+    bare_path = "/usr/bin:/bin"
+    assert str(bin_dir) not in bare_path
+    found = subprocess.run(
+        ["bash", "-c", f"source '{path}' && command -v accelshare && accelshare --help"],
+        capture_output=True,
+        text=True,
+        check=False,
+        env={"PATH": bare_path, "HOME": str(tmp_path)},
+    )
+    assert found.returncode == 0, found.stderr
+    assert found.stdout.splitlines()[0] == str(bin_dir / "accelshare")
+    assert "Usage: accelshare" in found.stdout
+    without = subprocess.run(
+        ["bash", "-c", "command -v accelshare"],
+        capture_output=True,
+        text=True,
+        check=False,
+        env={"PATH": bare_path},
+    )
+    assert without.returncode != 0  # the test proves something: not on PATH before
 
 
 def test_accelerator_options_and_agent_ids() -> None:
@@ -115,22 +158,30 @@ def _dev_up(*args: str) -> tuple[int, str, str]:
 
 
 @pytest.mark.parametrize(
-    ("args", "code", "words"),
+    ("args", "words"),
     [
-        (["--mem", "lots"], 2, "--mem 'lots'"),
-        (["--mock-config", "/no/such.toml"], 1, "no such file"),
-        (["--unit-mem", "1m"], 1, "--unit-mem '1m': expected a byte size >= 512 MiB"),
-        (["--quantum", "2"], 1, "--quantum '2': expected a decimal number > 0 and <= 1"),
-        (["--quantum", "abc"], 1, "--quantum 'abc'"),
-        (["--allocation-mode", "halves"], 2, "halves"),
+        (["--mem", "lots"], "--mem 'lots'"),
+        (["--mem", "0"], "--mem '0': expected a size > 0"),
+        (["--mock-config", "/no/such.toml"], "--mock-config /no/such.toml: no such file"),
+        (["--unit-mem", "1m"], "--unit-mem '1m': expected a byte size >= 512 MiB"),
+        (["--quantum", "2"], "--quantum '2': expected a decimal number > 0 and <= 1"),
+        (["--quantum", "abc"], "--quantum 'abc'"),
+        (["--allocation-mode", "halves"], "'halves'"),
+        (["--agents", "0"], "'--agents'"),
     ],
-    ids=["mem", "mock-config", "unit-mem", "quantum", "quantum-text", "mode"],
+    ids=["mem", "mem-zero", "mock-config", "unit-mem", "quantum", "quantum-text", "mode", "agents"],
 )
-def test_dev_up_refuses_bad_options(tmp_path: Path, args: list[str], code: int, words: str) -> None:
-    exit_code, _stdout, stderr = _dev_up("--data-dir", str(tmp_path / "d"), *args)
-    assert exit_code == code, stderr
-    assert words in stderr
-    assert not (tmp_path / "d" / "manager.toml").exists()  # nothing was started
+def test_dev_up_refuses_bad_options(tmp_path: Path, args: list[str], words: str) -> None:
+    """Bad arguments, whoever finds them (typer or dev up): exit code 2, one line, and
+    nothing started or written."""
+    exit_code, stdout, stderr = _dev_up("--data-dir", str(tmp_path / "d"), *args)
+    assert exit_code == 2, stderr
+    assert stdout == ""
+    lines = stderr.strip().splitlines()
+    assert len(lines) == 1, stderr
+    assert lines[0].startswith("error: ")
+    assert words in lines[0]
+    assert not (tmp_path / "d").exists()
 
 
 def test_port_in_use_and_second_dev_up_refused(tmp_path: Path) -> None:

@@ -54,7 +54,11 @@ class Signer(httpx.Auth):
         yield request
 
 
-def manager_config(db_url: str, state: Path, **manager: Any) -> ManagerConfig:
+def manager_config(
+    db_url: str | None, state: Path, *, db: dict[str, Any] | None = None, **manager: Any
+) -> ManagerConfig:
+    """``db_url=None``: the default layout, ``<state>/manager.db``; ``db``: more ``[db]``
+    keys (``busy-timeout``...); ``manager``: ``[manager]`` keys."""
     return ManagerConfig.model_validate(
         {
             "manager": {
@@ -64,7 +68,7 @@ def manager_config(db_url: str, state: Path, **manager: Any) -> ManagerConfig:
                 "sweep-interval": 3600.0,
                 **manager,
             },
-            "db": {"url": db_url},
+            "db": ({} if db_url is None else {"url": db_url}) | (db or {}),
         }
     )
 
@@ -153,15 +157,16 @@ class Cluster:
 
 @asynccontextmanager
 async def running_cluster(
-    db_url: str,
+    db_url: str | None,
     state: Path,
     *,
     clock: Clock = utcnow,
     background: bool = True,
     hollow: HollowCluster | None = None,
+    db: dict[str, Any] | None = None,
     **manager: Any,
 ) -> AsyncIterator[Cluster]:
-    config = manager_config(db_url, state, **manager)
+    config = manager_config(db_url, state, db=db, **manager)
     store = ConfigStore(EmbeddedBackend(state / "config-store.db"))
     hollow = hollow or HollowCluster()
     app = await create_manager_app(

@@ -41,8 +41,10 @@ QUERY = "query ($agent_id: String!) { agent(agent_id: $agent_id) { gpu_alloc_map
 
 @contextlib.asynccontextmanager
 async def real_cluster(
-    db_url: str, tmp_path: Path, *, keep_scratch: bool = False
+    db_url: str, tmp_path: Path, *, keep_scratch: bool = False, extra_toml: str = ""
 ) -> AsyncIterator[httpx.AsyncClient]:
+    """A manager process and one agent process; ``extra_toml`` is appended to both
+    files (e.g. a ``[redis]`` table)."""
     port, rpc_port = free_port(), free_port()
     store_path = tmp_path / "config-store.db"
     async with ConfigStore(EmbeddedBackend(store_path)) as store:
@@ -50,7 +52,7 @@ async def real_cluster(
     (tmp_path / "manager.toml").write_text(
         f'[manager]\ndata-dir = "{tmp_path / "state"}"\nservice-addr = "127.0.0.1:{port}"\n'
         f'cluster-secret = "{SECRET}"\n[db]\nurl = "{db_url}"\n'
-        f'[config-store]\npath = "{store_path}"\n'
+        f'[config-store]\npath = "{store_path}"\n' + extra_toml
     )
     (tmp_path / "agent.toml").write_text(
         f'[agent]\nid = "i-node01"\nrpc-listen-addr = "127.0.0.1:{rpc_port}"\n'
@@ -60,7 +62,7 @@ async def real_cluster(
         f"keep-scratch = {str(keep_scratch).lower()}\n"
         '[resource]\nreserved-cpu = 0\ncpu-count = 8\nmemory-size = "16g"\nreserved-mem = 0\n'
         f'[manager]\nendpoint = "http://127.0.0.1:{port}"\n'
-        f'[config-store]\npath = "{store_path}"\n'
+        f'[config-store]\npath = "{store_path}"\n' + extra_toml
     )
     manager = ManagerProcess(tmp_path / "manager.toml", port, tmp_path / "manager.log")
     agent_log = tmp_path / "agent.log"

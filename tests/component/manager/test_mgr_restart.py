@@ -7,6 +7,7 @@ import contextlib
 import time
 from collections import Counter
 from collections.abc import AsyncIterator
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -61,6 +62,35 @@ async def test_new_manager_binds_what_the_old_one_scheduled(db_url: str, tmp_pat
                 if k["status"] in OCCUPYING:
                     kernels.add(k["kernelId"])
         assert kernels == set(agent.kernels)
+
+
+async def test_a_live_replica_rescues_binds_a_dead_one_left(db_url: str, tmp_path: Path) -> None:
+    """Replica A plans and dies before binding; replica B, already running (so its
+    start-up resume saw nothing), binds them once they are stale — and not before."""
+    state = tmp_path / "state"
+    async with running_cluster(db_url, state, background=False) as a:
+        agent = await a.add_agent("i-node01")
+        async with running_cluster(db_url, state, background=False, hollow=a.hollow) as b:
+            assert await b.manager.scheduler.resume() == 0  # B started before A's plan
+            for i in range(3):
+                created = await a.create({"cuda.shares": "0.5"}, name=f"r{i}", enqueueOnly=True)
+                assert created.status_code == 201
+            a.manager.binder.submit = lambda jobs: None  # type: ignore[method-assign]
+            await a.manager.scheduler.run_once()  # A commits its plan, then "dies"
+            assert Counter(await b.statuses("r0", "r1", "r2")) == {"SCHEDULED": 3}
+            assert await b.manager.scheduler.rescue_stale_binds(timedelta(hours=1)) == 0
+            assert await b.manager.scheduler.rescue_stale_binds(timedelta(0)) == 3
+            agent.manager = b.internal
+
+            async def running() -> Counter[str] | None:
+                counts = Counter(await b.statuses("r0", "r1", "r2"))
+                return counts if counts == {"RUNNING": 3} else None
+
+            await b.until(running, what="B to bind what A scheduled")
+            assert agent.created == 3
+            # nothing left to rescue, and nothing bound twice
+            assert await b.manager.scheduler.rescue_stale_binds(timedelta(0)) == 0
+            assert len(agent.kernels) == 3
 
 
 # -- SIGKILL ------------------------------------------------------------------------------

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
@@ -95,3 +96,17 @@ async def test_ensure_schema_without_auto_upgrade_refuses_an_old_schema(database
         await conn.execute(sa.text("INSERT INTO alembic_version VALUES ('0000_older')"))
     with pytest.raises(SchemaError, match="run 'accelshare mgr dbschema upgrade'"):
         await ensure_schema(database, auto_upgrade=False)
+
+
+async def test_replicas_starting_together_create_the_schema_once(db_url: str) -> None:
+    """Three managers (own connection pools) start on one empty database at the same
+    moment: one creates the schema, the others wait for the schema lock and find it
+    current (PostgreSQL; SQLite serialises writers by itself)."""
+    replicas = [Database.from_url(db_url) for _ in range(3)]
+    try:
+        states = await asyncio.gather(*(ensure_schema(db) for db in replicas))
+        assert all(state.is_current for state in states)
+        assert await upgrade_schema(replicas[0]) == states[0]  # a later `dbschema upgrade`
+    finally:
+        for db in replicas:
+            await db.dispose()

@@ -8,6 +8,7 @@ never see each other's keys.  The etcd half skips only if no ``etcd`` binary exi
 
 from __future__ import annotations
 
+import asyncio
 import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
@@ -114,6 +115,14 @@ class Harness:
         """Let ``seconds`` pass for leases: instantly on the embedded store (its clock
         is injected); etcd keeps real time, so the caller waits for the DELETE event."""
         self.clock.offset_s += seconds
+
+    async def let_lease_time_pass(self, seconds: float) -> None:
+        """Let ``seconds`` really pass for leases on both backends: the embedded store's
+        clock jumps; on etcd, which keeps its own time, the test waits them out."""
+        if self.etcd is None:
+            self.clock.offset_s += seconds
+        else:
+            await asyncio.sleep(seconds)
 
 
 @pytest.fixture(params=["embedded", "etcd"])

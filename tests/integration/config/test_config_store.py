@@ -196,11 +196,53 @@ async def test_guarded_commit_fails_when_the_tree_changed(
     snapshot = await backend.get_tree(root)
     await store.put("cfg/b", "2")  # a concurrent writer
     with pytest.raises(GuardFailed):
-        await backend.commit([Put(root + "/c", "3")], guard=TreeGuard(root, snapshot.revision))
+        await backend.commit([Put(root + "/c", "3")], guard=TreeGuard.of(root, snapshot))
     assert await store.get("cfg/c") is None
     fresh = await backend.get_tree(root)
-    await backend.commit([Put(root + "/c", "3")], guard=TreeGuard(root, fresh.revision))
+    await backend.commit([Put(root + "/c", "3")], guard=TreeGuard.of(root, fresh))
     assert await store.get("cfg/c") == "3"
+
+
+@pytest.mark.parametrize("deleted", ["cfg/b", "cfg"], ids=["child", "own-value"])
+async def test_guarded_commit_fails_when_another_client_deleted_a_key(
+    harness: Harness, store: ConfigStore, deleted: str
+) -> None:
+    # What move_prefix does, with a delete by another client between its read and its
+    # commit: the commit must fail, or the deleted key would come back under "moved".
+    backend = store.backend
+    root = f"/accelshare/{store.namespace}/cfg"
+    await store.put_prefix("cfg", {"": "own", "a": "1", "b": "2"})
+    snapshot = await backend.get_tree(root)
+    assert [k for k, _ in snapshot.pairs] == [root, root + "/a", root + "/b"]
+    async with harness.store() as other:
+        await other.delete(deleted)
+    moved = f"/accelshare/{store.namespace}/moved"
+    ops = [Put(moved + key[len(root) :], value) for key, value in snapshot.pairs]
+    with pytest.raises(GuardFailed):
+        await backend.commit(ops, guard=TreeGuard.of(root, snapshot))
+    assert await store.get_prefix("moved", scope=G) == {}
+    # Read again and the same commit goes through, without the deleted key.
+    fresh = await backend.get_tree(root)
+    ops = [Put(moved + key[len(root) :], value) for key, value in fresh.pairs]
+    await backend.commit(ops, guard=TreeGuard.of(root, fresh))
+    expected = {"": "own", "a": "1", "b": "2"}
+    del expected[deleted.removeprefix("cfg").removeprefix("/")]
+    assert await store.get_prefix("moved", scope=G) == expected
+
+
+async def test_guarded_commit_fails_when_a_key_was_deleted_and_recreated(
+    harness: Harness, store: ConfigStore
+) -> None:
+    backend = store.backend
+    root = f"/accelshare/{store.namespace}/cfg"
+    await store.put_prefix("cfg", {"a": "1", "b": "2"})
+    snapshot = await backend.get_tree(root)
+    async with harness.store() as other:
+        await other.delete("cfg/b")
+        await other.put("cfg/b", "2")  # same value, but a different key's life
+    with pytest.raises(GuardFailed):
+        await backend.commit([Put(root + "/c", "3")], guard=TreeGuard.of(root, snapshot))
+    assert await store.get("cfg/c") is None
 
 
 async def test_delete_prefix_takes_the_subtree_and_its_own_value(store: ConfigStore) -> None:
@@ -360,11 +402,14 @@ async def test_a_lease_key_disappears_when_the_lease_expires(
 
 
 async def test_a_refreshed_lease_keeps_its_key(harness: Harness, store: ConfigStore) -> None:
-    lease_id = await store.put_with_lease("nodes/manager/m-1", "up", ttl_s=3)
-    for _ in range(2):
-        harness.expire_leases(2)
+    # 3 s pass in all, past the 2 s TTL, but never more than 1 s without a refresh: the
+    # key survives only if each refresh really restarts the TTL.  On etcd this is real
+    # time (etcd honours TTLs down to 1 s with the test server's raft timings).
+    lease_id = await store.put_with_lease("nodes/manager/m-1", "up", ttl_s=2)
+    for _ in range(3):
+        await harness.let_lease_time_pass(1)
         await store.refresh_lease(lease_id)
-    assert await store.get("nodes/manager/m-1") == "up"
+        assert await store.get("nodes/manager/m-1") == "up"
     await store.revoke_lease(lease_id)
     assert await store.get("nodes/manager/m-1") is None
     await store.revoke_lease(lease_id)  # revoking twice is fine

@@ -1,11 +1,12 @@
-"""etcd-only behaviour: restarts, unreachable servers."""
+"""etcd-only behaviour: restarts, unreachable servers, connections that die silently."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
@@ -168,3 +169,101 @@ async def test_credentials(own_etcd: EtcdProcess) -> None:
     async with ConfigStore(wrong) as store:
         with pytest.raises(ConfigStoreError, match="authentication failed"):
             await store.get("config/x")
+
+
+class SilentProxy:
+    """A TCP proxy to etcd whose connections can die without closing.
+
+    After :meth:`go_silent` the connections open so far stay open but carry nothing
+    either way (the bytes are read and dropped), as when a network partition or a
+    firewall drops a connection's packets: no FIN, no RST, so only keepalive pings can
+    tell.  Connections opened afterwards are forwarded again.
+    """
+
+    def __init__(self, host: str, port: int) -> None:
+        self.target = (host, port)
+        self.connections = 0
+        self.port = 0
+        self._epoch = 0
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._writers: list[asyncio.StreamWriter] = []
+
+    def go_silent(self) -> None:
+        self._epoch += 1
+
+    @contextlib.asynccontextmanager
+    async def running(self) -> AsyncIterator[SilentProxy]:
+        server = await asyncio.start_server(self._accept, "127.0.0.1", 0)
+        self.port = server.sockets[0].getsockname()[1]
+        try:
+            yield self
+        finally:
+            server.close()
+            for task in self._tasks:
+                task.cancel()
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+            for writer in self._writers:
+                writer.close()
+
+    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.connections += 1
+        epoch = self._epoch
+        up_reader, up_writer = await asyncio.open_connection(*self.target)
+        self._writers += [writer, up_writer]
+        for source, sink in ((reader, up_writer), (up_reader, writer)):
+            task = asyncio.create_task(self._pipe(source, sink, epoch))
+            self._tasks.add(task)
+
+    async def _pipe(
+        self, source: asyncio.StreamReader, sink: asyncio.StreamWriter, epoch: int
+    ) -> None:
+        while data := await source.read(65536):
+            if epoch == self._epoch:  # else: silent, the bytes go nowhere
+                sink.write(data)
+                await sink.drain()
+        if epoch == self._epoch:
+            sink.close()
+
+
+async def test_a_watch_survives_a_connection_that_dies_silently(tmp_path: Path) -> None:
+    # The test etcd accepts pings every second (its default minimum is 5 s); the watcher
+    # pings every second and gives a ping one second to be answered.
+    with EtcdProcess(tmp_path / "etcd", extra_args=["--grpc-keepalive-min-time=500ms"]) as etcd:
+        async with SilentProxy(etcd.host, etcd.port).running() as proxy:
+            namespace = f"t{uuid.uuid4().hex[:8]}"
+            watcher = EtcdBackend(
+                host="127.0.0.1",
+                port=proxy.port,
+                timeout_s=2,
+                keepalive_time_s=1,
+                keepalive_timeout_s=1,
+            )
+            direct = EtcdBackend(host=etcd.host, port=etcd.port)
+            async with (
+                ConfigStore(watcher, namespace=namespace) as store,
+                ConfigStore(direct, namespace=namespace) as writer,
+            ):
+                ready = asyncio.Event()
+                events = store.watch("cfg/x", ready=ready)
+                try:
+                    first = asyncio.create_task(anext(events))
+                    await asyncio.wait_for(ready.wait(), 10)
+                    await writer.put("cfg/x", "1")
+                    assert (await asyncio.wait_for(first, 10)).value == "1"
+                    assert proxy.connections == 1
+                    # Idle for more than two ping intervals: with gRPC's default of two
+                    # pings without data the watcher would have stopped pinging by now
+                    # (and no flow-control ping of the first event is still in flight).
+                    await asyncio.sleep(3.5)
+                    proxy.go_silent()
+                    await writer.put("cfg/x", "2")
+                    # Without keepalive the watch waits on the dead connection forever.
+                    second = await asyncio.wait_for(anext(events), 20)
+                finally:
+                    await events.aclose()
+                assert (second.key, second.value, second.event) == (
+                    "cfg/x",
+                    "2",
+                    WatchEventType.PUT,
+                )
+                assert proxy.connections == 2  # the watch resumed on a new connection

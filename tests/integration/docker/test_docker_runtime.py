@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
+from dataclasses import replace
 from decimal import Decimal
 from pathlib import Path
 
@@ -180,3 +181,25 @@ async def test_recovery_lists_containers_by_label(
     finally:
         await restarted.close()
         await stranger.close()
+
+
+async def test_an_unknown_network_fails_the_create_with_the_engines_word(
+    docker_runtime: DockerRuntime, busybox_image: str
+) -> None:
+    """[container] docker-network naming a network the engine lacks: each create fails
+    (KernelStartFailed, the engine's message), nothing is left running."""
+    config = replace(docker_runtime.config, network_mode="no-such-net")
+    runtime = await DockerRuntime.connect(config)
+    try:
+        kernel_id = new_kernel_id()
+        with pytest.raises(KernelStartFailed, match="docker: network no-such-net not found"):
+            await runtime.create_kernel(KernelSpec(kernel_id, busybox_image, RESOURCE_TXT))
+        assert (await runtime.get_kernel(kernel_id)).state is KernelState.EXITED
+        assert (
+            await docker_runtime.docker.containers.list(
+                all=True, filters=f'{{"name": ["accelshare-{kernel_id}"]}}'
+            )
+            == []
+        )
+    finally:
+        await runtime.close()

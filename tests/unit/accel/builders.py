@@ -6,8 +6,9 @@ from decimal import Decimal
 from pathlib import Path
 
 from accelshare.accel.cpu import CPUPlugin, plan_cpu_cores
-from accelshare.accel.cuda import CudaPlugin, PynvmlLayer
-from accelshare.accel.cuda.fake import FakeGpu, FakeNvml
+from accelshare.accel.cuda import CudaPlugin, LibcudaDriver, PynvmlLayer, with_sm_counts
+from accelshare.accel.cuda.fake import FakeGpu, FakeLibcuda, FakeNvml
+from accelshare.accel.cuda.plugin import query_sm_counts
 from accelshare.accel.mem import MemoryPlugin
 from accelshare.accel.mock import MockPlugin, load_mock_config
 from accelshare.accel.options import AcceleratorOptions
@@ -57,13 +58,24 @@ def fake_machine() -> FakeNvml:
     return FakeNvml(gpus)
 
 
-def cuda_plugin(mode: AllocationMode = DISCRETE, nvml: FakeNvml | None = None) -> CudaPlugin:
-    layer = PynvmlLayer(nvml or fake_machine())
+def cuda_plugin(
+    mode: AllocationMode = DISCRETE,
+    nvml: FakeNvml | None = None,
+    libcuda: FakeLibcuda | None = None,
+) -> CudaPlugin:
+    """The cuda plugin over a fake machine, discovered as ``create_plugin`` does (NVML,
+    then the CUDA driver for full GPUs' SM counts), without the config store."""
+    nvml = nvml or fake_machine()
+    layer = PynvmlLayer(nvml)
     layer.open()
+    driver = LibcudaDriver(loader=(libcuda or nvml.libcuda()).load)
+    discovered = layer.gpus()
+    gpus, unknown_sm = with_sm_counts(discovered, query_sm_counts(discovered, driver))
     return CudaPlugin(
         layer,
-        layer.gpus(),
+        gpus,
         options(mode, quantum_size=Decimal("0.01")),
         driver_version=layer.driver_version(),
         cuda_version=layer.cuda_driver_version(),
+        unknown_sm=unknown_sm,
     )

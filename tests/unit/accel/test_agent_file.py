@@ -150,7 +150,7 @@ def test_bad_toml_names_the_file(tmp_path: Path) -> None:
         ({"resource": {"memory-size": 0}}, "resource.memory-size", "0"),
         ({"agent": {"rpc-listen-addr": "6001"}}, "agent.rpc-listen-addr", "'6001'"),
         ({"agent": {"rpc-listen-addr": "h:99999"}}, "agent.rpc-listen-addr", "'h:99999'"),
-        ({"agent": {"affinity-policy": "random"}}, "agent.affinity-policy", "'RANDOM'"),
+        ({"agent": {"affinity-policy": "random"}}, "agent.affinity-policy", "'random'"),
         ({"agent": {"allowed-compute-plugins": "mock"}}, "agent.allowed-compute-plugins", "'mock'"),
         ({"agent": {"allocation-order": ["cuda", 1]}}, "agent.allocation-order[1]", "1"),
         ({"agent": {"id": ""}}, "agent.id", "''"),

@@ -13,8 +13,16 @@ from accelshare.accel import (
     PluginUnavailable,
     validate_inventory,
 )
-from accelshare.accel.cuda import CudaPlugin, PynvmlLayer, create_plugin, mig_slot_name
-from accelshare.accel.cuda.fake import FakeGpu, FakeNvml
+from accelshare.accel.cuda import (
+    CudaDriverError,
+    CudaPlugin,
+    LibcudaDriver,
+    PynvmlLayer,
+    create_plugin,
+    mig_slot_name,
+    with_sm_counts,
+)
+from accelshare.accel.cuda.fake import FakeGpu, FakeLibcuda, FakeNvml
 from accelshare.accel.cuda.nvml import mig_profile_of
 from accelshare.accel.maps import build_alloc_map
 from accelshare.accel.types import KernelStatTarget
@@ -31,14 +39,18 @@ MIG = [f"MIG-00000000-0000-0000-0002-{i:012d}" for i in range(3)]
 
 
 def test_layer_discovers_gpus_and_mig_instances() -> None:
-    layer = PynvmlLayer(fake_machine())
+    nvml = fake_machine()
+    layer = PynvmlLayer(nvml)
     layer.open()
     gpus = layer.gpus()
     assert [g.uuid for g in gpus] == [GPU0, GPU1, GPU2]
     assert [g.pci_bus_id for g in gpus] == ["0000:17:00.0", "0000:18:00.0", "0000:19:00.0"]
     assert [g.numa_node for g in gpus] == [0, 1, 1]
     assert [g.mig_enabled for g in gpus] == [False, False, True]
-    assert gpus[0].multiprocessors == 108
+    # NVML supports nvmlDeviceGetAttributes for MIG handles only: the layer asks it for
+    # the three MIG instances and leaves full GPUs' SM counts to the CUDA driver.
+    assert [g.multiprocessors for g in gpus] == [None, None, None]
+    assert nvml.attribute_calls == 3
     assert gpus[0].memory_bytes == 40 * GIB
     assert [
         (m.uuid, m.profile, m.memory_bytes, m.multiprocessors) for m in gpus[2].mig_instances
@@ -54,7 +66,6 @@ def test_layer_discovers_gpus_and_mig_instances() -> None:
 
 def test_layer_handles_old_bindings_and_older_drivers(tmp_path: Path) -> None:
     gpu = FakeGpu.a100(0, numa_node=None)
-    gpu.multiprocessors = None
     nvml = FakeNvml([gpu], bytes_strings=True)
     sysfs = tmp_path / "sys/bus/pci/devices/0000:17:00.0"
     sysfs.mkdir(parents=True)
@@ -70,13 +81,148 @@ def test_layer_handles_old_bindings_and_older_drivers(tmp_path: Path) -> None:
     assert layer.gpus()[0].numa_node == 0  # no NUMA information: node 0
 
 
-def test_shares_use_memory_alone_when_sm_count_is_unknown() -> None:
-    gpu = FakeGpu.a100(0)
-    gpu.multiprocessors = None
-    plugin = cuda_plugin(FRACTIONAL, FakeNvml([gpu]))
+def test_full_gpu_sm_count_comes_from_the_cuda_driver() -> None:
+    """An 80 GB H100: min(80 GiB / 2 GiB, 132 / 8) = 16.50 shares, not 40.00."""
+    nvml = FakeNvml([FakeGpu.h100(0)])
+    libcuda = nvml.libcuda()
+    plugin = cuda_plugin(FRACTIONAL, nvml, libcuda)
     (device,) = plugin.inventory.devices
-    assert device.capacity == D("20.00")  # 40 GiB / 2 GiB
-    assert device.processors == 0
+    assert device.capacity == D("16.50")
+    assert device.processors == 132
+    assert plugin.warnings == ()
+    assert libcuda.loaded_names == ["libcuda.so.1"]
+    assert libcuda.attribute_queries == [(16, 0)]  # CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT
+    discrete = cuda_plugin(DISCRETE, FakeNvml([FakeGpu.h100(0)]))
+    assert [(d.capacity, d.processors) for d in discrete.inventory.devices] == [(D(1), 132)]
+
+
+def test_driver_matches_gpus_by_pci_bus_id_not_by_index() -> None:
+    """GPU 0 hidden from CUDA (CUDA_VISIBLE_DEVICES): CUDA ordinals shift, bus ids do not."""
+    gpus = [FakeGpu.a100(0), FakeGpu.h100(1), FakeGpu.a100(2)]
+    gpus[2].multiprocessors = 98
+    nvml = FakeNvml(gpus)
+    libcuda = nvml.libcuda(hidden_bus_ids=["0000:17:00.0"])
+    plugin = cuda_plugin(DISCRETE, nvml, libcuda)
+    assert [d.processors for d in plugin.inventory.devices] == [0, 132, 98]
+    (warning,) = plugin.warnings
+    assert warning.startswith(f"cuda: the SM count of {GPU0} (0000:17:00.0) is unknown")
+    assert "CUDA_ERROR_INVALID_DEVICE (101)" in warning
+    assert "CUDA_VISIBLE_DEVICES" in warning
+    with pytest.raises(PluginConfigError) as info:
+        cuda_plugin(FRACTIONAL, FakeNvml(gpus), FakeNvml(gpus).libcuda(hidden_bus_ids=["17:00.0"]))
+    assert info.value.key == "allocation_mode"
+    assert GPU0 in str(info.value)
+
+
+def test_real_driver_layer_against_a_fake_libcuda() -> None:
+    gpus = [FakeGpu.a100(0), FakeGpu.h100(1)]
+    libcuda = FakeNvml(gpus).libcuda()
+    driver = LibcudaDriver(loader=libcuda.load)
+    assert driver.multiprocessor_count("0000:18:00.0") == 132
+    assert driver.multiprocessor_count("00000000:17:00.0") == 108  # NVML's spelling works too
+    assert libcuda.initialized
+    with pytest.raises(CudaDriverError, match=r"'0000:99:00.0'.*CUDA_ERROR_INVALID_DEVICE"):
+        driver.multiprocessor_count("0000:99:00.0")
+    assert libcuda.loaded_names == ["libcuda.so.1"]  # loaded and initialised once
+
+
+@pytest.mark.parametrize(
+    ("libcuda", "message"),
+    [
+        pytest.param(
+            {"library_missing": True},
+            r"libcuda\.so\.1 cannot be loaded .*'compute' driver capability",
+            id="no-libcuda",
+        ),
+        pytest.param(
+            {"init_error": 100}, r"cuInit failed: CUDA_ERROR_NO_DEVICE \(100\)", id="cuinit"
+        ),
+        pytest.param({"init_error": 999}, r"cuInit failed: CUresult 999", id="unnamed-code"),
+    ],
+)
+def test_driver_failures_are_explained_and_remembered(
+    libcuda: dict[str, object], message: str
+) -> None:
+    fake = FakeLibcuda([FakeGpu.a100(0)], **libcuda)  # type: ignore[arg-type]
+    driver = LibcudaDriver(loader=fake.load)
+    for _ in range(2):
+        with pytest.raises(CudaDriverError, match=message):
+            driver.multiprocessor_count("0000:17:00.0")
+    assert fake.loaded_names == ["libcuda.so.1"]
+
+
+def test_sm_count_unknown_discrete_warns_fractional_refuses() -> None:
+    nvml = FakeNvml([FakeGpu.h100(0), FakeGpu.a100(1, mig=["1g.5gb"])])
+    missing = nvml.libcuda(library_missing=True)
+    discrete = cuda_plugin(DISCRETE, nvml, missing)
+    assert [d.processors for d in discrete.inventory.devices] == [0, 14]  # MIG: from NVML
+    (warning,) = discrete.warnings
+    assert "libcuda.so.1 cannot be loaded" in warning
+    assert "reported as 0 processors" in warning
+    with pytest.raises(PluginConfigError) as info:
+        cuda_plugin(FRACTIONAL, nvml, missing)
+    err = info.value
+    assert (err.key, err.received) == ("allocation_mode", "fractional")
+    assert str(err).startswith("config store: key 'allocation_mode': expected 'discrete' on")
+    assert f"SM count of {GPU0} (0000:17:00.0) is unknown" in str(err)
+    assert "libcuda.so.1 cannot be loaded" in str(err)
+    assert "device_mask" in str(err)
+
+
+def test_sm_count_unknown_on_a_masked_gpu_is_no_obstacle() -> None:
+    nvml = FakeNvml([FakeGpu.a100(0), FakeGpu.h100(1)])
+    layer = PynvmlLayer(nvml)
+    layer.open()
+    discovered = layer.gpus()
+    gpus, unknown = with_sm_counts(discovered, {GPU0: "no driver", GPU1: 132})
+    assert unknown == {GPU0: "NVML did not report it for a full GPU, and no driver"}
+    plugin = CudaPlugin(layer, gpus, options(FRACTIONAL, device_mask=(GPU0,)), unknown_sm=unknown)
+    assert [(d.device_id, d.capacity) for d in plugin.inventory.devices] == [(GPU1, D("16.50"))]
+    assert plugin.warnings == ()
+
+
+def test_a_gpu_below_one_quantum_of_shares_is_refused() -> None:
+    layer = PynvmlLayer(FakeNvml([FakeGpu.a100(0)]))
+    layer.open()
+    gpus, _ = with_sm_counts(layer.gpus(), {GPU0: 108})
+    too_big = options(FRACTIONAL, unit_mem=100 * GIB, quantum_size=D("0.5"))
+    with pytest.raises(PluginConfigError) as info:
+        CudaPlugin(layer, gpus, too_big)
+    assert info.value.key == "unit_mem"  # memory is what limits: 40/100 = 0.40 < 0.5
+    assert "0.40" in str(info.value)
+    assert GPU0 in str(info.value)
+
+
+async def test_create_plugin_logs_unknown_sm_counts_once(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    nvml = FakeNvml([FakeGpu.h100(0)])
+    driver = LibcudaDriver(loader=nvml.libcuda(library_missing=True).load)
+    with caplog.at_level("WARNING", logger="accelshare.accel.cuda.plugin"):
+        plugin = await create_plugin(PluginContext(), nvml=PynvmlLayer(nvml), driver=driver)
+    assert [r.getMessage() for r in caplog.records] == list(plugin.warnings)
+    assert len(plugin.warnings) == 1
+    await plugin.close()
+
+
+def test_real_libcuda_without_a_gpu_says_why() -> None:
+    """This machine has no NVIDIA driver: the real ctypes path must explain, not crash."""
+    from accelshare.accel.cuda.nvml import PynvmlLayer as Real
+
+    try:
+        layer = Real()
+        layer.open()
+    except PluginUnavailable:
+        with pytest.raises(CudaDriverError, match=r"libcuda\.so\.1|cuInit"):
+            LibcudaDriver().multiprocessor_count("0000:17:00.0")
+        return
+    try:  # pragma: no cover - only on a GPU machine: the real driver gives every SM count
+        gpus = [g for g in layer.gpus() if not g.mig_enabled]
+        driver = LibcudaDriver()
+        for gpu in gpus:
+            assert driver.multiprocessor_count(gpu.pci_bus_id) > 0
+    finally:
+        layer.close()
 
 
 @pytest.mark.parametrize(

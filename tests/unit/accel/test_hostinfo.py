@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import os
 from decimal import Decimal
 from pathlib import Path
 
+import psutil  # type: ignore[import-untyped,unused-ignore]
 import pytest
 
+from accelshare.accel import PluginContext
+from accelshare.accel.cpu import create_plugin as create_cpu
 from accelshare.accel.hostinfo import (
     CgroupLimits,
+    current_cpu_affinity,
     parse_cpu_list,
     read_cgroup_limits,
     read_cgroup_mounts,
@@ -16,6 +21,8 @@ from accelshare.accel.hostinfo import (
     read_numa_nodes,
     read_proc_cgroups,
 )
+from accelshare.accel.mem import create_plugin as create_mem
+from accelshare.config.agent_file import parse_agent_config
 
 GIB = 2**30
 V1_UNLIMITED = "9223372036854771712"
@@ -174,7 +181,40 @@ def test_garbage_is_no_limit(tmp_path: Path) -> None:
     assert read_proc_cgroups(tmp_path) == {"memory": "/"}
 
 
-def test_this_machine_reads_without_error() -> None:
-    limits = read_cgroup_limits(Path("/"))
-    assert limits.memory_bytes is None or limits.memory_bytes > 0
+def _allowed_cpus_from_proc_status() -> frozenset[int]:
+    """The kernel's own view of this process's CPUs, read independently of hostinfo."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("Cpus_allowed_list:"):
+            return frozenset(parse_cpu_list(line.split(":", 1)[1]))
+    pytest.fail("/proc/self/status has no Cpus_allowed_list line")
+
+
+async def test_this_machine_reads_consistently() -> None:
+    """On the real machine: cores, cgroup limits and memory agree with the OS's view."""
+    root = Path("/")
+    allowed = _allowed_cpus_from_proc_status()
+    assert current_cpu_affinity() == allowed == frozenset(os.sched_getaffinity(0))
+    assert 0 < len(allowed) <= (os.cpu_count() or 0)
+    limits = read_cgroup_limits(root)
     assert limits.cpu_cores is None or limits.cpu_cores > 0
+    assert limits.memory_bytes is None or limits.memory_bytes > 0
+    assert limits.versions <= {1, 2}
+    assert bool(limits.versions) == (
+        limits.cpu_cores is not None or limits.memory_bytes is not None
+    )
+
+    no_reserve = parse_agent_config({"resource": {"reserved-cpu": 0, "reserved-mem": 0}})
+    ctx = PluginContext(no_reserve, None, root)
+    cores = len(allowed)
+    if limits.cpu_cores is not None:
+        cores = min(cores, max(1, int(limits.cpu_cores)))
+    cpu = await create_cpu(ctx)
+    assert cpu.inventory.capacities() == {"cpu": Decimal(cores)}
+    assert {int(d.device_id) for d in cpu.inventory.devices} <= allowed
+
+    total = psutil.virtual_memory().total
+    assert read_mem_total(root) == total  # both are MemTotal of /proc/meminfo
+    mem = await create_mem(ctx)
+    (capacity,) = mem.inventory.capacities().values()
+    assert 0 < capacity <= total
+    assert capacity == min(total, limits.memory_bytes or total)

@@ -17,7 +17,7 @@ from accelshare.accel.mem import create_plugin as create_mem
 from accelshare.accel.types import KernelStatTarget
 from accelshare.alloc import AllocationStrategy, DiscreteAllocMap
 from accelshare.common import SlotTypes
-from accelshare.config.agent_file import parse_agent_config
+from accelshare.config.agent_file import load_agent_config, parse_agent_config
 
 from .builders import GIB
 
@@ -156,3 +156,55 @@ async def test_factories_read_the_host_tree_and_agent_toml(tmp_path: Path) -> No
     ctx = PluginContext(fixed, None, root)
     assert (await create_cpu(ctx)).inventory.capacities() == {"cpu": D(16)}
     assert (await create_mem(ctx)).inventory.capacities() == {"mem": D(32 * GIB)}
+
+
+def fake_cpu_host(root: Path, version: int, quota: str) -> Path:
+    """A host tree whose only limit is a CPU quota, in a v1 or v2 cgroup."""
+    files: dict[str, str] = {"sys/devices/system/node/node0/cpulist": "0-1023\n"}
+    if version == 1:
+        files["proc/self/cgroup"] = "2:cpu,cpuacct:/agent\n"
+        files["proc/self/mountinfo"] = (
+            "32 31 0:29 / /sys/fs/cgroup/cpu,cpuacct rw - cgroup cgroup rw,cpu,cpuacct\n"
+        )
+        us, period = quota.split()
+        files["sys/fs/cgroup/cpu,cpuacct/agent/cpu.cfs_quota_us"] = us
+        files["sys/fs/cgroup/cpu,cpuacct/agent/cpu.cfs_period_us"] = period
+    else:
+        files["proc/self/cgroup"] = "0::/agent\n"
+        files["proc/self/mountinfo"] = "30 23 0:26 / /sys/fs/cgroup rw - cgroup2 cgroup2 rw\n"
+        files["sys/fs/cgroup/agent/cpu.max"] = quota + "\n"
+    for name, text in files.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(text)
+    return root
+
+
+@pytest.mark.parametrize(
+    ("version", "quota", "limit", "cores"),
+    [
+        pytest.param(1, "150000 100000", "1.5", 1, id="v1-1.5-cores"),
+        pytest.param(2, "250000 100000", "2.5", 2, id="v2-2.5-cores"),
+        pytest.param(2, "50000 100000", "0.5", 1, id="v2-half-a-core-is-one"),
+    ],
+)
+async def test_cpu_factory_honours_a_cgroup_quota_from_the_host_tree(
+    tmp_path: Path, version: int, quota: str, limit: str, cores: int
+) -> None:
+    root = fake_cpu_host(tmp_path, version, quota)
+    config = parse_agent_config({"resource": {"reserved-cpu": 0}})
+    cpu = await create_cpu(PluginContext(config, None, root))
+    affinity = sorted(current_cpu_affinity())
+    expected = affinity[: min(len(affinity), cores)]  # the first cores of the affinity set
+    assert [int(d.device_id) for d in cpu.inventory.devices] == expected
+    assert cpu.inventory.settings["cgroup_cpu_limit"] == limit
+
+
+async def test_cpu_factory_refuses_to_reserve_every_core_under_a_quota(tmp_path: Path) -> None:
+    root = fake_cpu_host(tmp_path, 1, "150000 100000")  # 1.5 -> 1 core
+    agent_toml = tmp_path / "agent.toml"
+    agent_toml.write_text("[resource]\nreserved-cpu = 1\n")
+    with pytest.raises(PluginConfigError) as info:
+        await create_cpu(PluginContext(load_agent_config(agent_toml), None, root))
+    assert info.value.source == str(agent_toml)
+    assert info.value.key == "resource.reserved-cpu"
+    assert "fewer than the 1 core(s)" in str(info.value)

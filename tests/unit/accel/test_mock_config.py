@@ -125,6 +125,7 @@ BAD_CASES = [
     pytest.param(base(device_plugin_name="ROCm"), "device_plugin_name", "'ROCm'", id="plugin-name"),
     pytest.param(base(attributes="x"), "attributes", "'x'", id="wrong-type-attributes"),
     pytest.param(base(devices={"a": 1}), "devices", "{'a': 1}", id="devices-not-array"),
+    pytest.param(base(devices=[]), "devices", "[]", id="devices-empty"),
     pytest.param(
         with_device({}, drop="mother_uuid"), "devices[0].mother_uuid", "nothing", id="missing-uuid"
     ),

@@ -5,15 +5,19 @@ from __future__ import annotations
 import dataclasses
 import itertools
 from decimal import Decimal
+from pathlib import Path
 
 import pytest
 
+from accelshare.accel import ComputePlugin, PluginContext
 from accelshare.accel.errors import PluginConfigError
 from accelshare.accel.maps import build_alloc_map
 from accelshare.accel.mock import MockPlugin, load_mock_config
+from accelshare.accel.mock import create_plugin as create_mock
 from accelshare.accel.types import KernelStatTarget
 from accelshare.alloc import FractionAllocMap, InvalidResourceCombination
 from accelshare.common import SlotTypes
+from accelshare.config.agent_file import load_agent_config
 
 from .builders import DISCRETE, FRACTIONAL, GIB, SAMPLES, U, mock_plugin, options
 
@@ -150,6 +154,55 @@ def test_device_mask_of_an_unknown_device_is_an_error() -> None:
     assert info.value.key == "device_mask"
     assert str(info.value).startswith("config store X/: key 'device_mask'")
     assert "'nope'" in str(info.value)
+
+
+def test_empty_device_list_in_the_file_is_refused(tmp_path: Path) -> None:
+    text = (SAMPLES / "two-fgpu.toml").read_text()
+    head = text.split("[[devices]]", 1)[0]
+    path = tmp_path / "mock-accelerator.toml"
+    path.write_text("devices = []\n" + head)  # top level: before the first table
+    with pytest.raises(PluginConfigError) as info:
+        load_mock_config(path)
+    assert str(info.value) == (
+        f"{path}: key 'devices': expected at least one [[devices]] table "
+        "(a mock plugin needs devices), received []"
+    )
+
+
+def test_a_device_below_one_quantum_of_shares_is_refused_in_fractional_mode() -> None:
+    """two-fgpu.toml has 2 GiB devices; with unit_mem = 64 GiB each would be 0.03 shares."""
+    config = load_mock_config(SAMPLES / "two-fgpu.toml")
+    opts = options(FRACTIONAL, unit_mem=64 * GIB, sources={"unit_mem": "config store Y/"})
+    with pytest.raises(PluginConfigError) as info:
+        MockPlugin(config, opts)
+    err = info.value
+    assert (err.source, err.key, err.received) == ("config store Y/", "unit_mem", 64 * GIB)
+    assert f"device '{U}1' ({2 * GIB} bytes of memory, 108 processors)" in str(err)
+    assert "at least one quantum (0.1) of shares, instead of 0.03" in str(err)
+    zero = options(FRACTIONAL, unit_mem=256 * GIB, quantum_size=Decimal("0.01"))
+    with pytest.raises(PluginConfigError, match=r"instead of 0\.00"):
+        MockPlugin(config, zero)
+    # the same units are fine in discrete mode (no shares), and one quantum is enough
+    assert capacities(MockPlugin(config, options(DISCRETE, unit_mem=256 * GIB))) == {
+        "cuda.device": "2"
+    }
+    one_quantum = options(FRACTIONAL, unit_mem=20 * GIB)
+    assert capacities(MockPlugin(config, one_quantum)) == {"cuda.shares": "0.20"}
+
+
+async def test_masking_every_device_is_logged_once(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    plugin = mock_plugin("two-fgpu.toml", device_mask=(f"{U}1", f"{U}2"))
+    assert capacities(plugin) == {"cuda.device": "0"}
+    (warning,) = plugin.warnings
+    assert "hides every device" in warning
+    assert mock_plugin("two-fgpu.toml").warnings == ()
+    agent_toml = tmp_path / "agent.toml"
+    agent_toml.write_text(f'[agent]\nmock-accelerator-config = "{SAMPLES / "two-fgpu.toml"}"\n')
+    with caplog.at_level("WARNING", logger="accelshare.accel.mock.plugin"):
+        await create_mock(PluginContext(load_agent_config(agent_toml)))
+    assert caplog.records == []  # nothing masked, nothing logged
 
 
 # -- allocation maps --------------------------------------------------------------------
@@ -372,7 +425,7 @@ def test_agent_style_allocation_over_every_plugin_with_numa_affinity() -> None:
 
     from .builders import cpu_plugin, mem_plugin
 
-    plugins = {
+    plugins: dict[str, ComputePlugin] = {
         "cuda": mock_plugin("two-fgpu.toml"),  # 2d01 on NUMA 0, 2d02 on NUMA 1
         "cpu": cpu_plugin(),  # cores 0, 1 on NUMA 0; core 2 on NUMA 1
         "mem": mem_plugin(),

@@ -6,15 +6,21 @@ from decimal import Decimal
 
 import pytest
 
-from accelshare.accel.errors import PluginConfigError
+from accelshare.accel.errors import PluginConfigError, UnknownOptionError
 from accelshare.accel.options import (
+    OPTION_NAMES,
     AcceleratorOptions,
+    OptionLayer,
     RawOptions,
+    allocatable_shares,
     device_shares,
+    merge_option_layers,
+    option_layer_order,
     parse_accelerator_options,
     share_limits,
 )
 from accelshare.accel.types import AllocationMode
+from accelshare.config import ConfigScopes
 
 from .builders import GIB
 
@@ -84,7 +90,6 @@ def test_store_strings() -> None:
             "quantum_size": "0.05",
             "device_mask": " a, b ,,c ",
             "reserved_memory": "128m",
-            "unknown_option": "ignored",
         }
     )
     assert parsed.allocation_mode is AllocationMode.FRACTIONAL
@@ -138,3 +143,157 @@ def test_sources_are_kept_for_later_errors() -> None:
     parsed = parse_accelerator_options(raw)
     assert parsed.source("device_mask") == "config store X/"
     assert parsed.source("unit_mem") == "config store"
+
+
+@pytest.mark.parametrize(
+    ("key", "hint"),
+    [
+        pytest.param("alocation_mode", "did you mean 'allocation_mode'? ", id="typo"),
+        pytest.param("unit_memory", "did you mean 'unit_mem'? ", id="longer"),
+        pytest.param("gpu_count", "", id="unrelated"),
+        pytest.param("", "", id="value-at-the-prefix-itself"),
+    ],
+)
+def test_unknown_option_is_refused_naming_scope_key_and_known_options(key: str, hint: str) -> None:
+    source = "config store nodes/agents/i-1/config/plugins/accelerator/cuda/ (node scope)"
+    raw = RawOptions(
+        values={"unit_proc": "10", key: "fractional"},
+        sources={"unit_proc": "elsewhere", key: source},
+    )
+    with pytest.raises(UnknownOptionError) as info:
+        parse_accelerator_options(raw)
+    err = info.value
+    assert isinstance(err, PluginConfigError)  # stops the agent like any bad value
+    shown = key or "(a value stored at the prefix itself)"
+    assert (err.source, err.key, err.received) == (source, shown, "fractional")
+    assert str(err) == (
+        f"{source}: key {shown!r}: unknown option (set to 'fractional'); {hint}"
+        "known options: allocation_mode, unit_mem, unit_proc, quantum_size, device_mask, "
+        "reserved_memory"
+    )
+    assert err.known == OPTION_NAMES
+
+
+def test_every_known_option_is_accepted() -> None:
+    values = {
+        "allocation_mode": "fractional",
+        "unit_mem": "1g",
+        "unit_proc": "10",
+        "quantum_size": "0.5",
+        "device_mask": "a",
+        "reserved_memory": "0",
+    }
+    assert set(values) == set(OPTION_NAMES)
+    parsed = parse_accelerator_options(values)
+    assert parsed.describe() == {
+        "allocation_mode": "fractional",
+        "unit_mem": str(GIB),
+        "unit_proc": "10",
+        "quantum_size": "0.5",
+        "device_mask": "a",
+        "reserved_memory": "0",
+    }
+
+
+G, S, N = ConfigScopes.GLOBAL, ConfigScopes.SGROUP, ConfigScopes.NODE
+
+
+def test_layer_order_most_specific_scope_first_own_key_first_within_a_scope() -> None:
+    assert option_layer_order([G, S, N], "cuda", ("mock",)) == [
+        (N, "cuda"),
+        (N, "mock"),
+        (S, "cuda"),
+        (S, "mock"),
+        (G, "cuda"),
+        (G, "mock"),
+    ]
+    assert option_layer_order([G], "cuda", ("mock",)) == [(G, "cuda"), (G, "mock")]
+    assert option_layer_order([G, N], "mock", ("mock",)) == [(N, "mock"), (G, "mock")]
+    assert option_layer_order([G, S], "cuda") == [(S, "cuda"), (G, "cuda")]
+
+
+def _layers(placed: dict[tuple[ConfigScopes, str], str]) -> list[OptionLayer]:
+    """One value of ``unit_proc`` per (scope, prefix key), read in precedence order."""
+    return [
+        OptionLayer(scope, key, f"{scope.value}/{key}", {"unit_proc": placed[scope, key]})
+        for scope, key in option_layer_order([G, S, N], "cuda", ("mock",))
+        if (scope, key) in placed
+    ]
+
+
+@pytest.mark.parametrize(
+    ("placed", "winner"),
+    [
+        pytest.param({(G, "cuda"): "10"}, "global/cuda", id="only-global-own"),
+        pytest.param({(G, "mock"): "10"}, "global/mock", id="only-global-fallback"),
+        pytest.param({(G, "cuda"): "10", (G, "mock"): "12"}, "global/cuda", id="own-beats-mock"),
+        pytest.param(
+            {(G, "cuda"): "10", (S, "cuda"): "12"}, "sgroup/cuda", id="sgroup-over-global"
+        ),
+        pytest.param({(S, "cuda"): "10", (N, "cuda"): "12"}, "node/cuda", id="node-over-sgroup"),
+        pytest.param(
+            {(G, "cuda"): "10", (N, "mock"): "12"}, "node/mock", id="node-mock-over-global-own"
+        ),
+        pytest.param(
+            {(G, "cuda"): "10", (S, "mock"): "12"}, "sgroup/mock", id="sgroup-mock-over-global-own"
+        ),
+        pytest.param(
+            {(S, "cuda"): "10", (S, "mock"): "12", (N, "mock"): "14"},
+            "node/mock",
+            id="node-mock-over-sgroup-own",
+        ),
+        pytest.param(
+            dict.fromkeys(option_layer_order([G, S, N], "cuda", ("mock",)), "10"),
+            "node/cuda",
+            id="everywhere",
+        ),
+    ],
+)
+def test_precedence_table(placed: dict[tuple[ConfigScopes, str], str], winner: str) -> None:
+    merged = merge_option_layers(_layers(placed))
+    assert merged.sources["unit_proc"] == winner
+    scope, key = winner.split("/")
+    assert merged.values["unit_proc"] == placed[ConfigScopes(scope), key]
+
+
+def test_merge_is_option_by_option() -> None:
+    layers = [
+        OptionLayer(N, "mock", "node/mock", {"unit_mem": "1g"}),
+        OptionLayer(G, "cuda", "global/cuda", {"unit_mem": "4g", "allocation_mode": "fractional"}),
+    ]
+    merged = merge_option_layers(layers)
+    assert merged.values == {"unit_mem": "1g", "allocation_mode": "fractional"}
+    assert merged.sources == {"unit_mem": "node/mock", "allocation_mode": "global/cuda"}
+
+
+@pytest.mark.parametrize(
+    ("memory", "processors", "unit_mem", "unit_proc", "quantum", "result"),
+    [
+        pytest.param(2 * GIB, 108, 2 * GIB, 8, "0.1", "1.00", id="one-share"),
+        pytest.param(GIB, 108, 10 * GIB, 8, "0.1", "0.10", id="exactly-one-quantum"),
+        pytest.param(GIB, 108, 11 * GIB, 8, "0.1", "unit_mem", id="memory-limits"),
+        pytest.param(40 * GIB, 4, 2 * GIB, 64, "0.1", "unit_proc", id="processors-limit"),
+        pytest.param(GIB, 108, 200 * GIB, 8, "0.01", "unit_mem", id="zero-shares"),
+        pytest.param(40 * GIB, 108, 2 * GIB, 8, "0.01", "13.50", id="sample"),
+    ],
+)
+def test_allocatable_shares(
+    memory: int, processors: int, unit_mem: int, unit_proc: int, quantum: str, result: str
+) -> None:
+    opts = AcceleratorOptions(
+        allocation_mode=AllocationMode.FRACTIONAL,
+        unit_mem=unit_mem,
+        unit_proc=unit_proc,
+        quantum_size=Decimal(quantum),
+        sources={"unit_mem": "store A/", "unit_proc": "store B/"},
+    )
+    if result[0].isdigit():
+        assert allocatable_shares(opts, "dev1", memory, processors) == Decimal(result)
+        return
+    with pytest.raises(PluginConfigError) as info:
+        allocatable_shares(opts, "dev1", memory, processors)
+    assert info.value.key == result
+    assert info.value.source == ("store A/" if result == "unit_mem" else "store B/")
+    assert info.value.received == (unit_mem if result == "unit_mem" else unit_proc)
+    assert "'dev1'" in str(info.value)
+    assert "device_mask" in str(info.value)

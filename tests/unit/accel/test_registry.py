@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from decimal import Decimal
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -147,6 +148,47 @@ def test_installed_entry_points() -> None:
     assert entries["mock"].module == "accelshare.accel.mock"
     assert entries["cuda"].value == "accelshare.accel.cuda:create_plugin"
     assert callable(entries["cpu"].load())
+
+
+TEST_GROUP = "accelshare.test_compute_plugins"
+
+
+def install_dist(site: Path, name: str, plugins: dict[str, str]) -> None:
+    """A minimal installed distribution (``*.dist-info``) registering ``plugins``."""
+    info = site / f"{name.replace('-', '_')}-1.0.dist-info"
+    info.mkdir(parents=True)
+    info.joinpath("METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: 1.0\n")
+    lines = [f"[{TEST_GROUP}]", *(f"{k} = {v}" for k, v in plugins.items())]
+    info.joinpath("entry_points.txt").write_text("\n".join(lines) + "\n")
+
+
+def test_two_distributions_registering_the_same_plugin_name_is_an_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    install_dist(tmp_path, "vendor-tpu", {"tpu": "vendor_tpu.plugin:create_plugin"})
+    install_dist(tmp_path, "other-tpu", {"tpu": "other_tpu:create_plugin"})
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(PluginLoadError) as info:
+        installed_plugin_entries(TEST_GROUP)
+    message = str(info.value)
+    assert "two installed packages register the compute plugin 'tpu'" in message
+    assert "vendor_tpu.plugin:create_plugin" in message
+    assert "other_tpu:create_plugin" in message
+    assert "uninstall one of them" in message
+
+
+def test_the_same_registration_in_two_distributions_is_one_plugin(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    install_dist(tmp_path, "vendor-tpu", {"tpu": "vendor_tpu:create_plugin"})
+    install_dist(tmp_path, "vendor-tpu-extras", {"tpu": "vendor_tpu:create_plugin"})
+    monkeypatch.syspath_prepend(str(tmp_path))
+    entries = installed_plugin_entries(TEST_GROUP)
+    assert [(e.name, e.value) for e in entries] == [
+        ("cpu", "accelshare.accel.cpu:create_plugin"),
+        ("mem", "accelshare.accel.mem:create_plugin"),
+        ("tpu", "vendor_tpu:create_plugin"),
+    ]
 
 
 def ctx(**agent: Any) -> PluginContext:

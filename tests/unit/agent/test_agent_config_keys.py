@@ -43,6 +43,7 @@ def test_all_new_keys_parse_and_none_is_unknown(tmp_path: Path) -> None:
             "isolate-namespaces": True,
             "rlimit-memory": "as",
             "docker-url": "unix:///run/docker.sock",
+            "docker-network": "none",
             "prespawn-launchers": 0,
             "scratch-root": "kernels",
             "environments": {"torch": {"command-prefix": ["/opt/torch/bin/python"]}},
@@ -51,6 +52,7 @@ def test_all_new_keys_parse_and_none_is_unknown(tmp_path: Path) -> None:
     config = parse_agent_config(data, source_path=tmp_path / "agent.toml")
     assert config.unknown_keys == ()
     assert config.agent.heartbeat_interval_s == 1.0
+    assert config.container.docker_network == "none"
     assert rpc_url_of(config) == "http://10.0.0.5:6001"
     assert resolve_scratch_root(config) == tmp_path / "kernels"
     environments = _environments(config)
@@ -80,8 +82,13 @@ def test_a_bad_environment_names_it(tmp_path: Path) -> None:
         {"container": {"environments": {"torch": {"command-prefix": []}}}},
         source_path=tmp_path / "agent.toml",
     )
-    with pytest.raises(AgentConfigError, match=r"container\.environments\.torch"):
+    with pytest.raises(AgentConfigError) as info:
         _environments(config)
+    assert str(info.value) == (
+        f"{tmp_path / 'agent.toml'}: key 'container.environments.torch.command-prefix': "
+        'expected a non-empty list of strings such as ["/opt/venvs/torch/bin/python"], '
+        "received []"
+    )
 
 
 def test_wildcard_listen_address_advertises_the_host_name() -> None:

@@ -215,3 +215,38 @@ def test_invalid_parent(parent: str) -> None:
 def test_kernel_cgroup_from_junk_json() -> None:
     assert KernelCgroup.from_json({}) is None
     assert KernelCgroup.from_json({"version": "v3", "dirs": {}}) is None
+
+
+# -- where kernel cgroups go, and whether they can be made there ------------------------------
+def test_parent_dirs_v1_relative_and_absolute(tmp_path: Path) -> None:
+    layout = v1_tree(tmp_path)
+    assert CgroupManager(layout, "accelshare").parent_dirs() == {
+        c: tmp_path / c / "agent" / "accelshare" for c in ("cpu", "cpuset", "memory", "pids")
+    }
+    assert CgroupManager(layout, "/k/accelshare").parent_dirs()["memory"] == (
+        tmp_path / "memory" / "k" / "accelshare"
+    )
+
+
+def test_parent_dirs_v2_one_directory_for_our_controllers(tmp_path: Path) -> None:
+    parent = tmp_path / "cg2" / "agent.service" / "accelshare"
+    assert CgroupManager(v2_tree(tmp_path)).parent_dirs() == dict.fromkeys(
+        ("cpu", "cpuset", "memory", "pids"), parent
+    )  # "io" is not one of ours
+    assert CgroupManager(CgroupLayout()).parent_dirs() == {}
+
+
+def test_unwritable_checks_without_creating_anything(tmp_path: Path) -> None:
+    layout = v1_tree(tmp_path)
+    manager = CgroupManager(layout, "/deep/accelshare")  # nothing of it exists yet
+    assert manager.unwritable() == {}  # the nearest existing ancestor (the mount) is writable
+    assert not (tmp_path / "memory" / "deep").exists()
+
+
+def test_unwritable_names_a_missing_mount_point(tmp_path: Path) -> None:
+    layout = v1_tree(tmp_path)
+    gone = tmp_path / "gone"
+    manager = CgroupManager(
+        CgroupLayout(v1_mounts={**layout.v1_mounts, "pids": gone}, v1_self=layout.v1_self)
+    )
+    assert manager.unwritable() == {"pids": f"the mount point {gone} does not exist"}

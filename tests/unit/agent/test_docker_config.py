@@ -13,6 +13,7 @@ from accelshare.agent.runtime.docker import (
     DockerRuntimeConfig,
     container_config,
     gpu_device_request,
+    repo_tags,
 )
 from accelshare.agent.scratch import ScratchDir
 
@@ -139,3 +140,15 @@ def test_startup_command_runs_through_the_containers_shell(tmp_path: Path) -> No
 def test_command_and_startup_command_are_exclusive() -> None:
     with pytest.raises(ValueError, match="not both"):
         KernelSpec(kernel_id="k1", image="i", resource_txt="", command=("a",), startup_command="a")
+
+
+def test_repo_tags_are_the_images_a_kernel_can_name() -> None:
+    listed = [  # GET /images/json, as the engine answers it
+        {"Id": "sha256:1", "RepoTags": ["lablup/python:3.11", "python:latest"]},
+        {"Id": "sha256:2", "RepoTags": ["<none>:<none>"]},  # dangling
+        {"Id": "sha256:3", "RepoTags": None},  # untagged (older engines)
+        {"Id": "sha256:4"},  # no key at all
+        {"Id": "sha256:5", "RepoTags": ["busybox:1", "python:latest"]},  # a tag seen twice: once
+    ]
+    assert repo_tags(listed) == ["busybox:1", "lablup/python:3.11", "python:latest"]
+    assert repo_tags([]) == []

@@ -7,7 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from accelshare.agent.runtime.environments import ProcessEnvironment, default_environments
+from accelshare.agent.runtime.environments import (
+    EnvironmentConfigError,
+    ProcessEnvironment,
+    default_environments,
+)
 
 
 def test_builtin_environments() -> None:
@@ -28,20 +32,25 @@ def test_from_config() -> None:
 
 
 @pytest.mark.parametrize(
-    ("data", "message"),
+    ("data", "key", "message"),
     [
-        ({}, "'command-prefix' must not be empty"),
-        ({"command-prefix": "python"}, "'command-prefix' must be a list of strings"),
-        ({"command-prefix": ["x"], "env": {"A": 1}}, "'env' must be a table of strings"),
-        ({"command-prefix": ["x"], "image-dir": 3}, "'image-dir' must be a path"),
+        ({}, "command-prefix", "'command-prefix' must be a non-empty list of strings"),
+        ({"command-prefix": []}, "command-prefix", "must be a non-empty list of strings"),
+        ({"command-prefix": "python"}, "command-prefix", "must be a list of strings"),
+        ({"command-prefix": ["x"], "env": {"A": 1}}, "env", "'env' must be a table of strings"),
+        ({"command-prefix": ["x"], "image-dir": 3}, "image-dir", "'image-dir' must be a folder"),
+        ({"command-prefix": ["x"], "idle-command": "sleep"}, "idle-command", "list of strings"),
     ],
 )
 def test_from_config_errors_name_the_environment_and_key(
-    data: dict[str, object], message: str
+    data: dict[str, object], key: str, message: str
 ) -> None:
-    with pytest.raises(ValueError, match="environment 'bad'") as info:
+    with pytest.raises(EnvironmentConfigError, match="environment 'bad'") as info:
         ProcessEnvironment.from_config("bad", data)
     assert message in str(info.value)
+    assert (info.value.name, info.value.key) == ("bad", key)
+    assert info.value.received == data.get(key, [])  # as written (nothing: an empty list)
+    assert "such as" in info.value.expected
 
 
 # -- a batch session's startup command (one string) -> argv -----------------------------------

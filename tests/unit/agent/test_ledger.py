@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from decimal import Decimal
 
 import pytest
@@ -142,6 +143,72 @@ def test_view_is_cached_until_a_change() -> None:
     second = led.view("i-1")
     assert second is not first
     assert led.compat_view() == {GPU1: "0.00", GPU2: "0.20"}
+
+
+def test_view_json_is_the_views_json_cached_until_a_change() -> None:
+    led = ledger(fgpu_map())
+    first = led.view_json("i-1")
+    assert first == led.view("i-1").model_dump_json().encode()
+    assert led.view_json("i-1") is first
+    alloc(led, "k1", req(cuda_shares="0.2"))
+    second = led.view_json("i-1")
+    assert second != first
+    assert b'"kernels":{"k1":"0.2"}' in second
+    assert led.view_json("i-2") == second.replace(b'"i-1"', b'"i-2"', 1)
+
+
+LEGACY_START = [("k-old", {"cpu": {"0": D(1)}, "cuda.device": {GPU1: D(1)}})]
+Step = tuple[str, int, int, str]
+STEPS = st.lists(
+    st.one_of(
+        st.tuples(
+            st.just("alloc"),
+            st.integers(1, 2),
+            st.integers(1, 3),
+            st.sampled_from(["0", "0.1", "0.5", "1.2"]),
+        ),
+        st.tuples(st.just("release"), st.integers(0, 12), st.just(0), st.just("")),
+    ),
+    max_size=14,
+)
+
+
+def apply(led: AllocLedger, index: int, step: Step) -> None:
+    kind, a, b, shares = step
+    if kind == "release":
+        led.release("k-old" if a == 12 else f"k{a:02}")
+        return
+    with contextlib.suppress(ResourceError):
+        alloc(led, f"k{index:02}", req(cpu=a, mem=b << 30, cuda_shares=shares))
+
+
+def replay(with_legacy: bool, steps: list[Step]) -> AllocLedger:
+    """A ledger (2 fractional GPUs of 2 shares, 8 cores) after ``steps``; with_legacy:
+    started by a restart holding a renamed-slot kernel (``k-old``, 12 = its release)."""
+    led = ledger(fgpu_map("2"), cores=8)
+    if with_legacy:
+        led.restore(LEGACY_START, old_capacities={"cuda.device": {GPU1: D(1), GPU2: D(1)}})
+    for index, step in enumerate(steps):
+        apply(led, index, step)
+    return led
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.booleans(), STEPS)
+def test_incremental_views_equal_a_full_rebuild(with_legacy: bool, steps: list[Step]) -> None:
+    """After every step, the view and JSON updated in place (only touched devices
+    rebuilt) equal those of a ledger that builds them from scratch, and the JSON is
+    byte for byte ``model_dump_json`` of the view."""
+    led = replay(with_legacy, [])
+    for done in range(len(steps) + 1):
+        if done:
+            apply(led, done - 1, steps[done - 1])
+        data = led.view_json("i-1")
+        view = led.view("i-1")
+        assert data == view.model_dump_json().encode()
+        scratch = replay(with_legacy, steps[:done])
+        assert scratch.view("i-1") == view
+        assert scratch.view_json("i-1") == data
 
 
 def test_totals_per_slot() -> None:

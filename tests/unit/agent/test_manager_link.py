@@ -29,8 +29,10 @@ class FakeManager:
         self.batches: list[dict[str, Any]] = []
         self.secrets: set[str | None] = set()
         self.destroy: list[str] = []
+        self.calls = 0
 
     def handle(self, request: httpx.Request) -> httpx.Response:
+        self.calls += 1
         if self.down:
             raise httpx.ConnectError("connection refused", request=request)
         self.secrets.add(request.headers.get(CLUSTER_SECRET_HEADER))
@@ -137,3 +139,84 @@ async def test_a_refusing_manager_counts_as_down_and_events_stay(
     assert await link.send_heartbeat() is None
     await link.stop(flush_timeout_s=0.5)
     assert len(outbox) == 1
+
+
+def _replicas(managers: dict[str, FakeManager]) -> httpx.MockTransport:
+    """One transport routing by host to each fake manager replica."""
+    return httpx.MockTransport(lambda request: managers[request.url.host].handle(request))
+
+
+def _link_to(
+    endpoints: list[str], transport: httpx.MockTransport, outbox: EventOutbox
+) -> ManagerLink:
+    async def on_ack(ack: HeartbeatAck) -> None:
+        return None
+
+    return ManagerLink(
+        endpoint=endpoints,
+        agent_id="i-1",
+        secret=SECRET,
+        outbox=outbox,
+        build_heartbeat=lambda: Heartbeat(
+            agent_id="i-1", rpc_url="http://127.0.0.1:6001", slots={}, alloc_maps={}
+        ),
+        on_ack=on_ack,
+        interval_s=10.0,  # long: a failover must not wait for the next interval
+        transport=transport,
+        min_backoff_s=0.001,
+        max_backoff_s=0.01,
+    )
+
+
+async def test_a_dead_replica_is_left_for_the_next_one_at_once() -> None:
+    one, two = FakeManager(), FakeManager()
+    link = _link_to(
+        ["http://m1:8081", "http://m2:8081/"],
+        _replicas({"m1": one, "m2": two}),
+        EventOutbox(),
+    )
+    assert await link.send_heartbeat() is not None
+    assert (len(one.heartbeats), len(two.heartbeats)) == (1, 0)  # the first replica first
+    one.down = True
+    link.start()
+    try:
+        await until(lambda: two.heartbeats)  # no 10 s wait: retried on m2 at once
+        assert link.reachable is True
+    finally:
+        await link.stop(flush_timeout_s=0)
+    # and it stays there: events go to the replica that answers
+    outbox = EventOutbox()
+    outbox.emit("k1", "s1", KernelEventType.STARTED, at=AT)
+    link = _link_to(["http://m1:8081", "http://m2:8081"], _replicas({"m1": one, "m2": two}), outbox)
+    link.start()
+    try:
+        await until(lambda: two.batches)
+        assert not one.batches
+        assert len(outbox) == 0
+    finally:
+        await link.stop(flush_timeout_s=0)
+
+
+async def test_a_5xx_fails_over_but_a_refusal_does_not() -> None:
+    one, two = FakeManager(), FakeManager()
+    transport = _replicas({"m1": one, "m2": two})
+    link = _link_to(["http://m1:8081", "http://m2:8081"], transport, EventOutbox())
+    one.status = 503  # a replica whose database is down
+    assert await link.send_heartbeat() is None
+    assert await link.send_heartbeat() is not None
+    assert (one.calls, two.calls, len(two.heartbeats)) == (1, 1, 1)
+    two.status = 401  # a wrong cluster secret on the replica that answers: a refusal
+    assert await link.send_heartbeat() is None
+    assert await link.send_heartbeat() is None
+    assert (one.calls, two.calls) == (1, 3)  # the agent did not wander back to m1
+    await link.stop(flush_timeout_s=0)
+
+
+async def test_a_single_endpoint_keeps_retrying_the_same_manager() -> None:
+    manager = FakeManager()
+    link = _link_to(["http://m1:8081"], _replicas({"m1": manager}), EventOutbox())
+    manager.down = True
+    assert await link.send_heartbeat() is None
+    manager.down = False
+    assert await link.send_heartbeat() is not None
+    await link.stop(flush_timeout_s=0)

@@ -50,6 +50,7 @@ def test_unknown_non_zero_is_unsupported() -> None:
         pytest.param({"cpu": "1", "mem": "0"}, "mem must be requested", id="mem-zero"),
         pytest.param({}, "cpu and mem", id="both-missing"),
         pytest.param({"cpu": "-1", "mem": "1g"}, "cannot be negative", id="negative"),
+        pytest.param({"cpu": "1", "mem": "-1g"}, "cannot be negative", id="negative-size"),
         pytest.param({"cpu": "one", "mem": "1g"}, "not a finite number", id="junk"),
         pytest.param({"cpu": "NaN", "mem": "1g"}, "not a finite number", id="nan"),
         pytest.param({"cpu": "1", "mem": "inf"}, "not a finite number", id="infinite"),

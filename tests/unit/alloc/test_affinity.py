@@ -199,26 +199,58 @@ def test_allocate_kernel_custom_order_and_maps_outside_it() -> None:
     assert DEFAULT_ALLOCATION_ORDER == ("cuda", "rocm", "tpu", "cpu", "mem")
 
 
-def test_free_and_apply_kernel_are_all_or_nothing() -> None:
+def _ledgers(maps: dict[str, Any]) -> dict[str, Any]:
+    return {kind: m.allocations for kind, m in maps.items()}
+
+
+def test_free_and_apply_kernel_round_trip() -> None:
+    maps = _node_maps()
+    zero = _ledgers(maps)
+    result = allocate_kernel(maps, {"cuda.shares": D("0.5"), "cpu": D(1), "mem": D(100)})
+    allocated = _ledgers(maps)
+    free_kernel(maps, result)
+    assert _ledgers(maps) == zero
+    apply_kernel(maps, result)
+    assert _ledgers(maps) == allocated
+
+
+def test_free_kernel_rolls_back_maps_already_freed() -> None:
     maps = _node_maps()
     result = allocate_kernel(maps, {"cuda.shares": D("0.5"), "cpu": D(1), "mem": D(100)})
-    snapshot = {kind: m.allocations for kind, m in maps.items()}
-    free_kernel(maps, result)
-    assert all(
-        v == 0 for m in maps.values() for per in m.allocations.values() for v in per.values()
-    )
-    apply_kernel(maps, result)
-    assert {kind: m.allocations for kind, m in maps.items()} == snapshot
-    # Freeing twice fails on the first map and leaves every map as it was.
-    free_kernel(maps, result)
-    broken = {**result, "mem": {"mem": {"m0": D(1), "m1": D(1)}}}
-    with pytest.raises(InvalidResourceArgument):
-        free_kernel(maps, {"cuda": result["cuda"], **broken})
+    allocated = _ledgers(maps)
+    # cuda and cpu free cleanly (and are freed first), then mem asks for more than it holds.
+    broken = {
+        "cuda": result["cuda"],
+        "cpu": result["cpu"],
+        "mem": {"mem": {"m0": D(100), "m1": D(100)}},
+    }
+    assert list(broken) == ["cuda", "cpu", "mem"]
+    with pytest.raises(InvalidResourceArgument, match="cannot free 100 of mem"):
+        free_kernel(maps, broken)
+    # Without the rollback cuda and cpu would be zero here.
+    assert _ledgers(maps) == allocated
+
+
+def test_apply_kernel_rolls_back_maps_already_applied() -> None:
+    maps = _node_maps()
+    zero = _ledgers(maps)
+    recorded = {
+        "cuda": {"cuda.shares": {"g0": D("0.5")}},
+        "cpu": {"cpu": {"c0": D(1)}},
+        "mem": {"mem": {"m0": D(2048)}},  # beyond m0's 1024: fails after cuda and cpu applied
+    }
+    with pytest.raises(InsufficientResource, match="exceed m0's capacity"):
+        apply_kernel(maps, recorded)
+    assert _ledgers(maps) == zero
+
+
+def test_free_kernel_refuses_a_kind_without_a_map_and_changes_nothing() -> None:
+    maps = _node_maps()
+    result = allocate_kernel(maps, {"cpu": D(1)})
+    allocated = _ledgers(maps)
     with pytest.raises(UnsupportedResource):
-        free_kernel(maps, {"rocm": {}})
-    assert all(
-        v == 0 for m in maps.values() for per in m.allocations.values() for v in per.values()
-    )
+        free_kernel(maps, {**result, "rocm": {}})
+    assert _ledgers(maps) == allocated
 
 
 def test_kernel_result_amounts_are_decimal() -> None:

@@ -90,6 +90,8 @@ MODULES = ["amounts", "strategies", "discrete", "fraction", "affinity"]
 def test_docstring_examples(name: str) -> None:
     module = importlib.import_module(f"accelshare.alloc.{name}")
     result = doctest.testmod(module)
+    # A listed module without a single ``>>>`` example would pass vacuously.
+    assert result.attempted > 0, f"accelshare.alloc.{name} has no doctest examples"
     assert result.failed == 0
 
 

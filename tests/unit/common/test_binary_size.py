@@ -4,7 +4,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from accelshare.common import BinarySize, InvalidBinarySize
+from accelshare.common import (
+    BinarySize,
+    InvalidBinarySize,
+    InvalidResourceSlotQuantity,
+    NegativeBinarySize,
+    ResourceSlot,
+)
 
 
 @pytest.mark.parametrize(
@@ -24,6 +30,9 @@ from accelshare.common import BinarySize, InvalidBinarySize
         pytest.param("1e", 2**60, id="exa"),
         pytest.param("5 bytes", 5, id="bytes-word"),
         pytest.param("4 ibytes", 4, id="ibytes-without-scale"),
+        pytest.param("+2k", 2048, id="explicit-plus"),
+        pytest.param("-0", 0, id="minus-zero-is-zero"),
+        pytest.param("-0.0k", 0, id="minus-zero-scaled"),
     ],
 )
 def test_parse(text: str, expected: int) -> None:
@@ -61,6 +70,38 @@ def test_parse_errors_name_the_value(value: object, match: str) -> None:
     assert "byte size" in info.value.expected
 
 
+@pytest.mark.parametrize(
+    "value",
+    [
+        pytest.param("-1k", id="text-scaled"),
+        pytest.param("-1", id="text-plain"),
+        pytest.param(" -2 GiB ", id="text-spaced"),
+        pytest.param("-0.0001k", id="text-tiny-fraction"),
+        pytest.param(-1, id="int"),
+        pytest.param(BinarySize(-5), id="binary-size"),
+        pytest.param(Decimal(-1024), id="decimal"),
+    ],
+)
+def test_parse_refuses_negative_sizes(value: object) -> None:
+    with pytest.raises(NegativeBinarySize, match="cannot be negative") as info:
+        BinarySize.from_str(value)
+    assert isinstance(info.value, InvalidBinarySize)  # callers catching the base still work
+    assert info.value.field == "size"
+    assert info.value.received == value
+    assert str(info.value) == (
+        f"Invalid binary size {value!r} (a byte size cannot be negative):"
+        " expected a byte size such as 1024, '512m', '2 GiB' or '1.5g'"
+    )
+    with pytest.raises(NegativeBinarySize):
+        BinarySize.finite_from_str(value)
+
+
+def test_negative_byte_slot_is_a_negative_quantity() -> None:
+    # Spec 01: negative finite amounts raise InvalidResourceSlotQuantity, bytes included.
+    with pytest.raises(InvalidResourceSlotQuantity, match="'mem' cannot be negative: got '-1k'"):
+        ResourceSlot.from_user_input({"mem": "-1k"}, {"mem": "bytes"})
+
+
 def test_parse_passthrough_types() -> None:
     size = BinarySize(5)
     assert BinarySize.from_str(size) is size
@@ -79,7 +120,14 @@ def test_parse_passthrough_types() -> None:
         (1024, "1 KiB"),
         (105933, "103.45 KiB"),
         (1000 * 2**20, "1000 MiB"),
-        (3 * 2**29, "1.50 GiB"),
+        (3 * 2**29, "1.5 GiB"),
+        (1280, "1.25 KiB"),
+        (1126, "1.09 KiB"),  # 1.0996: truncated, not rounded
+        (1127, "1.1 KiB"),  # 1.1006 -> 1.10 -> trailing zero stripped
+        (1023 * 2**20 + 2**20 - 1, "1023.99 MiB"),
+        (5 * 2**40, "5 TiB"),
+        (-1536, "-1.5 KiB"),
+        (-(2**20 - 1), "-1023.99 KiB"),
     ],
 )
 def test_str(value: int, text: str) -> None:

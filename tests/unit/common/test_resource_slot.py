@@ -14,6 +14,7 @@ from accelshare.common import (
     canonical_decimal,
     normalize_amount,
 )
+from accelshare.common.resource_slot import MAX_AMOUNT_EXPONENT
 
 D = Decimal
 INF = Decimal("Infinity")
@@ -210,6 +211,61 @@ def test_from_user_input_without_known_types_guesses() -> None:
 )
 def test_normalize_amount(raw: object, slot_type: str, expected: Decimal) -> None:
     assert normalize_amount("s", raw, slot_type) == expected
+
+
+# -- the magnitude limit (MAX_AMOUNT_EXPONENT) ----------------------------------------------------
+# Beyond the decimal context's 28 digits ``quantize`` raised InvalidOperation (a 500 from
+# the API); finite amounts of 10^21 and more are refused by name instead.
+
+LIMIT = 10**MAX_AMOUNT_EXPONENT
+
+
+@pytest.mark.parametrize(
+    ("raw", "slot_type", "expected"),
+    [
+        pytest.param(LIMIT - 1, "count", D(LIMIT - 1), id="count-just-below"),
+        pytest.param(str(LIMIT - 1), "count", D(LIMIT - 1), id="count-text-just-below"),
+        pytest.param("9.99e20", "count", D("999000000000000000000.000"), id="count-exponent"),
+        pytest.param(LIMIT - 1, "bytes", D(LIMIT - 1), id="bytes-just-below"),
+        pytest.param("867e", "bytes", D(867 * 2**60), id="bytes-867-eib"),
+        pytest.param("inf", "count", INF, id="infinity-is-not-finite"),
+    ],
+)
+def test_amounts_below_the_limit_are_kept(raw: object, slot_type: str, expected: Decimal) -> None:
+    assert MAX_AMOUNT_EXPONENT == 21
+    assert normalize_amount("s", raw, slot_type) == expected
+
+
+@pytest.mark.parametrize(
+    ("raw", "slot_type"),
+    [
+        pytest.param(LIMIT, "count", id="count-int-at-limit"),
+        pytest.param("1e21", "count", id="count-text-at-limit"),
+        pytest.param(D("1E+21"), "count", id="count-decimal-at-limit"),
+        pytest.param(1e308, "count", id="count-huge-float"),
+        pytest.param("9" * 40, "count", id="count-40-digits"),
+        pytest.param("-1e21", "count", id="count-huge-negative"),
+        pytest.param(LIMIT, "bytes", id="bytes-int-at-limit"),
+        pytest.param(10**30, "bytes", id="bytes-10-to-30"),
+        pytest.param("868e", "bytes", id="bytes-868-eib"),
+        pytest.param("1000000e", "bytes", id="bytes-text-huge"),
+        pytest.param(LIMIT, "unique", id="unique-at-limit"),
+    ],
+)
+def test_amounts_at_or_above_the_limit_are_refused_by_name(raw: object, slot_type: str) -> None:
+    with pytest.raises(SlotValueError, match=r"Cannot convert the slot 's'") as info:
+        normalize_amount("s", raw, slot_type)
+    assert not isinstance(info.value, InvalidResourceSlotQuantity)
+    assert info.value.field == "s"
+    assert info.value.expected == "an amount below 10^21"
+    assert info.value.received == raw
+    assert "expected an amount below 10^21" in str(info.value)
+
+
+def test_from_user_input_refuses_a_huge_amount() -> None:
+    with pytest.raises(SlotValueError, match=r"'mem'.*below 10\^21"):
+        ResourceSlot.from_user_input({"cpu": 1, "mem": "1000000e"}, KNOWN)
+    assert ResourceSlot.from_user_input({"mem": "867e"}, KNOWN)["mem"] == D(867 * 2**60)
 
 
 # -- serialisation ------------------------------------------------------------------------------

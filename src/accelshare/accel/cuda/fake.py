@@ -1,24 +1,32 @@
-"""A fake ``pynvml`` module for tests: GPUs, MIG instances and readings without a GPU.
+"""Fake ``pynvml`` and ``libcuda.so.1`` for tests: GPUs, MIG instances, readings, SMs.
 
-It implements the subset of NVML functions :class:`~.nvml.PynvmlLayer` calls, with
-NVML's error behaviour (calls before ``nvmlInit`` fail, unsupported queries raise
-``NVMLError_NotSupported``, empty MIG slots ``NVMLError_NotFound``)::
+:class:`FakeNvml` implements the subset of NVML functions :class:`~.nvml.PynvmlLayer`
+calls, with NVML's error behaviour (calls before ``nvmlInit`` fail, unsupported
+queries raise ``NVMLError_NotSupported`` -- among them ``nvmlDeviceGetAttributes`` on a
+full GPU, which real NVML supports only for MIG device handles --, empty MIG slots
+``NVMLError_NotFound``).  :class:`FakeLibcuda` is the CUDA driver library of the same
+machine, as :class:`~.driver.LibcudaDriver` sees it through ctypes (``CUresult``
+codes, out-parameters written through pointers, ``CUDA_ERROR_NOT_INITIALIZED``
+before ``cuInit``)::
 
     nvml = FakeNvml([FakeGpu.a100(0), FakeGpu.a100(1, mig=["1g.5gb", "1g.5gb", "3g.20gb"])])
     layer = PynvmlLayer(nvml)
+    driver = LibcudaDriver(loader=nvml.libcuda().load)   # SM counts of the full GPUs
 
-``FakeNvml(library_missing=True)`` behaves like a machine without the NVIDIA driver.
-Readings are plain attributes of :class:`FakeGpu` / :class:`FakeMig`; tests change
-them between ticks.
+``FakeNvml(library_missing=True)`` behaves like a machine without the NVIDIA driver,
+``FakeLibcuda(..., library_missing=True)`` like one without ``libcuda.so.1`` (a
+container without the ``compute`` capability).  Readings are plain attributes of
+:class:`FakeGpu` / :class:`FakeMig`; tests change them between ticks.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any
 
-__all__ = ["FakeGpu", "FakeMig", "FakeNvml"]
+__all__ = ["FakeGpu", "FakeLibcuda", "FakeMig", "FakeNvml"]
 
 _GIB = 2**30
 # (SMs, memory GiB) of A100-40GB MIG profiles
@@ -85,7 +93,7 @@ class FakeGpu:
     uuid: str
     name: str = "NVIDIA A100-SXM4-40GB"
     memory_bytes: int = 40 * _GIB
-    multiprocessors: int | None = 108  # None: nvmlDeviceGetAttributes not supported
+    multiprocessors: int = 108  # SMs: only the CUDA driver (FakeLibcuda) reports them
     bus_id: str = "00000000:17:00.0"
     numa_node: int | None = 0  # None: nvmlDeviceGetNumaNodeId not available
     minor_number: int = 0
@@ -125,6 +133,15 @@ class FakeGpu:
             minor_number=index,
             mig=instances,
         )
+
+    @classmethod
+    def h100(cls, index: int, *, numa_node: int | None = 0) -> FakeGpu:
+        """An H100 80GB (132 SMs) at bus ``0000:<17+index>:00.0``."""
+        gpu = cls.a100(index, numa_node=numa_node)
+        gpu.name = "NVIDIA H100 80GB HBM3"
+        gpu.memory_bytes = 80 * _GIB
+        gpu.multiprocessors = 132
+        return gpu
 
 
 @dataclass
@@ -166,6 +183,11 @@ class FakeNvml:
         self.bytes_strings = bytes_strings
         self.init_count = 0
         self.shutdown_count = 0
+        self.attribute_calls = 0
+
+    def libcuda(self, **kwargs: Any) -> FakeLibcuda:
+        """The CUDA driver library of this machine (same GPUs, same SM counts)."""
+        return FakeLibcuda(self.gpus, **kwargs)
 
     # -- helpers -------------------------------------------------------------------
     def _check(self) -> None:
@@ -239,17 +261,14 @@ class FakeNvml:
         return SimpleNamespace(total=total, used=used, free=total - used)
 
     def nvmlDeviceGetAttributes(self, handle: _Handle) -> SimpleNamespace:
+        """Like real NVML: supported for MIG device handles only."""
         self._check()
-        if handle.mig is not None:
-            return SimpleNamespace(
-                multiprocessorCount=handle.mig.multiprocessors,
-                memorySizeMB=handle.mig.memory_bytes // 2**20,
-            )
-        if handle.gpu.multiprocessors is None:
+        self.attribute_calls += 1
+        if handle.mig is None:
             raise NVMLError_NotSupported()
         return SimpleNamespace(
-            multiprocessorCount=handle.gpu.multiprocessors,
-            memorySizeMB=handle.gpu.memory_bytes // 2**20,
+            multiprocessorCount=handle.mig.multiprocessors,
+            memorySizeMB=handle.mig.memory_bytes // 2**20,
         )
 
     def nvmlDeviceGetPciInfo(self, handle: _Handle) -> SimpleNamespace:
@@ -320,3 +339,126 @@ class FakeNvml:
         self._check()
         processes = handle.mig.processes if handle.mig else handle.gpu.processes
         return [SimpleNamespace(pid=pid, usedGpuMemory=used) for pid, used in processes.items()]
+
+
+# -- libcuda.so.1 ------------------------------------------------------------------
+CUDA_SUCCESS = 0
+CUDA_ERROR_INVALID_VALUE = 1
+CUDA_ERROR_NOT_INITIALIZED = 3
+CUDA_ERROR_NO_DEVICE = 100
+CUDA_ERROR_INVALID_DEVICE = 101
+_CU_ERROR_NAMES = {
+    CUDA_SUCCESS: b"CUDA_SUCCESS",
+    CUDA_ERROR_INVALID_VALUE: b"CUDA_ERROR_INVALID_VALUE",
+    CUDA_ERROR_NOT_INITIALIZED: b"CUDA_ERROR_NOT_INITIALIZED",
+    CUDA_ERROR_NO_DEVICE: b"CUDA_ERROR_NO_DEVICE",
+    CUDA_ERROR_INVALID_DEVICE: b"CUDA_ERROR_INVALID_DEVICE",
+}
+_CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT = 16
+
+
+def _bus_key(bus_id: str) -> tuple[int, ...] | None:
+    """``"00000000:17:00.0"``, ``"0000:17:00.0"`` or ``"17:00.0"`` -> (domain, bus, dev, fn),
+    hexadecimal, as ``cuDeviceGetByPCIBusId`` parses them; None if unparsable."""
+    head, _, function = bus_id.partition(".")
+    parts = head.split(":")
+    if len(parts) == 2:
+        parts.insert(0, "0")
+    try:
+        return (*(int(part, 16) for part in parts), int(function or "0", 16))
+    except ValueError:
+        return None
+
+
+class _CFunction:
+    """A fake ctypes function: callable, with ``argtypes`` / ``restype`` to set."""
+
+    def __init__(self, call: Callable[..., int]) -> None:
+        self._call = call
+        self.argtypes: list[Any] | None = None
+        self.restype: Any = None
+
+    def __call__(self, *args: Any) -> int:
+        return self._call(*args)
+
+
+class FakeLibcuda:
+    """The CUDA driver API subset :class:`~.driver.LibcudaDriver` uses.
+
+    The GPUs are CUDA devices in list order, minus ``hidden_bus_ids`` (as
+    ``CUDA_VISIBLE_DEVICES`` would hide them); out-parameters are the real ctypes
+    pointers the caller passes.  ``init_error`` makes ``cuInit`` fail with that
+    ``CUresult``.
+    """
+
+    def __init__(
+        self,
+        gpus: Iterable[FakeGpu],
+        *,
+        library_missing: bool = False,
+        init_error: int = CUDA_SUCCESS,
+        hidden_bus_ids: Iterable[str] = (),
+    ) -> None:
+        self._gpus = gpus  # shared with FakeNvml: changes show on both sides
+        self.library_missing = library_missing
+        self.init_error = init_error
+        self.hidden = {_bus_key(b) for b in hidden_bus_ids}
+        self.initialized = False
+        self.loaded_names: list[str] = []
+        self.attribute_queries: list[tuple[int, int]] = []  # (attribute, device)
+        self.cuInit = _CFunction(self._init)
+        self.cuDeviceGetByPCIBusId = _CFunction(self._by_bus_id)
+        self.cuDeviceGetAttribute = _CFunction(self._attribute)
+        self.cuGetErrorName = _CFunction(self._error_name)
+
+    def load(self, name: str) -> FakeLibcuda:
+        """Use as ``LibcudaDriver(loader=fake.load)`` in place of ``ctypes.CDLL``."""
+        self.loaded_names.append(name)
+        if self.library_missing:
+            raise OSError(f"{name}: cannot open shared object file: No such file or directory")
+        return self
+
+    def _devices(self) -> list[FakeGpu]:
+        return [g for g in self._gpus if _bus_key(g.bus_id) not in self.hidden]
+
+    def _init(self, flags: int) -> int:
+        if flags != 0:
+            return CUDA_ERROR_INVALID_VALUE
+        if self.init_error != CUDA_SUCCESS:
+            return self.init_error
+        if not self._devices():
+            return CUDA_ERROR_NO_DEVICE
+        self.initialized = True
+        return CUDA_SUCCESS
+
+    def _by_bus_id(self, device: Any, bus_id: bytes) -> int:
+        if not self.initialized:
+            return CUDA_ERROR_NOT_INITIALIZED
+        if not isinstance(bus_id, bytes):
+            return CUDA_ERROR_INVALID_VALUE  # ctypes would have refused a str
+        wanted = _bus_key(bus_id.decode())
+        if wanted is None:
+            return CUDA_ERROR_INVALID_VALUE
+        for ordinal, gpu in enumerate(self._devices()):
+            if _bus_key(gpu.bus_id) == wanted:
+                device.contents.value = ordinal
+                return CUDA_SUCCESS
+        return CUDA_ERROR_INVALID_DEVICE
+
+    def _attribute(self, value: Any, attribute: int, device: int) -> int:
+        if not self.initialized:
+            return CUDA_ERROR_NOT_INITIALIZED
+        self.attribute_queries.append((attribute, device))
+        devices = self._devices()
+        if not 0 <= device < len(devices):
+            return CUDA_ERROR_INVALID_DEVICE
+        if attribute != _CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT:
+            return CUDA_ERROR_INVALID_VALUE  # the only attribute this fake knows
+        value.contents.value = devices[device].multiprocessors
+        return CUDA_SUCCESS
+
+    def _error_name(self, code: int, name: Any) -> int:
+        if code not in _CU_ERROR_NAMES:
+            return CUDA_ERROR_INVALID_VALUE
+        name.contents.value = _CU_ERROR_NAMES[code]
+        return CUDA_SUCCESS

@@ -10,7 +10,9 @@ Handled NVML quirks: strings may be ``bytes`` (old bindings); ``nvmlDeviceGetNum
 is missing on older drivers (then ``/sys/bus/pci/devices/<bus>/numa_node``); MIG device
 handles do not support utilisation, power or temperature (utilisation is then unknown,
 power and temperature are the parent GPU's); a GPU in MIG mode is not a device itself,
-its MIG instances are.
+its MIG instances are; ``nvmlDeviceGetAttributes`` (the SM count) is documented for MIG
+device handles only, so it is asked for MIG instances and a full GPU's SM count is
+left ``None`` here -- the plugin gets it from the CUDA driver (:mod:`.driver`).
 """
 
 from __future__ import annotations
@@ -54,7 +56,9 @@ class NvmlGpu:
     uuid: str  # "GPU-..."
     name: str
     memory_bytes: int
-    multiprocessors: int | None  # None: NVML cannot tell (then shares use memory only)
+    # None from this layer (NVML cannot tell for a full GPU); create_plugin fills it in
+    # from the CUDA driver, and leaves None only when the driver cannot tell either.
+    multiprocessors: int | None
     pci_bus_id: str  # "0000:17:00.0" (sysfs spelling)
     numa_node: int
     minor_number: int | None
@@ -169,6 +173,7 @@ class PynvmlLayer:
         return max(node, 0)
 
     def _multiprocessors(self, handle: Any) -> int | None:
+        """SMs of a MIG device handle (NVML supports the query for those only)."""
         attributes = self._optional(lambda: self._nvml.nvmlDeviceGetAttributes(handle))
         count = getattr(attributes, "multiprocessorCount", None)
         return int(count) if count else None
@@ -215,7 +220,7 @@ class PynvmlLayer:
                     uuid=uuid,
                     name=_text(nvml.nvmlDeviceGetName(handle)),
                     memory_bytes=int(nvml.nvmlDeviceGetMemoryInfo(handle).total),
-                    multiprocessors=self._multiprocessors(handle),
+                    multiprocessors=None,  # NVML: MIG handles only; see the docstring
                     pci_bus_id=bus_id,
                     numa_node=self._numa_node(handle, bus_id),
                     minor_number=self._optional(partial(nvml.nvmlDeviceGetMinorNumber, handle)),

@@ -5,8 +5,16 @@ MIG instance of a GPU in MIG mode (``MIG-...``; the parent is then not a device)
 Slots and exclusivity are those of the mock with key ``cuda``: ``cuda.device`` or
 ``cuda.shares`` by allocation mode, ``cuda.device:<profile>-mig`` (unique) per MIG
 profile.  Options come from ``config/plugins/accelerator/cuda/`` (default quantum
-0.01); shares follow the same unit_mem / unit_proc rule as the mock (memory only when
-NVML cannot tell the number of multiprocessors).
+0.01); shares follow the same unit_mem / unit_proc rule as the mock.
+
+Streaming multiprocessors (SMs): NVML tells them for MIG instances only; a full GPU's
+count comes from the CUDA driver API (:mod:`.driver`), matched by PCI bus id.  When
+neither can tell (no ``libcuda.so.1``, the GPU hidden by ``CUDA_VISIBLE_DEVICES``):
+
+    discrete    the device reports 0 processors; a warning is logged once at start
+    fractional  PluginConfigError on allocation_mode: shares are min(memory/unit_mem,
+                SMs/unit_proc) and a memory-only guess would overstate them (an 80 GB
+                H100 would get 40.00 shares instead of min(40, 132/8) = 16.50)
 
 A kernel gets ``CUDA_VISIBLE_DEVICES`` and ``NVIDIA_VISIBLE_DEVICES`` (uuids, which
 CUDA accepts and which stay valid inside a container), a docker device request for the
@@ -17,6 +25,8 @@ a CUDA hook library that accelshare does not ship).
 
 from __future__ import annotations
 
+import dataclasses
+import logging
 import re
 from collections.abc import Mapping, Sequence
 from decimal import Decimal
@@ -35,6 +45,7 @@ from ..errors import PluginConfigError, PluginUnavailable
 from ..options import (
     AcceleratorOptions,
     RawOptions,
+    allocatable_shares,
     parse_accelerator_options,
     read_accelerator_options,
 )
@@ -53,9 +64,21 @@ from ..types import (
     PluginInventory,
     SlotMetadata,
 )
+from .driver import CudaDriver, CudaDriverError, LibcudaDriver
 from .nvml import NvmlGpu, NvmlLayer, PynvmlLayer
 
-__all__ = ["CUDA_DEFAULT_QUANTUM", "CudaPlugin", "create_plugin", "cuda_devices", "mig_slot_name"]
+__all__ = [
+    "CUDA_DEFAULT_QUANTUM",
+    "CudaPlugin",
+    "create_plugin",
+    "cuda_devices",
+    "cuda_warnings",
+    "mig_slot_name",
+    "query_sm_counts",
+    "with_sm_counts",
+]
+
+log = logging.getLogger(__name__)
 
 CUDA_DEFAULT_QUANTUM = Decimal("0.01")
 _SLOT_UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
@@ -79,18 +102,65 @@ def _metadata(slot: str, kind: str) -> SlotMetadata:
     return SlotMetadata(slot, name, description, unit, "gpu1", number_format)
 
 
-def _shares(options: AcceleratorOptions, memory_bytes: int, processors: int | None) -> Decimal:
-    if processors is None:  # NVML could not tell: memory alone decides
-        return options.shares(memory_bytes, 10**9)
-    return options.shares(memory_bytes, processors)
+_NVML_SILENT = "NVML did not report it"
 
 
-def cuda_devices(gpus: Sequence[NvmlGpu], options: AcceleratorOptions) -> list[Device]:
+def with_sm_counts(
+    gpus: Sequence[NvmlGpu], counts: Mapping[str, int | str]
+) -> tuple[list[NvmlGpu], dict[str, str]]:
+    """Fill in full GPUs' SM counts (pure): ``counts`` maps a GPU uuid to its SM count
+    from the CUDA driver or to why the driver could not tell.
+
+    Returns the GPUs and, for every GPU or MIG instance whose count is still unknown,
+    the reason.  A count NVML already gave is kept.
+    """
+    filled: list[NvmlGpu] = []
+    unknown: dict[str, str] = {}
+    for gpu in gpus:
+        current = gpu
+        if not gpu.mig_enabled and gpu.multiprocessors is None:
+            found = counts.get(gpu.uuid, "the CUDA driver was not asked")
+            if isinstance(found, int):
+                current = dataclasses.replace(gpu, multiprocessors=found)
+            else:
+                unknown[gpu.uuid] = f"{_NVML_SILENT} for a full GPU, and {found}"
+        for mig in gpu.mig_instances if gpu.mig_enabled else ():
+            if mig.multiprocessors is None:
+                unknown[mig.uuid] = f"{_NVML_SILENT} (nvmlDeviceGetAttributes)"
+        filled.append(current)
+    return filled, unknown
+
+
+def _unknown_sm_error(
+    options: AcceleratorOptions, gpu: NvmlGpu, unknown: Mapping[str, str]
+) -> PluginConfigError:
+    why = unknown.get(gpu.uuid, _NVML_SILENT)
+    return PluginConfigError(
+        options.source("allocation_mode"),
+        "allocation_mode",
+        "'discrete' on this machine: fractional shares are min(memory/unit_mem, "
+        f"SMs/unit_proc) and the SM count of {gpu.uuid} ({gpu.pci_bus_id}) is unknown "
+        f"({why}); make libcuda.so.1 usable by the agent, or exclude the GPU with "
+        "device_mask",
+        options.allocation_mode.value,
+    )
+
+
+def cuda_devices(
+    gpus: Sequence[NvmlGpu],
+    options: AcceleratorOptions,
+    *,
+    unknown_sm: Mapping[str, str] | None = None,
+) -> list[Device]:
     """Devices (pure): full GPUs and MIG instances, minus the masked ones.
 
     A mask entry may be a GPU uuid (with or without ``GPU-``; masks the GPU and its MIG
-    instances) or a MIG uuid.  An entry matching nothing is a configuration error.
+    instances) or a MIG uuid.  An entry matching nothing is a configuration error.  In
+    fractional mode an unmasked full GPU with an unknown SM count is refused
+    (``unknown_sm``: uuid -> why, for the message), and so is one below one quantum of
+    shares.
     """
+    unknown_sm = unknown_sm or {}
     mode = options.allocation_mode
     main_slot = "cuda.device" if mode is AllocationMode.DISCRETE else "cuda.shares"
     mask = set(options.device_mask)
@@ -103,11 +173,13 @@ def cuda_devices(gpus: Sequence[NvmlGpu], options: AcceleratorOptions) -> list[D
         if not gpu.mig_enabled:
             if gpu_masked:
                 continue
-            capacity = (
-                _shares(options, gpu.memory_bytes, gpu.multiprocessors)
-                if mode is AllocationMode.FRACTIONAL
-                else Decimal(1)
-            )
+            capacity = Decimal(1)
+            if mode is AllocationMode.FRACTIONAL:
+                if gpu.multiprocessors is None:
+                    raise _unknown_sm_error(options, gpu, unknown_sm)
+                capacity = allocatable_shares(
+                    options, gpu.uuid, gpu.memory_bytes, gpu.multiprocessors
+                )
             devices.append(
                 Device(
                     device_id=gpu.uuid,
@@ -151,6 +223,26 @@ def cuda_devices(gpus: Sequence[NvmlGpu], options: AcceleratorOptions) -> list[D
     return devices
 
 
+def cuda_warnings(
+    devices: Sequence[Device], unknown_sm: Mapping[str, str], options: AcceleratorOptions
+) -> list[str]:
+    """What the factory logs once at start (pure): every device whose SM count is
+    unknown, and a device_mask that hides every GPU."""
+    warnings = [
+        f"cuda: the SM count of {d.device_id} ({d.hw_location}) is unknown "
+        f"({unknown_sm.get(d.device_id, _NVML_SILENT)}); it is reported as 0 processors, "
+        "and allocation_mode=fractional would refuse to start"
+        for d in devices
+        if d.processors == 0
+    ]
+    if not devices:
+        warnings.append(
+            f"cuda: device_mask ({options.source('device_mask')}) hides every GPU; "
+            "the plugin has no capacity"
+        )
+    return warnings
+
+
 class CudaPlugin:
     """NVIDIA GPUs through an :class:`NvmlLayer` (real ``pynvml`` or a fake)."""
 
@@ -162,12 +254,14 @@ class CudaPlugin:
         *,
         driver_version: str = "",
         cuda_version: str = "",
+        unknown_sm: Mapping[str, str] | None = None,
     ) -> None:
         self._nvml = nvml
         self.options = options
         mode = options.allocation_mode
         main_slot = "cuda.device" if mode is AllocationMode.DISCRETE else "cuda.shares"
-        devices = cuda_devices(gpus, options)
+        devices = cuda_devices(gpus, options, unknown_sm=unknown_sm)
+        self.warnings = tuple(cuda_warnings(devices, unknown_sm or {}, options))
         slot_types: dict[str, SlotTypes] = {main_slot: SlotTypes.COUNT}
         metadata = {main_slot: _metadata(main_slot, main_slot.split(".", 1)[1])}
         for device in devices:
@@ -259,22 +353,47 @@ async def load_cuda_options(ctx: PluginContext) -> AcceleratorOptions:
     return parse_accelerator_options(raw, default_quantum=CUDA_DEFAULT_QUANTUM)
 
 
-async def create_plugin(ctx: PluginContext, *, nvml: NvmlLayer | None = None) -> CudaPlugin:
-    """Entry point ``cuda``.  No NVML library / driver / GPU: :class:`PluginUnavailable`."""
+def query_sm_counts(gpus: Sequence[NvmlGpu], driver: CudaDriver) -> dict[str, int | str]:
+    """Ask the CUDA driver for the SM count of each full GPU NVML could not tell (I/O)."""
+    counts: dict[str, int | str] = {}
+    for gpu in gpus:
+        if gpu.mig_enabled or gpu.multiprocessors is not None:
+            continue
+        try:
+            counts[gpu.uuid] = driver.multiprocessor_count(gpu.pci_bus_id)
+        except CudaDriverError as e:
+            counts[gpu.uuid] = f"the CUDA driver cannot tell: {e}"
+    return counts
+
+
+async def create_plugin(
+    ctx: PluginContext, *, nvml: NvmlLayer | None = None, driver: CudaDriver | None = None
+) -> CudaPlugin:
+    """Entry point ``cuda``.  No NVML library / driver / GPU: :class:`PluginUnavailable`.
+
+    ``nvml`` / ``driver`` replace the real NVML and CUDA driver layers (tests pass
+    ``PynvmlLayer(FakeNvml(...))`` and ``LibcudaDriver(loader=FakeLibcuda(...).load)``).
+    """
     options = await load_cuda_options(ctx)
     layer: NvmlLayer = nvml if nvml is not None else PynvmlLayer(host_root=ctx.host_root)
     layer.open()
     try:
-        gpus = layer.gpus()
-        if not gpus:
+        discovered = layer.gpus()
+        if not discovered:
             raise PluginUnavailable("cuda: NVML works but reports no GPU on this machine")
-        return CudaPlugin(
+        counts = query_sm_counts(discovered, driver if driver is not None else LibcudaDriver())
+        gpus, unknown_sm = with_sm_counts(discovered, counts)
+        plugin = CudaPlugin(
             layer,
             gpus,
             options,
             driver_version=layer.driver_version(),
             cuda_version=layer.cuda_driver_version(),
+            unknown_sm=unknown_sm,
         )
     except BaseException:
         layer.close()
         raise
+    for warning in plugin.warnings:
+        log.warning("%s", warning)
+    return plugin

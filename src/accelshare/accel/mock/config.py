@@ -307,6 +307,13 @@ def parse_mock_config(data: Mapping[str, Any], *, source: str) -> MockConfig:
     raw_devices = reader.get(data, "devices", "devices", "an array of device tables")
     if not isinstance(raw_devices, list):
         raise reader.fail("devices", "an array of device tables ([[devices]])", raw_devices)
+    if not raw_devices:
+        # A mock plugin without devices would load with 0 capacity: refuse, the operator
+        # meant something else (to drop the plugin, leave it out of
+        # allowed-compute-plugins; to hide devices, use device_mask).
+        raise reader.fail(
+            "devices", "at least one [[devices]] table (a mock plugin needs devices)", raw_devices
+        )
     is_cuda = slot_name == "cuda"
     devices = [
         _parse_device(reader, entry, index, is_cuda=is_cuda)

@@ -10,11 +10,14 @@ the config store.  Slots, for key ``cuda``::
 
 ``device_mask`` removes devices (by device id, or by mother uuid for all slices of a
 MIG-split GPU) from slots, allocation and stats; a mask entry matching no device is a
-configuration error.
+configuration error, a mask hiding every device is a warning logged at start.  In fractional
+mode a device below one quantum of shares (e.g. 0.00 with a ``unit_mem`` larger than
+its memory) is a configuration error naming the limiting option.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping, Sequence
 from decimal import Decimal
 
@@ -33,6 +36,7 @@ from ..options import (
     MIN_PROCESSOR_LIMIT,
     AcceleratorOptions,
     RawOptions,
+    allocatable_shares,
     parse_accelerator_options,
     read_accelerator_options,
 )
@@ -54,6 +58,7 @@ from .config import MockConfig, MockDeviceSpec, load_mock_config, mig_profile
 __all__ = ["MOCK_DEFAULT_QUANTUM", "MockPlugin", "create_plugin", "mig_slot_name"]
 
 MOCK_DEFAULT_QUANTUM = Decimal("0.1")
+log = logging.getLogger(__name__)
 
 
 def mig_slot_name(model_name: str) -> str:
@@ -109,7 +114,9 @@ class MockPlugin:
             else:
                 slot = main_slot
                 capacity = (
-                    options.shares(spec.memory_bytes, spec.subproc_count)
+                    allocatable_shares(
+                        options, spec.device_id, spec.memory_bytes, spec.subproc_count
+                    )
                     if mode is AllocationMode.FRACTIONAL
                     else Decimal(1)
                 )
@@ -152,6 +159,13 @@ class MockPlugin:
             extra_info={f"{key}_support": True, **config.attributes},
             settings=settings,
         )
+        # Logged once by create_plugin.
+        self.warnings: tuple[str, ...] = ()
+        if not devices:
+            self.warnings = (
+                f"mock: device_mask ({options.source('device_mask')}) hides every device of "
+                f"{config.source}; the {key!r} plugin has no capacity",
+            )
         self._stats = MockStatsGenerator(
             [(d.device_id, d.memory_bytes) for d in devices],
             smoothing=config.stats_smoothing,
@@ -193,7 +207,9 @@ class MockPlugin:
 
 
 async def load_mock_options(ctx: PluginContext, key: str) -> AcceleratorOptions:
-    """Options from ``config/plugins/accelerator/<key>/``, falling back to ``.../mock/``."""
+    """Options from ``config/plugins/accelerator/<key>/`` and ``.../mock/``, option by
+    option: the most specific scope wins, the plugin's own key within one scope (see
+    :mod:`accelshare.accel.options`)."""
     raw = RawOptions()
     if ctx.store is not None:
         raw = await read_accelerator_options(ctx.store, key, fallback_keys=("mock",))
@@ -204,4 +220,7 @@ async def create_plugin(ctx: PluginContext) -> MockPlugin:
     """Entry point ``mock``: read mock-accelerator.toml and the store's options."""
     config = load_mock_config(ctx.agent_config.mock_accelerator_path())
     options = await load_mock_options(ctx, config.slot_name)
-    return MockPlugin(config, options)
+    plugin = MockPlugin(config, options)
+    for warning in plugin.warnings:
+        log.warning("%s", warning)
+    return plugin

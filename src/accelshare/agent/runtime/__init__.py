@@ -14,6 +14,7 @@ from .base import (
     RESOURCE_TXT_ENV,
     DeviceNodeLike,
     ExitReason,
+    ImageSource,
     KernelExit,
     KernelInfo,
     KernelRuntime,
@@ -22,7 +23,7 @@ from .base import (
     MountLike,
     ResourceLimits,
 )
-from .environments import ProcessEnvironment, default_environments
+from .environments import EnvironmentConfigError, ProcessEnvironment, default_environments
 from .errors import (
     KernelConflict,
     KernelNotFound,
@@ -40,7 +41,9 @@ __all__ = [
     "KERNEL_ID_LABEL",
     "RESOURCE_TXT_ENV",
     "DeviceNodeLike",
+    "EnvironmentConfigError",
     "ExitReason",
+    "ImageSource",
     "KernelConflict",
     "KernelExit",
     "KernelInfo",

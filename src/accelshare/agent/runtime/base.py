@@ -30,6 +30,7 @@ from typing import Any, Protocol, runtime_checkable
 __all__ = [
     "DeviceNodeLike",
     "ExitReason",
+    "ImageSource",
     "KernelExit",
     "KernelInfo",
     "KernelRuntime",
@@ -247,3 +248,15 @@ class KernelRuntime(Protocol):
     async def cleanup_kernel(self, kernel_id: str) -> None: ...
 
     async def close(self) -> None: ...
+
+
+@runtime_checkable
+class ImageSource(Protocol):
+    """A runtime that can say which images a kernel may name (for the heartbeat).
+
+    ``list_images``: docker -- the repo tags the engine holds (re-read on each call);
+    process -- the configured environment names.  Raises ``RuntimeUnavailable`` when
+    it cannot tell (the agent then keeps reporting the last list it had).
+    """
+
+    async def list_images(self) -> list[str]: ...

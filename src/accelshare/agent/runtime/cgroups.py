@@ -264,6 +264,41 @@ class CgroupManager:
         base = "" if self.parent.startswith("/") else own.strip("/")
         return mount.joinpath(*(p for p in (base, self.parent.strip("/")) if p))
 
+    def parent_dirs(self) -> dict[str, Path]:
+        """Controller -> the directory kernel cgroups are made in (one per hierarchy)."""
+        layout = self.layout
+        version = layout.version
+        if version is CgroupVersion.V2:
+            assert layout.v2_mount is not None
+            parent = self._parent_dir(layout.v2_mount, layout.v2_self)
+            return dict.fromkeys(sorted(layout.v2_controllers & set(CONTROLLERS)), parent)
+        if version is CgroupVersion.V1:
+            return {
+                controller: self._parent_dir(mount, layout.v1_self.get(controller, "/"))
+                for controller, mount in sorted(layout.v1_mounts.items())
+            }
+        return {}
+
+    def unwritable(self) -> dict[str, str]:
+        """Controller -> why no kernel cgroup can be made in its hierarchy (nothing is
+        created: the parent, or its nearest existing ancestor inside the mount, is checked
+        with ``access(W_OK)``, which reports a read-only mount even to root).
+
+        Empty when every hierarchy is usable.  Example, ``/sys/fs/cgroup`` mounted
+        read-only in a container: ``{"cpu": "read-only file system (/sys/fs/cgroup/cpu)",
+        "memory": ..., "pids": ...}``.
+        """
+        layout = self.layout
+        mounts: dict[str, Path] = dict(layout.v1_mounts)
+        if layout.version is CgroupVersion.V2 and layout.v2_mount is not None:
+            mounts = dict.fromkeys(CONTROLLERS, layout.v2_mount)
+        problems: dict[str, str] = {}
+        for controller, parent in self.parent_dirs().items():
+            why = _why_not_writable(parent, mounts[controller])
+            if why is not None:
+                problems[controller] = why
+        return problems
+
     # -- creation -------------------------------------------------------------------------
     def create(self, kernel_id: str, limits: ResourceLimits) -> KernelCgroup | None:
         """Make the kernel's cgroups and write its limits; None when no hierarchy is usable.
@@ -490,6 +525,22 @@ class CgroupManager:
             with contextlib.suppress(OSError):
                 directory.parent.rmdir()
         return done
+
+
+def _why_not_writable(directory: Path, mount: Path) -> str | None:
+    """None when a child of ``directory`` can be created (see :meth:`CgroupManager.unwritable`)."""
+    if not mount.is_dir():
+        return f"the mount point {mount} does not exist"
+    existing = directory
+    while not existing.exists() and existing not in (mount, existing.parent):
+        existing = existing.parent
+    if os.access(existing, os.W_OK):
+        return None
+    try:
+        read_only = bool(os.statvfs(existing).f_flag & os.ST_RDONLY)
+    except OSError:
+        read_only = False
+    return f"{'read-only file system' if read_only else 'permission denied'} ({existing})"
 
 
 def _prefixes(relative: Path) -> list[str]:

@@ -55,7 +55,13 @@ from .base import (
 )
 from .errors import KernelConflict, KernelNotFound, KernelStartFailed, RuntimeUnavailable
 
-__all__ = ["DockerRuntime", "DockerRuntimeConfig", "container_config", "gpu_device_request"]
+__all__ = [
+    "DockerRuntime",
+    "DockerRuntimeConfig",
+    "container_config",
+    "gpu_device_request",
+    "repo_tags",
+]
 
 log = logging.getLogger(__name__)
 
@@ -187,6 +193,20 @@ def container_config(
         "AttachStdin": False,
         "HostConfig": host_config,
     }
+
+
+def repo_tags(images: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The names kernels can use, from ``GET /images/json``: every repo tag, sorted, once.
+
+    Untagged images (``RepoTags`` null, empty or ``["<none>:<none>"]``) have no name
+    a kernel could ask for and are left out.
+    """
+    tags: set[str] = set()
+    for image in images:
+        for tag in image.get("RepoTags") or ():
+            if isinstance(tag, str) and tag and tag != "<none>:<none>":
+                tags.add(tag)
+    return sorted(tags)
 
 
 def _exit_from_state(state: Mapping[str, Any], *, destroyed: bool) -> KernelExit:
@@ -494,6 +514,15 @@ class DockerRuntime:
         except DockerError:
             return ""
         return "".join(lines)
+
+    # -- images -----------------------------------------------------------------------------
+    async def list_images(self) -> list[str]:
+        """The engine's images by repo tag (see :func:`repo_tags`); asked each call."""
+        try:
+            images = await self._docker.images.list()
+        except (DockerError, OSError) as e:
+            raise RuntimeUnavailable(f"cannot list the Docker engine's images: {e}") from e
+        return repo_tags(images)
 
     # -- logs / cleanup -------------------------------------------------------------------
     async def get_logs(self, kernel_id: str, *, tail_bytes: int | None = None) -> str:

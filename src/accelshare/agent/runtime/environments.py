@@ -35,9 +35,27 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-__all__ = ["DEFAULT_IDLE_COMMAND", "ProcessEnvironment", "default_environments"]
+__all__ = [
+    "DEFAULT_IDLE_COMMAND",
+    "EnvironmentConfigError",
+    "ProcessEnvironment",
+    "default_environments",
+]
 
 DEFAULT_IDLE_COMMAND = ("sleep", "infinity")
+
+
+class EnvironmentConfigError(ValueError):
+    """A bad environment table: which environment, which of its keys, what that key
+    takes and what it holds (the agent turns it into an ``AgentConfigError`` naming
+    ``container.environments.<name>.<key>``)."""
+
+    def __init__(self, name: str, key: str, expected: str, received: Any) -> None:
+        super().__init__(f"environment {name!r}: {key!r} must be {expected}, got {received!r}")
+        self.name = name
+        self.key = key
+        self.expected = expected
+        self.received = received
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,31 +90,42 @@ class ProcessEnvironment:
     def from_config(cls, name: str, data: Mapping[str, Any]) -> ProcessEnvironment:
         """Build one from a config table; errors name the environment and the key."""
 
-        def strings(key: str, default: tuple[str, ...]) -> tuple[str, ...]:
+        def strings(key: str, default: tuple[str, ...], example: str) -> tuple[str, ...]:
             value = data.get(key, list(default))
             if not isinstance(value, list | tuple) or not all(isinstance(v, str) for v in value):
-                raise ValueError(
-                    f"environment {name!r}: {key!r} must be a list of strings, got {value!r}"
+                raise EnvironmentConfigError(
+                    name, key, f"a list of strings such as {example}", value
                 )
             return tuple(value)
 
-        prefix = strings("command-prefix", ())
+        prefix_example = '["/opt/venvs/torch/bin/python"]'
+        prefix = strings("command-prefix", (), prefix_example)
         if not prefix:
-            raise ValueError(f"environment {name!r}: 'command-prefix' must not be empty")
+            raise EnvironmentConfigError(
+                name,
+                "command-prefix",
+                f"a non-empty list of strings such as {prefix_example}",
+                data.get("command-prefix", []),
+            )
         env = data.get("env", {})
         if not isinstance(env, Mapping) or not all(
             isinstance(k, str) and isinstance(v, str) for k, v in env.items()
         ):
-            raise ValueError(f"environment {name!r}: 'env' must be a table of strings, got {env!r}")
+            raise EnvironmentConfigError(
+                name, "env", 'a table of strings such as { HF_HOME = "/data/hf" }', env
+            )
         image_dir = data.get("image-dir")
         if image_dir is not None and not isinstance(image_dir, str):
-            raise ValueError(f"environment {name!r}: 'image-dir' must be a path, got {image_dir!r}")
+            raise EnvironmentConfigError(
+                name, "image-dir", 'a folder path such as "/opt/venvs/torch"', image_dir
+            )
+        idle = strings("idle-command", DEFAULT_IDLE_COMMAND, '["sleep", "infinity"]')
         return cls(
             name=name,
             command_prefix=prefix,
             env=dict(env),
             image_dir=Path(image_dir) if image_dir else None,
-            idle_command=strings("idle-command", DEFAULT_IDLE_COMMAND),
+            idle_command=idle,
         )
 
 

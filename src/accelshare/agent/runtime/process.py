@@ -124,7 +124,7 @@ class ProcessRuntime:
         self._proc_root = proc_root
         if cgroups is None and config.use_cgroups:
             cgroups = CgroupManager(CgroupLayout.detect(proc_root), config.cgroup_parent)
-        self._cgroups = cgroups if config.use_cgroups else None
+        self._cgroups, limits_via = self._usable_cgroups(cgroups if config.use_cgroups else None)
         # Inspecting/removing a kernel's recorded cgroups needs no layout: kernels made
         # by an earlier agent with cgroups are still collected if this one has none.
         self._cgroup_ops = self._cgroups or CgroupManager(CgroupLayout())
@@ -145,9 +145,42 @@ class ProcessRuntime:
         log.info(
             "process runtime: scratch root %s, limits via %s%s",
             self._root,
-            self._cgroups.layout.describe() if self._cgroups else "rlimits (cgroups disabled)",
+            limits_via,
             ", PID+mount namespaces" if self._unshare else "",
         )
+
+    def _usable_cgroups(self, cgroups: CgroupManager | None) -> tuple[CgroupManager | None, str]:
+        """The cgroup manager to use (None: rlimits) and how limits are enforced, in words.
+
+        Cgroups that exist but cannot be written (a read-only ``/sys/fs/cgroup`` in a
+        container, an unprivileged agent) are dropped here, once, with a warning, rather
+        than failing every create; hierarchies that are only partly writable are kept
+        and the missing limits fall back per kernel (see :meth:`_launch_record`).
+        """
+        if cgroups is None:
+            return None, "rlimits (cgroups disabled: use-cgroups = false)"
+        described = cgroups.layout.describe()
+        if cgroups.version is None:
+            return None, f"rlimits ({described})"
+        problems = cgroups.unwritable()
+        reasons = "; ".join(f"{c}: {why}" for c, why in sorted(problems.items()))
+        if problems and set(problems) >= set(cgroups.parent_dirs()):
+            log.warning(
+                "process runtime: %s exists but is not writable (%s); kernel limits fall back "
+                "to rlimits (memory: RLIMIT_%s, cpuset: CPU affinity; cpu time and pids are "
+                "not enforced)",
+                described,
+                reasons,
+                self.config.rlimit_memory.upper(),
+            )
+            return None, f"rlimits ({described} not writable)"
+        if problems:
+            log.warning(
+                "process runtime: some cgroup hierarchies are not writable (%s); those limits "
+                "fall back to rlimits or are not enforced",
+                reasons,
+            )
+        return cgroups, described
 
     @property
     def name(self) -> str:
@@ -160,6 +193,10 @@ class ProcessRuntime:
     @property
     def cgroups(self) -> CgroupManager | None:
         return self._cgroups
+
+    async def list_images(self) -> list[str]:
+        """The environment names a kernel may ask for (its "images")."""
+        return sorted(self.config.environments)
 
     def _lock(self, kernel_id: str) -> asyncio.Lock:
         return self._locks.setdefault(kernel_id, asyncio.Lock())

@@ -1,6 +1,8 @@
 """The ``accelshare`` command line (typer + rich).
 
-Each command group lives in its own module and is mounted here.
+Each command group lives in its own module and is mounted here.  Exit codes: 0
+success, 1 a failure (the server refused, a daemon died...), 2 bad arguments; every
+error is one ``error: ...`` line on stderr (see group.py for those click finds).
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from .admin import admin_app
 from .agent import agent_app
 from .config_cmd import config_app
 from .dev import dev_app
+from .group import CliGroup
 from .mgr import mgr_app
 from .server import server_app
 from .server_manager import manager_command
@@ -23,6 +26,10 @@ app = typer.Typer(
     help="accelshare: a compute-session cluster for sharing GPUs and other accelerators.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
+    # Plain help: help texts show as written ("[etcd] table", "[default: 2g]"), never
+    # read as rich markup.  Usage errors are one line (group.py).
+    rich_markup_mode=None,
+    cls=CliGroup,
 )
 app.add_typer(session_app, name="session")
 app.add_typer(agent_app, name="agent")

@@ -10,12 +10,13 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Annotated, Any
+from typing import Annotated, Any, Protocol, TypeVar
 
 import typer
 from rich.table import Table
 
 from accelshare.client.client import AccelshareClient
+from accelshare.client.models import UserInfo
 
 from .args import ArgumentError, parse_json_pairs, parse_pairs
 from .common import EXIT_USAGE, JsonOption, call_api, console, fail, print_json
@@ -35,6 +36,8 @@ admin_app.add_typer(user_app, name="user")
 admin_app.add_typer(policy_app, name="policy")
 admin_app.add_typer(sgroup_app, name="sgroup")
 
+T = TypeVar("T")
+
 SlotsOption = Annotated[
     list[str] | None,
     typer.Option("--slots", help="KEY=VALUE per slot (repeat): --slots cpu=4 --slots mem=8g."),
@@ -50,12 +53,18 @@ def _slots(values: Sequence[str] | None, option: str = "--slots") -> dict[str, s
         fail(str(e), code=EXIT_USAGE)
 
 
-def _table(rows: list[dict[str, Any]], columns: Sequence[str]) -> None:
+class _Row(Protocol):
+    def to_json(self) -> dict[str, Any]: ...
+
+
+def _table(rows: Sequence[_Row], columns: Sequence[str]) -> None:
+    """The server's fields by name (``to_json``: amounts as the server wrote them)."""
     table = Table(box=None, pad_edge=False, header_style="bold")
     for column in columns:
         table.add_column(column, overflow="fold")
     for row in rows:
-        table.add_row(*(_cell(row.get(c)) for c in columns))
+        shown = row.to_json()
+        table.add_row(*(_cell(shown.get(c)) for c in columns))
     console().print(table)
 
 
@@ -67,15 +76,34 @@ def _cell(value: Any) -> str:
     return str(value)
 
 
+_DELETED = {"result": "deleted"}  # what the server answers a delete (kept for --json)
+
+
 def _show(
-    work: Callable[[AccelshareClient], Awaitable[Any]], as_json: bool, message: str | None = None
-) -> Any:
+    work: Callable[[AccelshareClient], Awaitable[T]],
+    as_json: bool,
+    message: str,
+    document: Callable[[T], Any],
+) -> None:
+    """Run ``work``; print ``message``, or with --json ``document(result)`` (the shape
+    the server answered, as before the SDK's results were typed)."""
     result = call_api(work)
     if as_json:
-        print_json(result)
-    elif message is not None:
+        print_json(document(result))
+    else:
         typer.echo(message)
-    return result
+
+
+def _deleted(_result: None) -> dict[str, str]:
+    return _DELETED
+
+
+def _as_user(user: UserInfo) -> dict[str, Any]:
+    return {"user": user.to_json()}
+
+
+def _model(result: _Row) -> dict[str, Any]:
+    return result.to_json()
 
 
 # -- keypairs -----------------------------------------------------------------------------------
@@ -89,7 +117,7 @@ def keypair_list(
     """List keypairs (secrets are never shown)."""
     rows = call_api(lambda c: c.admin.list_keypairs(user_email=user))
     if as_json:
-        print_json(rows)
+        print_json([row.to_json() for row in rows])
         return
     _table(
         rows,
@@ -112,10 +140,10 @@ def keypair_create(
         )
     )
     if as_json:
-        print_json(kp)
+        print_json(kp.to_json())
         return
-    typer.echo(f"Access key: {kp['access_key']}")
-    typer.echo(f"Secret key: {kp['secret_key']}   (shown only now)")
+    typer.echo(f"Access key: {kp.access_key}")
+    typer.echo(f"Secret key: {kp.secret_key}   (shown only now)")
 
 
 @keypair_app.command("update")
@@ -135,6 +163,7 @@ def keypair_update(
         ),
         as_json,
         f"Keypair {access_key} updated.",
+        _model,
     )
 
 
@@ -143,7 +172,12 @@ def keypair_delete(
     access_key: Annotated[str, typer.Argument(help="The access key.")], as_json: JsonOption = False
 ) -> None:
     """Delete a keypair (refused while sessions reference it: deactivate it instead)."""
-    _show(lambda c: c.admin.delete_keypair(access_key), as_json, f"Keypair {access_key} deleted.")
+    _show(
+        lambda c: c.admin.delete_keypair(access_key),
+        as_json,
+        f"Keypair {access_key} deleted.",
+        _deleted,
+    )
 
 
 # -- users --------------------------------------------------------------------------------------
@@ -157,7 +191,7 @@ def user_list(
     """List users."""
     rows = call_api(lambda c: c.admin.list_users(domain=domain))
     if as_json:
-        print_json(rows)
+        print_json([row.to_json() for row in rows])
         return
     _table(rows, ("email", "username", "role", "status", "domain_name", "created_at"))
 
@@ -195,12 +229,12 @@ def user_create(
         )
     )
     if as_json:
-        print_json(result)
+        print_json(result.to_json())
         return
-    typer.echo(f"User {result['user']['email']} created ({result['user']['role']}).")
-    if result.get("keypair"):
-        typer.echo(f"Access key: {result['keypair']['access_key']}")
-        typer.echo(f"Secret key: {result['keypair']['secret_key']}   (shown only now)")
+    typer.echo(f"User {result.user.email} created ({result.user.role}).")
+    if result.keypair is not None:
+        typer.echo(f"Access key: {result.keypair.access_key}")
+        typer.echo(f"Secret key: {result.keypair.secret_key}   (shown only now)")
 
 
 @user_app.command("update")
@@ -230,6 +264,7 @@ def user_update(
         ),
         as_json,
         f"User {email} updated.",
+        _as_user,
     )
 
 
@@ -238,7 +273,7 @@ def user_delete(
     email: Annotated[str, typer.Argument(help="The user's email.")], as_json: JsonOption = False
 ) -> None:
     """Delete a user (marked deleted; its keypairs are deactivated)."""
-    _show(lambda c: c.admin.delete_user(email), as_json, f"User {email} deleted.")
+    _show(lambda c: c.admin.delete_user(email), as_json, f"User {email} deleted.", _as_user)
 
 
 # -- resource policies --------------------------------------------------------------------------
@@ -288,7 +323,7 @@ def policy_list(as_json: JsonOption = False) -> None:
     """List keypair resource policies."""
     rows = call_api(lambda c: c.admin.list_policies())
     if as_json:
-        print_json(rows)
+        print_json([row.to_json() for row in rows])
         return
     _table(
         rows,
@@ -318,7 +353,9 @@ def policy_create(
     fields = _policy_fields(
         slots, default_for_unspecified, max_sessions, max_pending, pending_slots, idle_timeout
     )
-    _show(lambda c: c.admin.create_policy(name, **fields), as_json, f"Policy {name} created.")
+    _show(
+        lambda c: c.admin.create_policy(name, **fields), as_json, f"Policy {name} created.", _model
+    )
 
 
 @policy_app.command("update")
@@ -336,7 +373,9 @@ def policy_update(
     fields = _policy_fields(
         slots, default_for_unspecified, max_sessions, max_pending, pending_slots, idle_timeout
     )
-    _show(lambda c: c.admin.update_policy(name, **fields), as_json, f"Policy {name} updated.")
+    _show(
+        lambda c: c.admin.update_policy(name, **fields), as_json, f"Policy {name} updated.", _model
+    )
 
 
 @policy_app.command("delete")
@@ -344,7 +383,7 @@ def policy_delete(
     name: Annotated[str, typer.Argument(help="Policy name.")], as_json: JsonOption = False
 ) -> None:
     """Delete a resource policy (refused while keypairs use it)."""
-    _show(lambda c: c.admin.delete_policy(name), as_json, f"Policy {name} deleted.")
+    _show(lambda c: c.admin.delete_policy(name), as_json, f"Policy {name} deleted.", _deleted)
 
 
 # -- scaling groups -----------------------------------------------------------------------------
@@ -401,7 +440,7 @@ def sgroup_list(as_json: JsonOption = False) -> None:
     """List scaling groups."""
     rows = call_api(lambda c: c.admin.list_scaling_groups())
     if as_json:
-        print_json(rows)
+        print_json([row.to_json() for row in rows])
         return
     _table(rows, ("name", "is_active", "scheduler", "scheduler_opts", "default_session_slots"))
 
@@ -423,6 +462,7 @@ def sgroup_create(
         lambda c: c.admin.create_scaling_group(name, **fields),
         as_json,
         f"Scaling group {name} created.",
+        _model,
     )
 
 
@@ -443,6 +483,7 @@ def sgroup_update(
         lambda c: c.admin.update_scaling_group(name, **fields),
         as_json,
         f"Scaling group {name} updated.",
+        _model,
     )
 
 
@@ -451,7 +492,12 @@ def sgroup_delete(
     name: Annotated[str, typer.Argument(help="Scaling group name.")], as_json: JsonOption = False
 ) -> None:
     """Delete a scaling group (refused while agents or sessions reference it)."""
-    _show(lambda c: c.admin.delete_scaling_group(name), as_json, f"Scaling group {name} deleted.")
+    _show(
+        lambda c: c.admin.delete_scaling_group(name),
+        as_json,
+        f"Scaling group {name} deleted.",
+        _deleted,
+    )
 
 
 # -- GraphQL ------------------------------------------------------------------------------------
@@ -467,12 +513,19 @@ def query_command(
         str | None,
         typer.Option("--variables", "-v", help='A JSON object, e.g. \'{"agent_id": "i-dev-01"}\'.'),
     ] = None,
+    as_json: Annotated[
+        bool,
+        typer.Option("--json", help="Accepted for symmetry: the answer is always JSON."),
+    ] = False,
 ) -> None:
-    """Run a GraphQL query at /admin/gql and print the JSON result (``data``).
+    """Run a GraphQL query at /admin/gql and print the answer as JSON: {"data": {...}}.
 
-    Example: accelshare admin query 'query ($agent_id: String!) { agent(agent_id:
-    $agent_id) { id gpu_alloc_map } }' --variables '{"agent_id": "i-dev-01"}'
+    A query with errors prints the whole answer ({"data": ..., "errors": [...]}) and
+    exits 1. Example: accelshare admin query 'query ($agent_id: String!) {
+    agent(agent_id: $agent_id) { id gpu_alloc_map } }' --variables '{"agent_id":
+    "i-dev-01"}'
     """
+    del as_json  # the output is JSON either way
     text = sys.stdin.read() if query == "-" else query
     parsed: dict[str, Any] | None = None
     if variables:

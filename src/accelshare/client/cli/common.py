@@ -29,6 +29,7 @@ __all__ = [
     "call_api",
     "console",
     "fail",
+    "print_error",
     "print_json",
     "spinner",
 ]
@@ -55,11 +56,16 @@ def console() -> Console:
     return Console(highlight=False, width=None if sys.stdout.isatty() else 200)
 
 
-def fail(message: str, *, code: int = EXIT_FAILED) -> NoReturn:
-    """One ``error: ...`` line on stderr, then exit with ``code``."""
+def print_error(message: str) -> None:
+    """One ``error: ...`` line on stderr (red on a terminal; never wrapped)."""
     Console(stderr=True, highlight=False, soft_wrap=True).print(
         f"[red]error:[/red] {escape(message)}"
     )
+
+
+def fail(message: str, *, code: int = EXIT_FAILED) -> NoReturn:
+    """One ``error: ...`` line on stderr, then exit with ``code``."""
+    print_error(message)
     raise typer.Exit(code)
 
 

@@ -63,15 +63,27 @@ def up_command(
         str | None,
         typer.Option("--quantum", help="Smallest step of a share, 0 < q <= 1 [default: 0.1]."),
     ] = None,
+    as_json: Annotated[
+        bool,
+        typer.Option(
+            "--json",
+            help="Print one JSON line once the cluster runs (endpoint, files, pids) and one"
+            " when it stops, instead of the banner (for scripts).",
+        ),
+    ] = False,
 ) -> None:
     """Run a manager and agents with mock GPUs on this machine, until Ctrl-C.
 
     Everything is local: SQLite, the embedded config store, the process runtime. The
-    endpoint, the console URL and the CLI's keys (DIR/client.env) are printed once the
-    agents have registered. Re-running on the same --data-dir keeps the sessions and
-    users; the accelerator options always follow the command line.
+    endpoint, the console URL and the CLI's keys (DIR/client.env, which also puts
+    `accelshare` on PATH) are printed once the agents have registered. Ctrl-C or
+    SIGTERM stop every process it started, the sessions' kernels included. Re-running
+    on the same --data-dir keeps the database, users, keys and session history
+    (sessions that were running are then TERMINATED, PENDING ones still wait); the
+    accelerator options always follow the command line.
     """
-    from accelshare.devcluster.layout import DevClusterOptions
+    from accelshare.devcluster.cluster import ClusterStartError, resolve_mock_config
+    from accelshare.devcluster.layout import DevClusterOptions, check_accelerator_options
     from accelshare.devcluster.up import run_dev_up
 
     try:
@@ -92,7 +104,15 @@ def up_command(
         unit_proc=unit_proc,
         quantum=quantum,
     )
-    raise typer.Exit(run_dev_up(options))
+    # Bad arguments are refused here, before anything starts, with exit code 2.
+    problem = check_accelerator_options(options)
+    if problem is not None:
+        fail(problem, code=EXIT_USAGE)
+    try:
+        resolve_mock_config(mock_config)
+    except ClusterStartError as e:
+        fail(str(e), code=EXIT_USAGE)
+    raise typer.Exit(run_dev_up(options, as_json=as_json))
 
 
 @dev_app.command("demo")
@@ -100,13 +120,22 @@ def demo_command(
     port: Annotated[
         int | None, typer.Option("--port", "-p", help="The manager's port [default: a free one].")
     ] = None,
+    as_json: Annotated[
+        bool,
+        typer.Option(
+            "--json",
+            help='Print the checks as one JSON document ({"passed": N, "failed": [...],'
+            ' "checks": [...]}); the tour\'s output goes to stderr.',
+        ),
+    ] = False,
 ) -> None:
     """Run the README tour on a throwaway cluster and check what it shows.
 
     Creates 0.2 and 1.2 fGPU sessions and reads the allocation map (0.60 / 0.80, CLI and
-    GraphQL), fills the 2 fGPU with three 1-fGPU sessions (one PENDING with its reason)
-    and destroys one (the PENDING one starts by itself). Exits 1 if a check fails.
+    GraphQL), fills the 2 fGPU with three 1-fGPU sessions (one PENDING because of
+    cuda.shares, as `session why` explains) and destroys one (the PENDING one becomes
+    RUNNING by itself). Exits 1 if a check fails.
     """
     from accelshare.devcluster.demo import run_demo
 
-    raise typer.Exit(run_demo(port=port))
+    raise typer.Exit(run_demo(port=port, as_json=as_json))

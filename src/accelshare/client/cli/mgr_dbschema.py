@@ -7,6 +7,9 @@ Mounted in ``mgr.py`` with ``mgr_app.add_typer(dbschema_app, name="dbschema")``.
 * ``upgrade`` — run the migrations up to the newest;
 * ``show`` — the current and the newest revision.
 
+``--json`` prints ``{"database", "exists", "current", "head", "is_current"}`` instead
+of the two lines (``current`` is null for an empty or missing database).
+
 The database comes from ``--config manager.toml`` (``[db] url``), default: the
 embedded SQLite file under ``./.accelshare``.
 
@@ -22,6 +25,8 @@ from typing import TYPE_CHECKING, Annotated, Literal
 
 import typer
 
+from .common import JsonOption, print_json
+
 if TYPE_CHECKING:
     from sqlalchemy.engine import URL
 
@@ -36,7 +41,8 @@ ConfigOption = Annotated[
     typer.Option(
         "--config",
         "-f",
-        help="manager.toml to read [db] from (default: embedded SQLite in ./.accelshare).",
+        help="manager.toml to read its [db] table from (default: embedded SQLite in"
+        " ./.accelshare).",
         exists=True,
         dir_okay=False,
         readable=True,
@@ -52,7 +58,12 @@ def _is_missing_sqlite_file(url: URL) -> bool:
     )
 
 
-def _run(config_path: Path | None, action_name: Literal["oneshot", "upgrade", "show"]) -> None:
+def _run(
+    config_path: Path | None,
+    action_name: Literal["oneshot", "upgrade", "show"],
+    *,
+    as_json: bool = False,
+) -> None:
     from accelshare.common import CommonValueError
     from accelshare.manager.config import load_manager_config
     from accelshare.manager.db import Database
@@ -61,6 +72,7 @@ def _run(config_path: Path | None, action_name: Literal["oneshot", "upgrade", "s
         SchemaState,
         create_schema_oneshot,
         get_schema_state,
+        head_revision,
         upgrade_schema,
     )
 
@@ -76,10 +88,23 @@ def _run(config_path: Path | None, action_name: Literal["oneshot", "upgrade", "s
         raise typer.Exit(2) from None
     url = config.db_url
     if action is get_schema_state and _is_missing_sqlite_file(url):  # do not create it to look
-        typer.echo(f"database: {url.render_as_string()} (does not exist yet)")
+        shown = url.render_as_string()
+        if as_json:
+            print_json(
+                {
+                    "database": shown,
+                    "exists": False,
+                    "current": None,
+                    "head": head_revision(),
+                    "is_current": False,
+                }
+            )
+        else:
+            typer.echo(f"database: {shown} (does not exist yet)")
         return
     db = Database.from_config(config)
-    typer.echo(f"database: {db.safe_url()}")
+    if not as_json:
+        typer.echo(f"database: {db.safe_url()}")
 
     async def main() -> SchemaState:
         try:
@@ -95,23 +120,34 @@ def _run(config_path: Path | None, action_name: Literal["oneshot", "upgrade", "s
     except OSError as e:  # e.g. PostgreSQL not reachable
         typer.echo(f"error: cannot reach the database: {e}", err=True)
         raise typer.Exit(1) from None
+    if as_json:
+        print_json(
+            {
+                "database": db.safe_url(),
+                "exists": True,
+                "current": state.current,
+                "head": state.head,
+                "is_current": state.is_current,
+            }
+        )
+        return
     note = "up to date" if state.is_current else f"behind (newest: {state.head})"
     typer.echo(f"schema revision: {state.current or '(none)'} — {note}")
 
 
 @dbschema_app.command()
-def oneshot(config: ConfigOption = None) -> None:
+def oneshot(config: ConfigOption = None, as_json: JsonOption = False) -> None:
     """Create the whole schema in an empty database and stamp the newest revision."""
-    _run(config, "oneshot")
+    _run(config, "oneshot", as_json=as_json)
 
 
 @dbschema_app.command()
-def upgrade(config: ConfigOption = None) -> None:
+def upgrade(config: ConfigOption = None, as_json: JsonOption = False) -> None:
     """Apply the pending migrations (creates the schema when the database is empty)."""
-    _run(config, "upgrade")
+    _run(config, "upgrade", as_json=as_json)
 
 
 @dbschema_app.command()
-def show(config: ConfigOption = None) -> None:
+def show(config: ConfigOption = None, as_json: JsonOption = False) -> None:
     """Print the database's revision and the newest one."""
-    _run(config, "show")
+    _run(config, "show", as_json=as_json)

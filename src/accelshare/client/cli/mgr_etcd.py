@@ -10,7 +10,10 @@ Backup and restore::
     accelshare mgr etcd put-json '' backup.json [--replace]
 
 Every failure prints one ``error: ...`` line on stderr and exits with status 1; input
-is validated completely before anything is written.
+is validated completely before anything is written.  ``--json`` prints one JSON
+document: ``get`` the value (``{"key", "scope", "value"}``) or with ``--prefix`` the
+tree itself (so ``get --prefix '' --json`` is a backup too); the writes
+``{"ok": true, ...}`` with what was done.
 """
 
 from __future__ import annotations
@@ -34,6 +37,8 @@ from accelshare.config import (
     open_config_store,
 )
 from accelshare.config.keys import flatten_tree, split_key
+
+from .common import JsonOption, print_json
 
 etcd_app = typer.Typer(
     help="Read and write the cluster configuration tree (etcd or the embedded store).",
@@ -115,12 +120,15 @@ def put(
     sgroup: SgroupOption = None,
     node: NodeOption = None,
     config: ConfigOption = None,
+    as_json: JsonOption = False,
 ) -> None:
     """Put a single key-value pair."""
     _check_key(key)
 
     async def body(store: ConfigStore, scope_: ConfigScopes) -> None:
         await store.put(key, value, scope=scope_)
+        if as_json:
+            print_json({"ok": True, "key": key, "value": value, "scope": str(scope_)})
 
     _run(config, scope, sgroup, node, body)
 
@@ -139,6 +147,7 @@ def put_json(
     sgroup: SgroupOption = None,
     node: NodeOption = None,
     config: ConfigOption = None,
+    as_json: JsonOption = False,
 ) -> None:
     """Put a JSON object as a tree under KEY, in one transaction (all or nothing)."""
     tree = _load_json_object(file)
@@ -151,6 +160,16 @@ def put_json(
 
     async def body(store: ConfigStore, scope_: ConfigScopes) -> None:
         await store.put_prefix(key, tree, scope=scope_, replace=replace)
+        if as_json:
+            print_json(
+                {
+                    "ok": True,
+                    "key": key,
+                    "keys": len(flat),
+                    "replace": replace,
+                    "scope": str(scope_),
+                }
+            )
 
     _run(config, scope, sgroup, node, body)
 
@@ -172,6 +191,7 @@ def get(
     sgroup: SgroupOption = None,
     node: NodeOption = None,
     config: ConfigOption = None,
+    as_json: JsonOption = False,
 ) -> None:
     """Print a value, or with --prefix the nested tree under KEY as JSON."""
     if not prefix:
@@ -185,7 +205,10 @@ def get(
         value = await store.get(key, scope=scope_)
         if value is None:
             _fail(f"no value at {key!r} in the {scope_} scope")
-        typer.echo(value)
+        if as_json:
+            print_json({"key": key, "scope": str(scope_), "value": value})
+        else:
+            typer.echo(value)
 
     _run(config, scope, sgroup, node, body)
 
@@ -200,6 +223,7 @@ def delete(
     sgroup: SgroupOption = None,
     node: NodeOption = None,
     config: ConfigOption = None,
+    as_json: JsonOption = False,
 ) -> None:
     """Delete a key, or with --prefix a whole subtree."""
     if not prefix:
@@ -210,6 +234,8 @@ def delete(
             await store.delete_prefix(key, scope=scope_)
         else:
             await store.delete(key, scope=scope_)
+        if as_json:
+            print_json({"ok": True, "key": key, "prefix": prefix, "scope": str(scope_)})
 
     _run(config, scope, sgroup, node, body)
 
@@ -222,6 +248,7 @@ def move_subtree(
     sgroup: SgroupOption = None,
     node: NodeOption = None,
     config: ConfigOption = None,
+    as_json: JsonOption = False,
 ) -> None:
     """Move the subtree at SRC (with its own value) to DST, in one transaction."""
     _check_key(src, "source key")
@@ -231,7 +258,10 @@ def move_subtree(
         moved = await store.move_prefix(src, dst, scope=scope_)
         if moved == 0:
             _fail(f"nothing to move: no keys at {src!r} in the {scope_} scope")
-        typer.echo(f"moved {moved} key(s) from {src!r} to {dst!r}")
+        if as_json:
+            print_json({"ok": True, "src": src, "dst": dst, "moved": moved, "scope": str(scope_)})
+        else:
+            typer.echo(f"moved {moved} key(s) from {src!r} to {dst!r}")
 
     _run(config, scope, sgroup, node, body)
 

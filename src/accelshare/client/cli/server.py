@@ -1,21 +1,26 @@
 """``accelshare server ...``: run the daemons.
 
 ``accelshare server agent [--config agent.toml] [--dev]`` runs an agent until SIGTERM or
-SIGINT (kernels keep running and are re-adopted by the next agent).  The manager's
-``server manager`` command joins this group later.
+SIGINT (kernels keep running and are re-adopted by the next agent, unless
+``--end-kernels-on-exit``).  The manager's ``server manager`` command joins this group
+in ``cli/__init__.py``.  ``--json`` logs one JSON object per line (``logs.py``).
 """
 
 from __future__ import annotations
 
-import logging
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
+from .common import EXIT_USAGE, fail
+from .logs import LOG_LEVELS, configure_logging
+
 server_app = typer.Typer(help="Run accelshare daemons.", no_args_is_help=True)
 
-_LOG_LEVELS = ("debug", "info", "warning", "error")
+LogJsonOption = Annotated[
+    bool, typer.Option("--json", help="Log one JSON object per line (for log collectors).")
+]
 
 
 @server_app.callback()
@@ -42,19 +47,26 @@ def agent_command(
         ),
     ] = False,
     log_level: Annotated[
-        str, typer.Option("--log-level", help=f"One of {', '.join(_LOG_LEVELS)}.")
+        str, typer.Option("--log-level", help=f"One of {', '.join(LOG_LEVELS)}.")
     ] = "info",
+    end_kernels: Annotated[
+        bool,
+        typer.Option(
+            "--end-kernels-on-exit",
+            help="On SIGTERM/SIGINT, destroy this agent's kernels before exiting (what"
+            " `accelshare dev up` runs its agents with). Default: they keep running and"
+            " the next agent re-adopts them.",
+        ),
+    ] = False,
+    as_json: LogJsonOption = False,
 ) -> None:
     """Run an agent: kernels, allocation maps, RPC for the manager, heartbeats."""
     from accelshare.agent.daemon import run_agent  # the daemon's imports are heavy
 
-    if log_level.lower() not in _LOG_LEVELS:
-        raise typer.BadParameter(
-            f"expected one of {', '.join(_LOG_LEVELS)}", param_hint="--log-level"
-        )
-    logging.basicConfig(
-        level=log_level.upper(),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    if log_level.lower() not in LOG_LEVELS:
+        fail(f"--log-level {log_level!r}: expected one of {', '.join(LOG_LEVELS)}", code=EXIT_USAGE)
+    configure_logging(log_level, as_json=as_json)
+    code = run_agent(
+        str(config) if config is not None else None, dev=dev, end_kernels_on_exit=end_kernels
     )
-    code = run_agent(str(config) if config is not None else None, dev=dev)
     raise typer.Exit(code=code)

@@ -46,12 +46,16 @@ def _server_class() -> type[Any]:
                 self.force_exit = True  # a second Ctrl-C: do not wait any longer
             else:
                 self.should_exit = True
+            from accelshare.api.stream import close_streams
+
+            close_streams(self.config.app)  # open event streams would hold the shutdown
 
     return Server
 
 
-async def _serve(config_path: Path | None, log_level: str) -> None:
+async def _serve(config_path: Path | None, log_level: str, *, json_logs: bool = False) -> None:
     import uvicorn
+    from uvicorn.config import LOGGING_CONFIG
 
     from accelshare.api.app import create_manager_app
     from accelshare.manager.config import load_manager_config
@@ -66,6 +70,8 @@ async def _serve(config_path: Path | None, log_level: str) -> None:
             port=port,
             lifespan="on",
             log_level=log_level.lower(),
+            # --json: no config of uvicorn's own, its records reach the root's JSON handler
+            log_config=None if json_logs else LOGGING_CONFIG,
             access_log=False,
             timeout_graceful_shutdown=10,
         )
@@ -89,17 +95,23 @@ def manager_command(
     log_level: Annotated[
         str, typer.Option("--log-level", help="debug, info, warning or error.")
     ] = "info",
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Log one JSON object per line (for log collectors).")
+    ] = False,
 ) -> None:
     """Run the manager: REST + GraphQL API, scheduler, agent registry."""
     from accelshare.config import ConfigFileError, ConfigStoreError
     from accelshare.manager.bootstrap import BootstrapError
     from accelshare.manager.schema import SchemaError
 
-    logging.basicConfig(
-        level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    from .common import EXIT_USAGE, fail
+    from .logs import LOG_LEVELS, configure_logging
+
+    if log_level.lower() not in LOG_LEVELS:
+        fail(f"--log-level {log_level!r}: expected one of {', '.join(LOG_LEVELS)}", code=EXIT_USAGE)
+    configure_logging(log_level, as_json=as_json)
     try:
-        asyncio.run(_serve(config, log_level))
+        asyncio.run(_serve(config, log_level, json_logs=as_json))
     except (CommonValueError, ConfigFileError) as e:
         typer.echo(f"error: {e}", err=True)
         raise typer.Exit(2) from None

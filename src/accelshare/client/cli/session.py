@@ -32,7 +32,9 @@ _STARTED = {"SCHEDULED", "PREPARING", "PULLING", "PREPARED", "CREATING"}
 _DURATION_RE = re.compile(r"^\+(\d+)([smhd])$")
 _START_WAIT_S = 120.0
 
-RefArg = Annotated[str, typer.Argument(help="Session id or name.", show_default=False)]
+RefArg = Annotated[
+    str, typer.Argument(help="Session id or name.", show_default=False, metavar="REF")
+]
 
 
 def _starts_at(raw: str | None) -> str | None:
@@ -123,12 +125,15 @@ def create_command(
         ),
     ] = None,
     priority: Annotated[
-        int | None, typer.Option("--priority", help="0..100 (default 10); higher goes first.")
+        int | None,
+        typer.Option("--priority", min=0, max=100, help="0..100 (default 10); higher goes first."),
     ] = None,
     starts_at: Annotated[
         str | None,
         typer.Option(
-            "--starts-at", help="Batch sessions: start no earlier than this (ISO 8601 or +5m)."
+            "--starts-at",
+            help="Batch sessions only: start no earlier than this (ISO 8601, or a delay such"
+            " as +30s, +5m, +2h); PENDING with 'Before start time' until then.",
         ),
     ] = None,
     resource_opts: Annotated[
@@ -186,6 +191,14 @@ def create_command(
         fail(str(e), code=EXIT_USAGE)
     startup = startup_command_line(command or [])
     kind = cast(SessionType | None, session_type or ("batch" if startup else None))
+    if starts_at is not None and kind != "batch":
+        # Spec 05: a reserved start time is a batch session's (an interactive session
+        # is wanted now, by someone waiting for it).
+        fail(
+            "--starts-at is for batch sessions: give the COMMAND to run after `--`"
+            " (or --type batch)",
+            code=EXIT_USAGE,
+        )
     when = _starts_at(starts_at)
 
     async def work(client: AccelshareClient) -> tuple[dict[str, Any], SessionInfo]:
@@ -355,8 +368,20 @@ def destroy_command(
 
 
 @session_app.command("logs")
-def logs_command(ref: RefArg) -> None:
-    """Print the session's output (stdout and stderr of its kernel)."""
+def logs_command(ref: RefArg, as_json: JsonOption = False) -> None:
+    """Print the session's output (stdout and stderr of its kernel).
+
+    With --json: {"session_id": ..., "session_name": ..., "logs": "..."}.
+    """
+    if as_json:
+
+        async def both(client: AccelshareClient) -> tuple[SessionInfo, str]:
+            info = await client.sessions.get(ref)
+            return info, await client.sessions.logs(info.session_id)
+
+        info, text = call_api(both, not_found_hint=_NOT_FOUND)
+        print_json({"session_id": info.session_id, "session_name": info.name, "logs": text})
+        return
     text = call_api(lambda c: c.sessions.logs(ref), not_found_hint=_NOT_FOUND)
     typer.echo(text, nl=not text.endswith("\n") and bool(text))
 

@@ -15,7 +15,9 @@ One scheduler at a time:
 A pass per scaling group (with PENDING sessions): cancel sessions past the group's
 ``pending_timeout``, load the snapshot, run the pure :func:`~accelshare.sched.plan.plan_pass`,
 apply the plan (compare-and-set per agent), commit — then bind the SCHEDULED sessions
-*outside* the lock, concurrently (:mod:`.binding`).
+*outside* the lock, concurrently (:mod:`.binding`).  The pure plan runs in a worker
+thread (``asyncio.to_thread``) so that the event loop keeps serving binds, heartbeats
+and the API meanwhile.
 """
 
 from __future__ import annotations
@@ -177,6 +179,35 @@ class Scheduler:
             self.binder.submit(jobs)
         return len(jobs)
 
+    async def rescue_stale_binds(self, older_than: timedelta) -> int:
+        """Bind again sessions stuck between SCHEDULED and CREATING for longer than
+        ``older_than`` that this process is not binding: their binder was a manager
+        replica that died (or lost its database connection) mid-bind.  Safe while that
+        replica still works on them: the agent's create is idempotent by kernel id and
+        each step re-checks the session's status under its row lock."""
+        cutoff = self.clock() - older_than
+        async with self.db.begin() as db:
+            rows = await db.execute(
+                sa.select(Session.id, Kernel.id, Kernel.agent_id)
+                .join(Kernel, Kernel.session_id == Session.id)
+                .where(Session.status.in_(sorted(BINDABLE)), Session.status_changed_at < cutoff)
+                .order_by(Session.scheduled_at, Session.id)
+            )
+            jobs = [
+                BindJob(sid, kid, agent_id)
+                for sid, kid, agent_id in rows
+                if agent_id is not None and sid not in self.binder.in_flight
+            ]
+        if jobs:
+            log.warning(
+                "re-binding %d session(s) stuck for over %s s between SCHEDULED and CREATING"
+                " (their manager replica stopped mid-bind?)",
+                len(jobs),
+                int(older_than.total_seconds()),
+            )
+            self.binder.submit(jobs)
+        return len(jobs)
+
     async def _groups_with_pending(self) -> list[str]:
         async with self.db.begin() as db:
             rows = await db.execute(
@@ -220,7 +251,10 @@ class Scheduler:
                 options=options,
                 last_roundrobin_agent=last_rr or None,
             )
-            plan = plan_pass(loaded.snapshot)
+            # pure and CPU-bound: in a worker thread, so that binds, heartbeats and the
+            # API keep being served while a large pass is planned (the GIL is shared,
+            # but the event loop is not frozen for seconds)
+            plan = await asyncio.to_thread(plan_pass, loaded.snapshot)
             applied = await apply_plan(db, loaded, plan, now)
         self.metrics.pass_seconds.labels(sgroup_name).observe(time.perf_counter() - started)
         self.metrics.placements.labels(sgroup_name).inc(applied.placed)

@@ -1,0 +1,204 @@
+"""REST adapters for the official Backend.AI client (``backend.ai-client`` 25.5.x, issue #12).
+
+accelshare already speaks Backend.AI's wire formats where its own API has the same
+concept (request signing, ``GET /`` version negotiation, ``POST /session`` bodies,
+``{"result": {"logs": ...}}``); this module holds only what is *different* for that
+client, so that the native routes stay as the spec describes them:
+
+* **create waits like Backend.AI.**  The client sends ``enqueueOnly: false,
+  maxWaitSeconds: 0`` and prints "is created and ready" only for a RUNNING answer
+  (Backend.AI's manager waits for the start).  accelshare answers after the first
+  scheduling pass; for a request from that client (its ``User-Agent``) a session the
+  pass *scheduled* is then awaited until RUNNING (or ended), at most
+  :data:`START_WAIT_S`.  A session still PENDING is answered at once ("is enqueued for
+  scheduling") instead of blocking the CLI until resources free up, as Backend.AI would.
+* **``null`` means the default.**  The SDK sends ``environ: null``, ``dependencies:
+  null``... for what its caller left out (:class:`CreateSessionRequest`).
+* **resource options arrive as strings.**  ``--resource-opts
+  allow_fractional_resource_fragmentation=false`` sends ``"false"``; boolean options are
+  turned into booleans for every client (:func:`normalize_resource_opts`).
+* ``GET /manager/announcement`` (asked before every admin command): no announcement.
+* what accelshare does not have (virtual folders ``/folders...``, the agent watcher
+  ``/resource/watcher...``) answers a 501 problem that says so, instead of a bare 404.
+
+See docs/compatibility.md for the command-by-command level.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Mapping
+from typing import Any
+
+from fastapi import APIRouter, Request
+from pydantic import model_validator
+
+from accelshare.manager.runtime import Manager
+from accelshare.manager.session_spec import CreateSessionBody
+from accelshare.sched.lifecycle import FINAL_STATUSES, SessionStatus
+
+from .auth import CurrentIdentity, Identity
+from .problems import InvalidAPIParameters, Problem
+
+__all__ = [
+    "BACKENDAI_CLIENT_AGENT",
+    "BOOLEAN_RESOURCE_OPTS",
+    "START_WAIT_S",
+    "CreateSessionRequest",
+    "NotSupported",
+    "drop_nulls",
+    "is_backendai_client",
+    "normalize_resource_opts",
+    "router",
+    "wait_like_backendai",
+]
+
+BACKENDAI_CLIENT_AGENT = "Backend.AI Client for Python"
+"""The ``User-Agent`` prefix of the official SDK and CLI (``ai.backend.client``)."""
+
+START_WAIT_S = 60.0
+"""How long a create from the Backend.AI client waits for a scheduled session to run."""
+
+_POLL_S = 0.5
+_SETTLED = FINAL_STATUSES | {SessionStatus.RUNNING, SessionStatus.ERROR}
+
+BOOLEAN_RESOURCE_OPTS = frozenset({"allow_fractional_resource_fragmentation"})
+_TRUE = frozenset({"true", "1", "yes", "on"})
+_FALSE = frozenset({"false", "0", "no", "off"})
+
+router = APIRouter(tags=["backend.ai compatibility"])
+
+
+class NotSupported(Problem):
+    """501: a Backend.AI feature accelshare does not have (named in the detail)."""
+
+    status = 501
+    slug = "not-supported"
+    title = "Not supported by accelshare"
+
+
+def drop_nulls(raw: Any) -> Any:
+    """``null`` means "not given" in a create body (top level and ``config``).
+
+    Backend.AI's SDK sends ``environ: null`` and ``dependencies: null`` (and more) for
+    arguments its caller left out; its manager then applies the defaults, so do we.
+
+    >>> drop_nulls({"image": "python", "dependencies": None, "config": {"environ": None}})
+    {'image': 'python', 'config': {}}
+    """
+    if not isinstance(raw, Mapping):
+        return raw
+    body = {key: value for key, value in raw.items() if value is not None}
+    config = body.get("config")
+    if isinstance(config, Mapping):
+        body["config"] = {key: value for key, value in config.items() if value is not None}
+    return body
+
+
+class CreateSessionRequest(CreateSessionBody):
+    """``POST /session``'s body: :class:`CreateSessionBody` where ``null`` is a default."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _nulls_are_defaults(cls, data: Any) -> Any:
+        return drop_nulls(data)
+
+
+def is_backendai_client(request: Request) -> bool:
+    return request.headers.get("user-agent", "").startswith(BACKENDAI_CLIENT_AGENT)
+
+
+def normalize_resource_opts(body: CreateSessionBody) -> CreateSessionBody:
+    """Boolean resource options given as text (``"false"``) become booleans.
+
+    >>> from accelshare.manager.session_spec import CreateSessionBody
+    >>> body = CreateSessionBody.model_validate({"image": "x", "config": {"resource_opts":
+    ...     {"allow_fractional_resource_fragmentation": "false"}}})
+    >>> normalize_resource_opts(body).config.resource_opts
+    {'allow_fractional_resource_fragmentation': False}
+    """
+    opts = dict(body.config.resource_opts)
+    changed = False
+    for key in BOOLEAN_RESOURCE_OPTS & opts.keys():
+        value = opts[key]
+        if isinstance(value, bool):
+            continue
+        text = str(value).strip().lower()
+        if text not in _TRUE | _FALSE:
+            raise InvalidAPIParameters(
+                f"The resource option {key} must be true or false (received {value!r})",
+                field=f"config.resource_opts.{key}",
+                expected="true or false",
+                received=value,
+            )
+        opts[key] = text in _TRUE
+        changed = True
+    if not changed:
+        return body
+    config = body.config.model_copy(update={"resource_opts": opts})
+    return body.model_copy(update={"config": config})
+
+
+async def wait_like_backendai(
+    manager: Manager,
+    identity: Identity,
+    body: CreateSessionBody,
+    answer: Mapping[str, Any],
+    *,
+    timeout_s: float = START_WAIT_S,
+) -> dict[str, Any]:
+    """The create answer once a scheduled session runs (see the module docstring).
+
+    ``answer`` is the native create answer; the result has the same shape with the
+    status of the moment.  Returns ``answer`` unchanged when the client asked for
+    ``enqueueOnly`` or its own ``maxWaitSeconds``, or when the session is still PENDING.
+    """
+    result = dict(answer)
+    if body.enqueue_only or body.max_wait_seconds > 0:
+        return result
+    status = SessionStatus(result["status"])
+    if status is SessionStatus.PENDING or status in _SETTLED:
+        return result
+    session_id = str(uuid.UUID(str(result["sessionId"])))
+    deadline = time.monotonic() + timeout_s
+    while status not in _SETTLED:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            break
+        await manager.hub.wait(min(left, _POLL_S))
+        session = await manager.sessions.get(identity, session_id)
+        status = SessionStatus(session["status"])
+        result.update(status=session["status"], statusInfo=session["statusInfo"], session=session)
+    return result
+
+
+@router.get("/manager/announcement")
+async def announcement(_identity: CurrentIdentity) -> dict[str, Any]:
+    """Backend.AI's announcement banner: accelshare has none."""
+    return {"enabled": False, "message": ""}
+
+
+_ANY_METHOD = ["GET", "POST", "PUT", "PATCH", "DELETE"]
+
+
+@router.api_route("/resource/watcher", methods=_ANY_METHOD, include_in_schema=False)
+@router.api_route("/resource/watcher/{rest:path}", methods=_ANY_METHOD, include_in_schema=False)
+async def watcher(_identity: CurrentIdentity) -> None:
+    """Backend.AI's agent watcher (``backend.ai admin agent watcher ...``)."""
+    raise NotSupported(
+        "accelshare has no agent watcher: start and stop agents with your service manager"
+        " (`accelshare server agent`); see docs/compatibility.md",
+        feature="agent-watcher",
+    )
+
+
+@router.api_route("/folders", methods=_ANY_METHOD, include_in_schema=False)
+@router.api_route("/folders/{rest:path}", methods=_ANY_METHOD, include_in_schema=False)
+async def folders(_identity: CurrentIdentity) -> None:
+    """Backend.AI's virtual folders (``backend.ai vfolder ...``) do not exist here."""
+    raise NotSupported(
+        "accelshare has no virtual folders (vfolders): sessions get a scratch directory"
+        " on their agent instead; see docs/compatibility.md",
+        feature="vfolder",
+    )

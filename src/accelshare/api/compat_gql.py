@@ -1,0 +1,261 @@
+"""GraphQL pieces for the official Backend.AI client (issue #12; see docs/compatibility.md).
+
+The client builds its queries from fixed field lists (``ai.backend.client.output.fields``)
+and sends arguments accelshare has no use for; a query that names an unknown field or
+argument fails as a whole, so the schema carries them:
+
+* ``keypair(access_key)`` — ``backend.ai ps`` asks ``keypair { is_admin ... }`` first
+  (``secret_key`` is always null: secrets are shown once, when created);
+* ``compute_session_list(..., filter, order, group_id)`` and ``agent_list(..., filter,
+  order)``: ``null`` is accepted, a value is refused with a readable error (Backend.AI's
+  filter/order mini-language is not implemented);
+* Backend.AI's statuses accelshare never uses (``RESTARTING``, ``RUNNING_DEGRADED``) are
+  accepted in status filters and simply match nothing;
+* ``vfolder_list``: always empty (accelshare has no virtual folders);
+* the session fields ``backend.ai session info`` prints (``containers { ... }``,
+  ``dependencies { name id }``, ``group_name``, ``occupying_slots``...) and the agent
+  fields ``backend.ai admin agent list/info`` print (``cpu_cur_pct``, ``mem_cur_bytes``,
+  ``hardware_metadata``, ``live_stat``, ``local_config``).  What accelshare does not
+  measure is ``null`` (the client prints "(null)" or nothing), never invented.
+
+JSON-valued fields are JSON *strings*, as Backend.AI's ``JSONString``.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Mapping
+from typing import Any
+
+import sqlalchemy as sa
+import strawberry
+
+from accelshare.manager.models import Agent, Group, Keypair, User
+from accelshare.manager.runtime import Manager
+from accelshare.sched.lifecycle import SessionStatus
+
+__all__ = [
+    "BACKENDAI_ONLY_STATUSES",
+    "ContainerNode",
+    "DependencyNode",
+    "KeyPairNode",
+    "VirtualFolderList",
+    "VirtualFolderNode",
+    "containers_of",
+    "group_name",
+    "hardware_metadata",
+    "keypair_node",
+    "refuse_filter_and_order",
+    "session_statuses",
+    "user_email",
+]
+
+BACKENDAI_ONLY_STATUSES = frozenset({"RESTARTING", "RUNNING_DEGRADED"})
+"""Session statuses of Backend.AI that accelshare never uses (they match nothing)."""
+
+
+def session_statuses(status: str | None) -> list[SessionStatus] | None:
+    """``"RUNNING,PENDING"`` -> statuses; None for no filter.
+
+    >>> session_statuses("RUNNING,RUNNING_DEGRADED")
+    [<SessionStatus.RUNNING: 'RUNNING'>]
+    """
+    if not status:
+        return None
+    wanted: list[SessionStatus] = []
+    for raw in status.split(","):
+        name = raw.strip().upper()
+        if name in BACKENDAI_ONLY_STATUSES:
+            continue
+        try:
+            wanted.append(SessionStatus(name))
+        except ValueError:
+            raise ValueError(
+                f"Unknown session status in {status!r}: expected some of {', '.join(SessionStatus)}"
+            ) from None
+    return wanted
+
+
+def refuse_filter_and_order(filter: str | None, order: str | None) -> None:
+    """Backend.AI's ``filter`` / ``order`` expressions: only ``null`` is accepted."""
+    for name, value in (("filter", filter), ("order", order)):
+        if value:
+            raise ValueError(
+                f"accelshare does not support Backend.AI's {name} expressions"
+                f" (received {name}={value!r}); leave {name} out and use the status /"
+                " access_key / scaling_group arguments (see docs/compatibility.md)"
+            )
+
+
+def _json(value: Any) -> str:
+    return json.dumps(value)
+
+
+# -- keypair ------------------------------------------------------------------------------
+@strawberry.type(name="KeyPair")
+class KeyPairNode:
+    user_id: str  # Backend.AI: the owner's email
+    access_key: str
+    # Asked for by the client, never answered: a secret key is shown once, at creation.
+    secret_key: str | None
+    is_active: bool
+    is_admin: bool
+    resource_policy: str
+    created_at: str | None
+    rate_limit: int
+    concurrency_used: int
+    domain_name: str
+
+
+async def keypair_node(manager: Manager, access_key: str) -> KeyPairNode | None:
+    async with manager.db.begin() as db:
+        row = (
+            await db.execute(
+                sa.select(Keypair, User)
+                .join(User, User.id == Keypair.user_id)
+                .where(Keypair.access_key == access_key)
+            )
+        ).first()
+    if row is None:
+        return None
+    keypair, user = row
+    return KeyPairNode(
+        user_id=user.email,
+        access_key=keypair.access_key,
+        secret_key=None,
+        is_active=keypair.is_active,
+        is_admin=keypair.is_admin,
+        resource_policy=keypair.resource_policy,
+        created_at=keypair.created_at.isoformat(),
+        rate_limit=0,
+        concurrency_used=0,
+        domain_name=user.domain_name,
+    )
+
+
+# -- sessions -----------------------------------------------------------------------------
+@strawberry.type(name="ComputeContainer")
+class ContainerNode:
+    """A kernel, as Backend.AI's ``containers { ... }`` shows it (single-node sessions:
+    one ``main`` kernel)."""
+
+    id: str
+    cluster_role: str
+    cluster_idx: int
+    cluster_hostname: str
+    session_id: str
+    image: str
+    registry: str | None
+    status: str
+    status_info: str | None
+    status_data: str
+    status_changed: str | None
+    agent: str | None
+    container_id: str | None
+    resource_opts: str
+    occupied_slots: str
+    preopen_ports: list[int]
+    live_stat: str | None
+    last_stat: str | None
+
+
+def containers_of(session: Mapping[str, Any]) -> list[ContainerNode]:
+    """The kernels of a session's full JSON (``GET /session/{id}``)."""
+    return [
+        ContainerNode(
+            id=k["kernelId"],
+            cluster_role="main",
+            cluster_idx=idx + 1,
+            cluster_hostname=f"main{idx + 1}",
+            session_id=session["sessionId"],
+            image=session["image"],
+            registry=None,
+            status=k["status"],
+            status_info=session["statusInfo"],
+            status_data=_json(session["statusData"]),
+            status_changed=session["statusChangedAt"],
+            agent=k["agentId"],
+            container_id=k["containerId"],
+            resource_opts=_json(session["resourceOpts"]),
+            occupied_slots=_json(k["occupiedSlots"]),
+            preopen_ports=[],
+            live_stat=None,
+            last_stat=None,
+        )
+        for idx, k in enumerate(session.get("kernels") or [])
+    ]
+
+
+@strawberry.type(name="ComputeSessionDependency")
+class DependencyNode:
+    id: str
+    name: str | None
+    status: str | None
+
+
+async def group_name(manager: Manager, group_id: str) -> str | None:
+    async with manager.db.begin() as db:
+        name: str | None = (
+            await db.execute(sa.select(Group.name).where(Group.id == uuid.UUID(group_id)))
+        ).scalar_one_or_none()
+    return name
+
+
+async def user_email(manager: Manager, user_id: str) -> str | None:
+    async with manager.db.begin() as db:
+        email: str | None = (
+            await db.execute(sa.select(User.email).where(User.id == uuid.UUID(user_id)))
+        ).scalar_one_or_none()
+    return email
+
+
+# -- agents -------------------------------------------------------------------------------
+def hardware_metadata(agent: Agent) -> str:
+    """``{plugin: {status, status_info, metadata}}`` from the plugins the agent reported."""
+    plugins = agent.compute_plugins or {}
+    return _json(
+        {
+            key: {
+                "status": "healthy",
+                "status_info": None,
+                "metadata": dict(info) if isinstance(info, Mapping) else {},
+            }
+            for key, info in plugins.items()
+        }
+    )
+
+
+# -- virtual folders ----------------------------------------------------------------------
+@strawberry.type(name="VirtualFolder")
+class VirtualFolderNode:
+    """Backend.AI's vfolder: accelshare has none, so lists of them are always empty (the
+    type exists so that ``backend.ai vfolder list`` gets a well-formed empty answer)."""
+
+    id: str
+    host: str
+    name: str
+    user: str | None
+    group: str | None
+    group_id: str | None
+    creator: str | None
+    status: str
+    unmanaged_path: str | None
+    usage_mode: str
+    permission: str
+    ownership_type: str
+    max_files: int
+    max_size: int
+    created_at: str | None
+    last_used: str | None
+    num_files: int
+    cur_size: int
+    cloneable: bool
+    endpoint_id: str | None
+    domain: str | None
+
+
+@strawberry.type(name="VirtualFolderList")
+class VirtualFolderList:
+    items: list[VirtualFolderNode]
+    total_count: int

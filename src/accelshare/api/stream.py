@@ -1,0 +1,263 @@
+"""Live views for the web console (and any client): server-sent event streams.
+
+| route | auth | stream |
+|---|---|---|
+| ``GET /events/sessions`` | any | ``event: sessions`` / ``data: {items, total, at}``: the sessions the caller may see (``GET /sessions``'s items), sent at once and again whenever the list changes; ``?status=`` as for ``GET /sessions`` |
+| ``GET /events/agents`` | admin | ``event: agents`` / ``data: {items: [{agent, allocMap, stats}], kernels, at}``: each agent with its live allocation map and device stats, and who holds each kernel; sent at once and on every change or poll |
+
+How it works: a stream re-reads the database (and, for agents, asks each agent for its
+live map and stats) after each :class:`~accelshare.manager.hub.ChangeHub` wake-up and
+at least every ``poll_s`` (the fallback that also sees changes made by another manager
+replica), and sends an event only when the answer differs from the last one sent.  A
+``: keepalive`` comment goes out after ``keepalive_s`` of silence so that proxies keep
+the connection open.  Every ``recheck_s`` the caller's keypair and user are read again:
+a deactivated key or user gets ``event: error`` (``{reason, detail}``) and the stream
+ends — the same rule as for a request ("deactivating either takes effect at once").
+
+Visibility is the REST API's: a user's stream carries only its own sessions, an admin's
+those of its domain, a superadmin's all (the same query as ``GET /sessions``).  On the
+agents stream an admin sees the holders of its own domain's kernels; every other kernel
+is ``hidden-N`` with the holder ``{"hidden": true}`` (:func:`~accelshare.api.agents.hide_other_domains`).
+
+Tests shorten the intervals with ``app.state.stream_settings = StreamSettings(...)``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Annotated, Any
+
+import sqlalchemy as sa
+from fastapi import APIRouter, Query, Request
+from fastapi.responses import StreamingResponse
+
+from accelshare.manager.agents import agent_json
+from accelshare.manager.models import Agent, AgentStatus, Kernel, Session, UserStatus
+from accelshare.manager.runtime import Manager, StatsUnavailable
+from accelshare.sched.lifecycle import FINAL_STATUSES, SessionStatus
+
+from .agents import hide_other_domains
+from .auth import AdminIdentity, Authenticator, CurrentIdentity, Identity
+from .deps import ManagerDep
+from .problems import InvalidAPIParameters
+
+__all__ = ["StreamSettings", "close_streams", "parse_statuses", "router"]
+
+router = APIRouter(prefix="/events", tags=["events"])
+
+
+@dataclass(frozen=True, slots=True)
+class StreamSettings:
+    poll_s: float = 2.0  # re-read at least this often (other replicas, agent stats)
+    keepalive_s: float = 15.0
+    recheck_s: float = 30.0  # re-read the caller's keypair and user this often
+
+
+def close_streams(app: Any) -> None:
+    """End every open stream of ``app`` soon: the server is stopping.
+
+    uvicorn's graceful shutdown waits for responses in flight, and an endless stream
+    never finishes by itself, so the daemon calls this when it is told to stop (from its
+    signal handler: the wake-up is scheduled with ``call_soon_threadsafe``).
+    """
+    state = getattr(app, "state", None)
+    if state is None:
+        return
+    state.streams_closing = True
+    manager = getattr(state, "manager", None)
+    if not isinstance(manager, Manager):
+        return
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:
+        return
+    loop.call_soon_threadsafe(manager.hub.publish)
+
+
+def _closing(request: Request) -> bool:
+    return bool(getattr(request.app.state, "streams_closing", False))
+
+
+def _settings(request: Request) -> StreamSettings:
+    settings = getattr(request.app.state, "stream_settings", None)
+    return settings if isinstance(settings, StreamSettings) else StreamSettings()
+
+
+def parse_statuses(status: str | None) -> list[SessionStatus] | None:
+    """``GET /sessions``'s ``status``: comma-separated, ``all``, or None (live ones)."""
+    if status is None or not status.strip():
+        return None
+    if status.strip().lower() == "all":
+        return list(SessionStatus)
+    found: list[SessionStatus] = []
+    for raw in status.split(","):
+        try:
+            found.append(SessionStatus(raw.strip().upper()))
+        except ValueError:
+            raise InvalidAPIParameters(
+                f"Unknown session status {raw.strip()!r}",
+                field="status",
+                expected="comma-separated of " + ", ".join(SessionStatus) + ", or all",
+                received=status,
+            ) from None
+    return found
+
+
+def _sse(event: str, data: Any) -> bytes:
+    return f"event: {event}\ndata: {json.dumps(data, separators=(',', ':'))}\n\n".encode()
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat()
+
+
+async def _still_allowed(authenticator: Authenticator, identity: Identity) -> str | None:
+    """None while the caller's key and user are active; else the reason to stop."""
+    cred = await authenticator.store.get_credential(identity.access_key)
+    if cred is None or cred.user_id != identity.user_id:
+        return "unknown-access-key"
+    if not cred.is_key_active:
+        return "inactive-access-key"
+    if cred.user_status is not UserStatus.ACTIVE:
+        return "inactive-user"
+    return None
+
+
+def _event_stream(
+    request: Request,
+    identity: Identity,
+    manager: Manager,
+    event: str,
+    snapshot: Callable[[], Awaitable[dict[str, Any]]],
+) -> StreamingResponse:
+    """Send ``snapshot()`` as ``event`` now and whenever it changes (see the module doc)."""
+    settings = _settings(request)
+    authenticator: Authenticator = request.app.state.authenticator
+
+    async def stream() -> AsyncIterator[bytes]:
+        last: str | None = None
+        last_sent = time.monotonic()
+        last_check = time.monotonic()
+        yield f"retry: {int(settings.poll_s * 1000)}\n\n".encode()
+        while not _closing(request):
+            body = await snapshot()
+            fingerprint = json.dumps(body, sort_keys=True, default=str)
+            if fingerprint != last:
+                last = fingerprint
+                last_sent = time.monotonic()
+                yield _sse(event, {**body, "at": _now()})
+            elif time.monotonic() - last_sent >= settings.keepalive_s:
+                last_sent = time.monotonic()
+                yield b": keepalive\n\n"
+            if time.monotonic() - last_check >= settings.recheck_s:
+                last_check = time.monotonic()
+                reason = await _still_allowed(authenticator, identity)
+                if reason is not None:
+                    yield _sse("error", {"reason": reason, "detail": "Log in again"})
+                    return
+            await manager.hub.wait(settings.poll_s)
+            await asyncio.sleep(0)  # let a burst of publishes settle into one re-read
+
+    return StreamingResponse(
+        stream(),
+        media_type="text/event-stream",
+        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+    )
+
+
+@router.get("/sessions", response_class=StreamingResponse)
+async def session_stream(
+    request: Request,
+    identity: CurrentIdentity,
+    manager: ManagerDep,
+    status: Annotated[
+        str | None, Query(description="comma-separated statuses, or 'all' (default: live ones)")
+    ] = None,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 500,
+) -> StreamingResponse:
+    """The caller's visible sessions, now and on every change."""
+    statuses = parse_statuses(status)
+
+    async def snapshot() -> dict[str, Any]:
+        listed = await manager.sessions.list_sessions(identity, statuses=statuses, limit=limit)
+        return {"items": listed["items"], "total": listed["total"]}
+
+    return _event_stream(request, identity, manager, "sessions", snapshot)
+
+
+async def _kernel_holders(manager: Manager) -> dict[str, dict[str, Any]]:
+    """kernel id -> the session holding it (live kernels only)."""
+    async with manager.db.begin() as db:
+        rows = await db.execute(
+            sa.select(
+                Kernel.id,
+                Session.id,
+                Session.name,
+                Session.access_key,
+                Session.status,
+                Session.domain_name,
+            )
+            .join(Session, Kernel.session_id == Session.id)
+            .where(Kernel.status.not_in(list(FINAL_STATUSES)))
+        )
+        return {
+            str(kernel_id): {
+                "sessionId": str(session_id),
+                "sessionName": name,
+                "accessKey": access_key,
+                "status": status.value,
+                "domainName": domain,
+            }
+            for kernel_id, session_id, name, access_key, status, domain in rows
+        }
+
+
+async def _stats_of(manager: Manager, agent: Agent) -> tuple[dict[str, Any] | None, str | None]:
+    try:
+        return await manager.node_stats(agent), None
+    except StatsUnavailable as e:
+        return None, str(e)
+
+
+async def agent_view(manager: Manager, agent: Agent) -> dict[str, Any]:
+    """An agent with its live allocation map (the last heartbeat's when the agent does
+    not answer) and its device stats (None, with ``statsError``, when it does not)."""
+    view: dict[str, Any] = {"agent": agent_json(agent), "allocMap": None, "stats": None}
+    if agent.status is not AgentStatus.ALIVE:
+        return view
+    alloc_map, (stats, error) = await asyncio.gather(
+        manager.alloc_map(agent, compat=False), _stats_of(manager, agent)
+    )
+    view["allocMap"] = alloc_map
+    view["stats"] = stats
+    if error is not None:
+        view["statsError"] = error
+    return view
+
+
+@router.get("/agents", response_class=StreamingResponse)
+async def agent_stream(
+    request: Request,
+    identity: AdminIdentity,
+    manager: ManagerDep,
+    scaling_group: str | None = None,
+) -> StreamingResponse:
+    """Every agent with its live allocation map and stats, now and on every change."""
+
+    async def snapshot() -> dict[str, Any]:
+        agents = await manager.list_agents(scaling_group=scaling_group)
+        views = await asyncio.gather(*(agent_view(manager, a) for a in agents))
+        kernels = await _kernel_holders(manager)
+        if not identity.is_superadmin:  # other domains' sessions stay anonymous
+            maps, kernels = hide_other_domains(
+                identity.domain_name, (v["allocMap"] for v in views), kernels
+            )
+            views = [{**v, "allocMap": m} for v, m in zip(views, maps, strict=True)]
+        return {"items": list(views), "kernels": kernels}
+
+    return _event_stream(request, identity, manager, "agents", snapshot)

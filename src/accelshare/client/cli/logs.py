@@ -1,0 +1,37 @@
+"""Log output of the daemons (``server manager|agent``): text lines, or with ``--json``
+one JSON object per record for log collectors::
+
+    {"at": "2030-01-01T09:00:00.123+00:00", "level": "INFO",
+     "logger": "accelshare.agent.daemon", "message": "agent i-dev-01: RPC listening ..."}
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from datetime import UTC, datetime
+
+__all__ = ["LOG_LEVELS", "JsonLogFormatter", "configure_logging"]
+
+LOG_LEVELS = ("debug", "info", "warning", "error")
+TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+
+
+class JsonLogFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        doc = {
+            "at": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
+            "level": record.levelname,
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        if record.exc_info:
+            doc["exception"] = self.formatException(record.exc_info)
+        return json.dumps(doc, ensure_ascii=False)
+
+
+def configure_logging(level: str, *, as_json: bool = False) -> None:
+    """The root logger at ``level`` (one of :data:`LOG_LEVELS`), to stderr."""
+    handler = logging.StreamHandler()
+    handler.setFormatter(JsonLogFormatter() if as_json else logging.Formatter(TEXT_FORMAT))
+    logging.basicConfig(level=level.upper(), handlers=[handler], force=True)

@@ -1,0 +1,257 @@
+// The launch dialog: image, a slider + number per known slot (display unit, decimal
+// places and the fractional quantum from the API) or a checkbox per unique slot (a MIG
+// slice: requested as exactly 1 or not at all), how many sessions, advanced resource
+// options; every field is checked before anything is sent.
+
+import { api } from "./api.js";
+import {
+  checkQuantum,
+  displayNumber,
+  isWholeNumber,
+  orderedSlots,
+  parseDecimal,
+  slotLabel,
+  slotUnit,
+  unitScale,
+  h,
+} from "./format.js";
+
+const $ = (id) => document.getElementById(id);
+const MAX_COUNT = 10;
+const NAME_RE = /^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$/;
+const DEFAULTS = { cpu: "1", mem: "1" }; // in display units; accelerators start at 0
+const INTRINSIC = new Set(["cpu", "mem"]);
+
+const fieldId = (slot) => `res-${slot.replace(/[^A-Za-z0-9]/g, "-")}`;
+
+/** What one slot's inputs need: label, unit, step, range, and how to send the value. */
+function slotSpec(ctx, slot) {
+  const details = ctx.details;
+  const meta = details[slot] ?? {};
+  const places = Number(meta.number_format?.round_length ?? 0);
+  const limit = ctx.limits[slot] ?? {};
+  const quantum = limit.quantum ?? null;
+  const scale = unitScale(details, slot);
+  const max = limit.max_per_agent != null ? Number(limit.max_per_agent) / scale : null;
+  return {
+    slot,
+    unique: ctx.slotTypes[slot] === "unique", // a whole device slice: exactly 1, or 0
+    id: fieldId(slot),
+    label: slotLabel(details, slot),
+    unit: slotUnit(details, slot),
+    quantum,
+    step: quantum ?? (places > 0 ? (10 ** -places).toFixed(places) : "1"),
+    whole: quantum === null && places === 0 && ctx.slotTypes[slot] !== "bytes",
+    required: INTRINSIC.has(slot), // the API refuses cpu=0 / mem=0 ("must be positive")
+    scale,
+    max,
+    maxText: max != null ? displayNumber(details, slot, limit.max_per_agent) : null,
+  };
+}
+
+/** A unique slot (a MIG slice) is one checkbox: checked sends exactly 1. */
+function uniqueField(spec) {
+  const box = h("input", {
+    id: spec.id,
+    name: spec.slot,
+    type: "checkbox",
+    value: "1",
+    disabled: spec.max != null && spec.max < 1,
+    "aria-describedby": `err-${spec.id} hint-${spec.id}`,
+  });
+  const available = spec.maxText ? ` · the largest agent has ${spec.maxText}` : "";
+  return h(
+    "div",
+    { class: "slot-field unique", dataset: { slot: spec.slot } },
+    h("div", { class: "check" }, box, h("label", { for: spec.id }, `${spec.label} `, h("span", { class: "muted" }, "(one slice)"))),
+    h("p", { class: "hint", id: `hint-${spec.id}` }, `${spec.slot} · a whole slice: requested as exactly 1${available}`),
+    h("p", { class: "field-error", id: `err-${spec.id}`, hidden: true }),
+  );
+}
+
+/** The value a slot's input holds, as a decimal string in display units. */
+function valueOf(spec) {
+  const input = $(spec.id);
+  if (spec.unique) return input.checked ? "1" : "0";
+  return input.value.trim();
+}
+
+function slotField(spec) {
+  if (spec.unique) return uniqueField(spec);
+  const number = h("input", {
+    id: spec.id,
+    name: spec.slot,
+    type: "number",
+    inputmode: "decimal",
+    min: "0",
+    max: spec.max ?? false,
+    step: spec.step,
+    value: DEFAULTS[spec.slot] && (spec.max == null || spec.max >= Number(DEFAULTS[spec.slot])) ? DEFAULTS[spec.slot] : "0",
+    "aria-describedby": `err-${spec.id} hint-${spec.id}`,
+  });
+  const range = h("input", {
+    type: "range",
+    id: `${spec.id}-range`,
+    min: "0",
+    max: String(spec.max ?? Math.max(16, Number(number.value))),
+    step: spec.step,
+    value: number.value,
+    "aria-label": `${spec.label} (${spec.unit || spec.slot}) slider`,
+  });
+  range.addEventListener("input", () => {
+    number.value = range.value;
+    number.dispatchEvent(new Event("input", { bubbles: true }));
+  });
+  number.addEventListener("input", () => {
+    if (number.value !== "") range.value = number.value;
+  });
+  const hints = [];
+  if (spec.quantum) hints.push(`steps of ${spec.quantum}`);
+  if (spec.maxText) hints.push(`up to ${spec.maxText} ${spec.unit} per agent`);
+  return h(
+    "div",
+    { class: "slot-field", dataset: { slot: spec.slot } },
+    h("label", { for: spec.id }, `${spec.label} `, h("span", { class: "muted" }, `(${spec.unit || spec.slot})`)),
+    h("div", { class: "slot-inputs" }, range, number, h("span", { class: "unit", "aria-hidden": "true" }, spec.unit)),
+    h("p", { class: "hint", id: `hint-${spec.id}` }, `${spec.slot}${hints.length ? ` · ${hints.join(" · ")}` : ""}`),
+    h("p", { class: "field-error", id: `err-${spec.id}`, hidden: true }),
+  );
+}
+
+function setError(input, errorEl, message) {
+  errorEl.textContent = message || "";
+  errorEl.hidden = !message;
+  if (message) input.setAttribute("aria-invalid", "true");
+  else input.removeAttribute("aria-invalid");
+}
+
+/** Check one slot's value (a string in display units); "" when fine. */
+export function slotProblem(spec, value) {
+  const who = `${spec.label} (${spec.unit || spec.slot})`;
+  if (value === "" || parseDecimal(value) === null) {
+    return Number(value) < 0 ? `${who} cannot be negative.` : `${who}: enter a number.`;
+  }
+  if (spec.required && Number(value) <= 0) return `${who} must be more than 0.`;
+  if (spec.unique && value !== "0" && value !== "1") {
+    return `${who} is a whole slice: request exactly 1, or 0 for none.`;
+  }
+  if (spec.quantum) {
+    const check = checkQuantum(value, spec.quantum);
+    if (!check.ok) {
+      const options = Number(check.below) > 0 ? `${check.below} or ${check.above}` : check.above;
+      return `${value} ${spec.unit} is not a multiple of the quantum ${spec.quantum}: use ${options}.`;
+    }
+  }
+  if (spec.whole && !isWholeNumber(value)) return `${who} must be a whole number.`;
+  if (spec.max != null && Number(value) > spec.max) {
+    return `${who}: at most ${spec.maxText} ${spec.unit} fits on one agent.`;
+  }
+  return "";
+}
+
+function validate(form, specs) {
+  const problems = [];
+  const image = form.elements.image;
+  const imageProblem = image.value.trim() ? "" : "Enter an image, for example python.";
+  setError(image, $("err-image"), imageProblem);
+  if (imageProblem) problems.push(image);
+
+  const name = form.elements.name;
+  const nameProblem =
+    name.value.trim() === "" || NAME_RE.test(name.value.trim())
+      ? ""
+      : "A name is 1–64 letters, digits, '.', '_' or '-', starting with a letter or digit.";
+  setError(name, $("err-name"), nameProblem);
+  if (nameProblem) problems.push(name);
+
+  const count = form.elements.count;
+  const n = Number(count.value);
+  const countProblem =
+    Number.isInteger(n) && n >= 1 && n <= MAX_COUNT && count.value !== ""
+      ? ""
+      : `Launch between 1 and ${MAX_COUNT} sessions at once.`;
+  setError(count, $("err-count"), countProblem);
+  if (countProblem) problems.push(count);
+
+  for (const spec of specs) {
+    const input = $(spec.id);
+    const problem = slotProblem(spec, valueOf(spec));
+    setError(input, $(`err-${spec.id}`), problem);
+    if (problem) problems.push(input);
+  }
+  return problems;
+}
+
+function resourcesOf(specs) {
+  const resources = {};
+  for (const spec of specs) {
+    const value = valueOf(spec);
+    if (Number(value) === 0) continue;
+    resources[spec.slot] = spec.scale === 1 ? value : String(Math.round(Number(value) * spec.scale));
+  }
+  return resources;
+}
+
+export async function openLaunchDialog(ctx) {
+  const dialog = $("launch-dialog");
+  const form = $("launch-form");
+  await ctx.refreshSlots().catch(() => {});
+  const specs = orderedSlots(ctx.slotTypes).map((slot) => slotSpec(ctx, slot));
+  $("launch-slots").replaceChildren(...specs.map(slotField));
+  form.reset();
+  for (const el of form.querySelectorAll(".field-error, #launch-error")) el.hidden = true;
+  for (const el of form.querySelectorAll("[aria-invalid]")) el.removeAttribute("aria-invalid");
+  $("launch-images").replaceChildren(h("option", { value: "python" }));
+  if (!form.elements.image.value) form.elements.image.value = "python";
+  let tried = false;
+
+  form.oninput = () => {
+    if (tried) validate(form, specs);
+  };
+  $("launch-cancel").onclick = () => dialog.close();
+  form.onsubmit = async (event) => {
+    event.preventDefault();
+    tried = true;
+    const launchError = $("launch-error");
+    launchError.hidden = true;
+    const problems = validate(form, specs);
+    if (problems.length) {
+      problems[0].focus();
+      return;
+    }
+    const count = Number(form.elements.count.value);
+    const name = form.elements.name.value.trim();
+    const fragmentation = form.elements.fragmentation.value;
+    const config = { resources: resourcesOf(specs) };
+    if (fragmentation) {
+      config.resource_opts = { allow_fractional_resource_fragmentation: fragmentation === "allow" };
+    }
+    const submit = $("launch-submit");
+    submit.disabled = true;
+    const failures = [];
+    let launched = 0;
+    try {
+      for (let i = 1; i <= count; i += 1) {
+        const body = { image: form.elements.image.value.trim(), type: "interactive", config };
+        if (name) body.name = count > 1 ? `${name}-${i}` : name;
+        try {
+          await api("POST", "/session", body);
+          launched += 1;
+        } catch (error) {
+          failures.push(`${body.name ?? `session ${i}`}: ${error.message}`);
+        }
+      }
+    } finally {
+      submit.disabled = false;
+    }
+    if (failures.length) {
+      launchError.textContent = `${launched} launched, ${failures.length} refused — ${failures.join("; ")}`;
+      launchError.hidden = false;
+      return;
+    }
+    dialog.close();
+    ctx.toast(`Launched ${launched} session${launched === 1 ? "" : "s"}.`);
+  };
+  dialog.showModal();
+  form.elements.image.focus();
+}

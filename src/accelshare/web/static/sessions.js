@@ -1,0 +1,177 @@
+// Sessions page: the caller's sessions, live from GET /events/sessions; destroy; logs.
+
+import { api, follow } from "./api.js";
+import { age, formatSlots, h } from "./format.js";
+import { openLaunchDialog } from "./launch.js";
+
+const $ = (id) => document.getElementById(id);
+const FINAL = new Set(["TERMINATED", "CANCELLED"]);
+
+function statusCell(session) {
+  const cell = h(
+    "td",
+    { class: "status-cell" },
+    h("span", { class: `badge status-${session.status}` }, session.status),
+  );
+  if (session.status === "PENDING" && session.statusInfo) {
+    cell.append(h("p", { class: "reason" }, session.statusInfo));
+  } else if (session.statusInfo && !["RUNNING"].includes(session.status)) {
+    cell.append(h("p", { class: "reason muted" }, session.statusInfo));
+  }
+  return cell;
+}
+
+function resourcesCell(ctx, session) {
+  const slots =
+    Object.keys(session.occupiedSlots ?? {}).length > 0 ? session.occupiedSlots : session.requestedSlots;
+  return h(
+    "td",
+    { class: "resources" },
+    h(
+      "ul",
+      { class: "chips", "aria-label": "Resources" },
+      formatSlots(ctx.details, slots).map(({ slot, text }) =>
+        h("li", { class: "chip", title: slot, dataset: { slot } }, text),
+      ),
+    ),
+  );
+}
+
+function row(ctx, session, actions) {
+  const name = session.sessionName;
+  const live = !FINAL.has(session.status) && session.status !== "TERMINATING";
+  return h(
+    "tr",
+    { dataset: { sessionId: session.sessionId, sessionName: name, status: session.status } },
+    h("th", { scope: "row", class: "name" }, name),
+    statusCell(session),
+    h("td", { class: "image" }, session.image),
+    resourcesCell(ctx, session),
+    h("td", { class: "age", dataset: { created: session.creationTime ?? "" } }, age(session.creationTime)),
+    h("td", { class: "owner-col mono", title: session.domainName }, session.accessKey),
+    h(
+      "td",
+      { class: "actions" },
+      h(
+        "button",
+        { type: "button", class: "secondary small", "aria-label": `Logs of ${name}`, onclick: () => actions.logs(session) },
+        "Logs",
+      ),
+      h(
+        "button",
+        {
+          type: "button",
+          class: "danger small",
+          "aria-label": `Destroy ${name}`,
+          disabled: !live,
+          onclick: () => actions.destroy(session),
+        },
+        "Destroy",
+      ),
+    ),
+  );
+}
+
+async function showLogs(session) {
+  const dialog = $("logs-dialog");
+  const text = $("logs-text");
+  $("logs-title").textContent = `Logs of ${session.sessionName}`;
+  const load = async () => {
+    text.textContent = "Loading…";
+    try {
+      const answer = await api("GET", `/session/${encodeURIComponent(session.sessionId)}/logs`);
+      text.textContent = answer?.result?.logs || "(no output yet)";
+    } catch (error) {
+      text.textContent = `Could not read the logs: ${error.message}`;
+    }
+  };
+  $("logs-refresh").onclick = load;
+  $("logs-close").onclick = () => dialog.close();
+  dialog.showModal();
+  await load();
+}
+
+function confirmDestroy(session) {
+  const dialog = $("confirm-dialog");
+  $("confirm-text").textContent =
+    session.status === "PENDING"
+      ? `${session.sessionName} is still pending; it will be cancelled.`
+      : `${session.sessionName} will be stopped and its resources released.`;
+  return new Promise((resolve) => {
+    const done = (answer) => {
+      dialog.close();
+      resolve(answer);
+    };
+    $("confirm-ok").onclick = () => done(true);
+    $("confirm-cancel").onclick = () => done(false);
+    dialog.oncancel = () => resolve(false);
+    dialog.showModal();
+    $("confirm-cancel").focus();
+  });
+}
+
+export function mountSessions(ctx) {
+  const body = $("sessions-body");
+  const empty = $("sessions-empty");
+  const live = $("sessions-live");
+  let items = [];
+
+  const actions = {
+    logs: showLogs,
+    async destroy(session) {
+      if (!(await confirmDestroy(session))) return;
+      try {
+        const answer = await api("DELETE", `/session/${encodeURIComponent(session.sessionId)}`);
+        ctx.toast(`${session.sessionName}: ${answer.status}`);
+      } catch (error) {
+        ctx.toast(`Could not destroy ${session.sessionName}: ${error.message}`);
+      }
+    },
+  };
+
+  // Rows are rebuilt only when their session changed, and the focused button keeps the
+  // focus across an update (a keyboard user is not thrown back to the top).
+  let rendered = new Map(); // sessionId -> {json, el}
+  const render = () => {
+    const focused = body.contains(document.activeElement) ? document.activeElement.getAttribute("aria-label") : null;
+    const next = new Map();
+    const rows = items.map((session) => {
+      const json = JSON.stringify(session);
+      const old = rendered.get(session.sessionId);
+      const el = old && old.json === json ? old.el : row(ctx, session, actions);
+      next.set(session.sessionId, { json, el });
+      return el;
+    });
+    const same = rows.length === body.children.length && rows.every((el, i) => body.children[i] === el);
+    if (!same) body.replaceChildren(...rows);
+    rendered = next;
+    empty.hidden = items.length > 0;
+    if (focused && !body.contains(document.activeElement)) {
+      for (const button of body.querySelectorAll("button")) {
+        if (button.getAttribute("aria-label") === focused) button.focus();
+      }
+    }
+  };
+
+  const close = follow(
+    "/events/sessions",
+    "sessions",
+    (data) => {
+      items = data.items;
+      render();
+    },
+    (state) => {
+      live.textContent = state;
+      live.dataset.state = state;
+    },
+  );
+  const ticker = setInterval(() => {
+    for (const cell of body.querySelectorAll("td.age")) cell.textContent = age(cell.dataset.created);
+  }, 5000);
+  $("open-launch").onclick = () => openLaunchDialog(ctx);
+
+  return () => {
+    close();
+    clearInterval(ticker);
+  };
+}

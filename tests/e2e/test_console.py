@@ -1,0 +1,752 @@
+"""The web console in real headless Chromium (Playwright) against ``accelshare dev up``:
+one real agent with the two-GPU mock (2 × 1.0 fGPU), the real manager, real HTTP; and
+a second cluster in discrete mode with configs/accelerator/cuda-mock-mig.toml (two whole
+GPUs and seven MIG slices of three profiles) for whole-device and MIG bars.
+
+Every wait is Playwright's auto-waiting ``expect`` (or a polled API condition) with a
+generous deadline; nothing sleeps.  Each page is screenshotted on every run (so a
+broken page still fails loudly in Playwright); the PNGs go to a temporary directory,
+or to docs/screenshots/ (linked from README.md) when ACCELSHARE_UPDATE_SCREENSHOTS=1,
+so that a plain test run leaves the checkout clean.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import warnings
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import sqlalchemy as sa
+from sqlalchemy import orm
+
+from accelshare.devcluster import free_port
+from accelshare.devcluster.processes import reap_processes_under
+from accelshare.manager.bootstrap import AdminCredentials
+from accelshare.manager.models import Domain, Group
+
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--no-first-run",
+]
+REPO = Path(__file__).resolve().parents[2]
+MIG_CONFIG = REPO / "configs" / "accelerator" / "cuda-mock-mig.toml"
+DOCS_SCREENSHOTS = REPO / "docs" / "screenshots"
+SCREENSHOTS = (
+    DOCS_SCREENSHOTS
+    if os.environ.get("ACCELSHARE_UPDATE_SCREENSHOTS") == "1"
+    else Path(tempfile.gettempdir()) / f"accelshare-screenshots-{os.getpid()}"
+)
+TIMEOUT_MS = 30_000
+USER_EMAIL = "alice@example.com"
+USER_PASSWORD = "alice-password-123"
+HIDDEN_HOLDER = "another domain's session"
+
+sync_api = pytest.importorskip(
+    "playwright.sync_api", reason="playwright is not installed (pip install -e '.[dev]')"
+)
+if not CHROMIUM.exists():
+    pytest.skip(
+        f"{CHROMIUM} is missing (apt-get install chromium); the console tests need it",
+        allow_module_level=True,
+    )
+
+expect = sync_api.expect
+pytestmark = pytest.mark.integration
+expect.set_options(timeout=TIMEOUT_MS)
+
+
+def _env() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if not k.startswith(("ACCELSHARE_", "BACKEND_"))}
+
+
+@contextlib.contextmanager
+def logged_in_client(base: str, email: str, password: str) -> Iterator[httpx.Client]:
+    """An API client with the console's login cookie and CSRF header."""
+    with httpx.Client(base_url=base, timeout=30) as api:
+        login = api.post("/auth/login", json={"email": email, "password": password})
+        login.raise_for_status()
+        api.headers["X-CSRF-Token"] = login.json()["csrf_token"]
+        yield api
+
+
+@dataclass
+class Console:
+    base: str
+    admin: AdminCredentials
+    api: httpx.Client  # logged in as the superadmin (cookie + CSRF header)
+    data_dir: Path
+
+    def live_sessions(self) -> list[dict[str, Any]]:
+        response = self.api.get("/sessions")
+        response.raise_for_status()
+        items: list[dict[str, Any]] = response.json()["items"]
+        return items
+
+    def until(self, condition: Callable[[], Any], what: str, timeout_s: float = 30.0) -> Any:
+        deadline = time.monotonic() + timeout_s
+        while not (value := condition()):
+            if time.monotonic() > deadline:
+                raise AssertionError(f"timed out waiting for {what}")
+            time.sleep(0.1)  # a poll interval, not a synchronisation
+        return value
+
+
+def _start_dev_up(
+    data_dir: Path, port: int, *extra: str
+) -> tuple[subprocess.Popen[str], list[str]]:
+    proc = subprocess.Popen(
+        [
+            *(sys.executable, "-m", "accelshare.client.cli", "dev", "up"),
+            *("--data-dir", str(data_dir), "--port", str(port)),
+            *("--agents", "1", "--cpus", "8", "--mem", "16g"),
+            *extra,
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=_env(),
+    )
+    lines: list[str] = []
+
+    def read() -> None:
+        assert proc.stdout is not None
+        lines.extend(proc.stdout)
+
+    threading.Thread(target=read, daemon=True).start()
+    deadline = time.monotonic() + 120
+    while not any("local cluster is running" in line for line in lines):
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            raise AssertionError("dev up did not start:\n" + "".join(lines))
+        time.sleep(0.1)
+    return proc, lines
+
+
+def _running_console(data_dir: Path, *extra: str) -> Iterator[Console]:
+    port = free_port()
+    proc, _lines = _start_dev_up(data_dir, port, *extra)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        admin = AdminCredentials.from_env_file(data_dir / "admin-credentials.env")
+        with logged_in_client(base, admin.email, admin.password) as api:
+            created = api.post(
+                "/admin/users",
+                json={"email": USER_EMAIL, "password": USER_PASSWORD, "role": "user"},
+            )
+            assert created.status_code == 201, created.text
+            yield Console(base, admin, api, data_dir)
+    finally:
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        reap_processes_under(data_dir)
+
+
+@pytest.fixture(scope="module")
+def console(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Console]:
+    """Fractional mode, two 1.0-fGPU devices (quantum 0.1)."""
+    yield from _running_console(tmp_path_factory.mktemp("console") / "state")
+
+
+@pytest.fixture(scope="module")
+def mig_console(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Console]:
+    """Discrete mode with MIG: cuda.device 2, cuda.device:20g-mig 1, :10g-mig 2, :5g-mig 4."""
+    yield from _running_console(
+        tmp_path_factory.mktemp("mig-console") / "state",
+        *("--mock-config", str(MIG_CONFIG), "--allocation-mode", "discrete"),
+    )
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    with sync_api.sync_playwright() as playwright:
+        chromium = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        try:
+            yield chromium
+        finally:
+            chromium.close()
+
+
+def _fresh_page(browser: Any, console: Console) -> Iterator[Any]:
+    for session in console.live_sessions():
+        console.api.delete(f"/session/{session['sessionId']}", params={"forced": "true"})
+    console.until(lambda: not console.live_sessions(), "no live sessions")
+    context = browser.new_context(viewport={"width": 1280, "height": 860})
+    context.set_default_timeout(TIMEOUT_MS)
+    try:
+        yield context.new_page()
+    finally:
+        context.close()
+
+
+@pytest.fixture
+def page(browser: Any, console: Console) -> Iterator[Any]:
+    """A fresh browser context (no cookies) on a cluster with no live sessions."""
+    yield from _fresh_page(browser, console)
+
+
+@pytest.fixture
+def mig_page(browser: Any, mig_console: Console) -> Iterator[Any]:
+    """The same on the MIG cluster."""
+    yield from _fresh_page(browser, mig_console)
+
+
+def shoot(page: Any, name: str) -> None:
+    page.evaluate(
+        "(t => { t.style.transition = 'none'; t.classList.remove('shown'); })"
+        "(document.getElementById('toast'))"
+    )
+    try:
+        SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(SCREENSHOTS / f"{name}.png"), full_page=True)
+    except OSError as e:  # a read-only checkout still runs the tests
+        warnings.warn(f"screenshot {name} not written: {e}", stacklevel=2)
+
+
+def log_in(page: Any, console: Console, email: str, password: str) -> None:
+    page.goto(console.base + "/")  # a browser's GET / goes to the console
+    expect(page.get_by_role("heading", name="Log in")).to_be_visible()
+    page.get_by_label("Email").fill(email)
+    page.get_by_label("Password").fill(password)
+    page.get_by_role("button", name="Log in").click()
+    expect(page.get_by_role("heading", name="Sessions")).to_be_visible()
+    expect(page.locator("#sessions-live")).to_have_text("Live")
+
+
+def row(page: Any, name: str) -> Any:
+    return page.locator(f'#sessions-body tr[data-session-name="{name}"]')
+
+
+def launch(
+    page: Any,
+    name: str,
+    gpu: str | None = None,
+    *,
+    count: int = 1,
+    fragmentation: str | None = None,
+    screenshot: str | None = None,
+    fill: dict[str, str] | None = None,
+    check: tuple[str, ...] = (),
+) -> None:
+    """Launch through the dialog; ``gpu`` goes to "GPU (fGPU)", ``fill`` maps other
+    inputs' labels to values, ``check`` names the checkboxes (unique slots) to tick."""
+    page.get_by_role("button", name="Launch sessions").click()
+    dialog = page.get_by_role("dialog", name="Launch sessions")
+    expect(dialog).to_be_visible()
+    dialog.get_by_label("Image").fill("python")
+    dialog.get_by_label("Name (optional)").fill(name)
+    dialog.get_by_label("Number of sessions").fill(str(count))
+    if gpu is not None:
+        dialog.get_by_label("GPU (fGPU)", exact=True).fill(gpu)
+    for label, value in (fill or {}).items():
+        dialog.get_by_label(label, exact=True).fill(value)
+    for label in check:
+        dialog.get_by_role("checkbox", name=label, exact=True).check()
+    if fragmentation is not None:
+        dialog.get_by_text("Advanced resource options").click()
+        dialog.get_by_label("Fractional resource fragmentation").select_option(fragmentation)
+    if screenshot:
+        shoot(page, screenshot)
+    dialog.get_by_role("button", name="Launch", exact=True).click()
+    expect(dialog).to_be_hidden()
+
+
+def destroy(page: Any, name: str) -> None:
+    page.get_by_role("button", name=f"Destroy {name}").click()
+    confirm = page.get_by_role("dialog", name="Destroy session?")
+    confirm.get_by_role("button", name="Destroy").click()
+    expect(confirm).to_be_hidden()
+
+
+def status_of(page: Any, name: str) -> Any:
+    return row(page, name).locator(".badge")
+
+
+def test_admin_fractional_bars_pending_queue_and_live_updates(page: Any, console: Console) -> None:
+    page.goto(console.base + "/")
+    expect(page.get_by_role("heading", name="Log in")).to_be_visible()
+    shoot(page, "login")
+    log_in(page, console, console.admin.email, console.admin.password)
+    page.evaluate("window.__notReloaded = true")
+
+    # 0.2 + 1.2 fGPU on two 1.0 GPUs: the devices read 0.60 and 0.80 (spec 02/03).
+    launch(page, "small", "0.2")
+    expect(status_of(page, "small")).to_have_text("RUNNING")
+    launch(page, "big", "1.2", fragmentation="allow", screenshot="launch")
+    expect(status_of(page, "big")).to_have_text("RUNNING")
+    (big,) = [s for s in console.live_sessions() if s["sessionName"] == "big"]
+    assert big["resourceOpts"]["allow_fractional_resource_fragmentation"] is True
+    expect(row(page, "big").locator('.chip[data-slot="cuda.shares"]')).to_have_text("1.20 fGPU")
+    expect(row(page, "small").locator('.chip[data-slot="mem"]')).to_have_text("1 GiB")
+
+    page.get_by_role("link", name="Agents").click()
+    agent = page.locator('article.agent[data-agent-id="i-dev-01"]')
+    gpus = agent.locator('.device[data-slot="cuda.shares"]')
+    expect(gpus).to_have_count(2)
+    expect(gpus.locator(".meter-text").filter(has_text="0.60 / 1.00 fGPU")).to_have_count(1)
+    expect(gpus.locator(".meter-text").filter(has_text="0.80 / 1.00 fGPU")).to_have_count(1)
+    expect(page.locator('.summary-item[data-slot="cuda.shares"] .meter-text')).to_have_text(
+        "1.40 / 2.00 fGPU"
+    )
+    # Who holds each device, and the plugin's live stats per device.
+    expect(gpus.locator(".holder-name").filter(has_text="big")).to_have_count(2)
+    expect(gpus.locator(".holder-name").filter(has_text="small")).to_have_count(1)
+    for term in ("Utilisation", "Memory", "Power", "Temperature"):
+        expect(gpus.locator("dt").filter(has_text=term)).to_have_count(2)
+    shoot(page, "agents")
+
+    # The readings are live: the mock samples new values at every poll (its default
+    # smoothing is "none"), and the page shows them as they come, without a reload.
+    for term in ("Utilisation", "Memory"):
+        reading = gpus.first.locator(".stats div").filter(has_text=term).locator("dd")
+        expect(reading).to_have_text(re.compile(r"\d"))
+        before = reading.inner_text()
+        expect(reading).not_to_have_text(before)
+    assert page.evaluate("window.__notReloaded") is True
+
+    page.get_by_role("link", name="Sessions").click()
+    destroy(page, "small")
+    destroy(page, "big")
+    expect(row(page, "small")).to_have_count(0)
+    expect(row(page, "big")).to_have_count(0)
+
+    # Three 1-fGPU sessions on 2 fGPU: one waits, with the scheduler's reason...
+    launch(page, "trio", "1", count=3)
+    expect(status_of(page, "trio-1")).to_have_text("RUNNING")
+    expect(status_of(page, "trio-2")).to_have_text("RUNNING")
+    expect(status_of(page, "trio-3")).to_have_text("PENDING")
+    reason = row(page, "trio-3").locator(".reason")
+    expect(reason).to_contain_text("cuda.shares")
+    shoot(page, "sessions")
+
+    # ...and runs as soon as one of the others is destroyed, without a reload.
+    destroy(page, "trio-1")
+    expect(row(page, "trio-1")).to_have_count(0)
+    expect(status_of(page, "trio-3")).to_have_text("RUNNING")
+    expect(row(page, "trio-3").locator(".reason")).to_have_count(0)
+    assert page.evaluate("window.__notReloaded") is True
+
+
+def test_plain_user_sees_only_own_sessions_and_no_agents(page: Any, console: Console) -> None:
+    theirs = console.api.post(
+        "/session",
+        json={"image": "python", "name": "admins-own", "config": {"resources": {"cpu": "1"}}},
+    )
+    assert theirs.status_code == 201, theirs.text
+
+    page.goto(console.base + "/")
+    page.get_by_label("Email").fill(USER_EMAIL)
+    page.get_by_label("Password").fill("not the password")
+    page.get_by_role("button", name="Log in").click()
+    expect(page.get_by_role("alert")).to_have_text("Wrong email or password")
+    log_in(page, console, USER_EMAIL, USER_PASSWORD)
+    expect(page.locator("#who-role")).to_have_text("user")
+    expect(page.get_by_role("link", name="Agents")).to_have_count(0)
+    launch(page, "mine", "0.5", fragmentation="forbid")
+    expect(status_of(page, "mine")).to_have_text("RUNNING")
+    (mine,) = [s for s in console.live_sessions() if s["sessionName"] == "mine"]
+    assert mine["resourceOpts"]["allow_fractional_resource_fragmentation"] is False
+    expect(row(page, "mine").locator('.chip[data-slot="cuda.shares"]')).to_have_text("0.50 fGPU")
+    expect(row(page, "admins-own")).to_have_count(0)
+    expect(page.locator("#sessions-body tr")).to_have_count(1)
+    shoot(page, "user-sessions")
+    page.set_viewport_size({"width": 390, "height": 760})  # a phone: rows become cards
+    expect(row(page, "mine").get_by_role("button", name="Destroy mine")).to_be_visible()
+    expect(row(page, "mine").locator(".owner-col")).to_be_hidden()  # admins only
+    shoot(page, "sessions-phone")
+
+    # The agents page is not offered, even by URL, and the API refuses it.
+    page.goto(console.base + "/console/#/agents")
+    expect(page.get_by_role("heading", name="Sessions")).to_be_visible()
+    expect(page.get_by_role("heading", name="Agents")).to_have_count(0)
+    for path in (
+        "/agents",
+        "/agents/i-dev-01",
+        "/agents/i-dev-01/alloc-map",
+        "/agents/i-dev-01/stats",
+        "/events/agents",
+    ):
+        assert page.request.get(console.base + path).status == 403, path
+    # The admin sees both sessions.
+    names = {s["sessionName"] for s in console.live_sessions()}
+    assert {"mine", "admins-own"} <= names
+
+    page.get_by_role("button", name="Log out").click()
+    expect(page.get_by_role("heading", name="Log in")).to_be_visible()
+    expect(page.locator("#login-error")).to_have_text("You are logged out.")
+    assert page.request.get(console.base + "/whoami").status == 401
+
+
+def test_sessions_page_ages_and_logs(page: Any, console: Console) -> None:
+    before_s = time.time()
+    created = console.api.post(
+        "/session",
+        json={
+            "image": "shell",
+            "type": "batch",
+            "name": "printer",
+            "startupCommand": "echo hello-from-the-console-logs; sleep 600",
+            "config": {"resources": {"cpu": "1"}},
+        },
+    )
+    assert created.status_code == 201, created.text
+    session_id = created.json()["sessionId"]
+
+    def logged() -> bool:
+        answer = console.api.get(f"/session/{session_id}/logs").json()
+        return "hello-from-the-console-logs" in answer["result"]["logs"]
+
+    console.until(logged, "the batch session's line in its logs")
+
+    log_in(page, console, console.admin.email, console.admin.password)
+    page.evaluate("window.__notReloaded = true")
+    expect(status_of(page, "printer")).to_have_text("RUNNING")
+    age = row(page, "printer").locator("td.age")
+    expect(age).to_have_text(re.compile(r"^\d+s$"))
+    first_s = int(age.inner_text()[:-1])
+    assert 0 <= first_s <= time.time() - before_s + 2, first_s  # not from another clock
+    # The age keeps counting on the page (no reload, no new event for this session).
+    expect(age).not_to_have_text(f"{first_s}s")
+    later_s = int(age.inner_text()[:-1])
+    assert first_s < later_s <= time.time() - before_s + 2, (first_s, later_s)
+
+    page.get_by_role("button", name="Logs of printer").click()
+    logs = page.get_by_role("dialog", name="Logs of printer")
+    text = logs.get_by_label("Session logs")
+    expect(text).to_contain_text("hello-from-the-console-logs")
+    expect(text).not_to_contain_text("(no output yet)")
+    logs.get_by_role("button", name="Refresh").click()
+    expect(text).to_contain_text("hello-from-the-console-logs")
+    logs.get_by_role("button", name="Close").click()
+    expect(logs).to_be_hidden()
+    assert page.evaluate("window.__notReloaded") is True
+
+
+def add_domain(console: Console, name: str) -> None:
+    """accelshare has no API that creates a domain (the bootstrap makes one); the second
+    one these checks need is written into the dev cluster's SQLite database."""
+    engine = sa.create_engine(
+        f"sqlite:///{console.data_dir / 'manager.db'}", connect_args={"timeout": 30}
+    )
+    try:
+        with orm.Session(engine) as db, db.begin():
+            db.add(Domain(name=name, description="a second domain for the e2e tests"))
+            db.flush()
+            db.add(Group(name="default", domain_name=name))
+    finally:
+        engine.dispose()
+
+
+def kernel_ids(alloc_map: dict[str, Any]) -> set[str]:
+    return {k for d in alloc_map["maps"]["cuda"]["devices"] for k in d["kernels"]}
+
+
+def test_domain_admin_sees_agents_but_not_other_domains_sessions(
+    page: Any, console: Console
+) -> None:
+    add_domain(console, "lab")
+    for email, role, domain in (
+        ("dana@example.com", "admin", "default"),
+        ("leo@lab.example.com", "user", "lab"),
+    ):
+        created = console.api.post(
+            "/admin/users",
+            json={"email": email, "password": f"{role}-password-123", "role": role}
+            | {"domain_name": domain},
+        )
+        assert created.status_code == 201, created.text
+    # A session of the admin's domain (the superadmin's) and one of another domain.
+    ours = console.api.post(
+        "/session",
+        json={
+            "image": "python",
+            "name": "ours",
+            "config": {"resources": {"cpu": "1", "cuda.shares": "0.3"}},
+        },
+    )
+    assert ours.status_code == 201, ours.text
+    with logged_in_client(console.base, "leo@lab.example.com", "user-password-123") as leo:
+        theirs = leo.post(
+            "/session",
+            json={
+                "image": "python",
+                "name": "lab-secret",
+                "config": {"resources": {"cpu": "1", "cuda.shares": "0.5"}},
+            },
+        )
+        assert theirs.status_code == 201, theirs.text
+    info = {
+        name: console.api.get(f"/session/{answer.json()['sessionId']}").json()
+        for name, answer in (("ours", ours), ("theirs", theirs))
+    }
+    assert info["theirs"]["domainName"] == "lab"
+    our_kernel = info["ours"]["kernels"][0]["kernelId"]
+    their_kernel = info["theirs"]["kernels"][0]["kernelId"]
+    full = console.api.get("/agents/i-dev-01/alloc-map").json()
+    assert kernel_ids(full) == {our_kernel, their_kernel}  # the superadmin sees all
+
+    log_in(page, console, "dana@example.com", "admin-password-123")
+    expect(page.locator("#who-role")).to_have_text("admin")
+    # Sessions: the domain's only, with their owner column.
+    expect(status_of(page, "ours")).to_have_text("RUNNING")
+    expect(row(page, "lab-secret")).to_have_count(0)
+    expect(row(page, "ours").locator(".owner-col")).to_be_visible()
+
+    # Agents: offered to a domain admin; the other domain's kernel is anonymous.
+    page.get_by_role("link", name="Agents").click()
+    expect(page.get_by_role("heading", name="Agents", exact=True)).to_be_visible()
+    expect(page.locator("#agents-live")).to_have_text("Live")
+    gpus = page.locator('article.agent[data-agent-id="i-dev-01"] .device[data-slot="cuda.shares"]')
+    expect(gpus).to_have_count(2)
+    expect(gpus.locator(".holder-name").filter(has_text="ours")).to_have_count(1)
+    expect(gpus.locator(".holder-name.hidden-holder")).to_have_text([HIDDEN_HOLDER])
+    expect(gpus.locator(".holders li").filter(has_text=HIDDEN_HOLDER)).to_contain_text("0.50 fGPU")
+    # The bars still add up: 0.3 + 0.5 over the cluster.
+    expect(page.locator('.summary-item[data-slot="cuda.shares"] .meter-text')).to_have_text(
+        "0.80 / 2.00 fGPU"
+    )
+    for secret in ("lab-secret", their_kernel, info["theirs"]["sessionId"]):
+        assert secret not in page.content(), secret
+    for term in ("Utilisation", "Memory", "Power", "Temperature"):
+        expect(gpus.locator("dt").filter(has_text=term)).to_have_count(2)
+    shoot(page, "agents-admin")
+
+    # The same through the API with the admin's cookie: read access, nothing of "lab".
+    get = page.request.get
+    assert get(console.base + "/agents").json()["items"][0]["id"] == "i-dev-01"
+    assert get(console.base + "/agents/i-dev-01/stats").json()["agent_id"] == "i-dev-01"
+    live = get(console.base + "/agents/i-dev-01/alloc-map").json()
+    assert kernel_ids(live) == {our_kernel, "hidden-1"}
+    assert get(console.base + "/agents/i-dev-01/alloc-map?form=compat").ok
+    detail = get(console.base + "/agents/i-dev-01")
+    assert detail.ok
+    for secret in ("lab-secret", their_kernel, info["theirs"]["sessionId"]):
+        assert secret not in detail.text()
+        assert secret not in get(console.base + "/agents").text()
+
+
+def test_launch_dialog_validates_before_submitting(page: Any, console: Console) -> None:
+    log_in(page, console, console.admin.email, console.admin.password)
+    page.get_by_role("button", name="Launch sessions").click()
+    dialog = page.get_by_role("dialog", name="Launch sessions")
+    dialog.get_by_label("Image").fill("")
+    dialog.get_by_label("Name (optional)").fill("bad name!")
+    dialog.get_by_label("Number of sessions").fill("0")
+    dialog.get_by_label("CPU (Core)", exact=True).fill("1.5")
+    gpu = dialog.get_by_label("GPU (fGPU)", exact=True)
+    gpu.fill("0.25")
+    dialog.get_by_role("button", name="Launch", exact=True).click()
+
+    expect(dialog.locator("#err-image")).to_have_text("Enter an image, for example python.")
+    expect(dialog.locator("#err-name")).to_contain_text("1–64 letters")
+    expect(dialog.locator("#err-count")).to_have_text("Launch between 1 and 10 sessions at once.")
+    expect(dialog.locator("#err-res-cpu")).to_have_text("CPU (Core) must be a whole number.")
+    expect(dialog.locator("#err-res-cuda-shares")).to_have_text(
+        "0.25 fGPU is not a multiple of the quantum 0.1: use 0.2 or 0.3."
+    )
+    expect(gpu).to_have_attribute("aria-invalid", "true")
+    shoot(page, "launch-validation")
+
+    gpu.fill("3")  # more than one agent has (2 × 1.0)
+    expect(dialog.locator("#err-res-cuda-shares")).to_have_text(
+        "GPU (fGPU): at most 2.00 fGPU fits on one agent."
+    )
+    gpu.fill("0.3")  # fixed: the message goes away as the value is corrected
+    expect(dialog.locator("#err-res-cuda-shares")).to_be_hidden()
+    dialog.get_by_label("CPU (Core)", exact=True).fill("0")
+    expect(dialog.locator("#err-res-cpu")).to_have_text("CPU (Core) must be more than 0.")
+    # The slider and the number are one value, on the quantum's grid.
+    slider = dialog.get_by_label("GPU (fGPU) slider")
+    expect(slider).to_have_attribute("step", "0.1")
+    expect(slider).to_have_attribute("max", "2")
+    slider.fill("0.7")
+    expect(gpu).to_have_value("0.7")
+    expect(dialog).to_be_visible()
+    assert console.live_sessions() == []  # nothing was sent
+
+
+MIG_SLOTS = {"20g": 1, "10g": 2, "5g": 4}  # profile -> slices in cuda-mock-mig.toml
+FORM_ROLES = ("textbox", "spinbutton", "slider", "checkbox", "combobox")
+
+
+def accessible_names(dialog: Any) -> list[str]:
+    """The names Chromium computes for every form control of the dialog (its
+    accessibility tree, as a screen reader would announce them)."""
+    pattern = re.compile(rf'^\s*- ({"|".join(FORM_ROLES)}) "([^"]*)"', re.MULTILINE)
+    return [f"{role}: {name}" for role, name in pattern.findall(dialog.aria_snapshot())]
+
+
+def test_whole_and_mig_devices_labels_chips_and_bars(mig_page: Any, mig_console: Console) -> None:
+    page, console = mig_page, mig_console
+    log_in(page, console, console.admin.email, console.admin.password)
+    page.get_by_role("button", name="Launch sessions").click()
+    dialog = page.get_by_role("dialog", name="Launch sessions")
+    expect(dialog.get_by_role("checkbox")).to_have_count(len(MIG_SLOTS))
+
+    # Every control has its own accessible name (three "MIG GPU (GPU)" inputs were
+    # indistinguishable), and each control of the form is in the accessibility tree.
+    dialog.get_by_text("Advanced resource options").click()  # its select too
+    names = accessible_names(dialog)
+    controls = dialog.locator("input, select").count()
+    assert len(names) == controls, (names, controls)
+    assert len(set(names)) == len(names), names
+    assert all(name.split(": ", 1)[1].strip() for name in names), names
+    for profile in MIG_SLOTS:
+        assert f"checkbox: MIG GPU {profile} (one slice)" in names, names
+    assert "spinbutton: GPU (GPU)" in names, names
+    assert "slider: GPU (GPU) slider" in names, names
+
+    # A unique slot is a checkbox (exactly 1 or nothing); whole GPUs are whole numbers.
+    whole = dialog.get_by_label("GPU (GPU)", exact=True)
+    whole.fill("1.5")
+    dialog.get_by_role("button", name="Launch", exact=True).click()
+    expect(dialog.locator("#err-res-cuda-device")).to_have_text("GPU (GPU) must be a whole number.")
+    whole.fill("3")
+    expect(dialog.locator("#err-res-cuda-device")).to_have_text(
+        "GPU (GPU): at most 2 GPU fits on one agent."
+    )
+    slice_box = dialog.get_by_role("checkbox", name="MIG GPU 10g (one slice)")
+    expect(slice_box).not_to_be_checked()
+    expect(dialog.locator("#hint-res-cuda-device-10g-mig")).to_contain_text("exactly 1")
+    dialog.get_by_role("button", name="Cancel").click()
+    assert console.live_sessions() == []
+
+    launch(page, "whole", fill={"GPU (GPU)": "1"})
+    launch(page, "slice", check=("MIG GPU 10g (one slice)",), screenshot="launch-mig")
+    expect(status_of(page, "whole")).to_have_text("RUNNING")
+    expect(status_of(page, "slice")).to_have_text("RUNNING")
+    requested = {s["sessionName"]: s["requestedSlots"] for s in console.live_sessions()}
+    assert requested["slice"]["cuda.device:10g-mig"] == "1"
+    assert "cuda.device" not in requested["slice"]
+    assert requested["whole"]["cuda.device"] == "1"
+    # Chips tell a whole GPU from a MIG slice.
+    expect(row(page, "whole").locator('.chip[data-slot="cuda.device"]')).to_have_text("1 GPU")
+    expect(row(page, "slice").locator('.chip[data-slot="cuda.device:10g-mig"]')).to_have_text(
+        "1 GPU (MIG 10g)"
+    )
+
+    page.get_by_role("link", name="Agents").click()
+    summary = page.locator("#cluster-summary")
+    expect(summary.locator('.summary-item[data-slot="cuda.device"] .meter-text')).to_have_text(
+        "1 / 2 GPU"
+    )
+    for profile, slices in MIG_SLOTS.items():
+        item = summary.locator(f'.summary-item[data-slot="cuda.device:{profile}-mig"]')
+        expect(item.locator("h3")).to_contain_text(f"MIG GPU {profile}")
+        used = 1 if profile == "10g" else 0
+        expect(item.locator(".meter-text")).to_have_text(f"{used} / {slices} GPU")
+        expect(item.get_by_role("meter")).to_have_attribute("aria-valuenow", str(used))
+
+    agent = page.locator('article.agent[data-agent-id="i-dev-01"]')
+    gpus = agent.locator('.device[data-slot="cuda.device"]')
+    expect(gpus).to_have_count(2)
+    expect(gpus.locator(".meter-text").filter(has_text="1 / 1 GPU")).to_have_count(1)
+    expect(gpus.locator(".meter-text").filter(has_text="0 / 1 GPU")).to_have_count(1)
+    taken = gpus.filter(has_text="1 / 1 GPU")
+    expect(taken.locator(".holder-name")).to_have_text(["whole"])
+    expect(taken.locator(".holders li")).to_have_text(["whole 1 GPU"])
+    expect(gpus.filter(has_text="0 / 1 GPU").locator(".holders")).to_have_text("free")
+    for profile, slices in MIG_SLOTS.items():
+        devices = agent.locator(f'.device[data-slot="cuda.device:{profile}-mig"]')
+        expect(devices).to_have_count(slices)
+        expect(devices.locator(".device-name").filter(has_text=f"MIG-{profile}")).to_have_count(
+            slices
+        )
+        for term in ("Utilisation", "Memory", "Power", "Temperature"):
+            expect(devices.locator("dt").filter(has_text=term)).to_have_count(slices)
+    tens = agent.locator('.device[data-slot="cuda.device:10g-mig"]')
+    expect(tens.locator(".meter-text").filter(has_text="1 / 1 GPU")).to_have_count(1)
+    expect(tens.locator(".meter-text").filter(has_text="0 / 1 GPU")).to_have_count(1)
+    expect(tens.filter(has_text="1 / 1 GPU").locator(".holders li")).to_have_text(
+        ["slice 1 GPU (MIG 10g)"]
+    )
+    expect(agent.locator('.chip[data-slot="cuda.device:10g-mig"]')).to_have_text(
+        "MIG GPU 10g: 1 / 2 GPU"
+    )
+    shoot(page, "agents-mig")
+
+    # Freeing the slice shows at once on the page.
+    page.get_by_role("link", name="Sessions").click()
+    destroy(page, "slice")
+    page.get_by_role("link", name="Agents").click()
+    expect(tens.locator(".meter-text")).to_have_text(["0 / 1 GPU", "0 / 1 GPU"])
+
+
+FORMAT_CASES = """async () => {
+  const f = await import("/console/format.js");
+  const details = {
+    "cuda.shares": {display_unit: "fGPU", number_format: {binary: false, round_length: 2}},
+    mem: {display_unit: "GiB", number_format: {binary: true, round_length: 0}},
+    cpu: {display_unit: "Core", number_format: {binary: false, round_length: 0}},
+    "cuda.device": {human_readable_name: "GPU", display_unit: "GPU", number_format: {round_length: 0}},
+    "cuda.device:10g-mig": {human_readable_name: "MIG GPU", display_unit: "GPU", number_format: {round_length: 0}},
+    "x.device:1g-mig": {human_readable_name: "Accel", display_unit: "dev", number_format: {round_length: 0}},
+  };
+  const l = await import("/console/launch.js");
+  const unique = {slot: "cuda.device:10g-mig", label: "MIG GPU 10g", unit: "GPU", unique: true,
+                  quantum: null, whole: true, required: false, max: 2, maxText: "2"};
+  return {
+    shares: f.formatAmount(details, "cuda.shares", "0.5"),
+    mem: f.formatAmount(details, "mem", "2147483648"),
+    halfGib: f.formatAmount(details, "mem", "1610612736"),
+    cpu: f.formatAmount(details, "cpu", "2"),
+    unknown: f.formatAmount(details, "tpu.device", "3"),
+    onGrid: f.checkQuantum("1.2", "0.1"),
+    offGrid: f.checkQuantum("0.25", "0.1"),
+    tiny: f.checkQuantum("0.05", "0.1"),
+    float: f.checkQuantum("0.3", "0.1"),  // 0.3 / 0.1 is not an integer in floats
+    whole: [f.isWholeNumber("2"), f.isWholeNumber("2.0"), f.isWholeNumber("1.5")],
+    slots: f.formatSlots(details, {"cuda.shares": "0.2", mem: "1073741824", cpu: "1", x: "0"}),
+    age: [f.age("2026-01-01T00:00:00Z", Date.parse("2026-01-01T02:05:09Z"))],
+    labels: ["cuda.device", "cuda.device:10g-mig", "x.device:1g-mig", "y.z:a"].map((s) => f.slotLabel(details, s)),
+    chips: [f.formatAmount(details, "cuda.device", "1"), f.formatAmount(details, "cuda.device:10g-mig", "1")],
+    unique: ["0", "1", "2", "0.5"].map((v) => l.slotProblem(unique, v)),
+  };
+}"""
+
+
+def test_slot_formatting_and_quantum_checks(browser: Any, console: Console) -> None:
+    """format.js's pure helpers, run where they run: in the browser."""
+    context = browser.new_context()
+    try:
+        page = context.new_page()
+        page.goto(console.base + "/console/")
+        result = page.evaluate(FORMAT_CASES)
+    finally:
+        context.close()
+    assert result["shares"] == "0.50 fGPU"
+    assert result["mem"] == "2 GiB"
+    assert result["halfGib"] == "1.5 GiB"  # rounding would hide half a GiB
+    assert result["cpu"] == "2 Core"
+    assert result["unknown"] == "3"
+    assert result["onGrid"] == {"ok": True}
+    assert result["offGrid"] == {"ok": False, "below": "0.2", "above": "0.3"}
+    assert result["tiny"] == {"ok": False, "below": "0", "above": "0.1"}
+    assert result["float"] == {"ok": True}
+    assert result["whole"] == [True, True, False]
+    assert [s["text"] for s in result["slots"]] == ["1 Core", "1 GiB", "0.20 fGPU"]
+    assert result["age"] == ["2h 5m"]
+    assert result["labels"] == ["GPU", "MIG GPU 10g", "Accel MIG 1g", "y.z:a"]
+    assert result["chips"] == ["1 GPU", "1 GPU (MIG 10g)"]
+    refused = "MIG GPU 10g (GPU) is a whole slice: request exactly 1, or 0 for none."
+    assert result["unique"] == ["", "", refused, refused]

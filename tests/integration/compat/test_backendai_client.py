@@ -1,0 +1,287 @@
+"""The official Backend.AI client (backend.ai-client 25.5.2) against accelshare (issue #12).
+
+The real ``backend.ai`` CLI and SDK (their own request signing, headers and GraphQL
+queries, unchanged) drive a local cluster: one agent with two mock GPUs of 1.0
+``cuda.shares`` each (``...2d01``, ``...2d02``, quantum 0.1).  See conftest.py for how
+the client and the cluster are provided, and docs/compatibility.md for the level
+these tests pin down.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+from accelshare.devcluster import LocalCluster
+
+from .conftest import Bai
+
+pytestmark = pytest.mark.integration
+
+AGENT = "i-dev-01"
+GPU1 = "c59395cd-ac91-4cd3-a1b0-3d2568aa2d01"
+GPU2 = "c59395cd-ac91-4cd3-a1b0-3d2568aa2d02"
+ALLOC_MAP_QUERY = "query ($agent_id: String!) { agent(agent_id: $agent_id) { gpu_alloc_map } }"
+CREATED = re.compile(r"Session ID ([0-9a-f-]{36}) is created and ready\.")
+ENQUEUED = re.compile(r"Session ID ([0-9a-f-]{36}) is enqueued for scheduling\.")
+
+
+def created_id(output: str) -> str:
+    match = CREATED.search(output)
+    assert match, f"no 'is created and ready' line in {output!r}"
+    return match.group(1)
+
+
+def picked(sessions: dict[str, str], *names: str) -> list[str | None]:
+    """The statuses of these sessions (the cluster is shared with the other tests)."""
+    return [sessions.get(name) for name in names]
+
+
+def gpu_alloc_map(bai: Bai) -> dict[str, str]:
+    """The documented query through the client's GraphQL call; checks the wire shape."""
+    answer = bai.sdk("gql", query=ALLOC_MAP_QUERY, variables={"agent_id": AGENT})
+    wire = answer["wire"]
+    assert list(wire) == ["data"], wire  # no "errors"
+    assert answer["data"] == wire["data"]
+    raw = wire["data"]["agent"]["gpu_alloc_map"]
+    assert isinstance(raw, str)  # a JSON *string*, as Backend.AI's JSONString
+    alloc: dict[str, str] = json.loads(raw)
+    return alloc
+
+
+def test_version_negotiation_and_the_clients_own_signatures(
+    bai: Bai, cluster: LocalCluster
+) -> None:
+    hello = bai.sdk("hello")
+    assert hello["hello"]["version"] == "v8.20240915"
+    assert hello["hello"]["manager"]
+    assert hello["negotiated"] == [8, "20240915"]
+
+    # Signed by the client (Date, X-BackendAI-Version, Authorization: BackendAI
+    # signMethod=HMAC-SHA256, credential=...): accepted.
+    keypair = bai.sdk("keypair")
+    assert keypair["access_key"] == cluster.client_config().access_key
+    assert keypair["is_active"] is True
+    assert keypair["is_admin"] is True
+    assert keypair["secret_key"] is None  # accelshare shows a secret only at creation
+
+    # The same request signed with a wrong secret: refused with the reason.
+    refused = bai.sdk("bad_secret")
+    assert refused["status"] == 401
+    assert refused["data"]["reason"] == "signature-mismatch"
+
+
+def test_cli_fractional_sessions_alloc_map_and_pending_queue(bai: Bai) -> None:
+    small = bai.ok(
+        "session", "create", "-r", "cpu=1", "-r", "mem=2g", "-r", "cuda.shares=0.2",
+        "--name", "compat-small", "python",
+    )  # fmt: skip
+    small_id = created_id(small.output)
+    big = bai.ok(
+        "session", "create", "-r", "cpu=1", "-r", "mem=2g", "-r", "cuda.shares=1.2",
+        "--name", "compat-big", "python",
+    )  # fmt: skip
+    created_id(big.output)
+
+    # The Backend.AI docs' example: 0.2 then 1.2 shares on two 1.0-share GPUs.
+    alloc = gpu_alloc_map(bai)
+    assert alloc == {GPU2: "0.80", GPU1: "0.60"}
+    assert list(alloc) == [GPU2, GPU1]  # most allocated first
+
+    listed = bai.ok("ps")
+    assert "compat-small" in listed.stdout
+    assert "compat-big" in listed.stdout
+    assert bai.ok("session", "list").stdout.count("RUNNING") == 2
+    assert picked(bai.sessions(), "compat-small", "compat-big") == ["RUNNING", "RUNNING"]
+
+    agents = bai.ok("admin", "agent", "list")
+    assert AGENT in agents.stdout
+    assert "cuda.shares:1.4" in agents.stdout
+    detail = bai.ok("--output", "json", "admin", "agent", "info", AGENT).json()["items"][0]
+    assert detail["id"] == AGENT
+    assert detail["status"] == "ALIVE"
+    assert detail["available_slots"]["cuda.shares"] == "2"
+    assert detail["occupied_slots"]["cuda.shares"] == "1.4"
+
+    # 1.0 share: 0.4 + 0.2 free, so it waits (fragmented or not; the option's effect
+    # is pinned down by test_cli_resource_opts_decide_whether_a_request_fragments).
+    pending = bai.ok(
+        "session", "create", "-r", "cpu=1", "-r", "mem=1g", "-r", "cuda.shares=1.0",
+        "--enqueue-only", "--name", "compat-pending", "python",
+    )  # fmt: skip
+    match = ENQUEUED.search(pending.output)
+    assert match, pending
+    pending_id = match.group(1)
+    assert bai.sessions()["compat-pending"] == "PENDING"
+
+    def explained() -> str | None:  # the scheduler's reason, once its pass has run
+        out = bai.ok("session", "info", pending_id).stdout
+        return out if "cuda.shares needs 1" in out else None
+
+    why = bai.until(explained, what="the PENDING reason of compat-pending")
+    assert "PENDING" in why
+
+    destroyed = bai.ok("session", "destroy", "compat-big")
+    assert "Done." in destroyed.output
+
+    def pending_runs() -> dict[str, str] | None:
+        sessions = bai.sessions()
+        return sessions if sessions.get("compat-pending") == "RUNNING" else None
+
+    sessions = bai.until(pending_runs, what="compat-pending to become RUNNING")
+    assert sessions["compat-big"] == "TERMINATED"
+    assert gpu_alloc_map(bai) == {GPU1: "1.00", GPU2: "0.20"}
+
+    info = bai.ok("session", "info", small_id)
+    assert "compat-small" in info.stdout
+    assert "cuda.shares:0.2" in info.stdout
+    assert small_id in info.stdout
+
+    bai.ok("session", "destroy", "compat-small", "compat-pending")
+    assert (
+        picked(bai.sessions(), "compat-small", "compat-big", "compat-pending") == ["TERMINATED"] * 3
+    )
+    assert gpu_alloc_map(bai) == {GPU1: "0.00", GPU2: "0.00"}
+
+
+def test_cli_bare_create_prints_the_id_and_the_session_runs(bai: Bai) -> None:
+    """The issue's first command as is: no --name (the client makes one up)."""
+    result = bai.ok(
+        "session", "create", "-r", "cpu=1", "-r", "mem=1g", "-r", "cuda.shares=0.2", "python"
+    )  # fmt: skip
+    assert result.stdout == ""
+    # The client's whole output: its status line (on stderr), nothing else.
+    printed = re.fullmatch(
+        r"\W*Session ID ([0-9a-f-]{36}) is created and ready\.\s*", result.stderr
+    )
+    assert printed, result
+    session_id = printed.group(1)
+    assert created_id(result.output) == session_id
+
+    info = bai.ok("session", "info", session_id).stdout
+    assert session_id in info
+    assert "RUNNING" in info
+    assert "cuda.shares:0.2" in info
+    generated = [name for name, status in bai.sessions().items() if status == "RUNNING"]
+    assert len(generated) == 1, generated
+    assert generated[0].startswith("pysdk-")  # the client's own generated name
+    assert sorted(gpu_alloc_map(bai).values()) == ["0.00", "0.20"]
+
+    assert "Done." in bai.ok("session", "destroy", generated[0]).output
+    assert bai.sessions()[generated[0]] == "TERMINATED"
+
+
+def test_cli_resource_opts_decide_whether_a_request_fragments(bai: Bai) -> None:
+    """``--resource-opts allow_fractional_resource_fragmentation=...`` changes the outcome.
+
+    0.6 share on each GPU (a second 0.6 cannot join the first), so 0.4 + 0.4 stay free:
+    0.8 fits only split over both devices.
+    """
+    for name in ("compat-hold-1", "compat-hold-2"):
+        created_id(
+            bai.ok(
+                "session", "create", "-r", "cpu=1", "-r", "mem=1g", "-r", "cuda.shares=0.6",
+                "--name", name, "python",
+            ).output
+        )  # fmt: skip
+    assert gpu_alloc_map(bai) == {GPU1: "0.60", GPU2: "0.60"}
+
+    # Not allowed to fragment: enqueued, with the scheduler's reason saying why.
+    whole = bai.ok(
+        "session", "create", "-r", "cpu=1", "-r", "mem=1g", "-r", "cuda.shares=0.8",
+        "--resource-opts", "allow_fractional_resource_fragmentation=false",
+        "--name", "compat-whole", "python",
+    )  # fmt: skip
+    match = ENQUEUED.search(whole.output)
+    assert match, whole
+    assert not CREATED.search(whole.output)
+    whole_id = match.group(1)
+
+    def explained() -> str | None:
+        out = bai.ok("session", "info", whole_id).stdout
+        return out if "without fragmentation" in out else None
+
+    why = bai.until(explained, what="the fragmentation reason of compat-whole")
+    assert "PENDING" in why
+    assert "cuda.shares needs 0.8, largest placement 0.4 without fragmentation" in why
+    assert bai.sdk("info", name="compat-whole")["resourceOpts"] == {
+        "allow_fractional_resource_fragmentation": False
+    }
+
+    # The same request allowed to fragment: created at once, 0.4 on each device.
+    split = bai.ok(
+        "session", "create", "-r", "cpu=1", "-r", "mem=1g", "-r", "cuda.shares=0.8",
+        "--resource-opts", "allow_fractional_resource_fragmentation=true",
+        "--name", "compat-split", "python",
+    )  # fmt: skip
+    created_id(split.output)
+    assert bai.sdk("info", name="compat-split")["resourceOpts"] == {
+        "allow_fractional_resource_fragmentation": True
+    }
+    assert gpu_alloc_map(bai) == {GPU1: "1.00", GPU2: "1.00"}
+    sessions = bai.sessions()
+    assert picked(sessions, "compat-whole", "compat-split") == ["PENDING", "RUNNING"]
+
+
+def test_cli_logs_of_a_batch_session(bai: Bai) -> None:
+    bai.ok(
+        "session", "create", "--type", "batch", "-c", "echo hello-from-compat",
+        "-r", "cpu=1", "-r", "mem=1g", "--name", "compat-batch", "shell",
+    )  # fmt: skip
+
+    def logged() -> str | None:
+        out = bai.ok("session", "logs", "compat-batch").stdout
+        return out if "hello-from-compat" in out else None
+
+    assert "hello-from-compat" in bai.until(logged, what="the batch session's output")
+
+
+def test_sdk_session_and_agent_calls(bai: Bai) -> None:
+    resources = {"cpu": "1", "mem": "1g", "cuda.shares": "0.5"}
+    created = bai.sdk("create", image="python", name="compat-sdk", resources=resources)
+    assert created["status"] == "RUNNING"
+    assert created["created"] is True
+    again = bai.sdk("create", image="python", name="compat-sdk", resources=resources)
+    assert again == {**created, "created": False}  # reuseIfExists: the same session
+
+    info = bai.sdk("info", name="compat-sdk")
+    assert info["sessionId"] == created["id"]
+    assert info["status"] == "RUNNING"
+    assert info["occupiedSlots"]["cuda.shares"] == "0.5"
+
+    agents = bai.sdk("agents", agent_id=AGENT)
+    assert agents["total"] == 1
+    assert agents["items"][0]["id"] == AGENT
+    assert json.loads(agents["detail"]["occupied_slots"])["cuda.shares"] == "0.5"
+    assert agents["detail"]["cpu_cur_pct"] is None  # not measured: null, not invented
+
+    assert bai.sdk("logs", name="compat-sdk") == {"result": {"logs": ""}}
+    destroyed = bai.sdk("destroy", name="compat-sdk")
+    assert destroyed["sessionId"] == created["id"]
+    assert destroyed["status"] == "TERMINATED"
+
+
+def test_what_does_not_work_fails_clearly(bai: Bai) -> None:
+    # The client itself insists on a UUID for `session info` (no request is sent).
+    by_name = bai("session", "info", "compat-nosuch")
+    assert by_name.code != 0
+    assert "must be given in the UUID format" in by_name.output
+
+    # Backend.AI's filter mini-language is not implemented: a readable GraphQL error.
+    filtered = bai("ps", "--filter", 'name == "x"')
+    assert filtered.code != 0
+    assert "does not support Backend.AI's filter expressions" in filtered.output
+
+    # No virtual folders: the list is empty, a folder is a 501 that says why.
+    assert bai.ok("--output", "json", "vfolder", "list").json()["total_count"] == 0
+    folder = bai("vfolder", "info", "data")
+    assert folder.code != 0
+    assert "501" in folder.output
+    assert "no virtual folders" in folder.output
+
+    missing = bai("session", "destroy", "compat-nosuch")
+    assert missing.code != 0
+    assert "404" in missing.output
+    assert "No session 'compat-nosuch'" in missing.output

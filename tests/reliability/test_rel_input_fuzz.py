@@ -1,0 +1,363 @@
+"""Hypothesis against every parser of outside input: manager.toml, agent.toml, the config
+store settings, mock-accelerator.toml, ``-r`` values, ``ResourceSlot.from_user_input``,
+and the agent's restart recovery reading ``resource.txt`` files.
+
+The contract everywhere: a value or the module's own error type naming what is wrong,
+never another exception; recovery never crashes and never loses a kernel.
+Short run: 150 examples each; ``ACCELSHARE_RELIABILITY_FULL=1``: 3000.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import tomllib
+from collections.abc import Callable, Mapping
+from decimal import Decimal
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from accelshare.accel.errors import PluginConfigError
+from accelshare.accel.mock.config import parse_mock_config
+from accelshare.agent.recovery import discover_kernels, sort_kernels
+from accelshare.agent.runtime.base import KernelInfo, KernelState
+from accelshare.client.cli.args import ArgumentError, parse_resources
+from accelshare.common import CommonValueError, ResourceSlot, SlotTypes
+from accelshare.config.agent_file import AgentConfigError, parse_agent_config
+from accelshare.config.errors import ConfigFileError
+from accelshare.config.settings import load_config_store_settings
+from accelshare.manager.config import ManagerConfigError, load_manager_config
+
+from .conftest import scaled
+
+T = TypeVar("T")
+E = TypeVar("E", bound=Exception)
+EXAMPLES = scaled(150, 3000)
+FUZZ = settings(
+    max_examples=EXAMPLES,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+TYPES: Mapping[str, SlotTypes | str] = {
+    "cpu": SlotTypes.COUNT,
+    "mem": SlotTypes.BYTES,
+    "cuda.shares": SlotTypes.COUNT,
+    "cuda.device": SlotTypes.COUNT,
+}
+
+scalars = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(min_value=-(2**70), max_value=2**70),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.text(max_size=20),
+    st.sampled_from(["1", "0.5", "1g", "inf", "Infinity", "NaN", "-1", "1e999", "127.0.0.1:1"]),
+)
+values = st.recursive(
+    scalars,
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4)
+    ),
+    max_leaves=12,
+)
+
+
+def attempt(error: type[E], call: Callable[[], T]) -> T | E:
+    """``call()``, or the ``error`` it raised (any other exception propagates)."""
+    try:
+        return call()
+    except error as e:
+        return e
+
+
+def tables(keys: list[str]) -> st.SearchStrategy[dict[str, Any]]:
+    """Dicts shaped like a config file: known sections with known and odd keys."""
+    section = st.dictionaries(st.sampled_from(keys) | st.text(max_size=10), values, max_size=6)
+    return st.dictionaries(
+        st.sampled_from(
+            [
+                "manager",
+                "db",
+                "api",
+                "bootstrap",
+                "agent",
+                "etcd",
+                "config-store",
+                "container",
+                "resource",
+            ]
+        ),
+        section | values,
+        max_size=4,
+    )
+
+
+def to_toml(data: Mapping[str, Any]) -> str | None:
+    """A TOML document for ``data`` when it can be written as one (else None)."""
+
+    def scalar(v: Any) -> str | None:
+        if isinstance(v, bool):
+            return "true" if v else "false"
+        if isinstance(v, int):
+            return str(v) if abs(v) < 2**63 else None
+        if isinstance(v, float):
+            return repr(v) if math.isfinite(v) else None
+        if isinstance(v, str):
+            return json.dumps(v)  # a JSON string is a TOML basic string
+        if isinstance(v, list):
+            items = [scalar(x) for x in v]
+            return None if None in items else "[" + ", ".join(str(i) for i in items) + "]"
+        return None
+
+    lines: list[str] = []
+    for name, body in data.items():
+        if not isinstance(body, dict):
+            return None
+        lines.append(f"[{json.dumps(name)}]")
+        for key, value in body.items():
+            rendered = scalar(value)
+            if rendered is None:
+                continue
+            lines.append(f"{json.dumps(key)} = {rendered}")
+    return "\n".join(lines) + "\n"
+
+
+MANAGER_KEYS = [
+    "data-dir",
+    "service-addr",
+    "cluster-secret",
+    "schedule-interval",
+    "url",
+    "pool-size",
+    "busy-timeout",
+    "max-clock-skew",
+    "agent-timeout",
+    "email",
+]
+
+
+@FUZZ
+@given(st.one_of(st.text(max_size=200), tables(MANAGER_KEYS).map(to_toml)))
+def test_manager_toml_never_crashes(
+    tmp_path_factory: pytest.TempPathFactory, text: str | None
+) -> None:
+    if text is None:
+        return
+    path = tmp_path_factory.mktemp("m") / "manager.toml"
+    path.write_text(text, encoding="utf-8")
+    result = attempt(ManagerConfigError, lambda: load_manager_config(path))
+    if isinstance(result, ManagerConfigError):
+        assert str(path) in str(result)
+
+
+@FUZZ
+@given(
+    st.one_of(
+        st.text(max_size=200),
+        tables(["addr", "endpoints", "path", "namespace", "backend", "user", "password"]).map(
+            to_toml
+        ),
+    )
+)
+def test_config_store_settings_never_crash(
+    tmp_path_factory: pytest.TempPathFactory, text: str | None
+) -> None:
+    if text is None:
+        return
+    path = tmp_path_factory.mktemp("s") / "manager.toml"
+    path.write_text(text, encoding="utf-8")
+    result = attempt(ConfigFileError, lambda: load_config_store_settings(path, env={}))
+    if isinstance(result, ConfigFileError):
+        assert str(path) in str(result)
+
+
+AGENT_KEYS = [
+    "id",
+    "rpc-listen-addr",
+    "scaling-group",
+    "runtime",
+    "scratch-root",
+    "scratch-size",
+    "reserved-cpu",
+    "reserved-mem",
+    "allow-plugins",
+    "addr",
+]
+
+
+@FUZZ
+@given(tables(AGENT_KEYS))
+def test_agent_toml_never_crashes(data: dict[str, Any]) -> None:
+    result = attempt(AgentConfigError, lambda: parse_agent_config(data, source="fuzz.toml"))
+    if isinstance(result, AgentConfigError):
+        assert "fuzz.toml" in str(result)
+
+
+MOCK_KEYS = [
+    "slot_name",
+    "device_plugin_name",
+    "formats",
+    "devices",
+    "mother_uuid",
+    "model_name",
+    "memory_size",
+    "processing_units",
+    "numa_node",
+    "is_mig_device",
+]
+
+
+@FUZZ
+@given(st.dictionaries(st.sampled_from(MOCK_KEYS) | st.text(max_size=8), values, max_size=6))
+def test_mock_accelerator_config_never_crashes(data: dict[str, Any]) -> None:
+    result = attempt(PluginConfigError, lambda: parse_mock_config(data, source="fuzz-mock.toml"))
+    if isinstance(result, PluginConfigError):
+        assert "fuzz-mock.toml" in str(result)
+
+
+@FUZZ
+@given(
+    st.lists(
+        st.text(max_size=24)
+        | st.builds("{}={}".format, st.text(max_size=10), st.text(max_size=10)),
+        max_size=6,
+    )
+)
+def test_resource_option_never_crashes(raw: list[str]) -> None:
+    parsed = attempt(ArgumentError, lambda: parse_resources(raw))
+    if isinstance(parsed, ArgumentError):
+        assert str(parsed).startswith("-r")
+        return
+    assert all(isinstance(v, str) and v for v in parsed.values())
+
+
+@FUZZ
+@given(
+    st.dictionaries(st.sampled_from(list(TYPES)) | st.text(max_size=12), values, max_size=5),
+    st.booleans(),
+)
+def test_from_user_input_never_crashes(data: dict[str, Any], known: bool) -> None:
+    try:
+        slots = ResourceSlot.from_user_input(data, TYPES if known else None)
+    except CommonValueError:
+        return
+    for amount in slots.values():
+        assert amount.is_finite() or amount.is_infinite()
+        assert not amount.is_nan()
+        assert amount >= 0
+
+
+resource_lines = st.one_of(
+    st.text(max_size=60),
+    st.builds(
+        "{}={}".format,
+        st.sampled_from(
+            [
+                "CPU_SHARES",
+                "MEM_SHARES",
+                "CUDA.SHARES_SHARES",
+                "CID",
+                "SLOTS",
+                "MOUNTS",
+                "SCRATCH_SIZE",
+                "UNIFIED_DEVICES",
+            ]
+        ),
+        st.text(max_size=40),
+    ),
+)
+
+
+@FUZZ
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["running", "exited", "orphan"]),
+            st.one_of(st.lists(resource_lines, max_size=6).map("\n".join), st.just(None)),
+        ),
+        max_size=8,
+    )
+)
+def test_recovery_sorts_every_kernel_exactly_once(kernels: list[tuple[str, str | None]]) -> None:
+    infos: list[KernelInfo] = []
+    texts: dict[str, str | OSError] = {}
+    for i, (kind, text) in enumerate(kernels):
+        kid = f"k{i:03d}"
+        infos.append(
+            KernelInfo(
+                kid,
+                "process",
+                KernelState.EXITED if kind == "exited" else KernelState.RUNNING,
+                cid=str(1000 + i),
+                scratch_dir=None if kind == "orphan" else Path("/scratch") / kid,
+            )
+        )
+        if text is not None:
+            texts[kid] = text
+    report = sort_kernels(infos, texts, TYPES)
+    ids = [k.kernel_id for k in report.live]
+    ids += [k.kernel_id for k in report.exited]
+    ids += [k.info.kernel_id for k in report.unrecoverable]
+    assert sorted(ids) == sorted(i.kernel_id for i in infos)  # none lost, none doubled
+
+
+class _ScannedRuntime:
+    """Just enough of a runtime for :func:`discover_kernels`."""
+
+    def __init__(self, infos: list[KernelInfo]) -> None:
+        self.infos = infos
+
+    async def scan_kernels(self) -> list[KernelInfo]:
+        return self.infos
+
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        pytest.param(b"\xff\xfe\x00garbage\x80\x81", id="not-utf8"),
+        pytest.param(b"CUDA.SHARES_SHARES=g0:0.5\n\xc3(\n", id="one-bad-byte"),
+        pytest.param(b"", id="empty"),
+        pytest.param(b"\x00" * 4096, id="nul-bytes"),
+    ],
+)
+async def test_recovery_survives_a_garbled_resource_txt(tmp_path: Path, content: bytes) -> None:
+    """Regression: a resource.txt that is not UTF-8 made discovery (and so the agent's
+    start) raise UnicodeDecodeError; now that kernel is kept as unrecoverable."""
+    good, bad = tmp_path / "good", tmp_path / "bad"
+    for scratch in (good, bad):
+        (scratch / "config").mkdir(parents=True)
+    (good / "config" / "resource.txt").write_text("CUDA.SHARES_SHARES=g0:0.5\nCID=1\n")
+    (bad / "config" / "resource.txt").write_bytes(content)
+    runtime = _ScannedRuntime(
+        [
+            KernelInfo("good", "process", KernelState.RUNNING, cid="1", scratch_dir=good),
+            KernelInfo("bad", "process", KernelState.RUNNING, cid="2", scratch_dir=bad),
+        ]
+    )
+    report = await discover_kernels(runtime, TYPES)  # type: ignore[arg-type]
+    assert [k.kernel_id for k in report.live if k.kernel_id == "good"] == ["good"]
+    ids = [k.kernel_id for k in report.live] + [u.info.kernel_id for u in report.unrecoverable]
+    assert sorted(ids) == ["bad", "good"]
+
+
+def test_toml_helper_writes_what_tomllib_reads() -> None:
+    text = to_toml({"manager": {"a": 1, "b": 'x"y', "c": [1, 2]}})
+    assert text is not None
+    assert tomllib.loads(text) == {"manager": {"a": 1, "b": 'x"y', "c": [1, 2]}}
+
+
+@pytest.mark.parametrize(
+    ("slot", "value"),
+    [("cpu", 1e308), ("cuda.shares", "9" * 40), ("mem", 1e300), ("mem", 10**30), ("cpu", "1e21")],
+)
+def test_absurd_amounts_are_refused_by_name(slot: str, value: object) -> None:
+    """Regression: beyond the decimal context's 28 digits ``quantize`` raised
+    InvalidOperation (a 500 through the API) instead of a SlotValueError."""
+    with pytest.raises(CommonValueError, match="an amount below 10\\^21") as caught:
+        ResourceSlot.from_user_input({slot: value}, TYPES)
+    assert caught.value.field == slot
+    assert ResourceSlot.from_user_input({"cpu": "1e20"}, TYPES)["cpu"] == Decimal("1e20")

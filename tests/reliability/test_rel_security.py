@@ -1,0 +1,457 @@
+"""Security: every endpoint's role, signature attacks, cross-user access, secrets.
+
+The role matrix walks the OpenAPI document, so a route added later is checked too: it
+must refuse anonymous callers (unless listed as public) and give each role exactly
+what :data:`REQUIRED` says.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import stat
+from collections.abc import Iterator
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from accelshare.api.signing import sign_request
+from accelshare.manager.clock import utcnow
+from accelshare.manager.config import ENV_CLUSTER_SECRET
+from component.manager.cluster import SECRET, Cluster, running_cluster
+
+PUBLIC = {"/", "/health", "/metrics", "/auth/login", "/openapi.json", "/docs", "/redoc"}
+# The least role each route needs, by path prefix (the first match wins); the rest
+# need an authenticated user.  /internal/* needs the cluster secret instead.
+REQUIRED: list[tuple[str, str]] = [
+    ("/admin/users", "admin"),
+    ("/admin/keypairs", "admin"),
+    ("/admin/resource-policies", "superadmin"),
+    ("/admin/scaling-groups", "superadmin"),
+    ("/admin/etcd", "superadmin"),
+    ("/agents", "admin"),  # read-only; other domains' sessions anonymised
+    ("/events/agents", "admin"),
+]
+RANK = {"user": 0, "admin": 1, "superadmin": 2}
+# Live event streams never end; an in-process client would wait for their end, so
+# only the refusals are checked there.
+ENDLESS = {"/events/sessions", "/events/agents"}
+
+
+def required_role(path: str) -> str:
+    return next((role for prefix, role in REQUIRED if path.startswith(prefix)), "user")
+
+
+def operations(app: Any) -> list[tuple[str, str, str]]:
+    """(method, concrete path, templated path) for every documented operation."""
+    found = []
+    for template, item in app.openapi()["paths"].items():
+        path = re.sub(r"\{[^}]+\}", "x-probe", template)
+        found.extend((method.upper(), path, template) for method in item if method != "parameters")
+    return found
+
+
+async def make_user(
+    cluster: Cluster, email: str, role: str = "user", domain: str | None = None
+) -> tuple[httpx.AsyncClient, dict[str, Any]]:
+    body: dict[str, Any] = {"email": email, "password": "long enough password", "role": role}
+    if domain:
+        body["domain_name"] = domain
+    response = await cluster.admin.post("/admin/users", json=body)
+    assert response.status_code == 201, response.text
+    keypair = response.json()["keypair"]
+    return cluster.client(keypair["access_key"], keypair["secret_key"]), keypair
+
+
+async def test_every_endpoint_refuses_who_lacks_the_role(sqlite_cluster: Cluster) -> None:
+    cluster = sqlite_cluster
+    user, _ = await make_user(cluster, "u@example.com")
+    admin, _ = await make_user(cluster, "a@example.com", role="admin")
+    ops = operations(cluster.app)
+    assert len(ops) > 30, ops  # the whole control plane is documented
+    checked = 0
+    async with user, admin:
+        for method, path, template in ops:
+            if template in PUBLIC:
+                continue
+            anonymous = await cluster.admin.request(method, path, auth=None, json={})
+            assert anonymous.status_code == 401, (method, template, anonymous.text)
+            assert anonymous.headers["content-type"] == "application/problem+json"
+            if template.startswith("/internal/"):
+                continue  # the cluster secret, not a role (test below)
+            need = required_role(template)
+            for role, client in (("user", user), ("admin", admin)):
+                if template in ENDLESS and RANK[role] >= RANK[need]:
+                    continue
+                response = await client.request(method, path, json={})
+                refused = response.status_code == 403
+                if RANK[role] < RANK[need]:
+                    assert refused, (role, method, template, response.status_code)
+                    assert response.json()["reason"] == "insufficient-role"
+                elif template not in ENDLESS:
+                    insufficient = refused and response.json().get("reason") == "insufficient-role"
+                    assert not insufficient, (role, method, template, response.text)
+                    assert response.status_code < 500, (role, method, template, response.text)
+                checked += 1
+    assert checked >= 2 * 30
+
+
+async def test_internal_endpoints_need_the_cluster_secret(sqlite_cluster: Cluster) -> None:
+    cluster = sqlite_cluster
+    agent = await cluster.add_agent("i-node01")
+    body = agent.heartbeat_message().model_dump_json()
+    creds = cluster.creds
+    for path in ("/internal/agents/heartbeat", "/internal/agents/events"):
+        for headers in (
+            {},
+            {"X-Accelshare-Cluster-Secret": ""},
+            {"X-Accelshare-Cluster-Secret": SECRET[:-1]},
+            {"X-Accelshare-Cluster-Secret": SECRET + "x"},
+            {"X-Accelshare-Cluster-Secret": creds.secret_key},  # a user's secret is not it
+        ):
+            response = await cluster.internal.post(
+                path, content=body, headers={"Content-Type": "application/json", **headers}
+            )
+            assert response.status_code == 401, (path, headers, response.text)
+        # a superadmin's signature does not open the agents' endpoints either
+        signed = await cluster.admin.post(path, content=body)
+        assert signed.status_code == 401, (path, signed.text)
+
+
+def _signed(
+    cluster: Cluster,
+    *,
+    method: str = "GET",
+    path_query: str = "/sessions",
+    host: str = "127.0.0.1:8081",
+    delta: timedelta = timedelta(0),
+    access_key: str | None = None,
+    secret_key: str | None = None,
+) -> dict[str, str]:
+    return sign_request(
+        access_key=access_key or cluster.creds.access_key,
+        secret_key=secret_key or cluster.creds.secret_key,
+        method=method,
+        path_query=path_query,
+        host=host,
+        now=utcnow() + delta,
+    )
+
+
+async def test_signature_attacks(sqlite_cluster: Cluster) -> None:
+    cluster = sqlite_cluster
+    _, keypair = await make_user(cluster, "victim@example.com")
+    raw = httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=cluster.app), base_url="http://127.0.0.1:8081"
+    )
+    cases: list[tuple[str, str, str, dict[str, str], str]] = [
+        # (case, method, path sent, headers, reason)
+        ("good", "GET", "/sessions", _signed(cluster), ""),
+        (
+            "expired",
+            "GET",
+            "/sessions",
+            _signed(cluster, delta=-timedelta(minutes=16)),
+            "date-expired",
+        ),
+        (
+            "future",
+            "GET",
+            "/sessions",
+            _signed(cluster, delta=timedelta(minutes=16)),
+            "date-in-future",
+        ),
+        ("other-path", "GET", "/agents", _signed(cluster), "signature-mismatch"),
+        (
+            "other-method",
+            "DELETE",
+            "/session/nope",
+            _signed(cluster, path_query="/session/nope"),
+            "signature-mismatch",
+        ),
+        (
+            "wrong-host",
+            "GET",
+            "/sessions",
+            _signed(cluster, host="evil.example"),
+            "signature-mismatch",
+        ),
+        (
+            "tampered-query",
+            "GET",
+            "/sessions?limit=1000",
+            _signed(cluster, path_query="/sessions?limit=1"),
+            "signature-mismatch",
+        ),
+        (
+            "added-query",
+            "GET",
+            "/sessions?status=all",
+            _signed(cluster),
+            "signature-mismatch",
+        ),
+        (
+            "unknown-key",
+            "GET",
+            "/sessions",
+            _signed(cluster, access_key="AKIAUNKNOWNUNKNOWN00"),
+            "unknown-access-key",
+        ),
+        (
+            "another-users-key-my-secret",
+            "GET",
+            "/sessions",
+            _signed(cluster, access_key=keypair["access_key"]),
+            "signature-mismatch",
+        ),
+    ]
+    async with raw:
+        for case, method, path, headers, reason in cases:
+            response = await raw.request(method, path, headers=headers)
+            if not reason:
+                assert response.status_code == 200, (case, response.text)
+                continue
+            assert response.status_code == 401, (case, response.text)
+            assert response.headers["content-type"] == "application/problem+json", case
+            assert response.json()["reason"] == reason, (case, response.json())
+        # a date header that was changed after signing
+        headers = _signed(cluster)
+        headers["Date"] = _signed(cluster, delta=timedelta(minutes=1))["Date"]
+        response = await raw.get("/sessions", headers=headers)
+        assert response.json()["reason"] == "signature-mismatch"
+        # inactive key and inactive user: refused even with a good signature
+        patched = await cluster.admin.patch(
+            f"/admin/keypairs/{keypair['access_key']}", json={"is_active": False}
+        )
+        assert patched.status_code == 200
+        signed = _signed(
+            cluster, access_key=keypair["access_key"], secret_key=keypair["secret_key"]
+        )
+        response = await raw.get("/sessions", headers=signed)
+        assert response.json()["reason"] == "inactive-access-key"
+        await cluster.admin.patch(
+            f"/admin/keypairs/{keypair['access_key']}", json={"is_active": True}
+        )
+        deleted = await cluster.admin.delete("/admin/users/victim@example.com")
+        assert deleted.status_code == 200, deleted.text
+        signed = _signed(
+            cluster, access_key=keypair["access_key"], secret_key=keypair["secret_key"]
+        )
+        response = await raw.get("/sessions", headers=signed)
+        assert response.status_code == 401
+        assert response.json()["reason"] in ("inactive-access-key", "inactive-user")
+
+
+async def test_cross_user_access_is_refused(sqlite_cluster: Cluster) -> None:
+    cluster = sqlite_cluster
+    await cluster.add_agent("i-node01")
+    alice, _ = await make_user(cluster, "alice@example.com")
+    bob, _ = await make_user(cluster, "bob@example.com")
+    async with alice, bob:
+        created = await cluster.create(
+            {"cuda.shares": "0.1"}, client=alice, name="alices", maxWaitSeconds=10
+        )
+        assert created.json()["status"] == "RUNNING", created.text
+        sid = created.json()["sessionId"]
+        kernel = (await alice.get(f"/session/{sid}")).json()["kernels"][0]["kernelId"]
+        for path in (
+            f"/session/{sid}",
+            f"/session/{sid}/logs",
+            f"/session/{sid}/why",
+            f"/session/{sid}/events",
+            "/session/alices",
+            f"/session/{kernel}",
+        ):
+            response = await bob.get(path)
+            assert response.status_code == 404, (path, response.text)
+            assert response.headers["content-type"] == "application/problem+json", path
+            assert "kernels" not in response.json(), path
+            assert "hollow kernel" not in response.text, path  # no log line leaks
+        assert (await bob.delete(f"/session/{sid}")).status_code == 404
+        assert (await bob.delete("/session/alices")).status_code == 404
+        listed = (await bob.get("/sessions", params={"status": "all"})).json()
+        assert listed["total"] == 0
+        for path in ("/agents/i-node01/alloc-map", "/agents/i-node01", "/agents/i-node01/stats"):
+            response = await bob.get(path)
+            assert response.status_code == 403, (path, response.text)
+            assert "0.1" not in response.text
+        gql = await bob.post(
+            "/admin/gql",
+            json={"query": "{ compute_session_list { total_count items { name status } } }"},
+        )
+        assert gql.json()["data"]["compute_session_list"]["total_count"] == 0
+        # alice's session survived bob's attempts
+        assert (await alice.get(f"/session/{sid}")).json()["status"] == "RUNNING"
+
+
+async def test_a_domain_admin_cannot_take_over_a_superadmin(sqlite_cluster: Cluster) -> None:
+    """An admin of the superadmin's domain must not mint a keypair for the superadmin
+    (that key would sign as the superadmin), nor disable or delete the superadmin's
+    account or keys (regression: these routes checked only the domain)."""
+    cluster = sqlite_cluster
+    admin, _ = await make_user(cluster, "domain-admin@example.com", role="admin")
+    whoami = (await cluster.admin.get("/whoami")).json()
+    root_email, root_key = whoami["email"], whoami["access_key"]
+    async with admin:
+        minted = await admin.post("/admin/keypairs", json={"user_email": root_email})
+        assert minted.status_code == 403, minted.text
+        assert "secret_key" not in minted.text
+        for method, path, body in (
+            ("PATCH", f"/admin/keypairs/{root_key}", {"is_active": False}),
+            ("DELETE", f"/admin/keypairs/{root_key}", None),
+            ("DELETE", f"/admin/users/{root_email}", None),
+            ("PATCH", f"/admin/users/{root_email}", {"status": "inactive"}),
+        ):
+            response = await admin.request(method, path, json=body)
+            assert response.status_code == 403, (method, path, response.text)
+        # the superadmin still works
+        assert (await cluster.admin.get("/agents")).status_code == 200
+        # and the admin can still manage plain users of its domain
+        plain = await admin.post(
+            "/admin/users", json={"email": "p@example.com", "password": "long enough password"}
+        )
+        assert plain.status_code == 201, plain.text
+        made = await admin.post("/admin/keypairs", json={"user_email": "p@example.com"})
+        assert made.status_code == 201, made.text
+
+
+async def test_secrets_are_never_logged_nor_returned_again(
+    sqlite_cluster: Cluster, caplog: pytest.LogCaptureFixture
+) -> None:
+    cluster = sqlite_cluster
+    caplog.set_level(logging.DEBUG)
+    await cluster.add_agent("i-node01")
+    user, keypair = await make_user(cluster, "secretive@example.com")
+    extra = await cluster.admin.post(
+        "/admin/keypairs", json={"user_email": "secretive@example.com"}
+    )
+    assert extra.status_code == 201
+    secrets = {
+        keypair["secret_key"],
+        extra.json()["secret_key"],
+        cluster.creds.secret_key,
+        SECRET,
+        "long enough password",
+    }
+    async with user:
+        created = await cluster.create({"cuda.shares": "0.1"}, client=user, maxWaitSeconds=10)
+        assert created.status_code == 201
+        # failed logins and signatures log something; never the secret
+        await cluster.admin.post(
+            "/auth/login",
+            json={"email": "secretive@example.com", "password": "long enough password"},
+        )
+        await cluster.admin.post(
+            "/auth/login", json={"email": "secretive@example.com", "password": "wrong password!!"}
+        )
+        await cluster.client(keypair["access_key"], "x" * 40).get("/sessions")
+        bodies = []
+        for path in (
+            "/admin/users",
+            "/admin/keypairs",
+            "/admin/users?email=secretive@example.com",
+            "/whoami",
+            f"/session/{created.json()['sessionId']}",
+            "/sessions?status=all",
+            "/admin/etcd?prefix=",
+        ):
+            response = await cluster.admin.get(path)
+            bodies.append((path, response.text))
+        for client in (user, cluster.admin):
+            response = await client.post(
+                "/admin/gql",
+                json={"query": "{ user_list { items { email } } }"},
+            )
+            bodies.append(("gql", response.text))
+        # a user never sees another user's secret through the compatibility GraphQL
+        other = await user.post(
+            "/admin/gql",
+            json={
+                "query": "query($k: String!) { keypair(access_key: $k) { secret_key } }",
+                "variables": {"k": cluster.creds.access_key},
+            },
+        )
+        bodies.append(("gql-other-keypair", other.text))
+    for path, text in bodies:
+        for secret in secrets:
+            assert secret not in text, (path, "leaks a secret")
+    logged = "\n".join(r.getMessage() for r in caplog.records)
+    logged += "\n".join(str(r.args) for r in caplog.records)
+    for secret in secrets:
+        assert secret not in logged, "a secret reached the log"
+
+
+def _modes(directory: Path) -> dict[str, int]:
+    return {p.name: stat.S_IMODE(p.stat().st_mode) for p in directory.iterdir() if p.is_file()}
+
+
+SECRET_HOLDERS = {
+    "manager.db",  # every keypair's secret key, in plain text
+    "manager.db-wal",
+    "manager.db-shm",
+    "admin-credentials.env",
+    "cookie-secret",
+    "cluster-secret",
+}
+
+
+@pytest.fixture
+def usual_umask() -> Iterator[None]:
+    """umask 022, under which the files used to be created readable by everyone."""
+    old = os.umask(0o022)
+    try:
+        yield
+    finally:
+        os.umask(old)
+
+
+@pytest.mark.usefixtures("usual_umask")
+async def test_key_files_are_private(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The default layout: ``<data-dir>/manager.db`` (and its WAL files), the secrets
+    and the config store in one data dir, which nobody else may enter."""
+    monkeypatch.delenv(ENV_CLUSTER_SECRET, raising=False)
+    state = tmp_path / "state"
+    async with running_cluster(None, state, **{"cluster-secret": None}) as cluster:
+        assert cluster.config.db_url.database == str(state / "manager.db")
+        assert (await cluster.admin.get("/whoami")).status_code == 200
+        assert (await cluster.admin.get("/config/resource-slots")).status_code == 200
+        live = _modes(state)  # while the database is open: its -wal and -shm exist
+    assert SECRET_HOLDERS | {"config-store.db"} <= set(live), sorted(live)
+    assert {name: oct(live[name]) for name in SECRET_HOLDERS} == {
+        name: oct(0o600) for name in SECRET_HOLDERS
+    }
+    assert stat.S_IMODE(state.stat().st_mode) == 0o700, oct(state.stat().st_mode)
+    assert not [p for p in state.iterdir() if p.name.endswith(".tmp")]
+
+    # State left open by an older version is made private at the next start, loudly.
+    loosened = ("manager.db", "cookie-secret", "config-store.db")
+    state.chmod(0o755)
+    for name in loosened:
+        (state / name).chmod(0o644)
+    caplog.set_level(logging.WARNING, logger="accelshare.manager.private_files")
+    async with running_cluster(None, state, **{"cluster-secret": None}) as cluster:
+        assert (await cluster.admin.get("/config/resource-slots")).status_code == 200
+        live = _modes(state)
+    assert stat.S_IMODE(state.stat().st_mode) == 0o700
+    holders = SECRET_HOLDERS | {"config-store.db", "config-store.db-wal", "config-store.db-shm"}
+    assert {name: oct(live.get(name, 0)) for name in holders} == {
+        name: oct(0o600) for name in holders
+    }
+    warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    for path in (state, *(state / name for name in loosened)):
+        assert any(m.startswith(f"{path} was open to other users") for m in warned), warned
+
+
+@pytest.mark.usefixtures("usual_umask")
+async def test_the_config_store_file_is_private_from_the_first_start(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    async with running_cluster(None, state) as cluster:
+        assert (await cluster.admin.get("/config/resource-slots")).status_code == 200
+        live = _modes(state)
+    assert live["config-store.db"] == 0o600, oct(live["config-store.db"])
