@@ -24,6 +24,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 
+from accelshare.aio import cancel_and_wait
 from accelshare.bus import BusUnavailable, GapTracker, RedisBus, StatsReport
 
 from .wire import KernelEvent, KernelEventBatch, KernelStats, NodeStats
@@ -69,11 +70,7 @@ class AgentBusLink:
 
     async def stop(self) -> None:
         self._stopping.set()
-        for task in self._tasks:
-            task.cancel()
-        for task in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await cancel_and_wait(self._tasks)
         self._tasks = []
         await self.bus.close()
 

@@ -30,6 +30,8 @@ from collections.abc import Awaitable, Callable, Sequence
 
 import httpx
 
+from accelshare.aio import cancel_and_wait
+
 from .events import EventOutbox
 from .wire import CLUSTER_SECRET_HEADER, Heartbeat, HeartbeatAck, KernelEventBatch
 
@@ -128,11 +130,7 @@ class ManagerLink:
         """Stop both loops; try once more to deliver pending events (bounded)."""
         self._stopping.set()
         self._wake.set()
-        for task in self._tasks:
-            task.cancel()
-        for task in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await cancel_and_wait(self._tasks)
         self._tasks = []
         if len(self._outbox) and flush_timeout_s > 0:
             with contextlib.suppress(TimeoutError):

@@ -52,6 +52,7 @@ from accelshare.accel import (
     build_alloc_map,
     load_compute_plugins,
 )
+from accelshare.aio import cancel_and_wait
 from accelshare.alloc import ResourceError
 from accelshare.bus import RedisBus
 from accelshare.config.agent_file import AgentConfig, AgentConfigError
@@ -362,11 +363,7 @@ class AgentService:
         if self._images_task is not None:
             tasks.append(self._images_task)
             self._images_task = None
-        for task in tasks:
-            task.cancel()
-        for task in tasks:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
+        await cancel_and_wait(tasks)
         self._watchers.clear()
         self._background.clear()
         if len(self.outbox):

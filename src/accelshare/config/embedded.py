@@ -43,6 +43,8 @@ from functools import partial
 from pathlib import Path
 from typing import TypeVar
 
+from accelshare.aio import cancel_and_wait
+
 from .backend import (
     Delete,
     DeleteTree,
@@ -527,9 +529,7 @@ class EmbeddedBackend(KVBackend):
             return
         self._closed = True
         if self._poller is not None:
-            self._poller.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._poller
+            await cancel_and_wait([self._poller])
         for watcher in list(self._watchers):
             watcher.queue.put_nowait(None)
         loop = asyncio.get_running_loop()

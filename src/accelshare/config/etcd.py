@@ -43,6 +43,8 @@ import aetcd
 import aetcd.exceptions
 from aetcd import rpc  # the etcd v3 protobuf messages and gRPC stubs, re-exported
 
+from accelshare.aio import cancel_and_wait
+
 from .backend import (
     Delete,
     DeleteTree,
@@ -448,9 +450,7 @@ class EtcdBackend(KVBackend):
                 await self._wait_deleted(key, holder_revision, remaining)
             yield
         finally:
-            keeper.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await keeper
+            await cancel_and_wait([keeper])
             try:
                 await self.revoke_lease(lease_id)  # deletes the lock key with it
             except ConfigStoreError as e:

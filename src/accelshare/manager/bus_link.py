@@ -26,6 +26,7 @@ import uuid
 from collections.abc import Awaitable, Callable, Sequence
 
 from accelshare.agent.wire import KernelEventBatch
+from accelshare.aio import cancel_and_wait
 from accelshare.bus import BusUnavailable, RedisBus, StatsReport
 
 from .hub import ChangeHub
@@ -91,11 +92,7 @@ class ManagerBusLink:
 
     async def stop(self) -> None:
         self.hub.remove_listener(self._local_change)
-        for task in self._tasks:
-            task.cancel()
-        for task in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await cancel_and_wait(self._tasks)
         self._tasks = []
         await self.bus.close()
 

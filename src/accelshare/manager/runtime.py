@@ -16,7 +16,6 @@ other manager replicas (:mod:`.bus_link`).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from dataclasses import dataclass
 from datetime import timedelta
@@ -26,6 +25,7 @@ import httpx
 import sqlalchemy as sa
 
 from accelshare.agent.wire import KernelEvent
+from accelshare.aio import cancel_and_wait
 from accelshare.bus import BusUnavailable, RedisBus
 from accelshare.config import ConfigStore
 
@@ -161,9 +161,7 @@ class Manager:
 
     async def stop(self, *, drain_s: float = 5.0) -> None:
         if self._sweeper is not None:
-            self._sweeper.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._sweeper
+            await cancel_and_wait([self._sweeper])
             self._sweeper = None
         await self.scheduler.stop(drain_s=drain_s)
         if self.bus_link is not None:

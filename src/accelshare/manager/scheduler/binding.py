@@ -41,6 +41,7 @@ from decimal import Decimal
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from accelshare.agent.wire import CreateKernelRequest, KernelReport, KernelStatus
+from accelshare.aio import cancel_and_wait
 from accelshare.common import canonical_decimal
 from accelshare.sched.lifecycle import SessionResult, SessionStatus, can_transition
 from accelshare.sched.model import SessionType
@@ -164,10 +165,7 @@ class Binder:
         if not tasks:
             return
         _done, pending = await asyncio.wait(tasks, timeout=timeout_s)
-        for task in pending:
-            task.cancel()
-        if pending:
-            await asyncio.gather(*pending, return_exceptions=True)
+        await cancel_and_wait(pending)
 
     async def _bind_agent(self, jobs: list[BindJob]) -> None:
         lock = self._agent_locks.setdefault(jobs[0].agent_id, asyncio.Lock())

@@ -33,6 +33,7 @@ from datetime import datetime, timedelta
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from accelshare.aio import cancel_and_wait
 from accelshare.config import ConfigStore
 from accelshare.sched.lifecycle import SessionStatus
 from accelshare.sched.plan import SchedulerOptions, SchedulingPlan, plan_pass
@@ -107,9 +108,7 @@ class Scheduler:
 
     async def stop(self, *, drain_s: float = 5.0) -> None:
         if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+            await cancel_and_wait([self._task])
             self._task = None
         await self.binder.drain(drain_s)
 
