@@ -41,6 +41,7 @@ from .registry import (
 from .types import (
     AllocationMode,
     AttachedDevice,
+    ConfigFile,
     Device,
     DeviceNode,
     KernelAllocation,
@@ -63,6 +64,7 @@ __all__ = [
     "AllocationMode",
     "AttachedDevice",
     "ComputePlugin",
+    "ConfigFile",
     "Device",
     "DeviceNode",
     "KernelAllocation",

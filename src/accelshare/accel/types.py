@@ -22,6 +22,7 @@ from accelshare.common import SlotTypes
 __all__ = [
     "AllocationMode",
     "AttachedDevice",
+    "ConfigFile",
     "Device",
     "DeviceNode",
     "KernelAllocation",
@@ -163,6 +164,31 @@ class AttachedDevice:
 
 
 @dataclass(frozen=True, slots=True)
+class ConfigFile:
+    """A file a plugin puts into the kernel's config dir (next to ``resource.txt``).
+
+    ``path`` is relative to ``<scratch>/<kernel>/config/`` (``/home/config`` in a docker
+    container), ``/``-separated, without ``..``.  Executables go under ``bin/``: the
+    process runtime puts ``config/bin`` first on the kernel's ``PATH`` (the mock
+    ``nvidia-smi`` is shipped this way).
+    """
+
+    path: str
+    text: str
+    executable: bool = False
+
+    def __post_init__(self) -> None:
+        parts = self.path.split("/")
+        if not self.path or self.path.startswith("/") or any(p in ("", ".", "..") for p in parts):
+            raise ValueError(
+                f"ConfigFile.path: expected a relative path inside the config dir "
+                f"(e.g. 'bin/nvidia-smi'), received {self.path!r}"
+            )
+        if parts[0] == "resource.txt":
+            raise ValueError("ConfigFile.path: 'resource.txt' is written by the agent itself")
+
+
+@dataclass(frozen=True, slots=True)
 class DeviceNode:
     """A host device node to pass into a container (docker ``HostConfig.Devices``)."""
 
@@ -183,7 +209,8 @@ class KernelResources:
     """What a kernel gets from one plugin for one allocation.
 
     ``env`` goes into the kernel's environment in every runtime; ``resource_lines`` are
-    appended to its ``resource.txt`` in this order; ``device_nodes``, ``mounts`` and
+    appended to its ``resource.txt`` in this order; ``config_files`` are written next to
+    ``resource.txt`` (see :class:`ConfigFile`); ``device_nodes``, ``mounts`` and
     ``device_requests`` (docker ``HostConfig.DeviceRequests`` entries) are for the docker
     runtime; ``cpu_set`` / ``memory_limit_bytes`` are the limits the intrinsic plugins
     derive (cgroup cpuset / memory limit in any runtime).
@@ -192,6 +219,7 @@ class KernelResources:
     env: Mapping[str, str] = field(default_factory=dict)
     resource_lines: Mapping[str, str] = field(default_factory=dict)
     attached_devices: tuple[AttachedDevice, ...] = ()
+    config_files: tuple[ConfigFile, ...] = ()
     device_nodes: tuple[DeviceNode, ...] = ()
     mounts: tuple[Mount, ...] = ()
     device_requests: tuple[Mapping[str, Any], ...] = ()

@@ -6,6 +6,7 @@ For each plugin holding something, ``plugin.kernel_resources(allocation)`` gives
     resource_lines           -> resource.txt extra lines, after the *_SHARES lines
     cpu_set                  -> ResourceLimits.cpuset_cpus (only if the host has those cores)
     memory_limit_bytes       -> ResourceLimits.mem_bytes
+    config_files             -> KernelSpec: files next to resource.txt (config/bin on PATH)
     device_nodes / mounts / device_requests -> KernelSpec (docker runtime)
 
 The requested ``cpu`` amount is the CPU-time limit (cores' worth per period).  A cpuset
@@ -20,7 +21,7 @@ from collections.abc import Mapping, Set
 from decimal import Decimal
 from typing import Any
 
-from accelshare.accel import ComputePlugin, DeviceNode, Mount
+from accelshare.accel import ComputePlugin, ConfigFile, DeviceNode, Mount
 from accelshare.alloc import KernelAllocation
 from accelshare.common import ResourceSlot, SlotTypes
 
@@ -50,6 +51,7 @@ def build_kernel_spec(
     extra: list[tuple[str, str]] = []
     cpu_set: tuple[int, ...] = ()
     mem_bytes: int | None = None
+    config_files: list[ConfigFile] = []
     device_nodes: list[DeviceNode] = []
     mounts: list[Mount] = []
     device_requests: list[Mapping[str, Any]] = []
@@ -64,6 +66,7 @@ def build_kernel_spec(
             cpu_set = res.cpu_set
         if res.memory_limit_bytes is not None:
             mem_bytes = res.memory_limit_bytes
+        config_files.extend(res.config_files)
         device_nodes.extend(res.device_nodes)
         mounts.extend(res.mounts)
         device_requests.extend(res.device_requests)
@@ -86,6 +89,7 @@ def build_kernel_spec(
         image=request.image,
         resource_txt=text,
         command=tuple(request.command) if request.command is not None else None,
+        config_files=tuple(config_files),
         startup_command=request.startup_command,
         env=env,
         limits=ResourceLimits(

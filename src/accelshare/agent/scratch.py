@@ -4,6 +4,7 @@ Layout (``<scratch-root>/<kernel_id>/``)::
 
     config/resource.txt    what the kernel asked for and holds (spec 04); the docker
                            runtime mounts config/ at /home/config
+    config/...             the plugins' files (e.g. bin/nvidia-smi for mock CUDA devices)
     work/                  the kernel's working directory (/home/work in docker)
     logs/kernel.log        stdout + stderr of the kernel (docker: saved at destroy)
     state/launch.json      how the process runtime started it (argv, env, cgroups)
@@ -24,8 +25,12 @@ import os
 import re
 import shutil
 import tempfile
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # runtime/ imports this module
+    from .runtime.base import ConfigFileLike
 
 __all__ = [
     "KERNEL_ID_PATTERN",
@@ -155,6 +160,20 @@ class ScratchDir:
 
     def write_resource_txt(self, text: str) -> None:
         atomic_write_text(self.resource_txt, text)
+
+    def write_config_files(self, files: Iterable[ConfigFileLike]) -> None:
+        """Write the plugins' files under ``config/`` (executables get mode 0755).
+
+        Paths were validated by :class:`~accelshare.accel.types.ConfigFile`; one that
+        still leaves the config dir is a ValueError (never written).
+        """
+        root = self.config_dir.resolve()
+        for file in files:
+            target = (self.config_dir / file.path).resolve()
+            if root not in target.parents:
+                raise ValueError(f"config file {file.path!r} leaves the config dir {root}")
+            target.parent.mkdir(parents=True, exist_ok=True)
+            atomic_write_text(target, file.text, mode=0o755 if file.executable else 0o644)
 
     def read_resource_txt(self) -> str:
         return self.resource_txt.read_text(encoding="utf-8")

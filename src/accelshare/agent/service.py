@@ -110,8 +110,7 @@ log = logging.getLogger(__name__)
 
 def resolve_scratch_root(config: AgentConfig) -> Path:
     """``[container] scratch-root``, relative paths from agent.toml's folder."""
-    root = config.container.scratch_root
-    return (root if root.is_absolute() else config.config_dir / root).absolute()
+    return config.scratch_root_path()
 
 
 def _now() -> datetime:

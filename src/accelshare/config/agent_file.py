@@ -315,6 +315,11 @@ class AgentConfig(_Section):
         """The folder of agent.toml (the working directory for built-in defaults)."""
         return self.source_path.parent if self.source_path is not None else Path.cwd()
 
+    def scratch_root_path(self) -> Path:
+        """``[container] scratch-root``, absolute; relative paths from agent.toml's folder."""
+        root = self.container.scratch_root
+        return (root if root.is_absolute() else self.config_dir / root).absolute()
+
     def mock_accelerator_path(self) -> Path:
         """The explicit ``mock-accelerator-config`` or ``mock-accelerator.toml`` next to agent.toml."""
         explicit = self.agent.mock_accelerator_config

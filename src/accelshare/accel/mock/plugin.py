@@ -17,14 +17,23 @@ its memory) is a configuration error naming the limiting option.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
+import os
+import shlex
+import sys
+import tempfile
+import time
 from collections.abc import Mapping, Sequence
 from decimal import Decimal
+from pathlib import Path
 
 from accelshare import __version__
 from accelshare.common import SlotTypes
 
 from ..accelerator import (
+    Held,
     attached_devices,
     cuda_resource_lines,
     held_devices,
@@ -41,9 +50,10 @@ from ..options import (
     read_accelerator_options,
 )
 from ..protocol import PluginContext
-from ..stats import MockStatsGenerator
+from ..stats import DeviceSample, MockStatsGenerator
 from ..types import (
     AllocationMode,
+    ConfigFile,
     Device,
     KernelAllocation,
     KernelMetric,
@@ -53,6 +63,7 @@ from ..types import (
     PluginInventory,
     SlotMetadata,
 )
+from . import smi
 from .config import MockConfig, MockDeviceSpec, load_mock_config, mig_profile
 
 __all__ = ["MOCK_DEFAULT_QUANTUM", "MockPlugin", "create_plugin", "mig_slot_name"]
@@ -82,11 +93,25 @@ def _apply_mask(config: MockConfig, options: AcceleratorOptions) -> list[MockDev
 
 
 class MockPlugin:
-    """A mocked accelerator; see the module docstring.  Only stats change over time."""
+    """A mocked accelerator; see the module docstring.  Only stats change over time.
 
-    def __init__(self, config: MockConfig, options: AcceleratorOptions) -> None:
+    ``stats_file``: where each node-stats tick is also written for the sessions' mock
+    ``nvidia-smi`` (cuda key only; None: not written, the tool then shows 0 % / 0 MiB).
+    ``python``: the interpreter the tool's wrapper runs (the agent's own).
+    """
+
+    def __init__(
+        self,
+        config: MockConfig,
+        options: AcceleratorOptions,
+        *,
+        stats_file: Path | None = None,
+        python: str = sys.executable,
+    ) -> None:
         self.config = config
         self.options = options
+        self.stats_file = stats_file if config.is_cuda else None
+        self.python = python
         key, mode = config.slot_name, options.allocation_mode
         main_slot = f"{key}.device" if mode is AllocationMode.DISCRETE else f"{key}.shares"
         slot_types: dict[str, SlotTypes] = {main_slot: SlotTypes.COUNT}
@@ -187,23 +212,101 @@ class MockPlugin:
             f"BACKENDAI_MOCK_{env_key}_DEVICE_COUNT": str(len(held)),
         }
         lines: dict[str, str] = {}
+        files: tuple[ConfigFile, ...] = ()
         if self.config.is_cuda:
             env["TF_MIN_GPU_MULTIPROCESSOR_COUNT"] = str(MIN_PROCESSOR_LIMIT)
             lines = cuda_resource_lines(held, options=self.options)
+            files = self.smi_files(held)
         return KernelResources(
             env=env,
             resource_lines=lines,
             attached_devices=attached_devices(held, options=self.options),
+            config_files=files,
+        )
+
+    def smi_files(self, held: Sequence[Held]) -> tuple[ConfigFile, ConfigFile]:
+        """``bin/nvidia-smi`` and the devices file it reads (see :mod:`.smi`).
+
+        A fractional holding shows ``unit_mem × shares`` bytes (the spec's inverse, the
+        same number as ``CUDA_MEMORY_LIMITS``); a whole device or MIG slice its memory.
+        """
+        fractional = self.options.allocation_mode is AllocationMode.FRACTIONAL
+        devices = [
+            smi.SmiDevice(
+                device_id=h.device.device_id,
+                name=h.device.model_name,
+                bus_id=f"0000{h.device.hw_location}" if h.device.hw_location else "N/A",
+                memory_bytes=(
+                    self.options.limits(h.amount)[0] if h.is_shares else h.device.memory_bytes
+                ),
+                device_memory_bytes=h.device.memory_bytes,
+                processors=(
+                    self.options.limits(h.amount)[1] if h.is_shares else h.device.processors
+                ),
+                shares=h.amount if h.is_shares else None,
+                device_shares=h.device.capacity if fractional and not h.device.is_mig else None,
+                is_mig=h.device.is_mig,
+            )
+            for h in held
+        ]
+        attributes = self.config.attributes
+        doc = smi.devices_json(
+            devices,
+            driver_version=str(attributes.get("nvidia_driver", "N/A")),
+            cuda_version=str(attributes.get("cuda_runtime", "N/A")),
+            stats_file=None if self.stats_file is None else str(self.stats_file),
+        )
+        # -I: the session's PYTHON* variables and cwd must not change what runs.
+        wrapper = (
+            "#!/bin/sh\n"
+            "# accelshare mock nvidia-smi (sessions holding mock CUDA devices)\n"
+            f'exec {shlex.quote(self.python)} -I -m accelshare.accel.mock.smi "$@"\n'
+        )
+        return (
+            ConfigFile("bin/nvidia-smi", wrapper, executable=True),
+            ConfigFile(smi.DEVICES_FILE, doc),
         )
 
     async def node_stats(self) -> Sequence[NodeMetric]:
-        return node_metrics(self._inventory.key, self._stats.tick())
+        samples = self._stats.tick()
+        if self.stats_file is not None:
+            await asyncio.to_thread(_write_stats, self.stats_file, samples)
+        return node_metrics(self._inventory.key, samples)
 
     async def kernel_stats(self, kernels: Mapping[str, KernelStatTarget]) -> Sequence[KernelMetric]:
         return kernel_metrics(self._inventory, self.options, self._stats.current(), kernels)
 
     async def close(self) -> None:
         return None
+
+
+def _write_stats(path: Path, samples: Mapping[str, DeviceSample]) -> None:
+    """Replace ``path`` with this tick's readings (atomically; a failure is logged only:
+    the sessions' nvidia-smi then shows older or no readings, the agent goes on)."""
+    readings = {
+        device_id: smi.SmiReading(
+            util=s.util if s.util is not None else Decimal(0),
+            mem_fraction=s.mem_fraction,
+            power=s.power,
+            power_max=s.power_max,
+            temperature=s.temperature,
+        )
+        for device_id, s in samples.items()
+    }
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as out:
+                out.write(smi.stats_json(readings, at=time.time()))
+            os.chmod(tmp, 0o644)
+            os.replace(tmp, path)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
+    except OSError as e:
+        log.warning("mock: cannot write the stats file for nvidia-smi %s: %s", path, e)
 
 
 async def load_mock_options(ctx: PluginContext, key: str) -> AcceleratorOptions:
@@ -220,7 +323,8 @@ async def create_plugin(ctx: PluginContext) -> MockPlugin:
     """Entry point ``mock``: read mock-accelerator.toml and the store's options."""
     config = load_mock_config(ctx.agent_config.mock_accelerator_path())
     options = await load_mock_options(ctx, config.slot_name)
-    plugin = MockPlugin(config, options)
+    stats_file = ctx.agent_config.scratch_root_path() / smi.STATS_FILE
+    plugin = MockPlugin(config, options, stats_file=stats_file)
     for warning in plugin.warnings:
         log.warning("%s", warning)
     return plugin

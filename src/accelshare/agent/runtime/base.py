@@ -28,6 +28,8 @@ from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 __all__ = [
+    "CONFIG_BIN_DIR",
+    "ConfigFileLike",
     "DeviceNodeLike",
     "ExitReason",
     "ImageSource",
@@ -45,6 +47,8 @@ BACKENDAI_KERNEL_ID_ENV = "BACKENDAI_KERNEL_ID"
 RESOURCE_TXT_ENV = "ACCELSHARE_RESOURCE_TXT"
 KERNEL_ID_LABEL = "ai.accelshare.kernel-id"
 AGENT_ID_LABEL = "ai.accelshare.agent-id"
+CONFIG_BIN_DIR = "bin"
+"""Plugins' executables live in ``config/bin``; the process runtime puts it first on PATH."""
 
 
 class KernelState(enum.StrEnum):
@@ -87,6 +91,17 @@ class DeviceNodeLike(Protocol):
     def permissions(self) -> str: ...
 
 
+class ConfigFileLike(Protocol):
+    """A file for the kernel's config dir (``accelshare.accel.types.ConfigFile``)."""
+
+    @property
+    def path(self) -> str: ...
+    @property
+    def text(self) -> str: ...
+    @property
+    def executable(self) -> bool: ...
+
+
 class MountLike(Protocol):
     """A bind mount a plugin asks for (``accelshare.accel.types.Mount``)."""
 
@@ -114,6 +129,9 @@ class KernelSpec:
     * ``env``: the plugins' environment variables plus anything the agent adds; the
       runtime adds the kernel id and ``resource.txt`` path on top.
     * ``resource_txt``: the rendered file (without ``CID``; the runtime appends it).
+    * ``config_files``: the plugins' files, written into the config dir next to
+      ``resource.txt`` (process runtime: ``config/bin`` goes first on the kernel's PATH
+      when any file lies there; docker: they appear under ``/home/config``).
     * ``device_nodes``, ``mounts``, ``device_requests``: for the docker runtime, as the
       plugins return them (``device_requests`` entries in Docker's ``DeviceRequests``
       shape); the process runtime ignores them (it has no device isolation).
@@ -123,6 +141,7 @@ class KernelSpec:
     image: str
     resource_txt: str
     command: tuple[str, ...] | None = None
+    config_files: tuple[ConfigFileLike, ...] = ()
     env: Mapping[str, str] = field(default_factory=dict)
     limits: ResourceLimits = field(default_factory=ResourceLimits)
     device_nodes: tuple[DeviceNodeLike, ...] = ()

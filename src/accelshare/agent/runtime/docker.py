@@ -315,7 +315,7 @@ class DockerRuntime:
                     return info
                 raise KernelConflict(kernel_id, "has exited and its scratch dir was not cleaned up")
             log.info("kernel %s: preparing scratch dir %s", kernel_id, scratch.root)
-            await asyncio.to_thread(self._prepare, scratch, spec.resource_txt)
+            await asyncio.to_thread(self._prepare, scratch, spec)
             try:
                 body = container_config(spec, scratch, self.config)
             except ValueError as e:
@@ -343,9 +343,12 @@ class DockerRuntime:
             return self._info_from_inspect(kernel_id, scratch, data)
 
     @staticmethod
-    def _prepare(scratch: ScratchDir, resource_txt: str) -> None:
+    def _prepare(scratch: ScratchDir, spec: KernelSpec) -> None:
+        # The plugins' files land under /home/config; the image's PATH is its own (no
+        # config/bin on it: the mock nvidia-smi's wrapper names a host interpreter).
         scratch.prepare()
-        scratch.write_resource_txt(resource_txt)
+        scratch.write_resource_txt(spec.resource_txt)
+        scratch.write_config_files(spec.config_files)
 
     @staticmethod
     def _write_cid(scratch: ScratchDir, container_id: str) -> None:

@@ -47,6 +47,7 @@ from ..resource_txt import with_container_id
 from ..scratch import ScratchDir, list_kernel_ids, read_json
 from .base import (
     BACKENDAI_KERNEL_ID_ENV,
+    CONFIG_BIN_DIR,
     KERNEL_ID_ENV,
     RESOURCE_TXT_ENV,
     ExitReason,
@@ -243,6 +244,7 @@ class ProcessRuntime:
         try:
             scratch.prepare()
             scratch.write_resource_txt(spec.resource_txt)
+            scratch.write_config_files(spec.config_files)
             if self._cgroups is not None:
                 cgroup = self._cgroups.create(kernel_id, spec.limits)
             launch = self._launch_record(spec, environment, scratch, cgroup)
@@ -254,7 +256,7 @@ class ProcessRuntime:
                 launch["limits_applied"] or "none",
             )
             status = self._spawn(scratch)
-        except (CgroupError, OSError) as e:
+        except (CgroupError, OSError, ValueError) as e:
             self._fail(scratch, cgroup, f"{type(e).__name__}: {e}")
             raise KernelStartFailed(kernel_id, str(e)) from e
         if not status.get("ok"):
@@ -336,6 +338,9 @@ class ProcessRuntime:
         env[KERNEL_ID_ENV] = spec.kernel_id
         env[BACKENDAI_KERNEL_ID_ENV] = spec.kernel_id
         env[RESOURCE_TXT_ENV] = str(scratch.resource_txt)
+        if any(f.path.startswith(f"{CONFIG_BIN_DIR}/") for f in spec.config_files):
+            # The plugins' tools (the mock nvidia-smi) win over the host's same-named ones.
+            env["PATH"] = f"{scratch.config_dir / CONFIG_BIN_DIR}:{env['PATH']}"
         return env
 
     def _spawn(self, scratch: ScratchDir) -> dict[str, Any]:
