@@ -5,6 +5,10 @@ cluster's agents; ``info`` and ``alloc-map`` draw a bar per device and slot::
 
     c59395cd-…2d01  cuda.shares  ██████░░░░  0.60 / 1.00
 
+and ``info`` adds who holds each accelerator device, and how much of it::
+
+    c59395cd-…2d01  cuda.shares  train-1 (kernel 5f0c1a2b-…9e1d)  0.50 / 1.00  50 %
+
 ``accelshare agent plugins [--config agent.toml] [--json]`` loads the compute plugins
 exactly as the agent does at start (agent.toml discovery, allow/block lists, the
 configuration store for accelerator options, mock-accelerator.toml) and prints what
@@ -41,7 +45,7 @@ from accelshare.config.agent_file import AgentConfig, AgentConfigError, load_age
 from accelshare.config.settings import load_config_store_settings
 
 from .common import JsonOption, call_api, console, print_json
-from .render import alloc_table, amount_text
+from .render import alloc_table, amount_text, holders_table
 
 agent_app = typer.Typer(help="Inspect agents and their compute plugins.", no_args_is_help=True)
 
@@ -239,15 +243,17 @@ def info_command(
     full_ids: FullIdsOption = False,
     as_json: JsonOption = False,
 ) -> None:
-    """Show an agent: status, slots and a bar per device and slot (live allocation)."""
+    """Show an agent: status, slots, a bar per device and slot (live allocation), and
+    which session holds how much of each accelerator device."""
 
-    async def work(client: AccelshareClient) -> tuple[AgentInfo, AllocMap]:
+    async def work(client: AccelshareClient) -> tuple[AgentInfo, AllocMap, dict[str, str]]:
         agent = await client.agents.get(agent_id)
-        return agent, await client.agents.alloc_map(agent_id)
+        amap = await client.agents.alloc_map(agent_id)
+        return agent, amap, await _session_names(client, agent_id)
 
-    agent, amap = call_api(work, not_found_hint=_AGENT_NOT_FOUND)
+    agent, amap, sessions = call_api(work, not_found_hint=_AGENT_NOT_FOUND)
     if as_json:
-        print_json({**agent.to_json(), "allocMap": amap.to_json()})
+        print_json({**agent.to_json(), "allocMap": amap.to_json(), "kernelSessions": sessions})
         return
     out = console()
     grid = Table.grid(padding=(0, 2))
@@ -267,6 +273,26 @@ def info_command(
     out.print(grid)
     out.print()
     _print_map(out, amap, full_ids=full_ids, plugins=plugin or ())
+    holders = holders_table(amap.maps, sessions, full_ids=full_ids, plugins=plugin or ())
+    if holders is not None:
+        out.print()
+        out.print("[bold]who holds the devices[/bold]")
+        out.print(holders)
+
+
+async def _session_names(client: AccelshareClient, agent_id: str) -> dict[str, str]:
+    """kernel id -> session name, for the live sessions on ``agent_id`` the caller may see.
+
+    The session listing carries no kernel ids, so each session placed on this agent is
+    read once (an agent holds few sessions; this is an inspection command).
+    """
+    names: dict[str, str] = {}
+    for listed in await client.sessions.list_all():
+        if listed.agent_id != agent_id:
+            continue
+        session = await client.sessions.get(listed.session_id)
+        names.update({k.kernel_id: session.name for k in session.kernels})
+    return names
 
 
 def _print_map(out: Console, amap: AllocMap, *, full_ids: bool, plugins: Sequence[str]) -> None:

@@ -4,6 +4,10 @@ Allocation bars, one line per device and slot::
 
     c59395cd-…2d01  cuda.shares  ██████░░░░  0.60 / 1.00
     root            mem          ██░░░░░░░░  2 GiB / 16 GiB
+
+Who holds each accelerator device (``accelshare agent info``)::
+
+    c59395cd-…2d01  cuda.shares  train-1 (kernel 5f0c…)  0.50 / 1.00  50 %
 """
 
 from __future__ import annotations
@@ -23,6 +27,8 @@ __all__ = [
     "alloc_table",
     "amount_text",
     "bar",
+    "device_share_percent",
+    "holders_table",
     "short_id",
     "slots_text",
 ]
@@ -95,6 +101,66 @@ def alloc_table(
                 str(len(device.kernels)) if device.kernels else "",
             )
     return table
+
+
+INTRINSIC_PLUGINS = frozenset({"cpu", "mem"})
+
+
+def device_share_percent(amount: Decimal, capacity: Decimal) -> Decimal:
+    """How much of the device ``amount`` is, in whole percent (half up): 0.25 of 1.00 -> 25."""
+    if capacity <= 0:
+        return Decimal(0)
+    return (amount / capacity * 100).quantize(Decimal(1), rounding=ROUND_HALF_UP)
+
+
+def holders_table(
+    maps: Mapping[str, PluginMapView],
+    sessions: Mapping[str, str],
+    *,
+    full_ids: bool = False,
+    plugins: Iterable[str] = (),
+) -> Table | None:
+    """One row per accelerator device and kernel holding it, with the part of the device.
+
+    ``sessions`` maps kernel id -> session name (kernels it does not name, e.g. another
+    domain's ``hidden-N``, are shown by id).  None when no accelerator device is held.
+    """
+    wanted = set(plugins)
+    table = Table(box=None, pad_edge=False, show_header=True, header_style="bold")
+    for name, justify in (
+        ("device", "left"),
+        ("slot", "left"),
+        ("session (kernel)", "left"),
+        ("holds", "right"),
+        ("of the device", "right"),
+    ):
+        table.add_column(name, no_wrap=True, justify=justify)  # type: ignore[arg-type]
+    rows = 0
+    for key, view in maps.items():
+        if key in INTRINSIC_PLUGINS or (wanted and key not in wanted):
+            continue
+        fractional = view.kind == "fractional"
+        for device in view.devices:
+            capacity = Decimal(device.capacity)
+            slot_type = device.slot_type.value
+            for kernel_id, raw in sorted(device.kernels.items()):
+                amount = Decimal(raw)
+                session = sessions.get(kernel_id)
+                who = (
+                    f"{session} (kernel {short_id(kernel_id, full=full_ids)})"
+                    if session
+                    else kernel_id
+                )
+                table.add_row(
+                    short_id(device.device_id, full=full_ids),
+                    device.slot_name,
+                    who,
+                    f"{amount_text(amount, slot_type, fractional=fractional)} / "
+                    f"{amount_text(capacity, slot_type, fractional=fractional)}",
+                    f"{device_share_percent(amount, capacity)} %",
+                )
+                rows += 1
+    return table if rows else None
 
 
 def slots_text(slots: Mapping[str, Any], types: Mapping[str, str] | None = None) -> str:
