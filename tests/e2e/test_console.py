@@ -311,6 +311,10 @@ def test_admin_fractional_bars_pending_queue_and_live_updates(page: Any, console
     # Who holds each device, and the plugin's live stats per device.
     expect(gpus.locator(".holder-name").filter(has_text="big")).to_have_count(2)
     expect(gpus.locator(".holder-name").filter(has_text="small")).to_have_count(1)
+    # ... and how much of the device each holds (0.2 of a 1.0-fGPU device).
+    expect(gpus.locator(".holders li").filter(has_text="small")).to_contain_text(
+        "0.20 fGPU · 20 % of the device"
+    )
     for term in ("Utilisation", "Memory", "Power", "Temperature"):
         expect(gpus.locator("dt").filter(has_text=term)).to_have_count(2)
     shoot(page, "agents")

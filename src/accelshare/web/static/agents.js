@@ -88,6 +88,15 @@ function statsList(found) {
   );
 }
 
+// A fractional holder's part of the whole device ("one session occupying about 25 % of
+// the GPU"); whole devices and MIG slices are held entirely, so nothing is added.
+function sharePart(device, amount) {
+  const capacity = Number(device.capacity);
+  if (!device.slot_name.endsWith(".shares") || !(capacity > 0)) return null;
+  const percent = Math.round((Number(amount) / capacity) * 100);
+  return h("span", { class: "holder-share muted" }, ` · ${percent} % of the device`);
+}
+
 function holders(ctx, device, kernels) {
   const entries = Object.entries(device.kernels ?? {});
   if (!entries.length) return h("p", { class: "holders muted" }, "free");
@@ -105,6 +114,7 @@ function holders(ctx, device, kernels) {
         name,
         " ",
         h("span", { class: "muted" }, formatAmount(ctx.details, device.slot_name, amount)),
+        sharePart(device, amount),
       );
     }),
   );
