@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import subprocess
+import sys
 from collections.abc import Mapping
 from decimal import Decimal
 from pathlib import Path
@@ -95,20 +97,46 @@ def test_a_mig_slice_is_shown_whole_with_its_mig_uuid(tmp_path: Path) -> None:
     ]
 
 
-def test_the_wrapper_runs_the_agents_interpreter_isolated(tmp_path: Path) -> None:
+def test_the_wrapper_runs_the_agents_interpreter_isolated() -> None:
     plugin = MockPlugin(
         load_mock_config(SAMPLES / "two-fgpu.toml"),
         options(FRACTIONAL),
         python="/opt/agent env/bin/python",
     )
-    wrapper, devices = plugin.smi_files([])
-    assert wrapper == ConfigFile(
-        "bin/nvidia-smi",
-        "#!/bin/sh\n# accelshare mock nvidia-smi (sessions holding mock CUDA devices)\n"
-        "exec '/opt/agent env/bin/python' -I -m accelshare.accel.mock.smi \"$@\"\n",
-        executable=True,
+    wrapper, script, devices = plugin.smi_files([])
+    assert (wrapper.path, wrapper.executable) == ("bin/nvidia-smi", True)
+    assert wrapper.text.splitlines()[2] == (
+        "if [ -x '/opt/agent env/bin/python' ]; then "
+        "exec '/opt/agent env/bin/python' -I -m accelshare.accel.mock.smi \"$@\"; fi"
     )
+    assert script.path == f"bin/{smi.SCRIPT_FILE}"
     assert json.loads(devices.text)["devices"] == []
+
+
+@pytest.mark.parametrize("agent_python", [sys.executable, "/nonexistent/agent/python"])
+def test_the_wrapper_works_with_or_without_the_agents_interpreter(
+    tmp_path: Path, agent_python: str
+) -> None:
+    """Without the agent's interpreter (a docker container) the stand-alone copy runs
+    under the ``python3`` on PATH; here the host's, with the agent's package hidden."""
+    plugin = MockPlugin(
+        load_mock_config(SAMPLES / "two-fgpu.toml"), options(FRACTIONAL), python=agent_python
+    )
+    env = session(tmp_path, plugin, {"cuda.shares": {GPU1: D("0.5")}})
+    wrapper = tmp_path / "config" / "bin" / "nvidia-smi"
+    wrapper.chmod(0o755)
+    bin_dir = tmp_path / "container-bin"
+    bin_dir.mkdir()
+    (bin_dir / "python3").symlink_to(Path(sys.base_prefix) / "bin" / "python3")  # no venv
+    result = subprocess.run(
+        [str(wrapper), "--query-gpu=index,memory.total", "--format=csv,noheader"],
+        env={**env, "PATH": f"{bin_dir}:/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=30,
+    )
+    assert (result.returncode, result.stdout, result.stderr) == (0, "0, 1024 MiB\n", "")
 
 
 def test_only_cuda_mock_keys_get_the_tool(tmp_path: Path) -> None:

@@ -112,6 +112,8 @@ class MockPlugin:
         self.options = options
         self.stats_file = stats_file if config.is_cuda else None
         self.python = python
+        if config.is_cuda:
+            smi.script_source()  # read (and cached) now, not while a kernel is created
         key, mode = config.slot_name, options.allocation_mode
         main_slot = f"{key}.device" if mode is AllocationMode.DISCRETE else f"{key}.shares"
         slot_types: dict[str, SlotTypes] = {main_slot: SlotTypes.COUNT}
@@ -224,8 +226,8 @@ class MockPlugin:
             config_files=files,
         )
 
-    def smi_files(self, held: Sequence[Held]) -> tuple[ConfigFile, ConfigFile]:
-        """``bin/nvidia-smi`` and the devices file it reads (see :mod:`.smi`).
+    def smi_files(self, held: Sequence[Held]) -> tuple[ConfigFile, ...]:
+        """``bin/nvidia-smi``, its stand-alone copy and the devices file (see :mod:`.smi`).
 
         A fractional holding shows ``unit_mem × shares`` bytes (the spec's inverse, the
         same number as ``CUDA_MEMORY_LIMITS``); a whole device or MIG slice its memory.
@@ -256,14 +258,9 @@ class MockPlugin:
             cuda_version=str(attributes.get("cuda_runtime", "N/A")),
             stats_file=None if self.stats_file is None else str(self.stats_file),
         )
-        # -I: the session's PYTHON* variables and cwd must not change what runs.
-        wrapper = (
-            "#!/bin/sh\n"
-            "# accelshare mock nvidia-smi (sessions holding mock CUDA devices)\n"
-            f'exec {shlex.quote(self.python)} -I -m accelshare.accel.mock.smi "$@"\n'
-        )
         return (
-            ConfigFile("bin/nvidia-smi", wrapper, executable=True),
+            ConfigFile("bin/nvidia-smi", smi_wrapper(self.python), executable=True),
+            ConfigFile(f"bin/{smi.SCRIPT_FILE}", smi.script_source()),
             ConfigFile(smi.DEVICES_FILE, doc),
         )
 
@@ -278,6 +275,19 @@ class MockPlugin:
 
     async def close(self) -> None:
         return None
+
+
+def smi_wrapper(python: str) -> str:
+    """The ``nvidia-smi`` shell wrapper: the agent's interpreter when it is there (process
+    runtime; ``-I`` so the session's PYTHON* variables and cwd change nothing), else the
+    container's ``python3`` over the stand-alone copy next to it (docker runtime)."""
+    quoted = shlex.quote(python)
+    return (
+        "#!/bin/sh\n"
+        "# accelshare mock nvidia-smi (sessions holding mock CUDA devices)\n"
+        f'if [ -x {quoted} ]; then exec {quoted} -I -m accelshare.accel.mock.smi "$@"; fi\n'
+        f'exec python3 -I "${{0%/*}}/{smi.SCRIPT_FILE}" "$@"\n'
+    )
 
 
 def _write_stats(path: Path, samples: Mapping[str, DeviceSample]) -> None:

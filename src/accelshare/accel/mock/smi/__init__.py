@@ -1,8 +1,11 @@
 """A mock ``nvidia-smi`` for sessions that hold mock CUDA devices.
 
-The agent gives such a kernel two files in its config dir (next to ``resource.txt``)::
+The agent gives such a kernel three files in its config dir (next to ``resource.txt``)::
 
     config/bin/nvidia-smi        exec <agent's python> -I -m accelshare.accel.mock.smi "$@"
+                                 (or, where that interpreter is missing, as in a docker
+                                 container: python3 bin/mock_smi.py "$@")
+    config/bin/mock_smi.py       this module as a stand-alone script (standard library only)
     config/mock-cuda-smi.json    the devices as the session sees them (written once)
 
 and the process runtime puts ``config/bin`` first on the kernel's ``PATH``.  The tool
@@ -29,6 +32,7 @@ field exits 2 with the real tool's message.  Arithmetic is exact (``Decimal``).
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import sys
@@ -51,10 +55,12 @@ __all__ = [
     "query_gpu",
     "read_view",
     "render_table",
+    "script_source",
     "stats_json",
 ]
 
 DEVICES_FILE = "mock-cuda-smi.json"
+SCRIPT_FILE = "mock_smi.py"  # the stand-alone copy of this module, next to the wrapper
 STATS_FILE = ".mock-cuda-stats.json"
 DEVICES_ENV = "BACKENDAI_MOCK_CUDA_DEVICES"
 RESOURCE_TXT_ENV = "ACCELSHARE_RESOURCE_TXT"  # accelshare.agent.runtime.base (not imported:
@@ -551,6 +557,14 @@ def run(args: Sequence[str], environ: Mapping[str, str]) -> str:
         fields = [f.strip() for f in query.split(",") if f.strip()]
         return query_gpu(view, fields, format_spec)
     return render_table(view)
+
+
+@functools.cache
+def script_source() -> str:
+    """This module as a stand-alone script (it imports only the standard library), for
+    containers that have a ``python3`` but not the agent's interpreter."""
+    source = Path(__file__).read_text(encoding="utf-8")
+    return f'{source}\n\nif __name__ == "__main__":\n    sys.exit(main())\n'
 
 
 def main(argv: Sequence[str] | None = None) -> int:
