@@ -103,7 +103,7 @@ def test_the_wrapper_runs_the_agents_interpreter_isolated() -> None:
         options(FRACTIONAL),
         python="/opt/agent env/bin/python",
     )
-    wrapper, script, devices = plugin.smi_files([])
+    wrapper, script, devices = plugin.smi_files([], [])
     assert (wrapper.path, wrapper.executable) == ("bin/nvidia-smi", True)
     assert wrapper.text.splitlines()[2] == (
         "if [ -x '/opt/agent env/bin/python' ]; then "

@@ -53,6 +53,7 @@ from ..protocol import PluginContext
 from ..stats import DeviceSample, MockStatsGenerator
 from ..types import (
     AllocationMode,
+    AttachedDevice,
     ConfigFile,
     Device,
     KernelAllocation,
@@ -215,22 +216,26 @@ class MockPlugin:
         }
         lines: dict[str, str] = {}
         files: tuple[ConfigFile, ...] = ()
+        attached = attached_devices(held, options=self.options)
         if self.config.is_cuda:
             env["TF_MIN_GPU_MULTIPROCESSOR_COUNT"] = str(MIN_PROCESSOR_LIMIT)
             lines = cuda_resource_lines(held, options=self.options)
-            files = self.smi_files(held)
+            files = self.smi_files(held, attached)
         return KernelResources(
             env=env,
             resource_lines=lines,
-            attached_devices=attached_devices(held, options=self.options),
+            attached_devices=attached,
             config_files=files,
         )
 
-    def smi_files(self, held: Sequence[Held]) -> tuple[ConfigFile, ...]:
+    def smi_files(
+        self, held: Sequence[Held], attached: Sequence[AttachedDevice]
+    ) -> tuple[ConfigFile, ...]:
         """``bin/nvidia-smi``, its stand-alone copy and the devices file (see :mod:`.smi`).
 
-        A fractional holding shows ``unit_mem × shares`` bytes (the spec's inverse, the
-        same number as ``CUDA_MEMORY_LIMITS``); a whole device or MIG slice its memory.
+        Each device shows what :func:`attached_devices` says the kernel sees: for a
+        fractional holding ``unit_mem × shares`` bytes (the spec's inverse, the same number
+        as ``CUDA_MEMORY_LIMITS``), for a whole device or MIG slice its whole memory.
         """
         fractional = self.options.allocation_mode is AllocationMode.FRACTIONAL
         devices = [
@@ -238,18 +243,14 @@ class MockPlugin:
                 device_id=h.device.device_id,
                 name=h.device.model_name,
                 bus_id=f"0000{h.device.hw_location}" if h.device.hw_location else "N/A",
-                memory_bytes=(
-                    self.options.limits(h.amount)[0] if h.is_shares else h.device.memory_bytes
-                ),
+                memory_bytes=seen.memory_bytes,
                 device_memory_bytes=h.device.memory_bytes,
-                processors=(
-                    self.options.limits(h.amount)[1] if h.is_shares else h.device.processors
-                ),
+                processors=seen.processors,
                 shares=h.amount if h.is_shares else None,
                 device_shares=h.device.capacity if fractional and not h.device.is_mig else None,
                 is_mig=h.device.is_mig,
             )
-            for h in held
+            for h, seen in zip(held, attached, strict=True)
         ]
         attributes = self.config.attributes
         doc = smi.devices_json(
@@ -292,7 +293,10 @@ def smi_wrapper(python: str) -> str:
 
 def _write_stats(path: Path, samples: Mapping[str, DeviceSample]) -> None:
     """Replace ``path`` with this tick's readings (atomically; a failure is logged only:
-    the sessions' nvidia-smi then shows older or no readings, the agent goes on)."""
+    the sessions' nvidia-smi then shows older or no readings, the agent goes on).
+
+    The temporary-file-and-rename is written out here rather than taken from
+    ``accelshare.agent.scratch``: plugins must not depend on the agent package."""
     readings = {
         device_id: smi.SmiReading(
             util=s.util if s.util is not None else Decimal(0),
