@@ -233,6 +233,22 @@ def test_node_stats_reach_the_session_through_the_stats_file(tmp_path: Path) -> 
     assert query(env, "utilization.gpu,memory.used") == [f"{expected_util}, {expected_mib}"]
 
 
+def test_stale_readings_are_not_shown(tmp_path: Path) -> None:
+    stats_file = tmp_path / smi.STATS_FILE
+    plugin = MockPlugin(
+        load_mock_config(SAMPLES / "two-fgpu.toml"), options(FRACTIONAL), stats_file=stats_file
+    )
+    env = session(tmp_path, plugin, {"cuda.shares": {GPU1: D("0.5")}})
+    reading = smi.SmiReading(D("80"), D("0.5"), D("200"), D("250"), D("90"))
+    stats_file.write_text(smi.stats_json({GPU1: reading}, at=1000.0))
+    fresh = smi.read_view(env, now=1000.0 + smi.STALE_AFTER_S)
+    (device,) = fresh.devices
+    assert (fresh.util_percent(device), fresh.memory_used_mib(device)) == (40, 512)
+    stale = smi.read_view(env, now=1000.0 + smi.STALE_AFTER_S + 1)
+    assert stale.readings == {}
+    assert (stale.util_percent(device), stale.memory_used_mib(device)) == (0, 0)
+
+
 # -- errors ---------------------------------------------------------------------------------
 
 

@@ -22,8 +22,9 @@ What a session sees, per device (the spec's inverse of the share formula)::
     memory.used                 = memory.total × the device's sampled memory fraction
 
 e.g. ``two-fgpu.toml`` (2 GiB GPUs, default unit_mem 2 GiB) at 0.5 shares: ``1024MiB``.
-Without statistics (no stats tick yet, or a runtime that cannot see the agent's scratch
-root) the readings are 0 and power/temperature show ``N/A``; the memory total is exact.
+Without statistics (no stats tick yet, the last one over :data:`STALE_AFTER_S` old, or
+a runtime that cannot see the agent's scratch root) the readings are 0 and
+power/temperature show ``N/A``; the memory total is exact.
 
 Supported: the default table, ``-L`` / ``--list-gpus``, ``--query-gpu=F1,F2,...
 --format=csv[,noheader][,nounits]`` (fields in :data:`QUERY_FIELDS`), ``-h``.  An unknown
@@ -66,6 +67,7 @@ DEVICES_ENV = "BACKENDAI_MOCK_CUDA_DEVICES"
 RESOURCE_TXT_ENV = "ACCELSHARE_RESOURCE_TXT"  # accelshare.agent.runtime.base (not imported:
 # the tool must start fast and the accel package must not depend on the agent)
 MIB = 1 << 20
+STALE_AFTER_S = 60.0  # stats older than this are not shown (no collector is running)
 # nvidia-smi's exit codes: 2 invalid argument, 6 no devices, 9 cannot talk to the driver.
 EXIT_INVALID_ARGUMENT = 2
 EXIT_NO_DEVICES = 6
@@ -269,10 +271,13 @@ def stats_json(readings: Mapping[str, SmiReading], *, at: float) -> str:
     )
 
 
-def _read_readings(path: Path) -> dict[str, SmiReading]:
-    """Readings from the stats file; {} when it is missing or unreadable (no tick yet)."""
+def _read_readings(path: Path, now: float) -> dict[str, SmiReading]:
+    """Readings from the stats file; {} when it is missing, unreadable (no tick yet) or
+    older than :data:`STALE_AFTER_S` (nobody collects stats now: old numbers would lie)."""
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
+        if not now - float(data["updated_at"]) <= STALE_AFTER_S:
+            return {}
         devices = data["devices"]
         readings = {}
         for device_id, raw in devices.items():
@@ -293,7 +298,7 @@ def _read_readings(path: Path) -> dict[str, SmiReading]:
         return {}
 
 
-def read_view(environ: Mapping[str, str]) -> SmiView:
+def read_view(environ: Mapping[str, str], *, now: float | None = None) -> SmiView:
     """The session's view from its environment and config dir (see the module docstring)."""
     resource_txt = environ.get(RESOURCE_TXT_ENV)
     if not resource_txt:
@@ -319,7 +324,11 @@ def read_view(environ: Mapping[str, str]) -> SmiView:
     wanted = [d for d in environ.get(DEVICES_ENV, "").split(",") if d]
     devices = tuple(known[d] for d in wanted if d in known)
     stats_file = doc.get("stats_file")
-    readings = _read_readings(Path(stats_file)) if isinstance(stats_file, str) else {}
+    readings = (
+        _read_readings(Path(stats_file), time.time() if now is None else now)
+        if isinstance(stats_file, str)
+        else {}
+    )
     return SmiView(
         driver_version=str(doc.get("driver_version") or "N/A"),
         cuda_version=str(doc.get("cuda_version") or "N/A"),
