@@ -11,6 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from accelshare.accel.mock import MockPlugin, load_mock_config, smi
+from accelshare.accel.options import AcceleratorOptions
+from accelshare.accel.types import AllocationMode
 from accelshare.agent.recovery import discover_kernels
 from accelshare.agent.runtime import (
     AGENT_ID_LABEL,
@@ -203,3 +206,43 @@ async def test_an_unknown_network_fails_the_create_with_the_engines_word(
         )
     finally:
         await runtime.close()
+
+
+async def test_plugin_files_appear_under_home_config(
+    docker_runtime: DockerRuntime, busybox_image: str
+) -> None:
+    """The mock plugin's nvidia-smi files in a container: present and executable; in an
+    image without python3 (busybox) the wrapper's fallback fails with 127, as documented
+    in docs/plugins.md."""
+    repo = Path(__file__).resolve().parents[3]
+    plugin = MockPlugin(
+        load_mock_config(repo / "configs" / "accelerator" / "two-fgpu.toml"),
+        AcceleratorOptions(allocation_mode=AllocationMode.FRACTIONAL),
+    )
+    gpu = plugin.inventory.devices[0].device_id
+    resources = plugin.kernel_resources({"cuda.shares": {gpu: Decimal("0.5")}})
+    kernel_id = new_kernel_id()
+    script = (
+        "ls -l /home/config/bin/nvidia-smi > /home/work/report; "
+        "grep -c device_id /home/config/mock-cuda-smi.json >> /home/work/report; "
+        "/home/config/bin/nvidia-smi -L >> /home/work/report 2>&1; echo rc=$? >> /home/work/report; "
+        "echo END >> /home/work/report; trap 'exit 0' TERM; while :; do sleep 1 & wait $!; done"
+    )
+    spec = KernelSpec(
+        kernel_id=kernel_id,
+        image=busybox_image,
+        resource_txt=RESOURCE_TXT,
+        command=("sh", "-c", script),
+        env=resources.env,
+        config_files=resources.config_files,
+    )
+    await docker_runtime.create_kernel(spec)
+    report = await poll_file(docker_runtime.scratch_root / kernel_id / "work" / "report", "END")
+    lines = report.splitlines()
+    assert lines[0].startswith("-rwxr-xr-x"), report
+    assert lines[1] == "1"  # one device in the devices file
+    assert "python3: not found" in report
+    assert "rc=127" in report
+    assert (docker_runtime.scratch_root / kernel_id / "config" / "bin" / smi.SCRIPT_FILE).exists()
+    await docker_runtime.destroy_kernel(kernel_id)
+    await docker_runtime.cleanup_kernel(kernel_id)
