@@ -506,7 +506,13 @@ def test_domain_admin_sees_agents_but_not_other_domains_sessions(
     assert info["theirs"]["domainName"] == "lab"
     our_kernel = info["ours"]["kernels"][0]["kernelId"]
     their_kernel = info["theirs"]["kernels"][0]["kernelId"]
-    full = console.api.get("/agents/i-dev-01/alloc-map").json()
+
+    # 201 means accepted; the kernels reach the agent's map when the binds have landed.
+    def both_mapped() -> dict[str, Any] | None:
+        answer: dict[str, Any] = console.api.get("/agents/i-dev-01/alloc-map").json()
+        return answer if kernel_ids(answer) == {our_kernel, their_kernel} else None
+
+    full = console.until(both_mapped, "both kernels in the agent's allocation map")
     assert kernel_ids(full) == {our_kernel, their_kernel}  # the superadmin sees all
 
     log_in(page, console, "dana@example.com", "admin-password-123")
