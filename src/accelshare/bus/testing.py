@@ -13,30 +13,23 @@ returns None when there is no binary, so callers can skip with a reason.
 from __future__ import annotations
 
 import contextlib
-import os
 import shutil
 import socket
 import subprocess
 import time
 from pathlib import Path
-from types import TracebackType
 
 from accelshare.config.testing import free_port
+from accelshare.testing.servers import ServerProcess, find_binary, stop_process
 
 __all__ = ["RedisProcess", "find_redis_binary"]
 
 
 def find_redis_binary() -> str | None:
-    explicit = os.environ.get("ACCELSHARE_REDIS_BINARY")
-    if explicit:
-        return explicit if Path(explicit).is_file() else None
-    return shutil.which("redis-server") or next(
-        (p for p in ("/usr/bin/redis-server", "/usr/local/bin/redis-server") if Path(p).is_file()),
-        None,
-    )
+    return find_binary("ACCELSHARE_REDIS_BINARY", "redis-server")
 
 
-class RedisProcess:
+class RedisProcess(ServerProcess):
     def __init__(
         self,
         work_dir: Path,
@@ -117,15 +110,8 @@ class RedisProcess:
 
     def stop(self) -> None:
         process, self._process = self._process, None
-        if process is None:
-            return
-        with contextlib.suppress(ProcessLookupError):
-            process.terminate()
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        if process is not None:
+            stop_process(process)
 
     def kill(self) -> None:
         """SIGKILL (a crash, not a shutdown)."""
@@ -134,19 +120,3 @@ class RedisProcess:
             with contextlib.suppress(ProcessLookupError):
                 process.kill()
             process.wait()
-
-    def restart(self) -> None:
-        self.stop()
-        self.start()
-
-    def __enter__(self) -> RedisProcess:
-        self.start()
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()

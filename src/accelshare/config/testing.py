@@ -13,10 +13,6 @@ none, so callers can skip with a reason.
 
 from __future__ import annotations
 
-import contextlib
-import os
-import shutil
-import signal
 import socket
 import subprocess
 import time
@@ -24,18 +20,14 @@ import urllib.error
 import urllib.request
 from collections.abc import Sequence
 from pathlib import Path
-from types import TracebackType
+
+from accelshare.testing.servers import ServerProcess, find_binary, stop_process
 
 __all__ = ["EtcdProcess", "find_etcd_binary", "free_port"]
 
 
 def find_etcd_binary() -> str | None:
-    explicit = os.environ.get("ACCELSHARE_ETCD_BINARY")
-    if explicit:
-        return explicit if Path(explicit).is_file() else None
-    return shutil.which("etcd") or next(
-        (p for p in ("/usr/bin/etcd", "/usr/local/bin/etcd") if Path(p).is_file()), None
-    )
+    return find_binary("ACCELSHARE_ETCD_BINARY", "etcd")
 
 
 def free_port() -> int:
@@ -44,7 +36,7 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-class EtcdProcess:
+class EtcdProcess(ServerProcess):
     def __init__(
         self,
         data_dir: Path,
@@ -136,28 +128,5 @@ class EtcdProcess:
 
     def stop(self) -> None:
         process, self._process = self._process, None
-        if process is None:
-            return
-        with contextlib.suppress(ProcessLookupError):
-            process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-
-    def restart(self) -> None:
-        self.stop()
-        self.start()
-
-    def __enter__(self) -> EtcdProcess:
-        self.start()
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
+        if process is not None:
+            stop_process(process)
