@@ -150,5 +150,6 @@ def build_heartbeat(
         slot_metadata=metadata,
         kernels=kernels,
         images=list(images),
+        runtime=config.container.runtime,
         sent_at=datetime.now(UTC),
     )

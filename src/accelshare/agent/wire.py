@@ -116,6 +116,7 @@ class Heartbeat(_Wire):
     slot_metadata: dict[str, dict[str, object]] = Field(default_factory=dict)
     kernels: list[KernelReport] = Field(default_factory=list)
     images: list[str] = Field(default_factory=list)
+    runtime: str = "process"  # the agent's kernel runtime: process | docker
     sent_at: datetime | None = None
 
 

@@ -52,7 +52,17 @@ from accelshare.manager.models import UserRole
 from accelshare.manager.runtime import Manager, ManagerOptions
 from accelshare.manager.schema import ensure_schema
 
-from . import admin, agents, compat, config_routes, internal, login, metrics_route, sessions
+from . import (
+    admin,
+    agents,
+    compat,
+    config_routes,
+    images,
+    internal,
+    login,
+    metrics_route,
+    sessions,
+)
 from .auth import Authenticator, AuthSettings, CurrentIdentity
 from .limits import BodySizeLimit
 from .problems import ServiceUnavailable, install_problem_handlers
@@ -128,6 +138,7 @@ def create_app(
             internal.router,
             config_routes.router,
             admin.router,
+            images.router,
             metrics_route.router,
             compat.router,  # the official Backend.AI client's extras (docs/compatibility.md)
         ):

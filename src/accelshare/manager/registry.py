@@ -240,6 +240,8 @@ class AgentRegistry:
             or agent.device_allocs != views
             or agent.address != hb.rpc_url
             or agent.scaling_group != hb.scaling_group
+            or (agent.images or []) != hb.images
+            or agent.runtime != hb.runtime
         ):
             out.changed = True
         agent.address = hb.rpc_url
@@ -252,6 +254,8 @@ class AgentRegistry:
         agent.slot_metadata = dict(hb.slot_metadata)
         agent.quanta = _quanta(hb)
         agent.compute_plugins = _plugins_summary(hb)
+        agent.images = list(hb.images)
+        agent.runtime = hb.runtime
         agent.last_heartbeat_at = now
         return agent
 

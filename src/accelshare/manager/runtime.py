@@ -36,6 +36,7 @@ from .clock import Clock, utcnow
 from .db import Database
 from .errors import NotFound
 from .hub import ChangeHub
+from .images import ImageService
 from .metrics import ManagerMetrics
 from .models import Agent, AgentStatus, Session
 from .registry import AgentRegistry
@@ -81,6 +82,7 @@ class Manager:
         self.hub = ChangeHub()
         self.metrics = ManagerMetrics()
         self.known_slots = KnownSlots(store)
+        self.images = ImageService(db)
         self.client = AgentClient(
             options.cluster_secret,
             transport=agent_transport,

@@ -29,6 +29,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from accelshare.common import ResourceSlot, SlotTypes
 from accelshare.sched.explain import explain
+from accelshare.sched.images import ImageRuleError, apply_minimum, check_accelerators
 from accelshare.sched.lifecycle import FINAL_STATUSES, SessionStatus
 from accelshare.sched.model import KeypairLimits, SessionType
 from accelshare.sched.predicates import check_enqueue_limits
@@ -38,6 +39,7 @@ from .clock import Clock
 from .db import Database
 from .errors import Conflict, InvalidRequest, LimitExceeded, NotFound, Unavailable
 from .hub import ChangeHub
+from .images import lookup, requirement_of
 from .models import (
     Agent,
     AgentStatus,
@@ -371,6 +373,7 @@ class SessionService:
             sgroup = await self._scaling_group(db, body)
             group_id = await self._group(db, owner.user_id, owner.domain_name, body.group)
             resources = await self._resources(db, sgroup, body, known)
+            image_ref, resources = await self._image(db, body, resources)
             await self._check_limits(db, owner.access_key, owner.resource_policy, resources)
             deps = await self._dependencies(db, caller, owner.access_key, body.dependencies)
             designated = await self._designated(db, caller, body, sgroup.name)
@@ -392,7 +395,7 @@ class SessionService:
                 user_id=owner.user_id,
                 group_id=group_id,
                 domain_name=owner.domain_name,
-                image=body.image,
+                image=image_ref,
                 requested_slots=resources,
                 resource_opts=opts,
                 environ=dict(body.config.environ),
@@ -584,6 +587,25 @@ class SessionService:
             quanta=quanta,
             discrete=(discrete - fractional) - {"mem"},
         )
+
+    async def _image(
+        self, db: AsyncSession, body: CreateSessionBody, resources: ResourceSlot
+    ) -> tuple[str, ResourceSlot]:
+        """The catalogue reference the body's image stands for (an alias resolved) and
+        the resources after the image's rules (accelerator labels, minimum resources;
+        :mod:`accelshare.sched.images`).  A name outside the catalogue is kept as is."""
+        image = await lookup(db, body.image)
+        if image is None:
+            return body.image, resources
+        rules = requirement_of(image)
+        try:
+            check_accelerators(rules, resources)
+            resources = apply_minimum(rules, resources, explicit=set(body.config.resources))
+        except ImageRuleError as e:
+            raise InvalidRequest(
+                str(e), field=f"config.{e.field}", expected=e.expected, received=e.received
+            ) from None
+        return image.ref, resources
 
     async def _check_limits(
         self, db: AsyncSession, access_key: str, policy_name: str, requested: ResourceSlot

@@ -13,6 +13,8 @@ from datetime import datetime
 
 from accelshare.common import ResourceSlot
 
+from .images import ImageRequirement
+
 __all__ = [
     "AgentState",
     "KeypairLimits",
@@ -46,6 +48,7 @@ class PendingSession:
     retries: int = 0  # failed scheduling attempts so far (status_data.scheduler.retries)
     allow_fragmentation: bool = True
     designated_agent: str | None = None
+    image: ImageRequirement | None = None  # None: not a catalogue image, no agent check
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,6 +73,9 @@ class AgentState:
     available_slots: ResourceSlot
     occupied_slots: ResourceSlot
     scaling_group: str = "default"
+    runtime: str = "process"
+    architecture: str = "x86_64"
+    images: frozenset[str] = frozenset()  # what its runtime reports it can run
 
     @property
     def remaining_slots(self) -> ResourceSlot:

@@ -70,6 +70,7 @@ from .fit import (
     fits_capacity,
     totals_shortfall,
 )
+from .images import ImageRequirement, image_refusal
 from .model import AgentState, PendingSession, PredicateResult
 from .pickers import PickerName, pick
 from .predicates import DEFAULT_PREDICATES, Predicate, PredicateContext, run_predicates
@@ -94,16 +95,18 @@ MAX_AGENT_REASONS = 10
 ``"... and N more agent(s)"`` line: a 1,000-agent cluster would otherwise compute (a
 per-device dry run each) and store 1,000 lines for every pending session on every pass."""
 
-_ShapeKey = tuple[tuple[tuple[str, Decimal], ...], bool, str | None]
+_ShapeKey = tuple[tuple[tuple[str, Decimal], ...], bool, str | None, ImageRequirement | None]
 
 
 def _shape(session: PendingSession) -> _ShapeKey:
     """What a session's fit depends on besides the cluster: its request, its
-    fragmentation option and its designated agent (sessions of one shape fit alike)."""
+    fragmentation option, its designated agent and its catalogue image (sessions of one
+    shape fit alike)."""
     return (
         tuple(sorted(session.requested_slots.items())),
         session.allow_fragmentation,
         session.designated_agent,
+        session.image,
     )
 
 
@@ -482,6 +485,20 @@ class _Pass:
         if known is not None and known[0] == self.generation and known[1] == len(self.blockers):
             return known[2]  # nothing changed since a session of this shape failed
         reasons: dict[str, str | None] = {}  # None: a totals shortfall, explained lazily
+        if session.image is not None:  # only agents that can run the image (sched.images)
+            can_run = []
+            for agent in pool:
+                refusal = image_refusal(
+                    session.image,
+                    agent_runtime=agent.runtime,
+                    agent_architecture=agent.architecture,
+                    agent_images=agent.images,
+                )
+                if refusal is None:
+                    can_run.append(agent)
+                else:
+                    reasons[agent.id] = refusal
+            pool = can_run
         fitting: list[AgentState] = []
         totals = self._totals.setdefault(shape, {})
         versions = self.versions

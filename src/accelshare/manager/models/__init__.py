@@ -26,6 +26,7 @@ from .identity import (
     UserRole,
     UserStatus,
 )
+from .images import Image, ImageAlias
 from .sessions import (
     DEFAULT_PRIORITY,
     Kernel,
@@ -49,6 +50,8 @@ __all__ = [
     "Domain",
     "Group",
     "GroupMember",
+    "Image",
+    "ImageAlias",
     "JSONDocument",
     "Kernel",
     "KernelEventRecord",

@@ -111,6 +111,11 @@ class Agent(Base):
     # what the registry noticed: {"unknown_kernels": [...], "reconciled_at": ...}
     # (nullable so that migration 0002 adds it without rebuilding the table on SQLite)
     status_data: Mapped[dict[str, Any] | None] = mapped_column(JSONDocument, default=dict)
+    # the images its runtime can run now (heartbeat): docker repo tags or process
+    # environment names; and which runtime it is (process | docker).  Nullable for
+    # migration 0003 (see status_data).
+    images: Mapped[list[str] | None] = mapped_column(JSONDocument, default=list)
+    runtime: Mapped[str | None] = mapped_column(sa.String(16), default="process")
 
     @property
     def is_alive(self) -> bool:

@@ -31,16 +31,19 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from accelshare.agent.wire import PluginMapView
 from accelshare.common import DefaultForUnspecified, ResourceSlot, SlotTypes
 from accelshare.sched.fit import DeviceState, MapKind, MapState, merge_device_ledger
+from accelshare.sched.images import ImageRequirement
 from accelshare.sched.lifecycle import SessionResult, SessionStatus
 from accelshare.sched.model import AgentState, KeypairLimits, PendingSession
 from accelshare.sched.plan import AgentSnapshot, SchedulerOptions, SchedulingSnapshot
 from accelshare.sched.predicates import DependencyState, PredicateContext
 
+from ..images import requirement_of
 from ..models import (
     Agent,
     AgentStatus,
     Domain,
     Group,
+    Image,
     Kernel,
     Keypair,
     KeypairResourcePolicy,
@@ -215,7 +218,13 @@ async def _agents(
     snapshots = [
         AgentSnapshot(
             AgentState(
-                a.id, a.available_slots, occupied.get(a.id, ResourceSlot()), a.scaling_group
+                a.id,
+                a.available_slots,
+                occupied.get(a.id, ResourceSlot()),
+                a.scaling_group,
+                runtime=a.runtime or "process",
+                architecture=a.architecture,
+                images=frozenset(a.images or ()),
             ),
             map_states_from_views(views[a.id], allocs.get(a.id, {}), known_kernels),
         )
@@ -257,6 +266,11 @@ async def _pending(
     default_frag = bool(
         (sgroup.scheduler_opts or {}).get("allow_fractional_resource_fragmentation", True)
     )
+    catalogue: dict[str, ImageRequirement] = {}
+    wanted = {r.image for r in rows}
+    if wanted:
+        for image in (await db.execute(sa.select(Image).where(Image.ref.in_(wanted)))).scalars():
+            catalogue[image.ref] = requirement_of(image)
     pending = []
     status_data: dict[str, dict[str, Any]] = {}
     for r in rows:
@@ -282,6 +296,7 @@ async def _pending(
                 retries=int(sched.get("retries", 0) or 0),
                 allow_fragmentation=bool(frag),
                 designated_agent=r.designated_agent_id,
+                image=catalogue.get(r.image),
             )
         )
     return pending, status_data

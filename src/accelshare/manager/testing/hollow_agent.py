@@ -201,6 +201,7 @@ class HollowAgent:
         }
         self.kernels: dict[str, _Kernel] = {}
         self.refuse_creates: str | None = None  # a reason: every create is refused with it
+        self.images: list[str] = []  # what its heartbeat reports (process environments)
         self.created = 0
         self.destroy_requests: list[str] = []
         self.acks: list[HeartbeatAck] = []
@@ -283,6 +284,7 @@ class HollowAgent:
             alloc_maps=self._views(),
             slot_metadata=metadata,
             kernels=[k.report() for k in self.kernels.values()],
+            images=list(self.images),
             sent_at=datetime.now(UTC),
         )
 
