@@ -12,7 +12,8 @@ Backend.AI's field names and shapes; slot maps are JSON *strings* (its ``JSONStr
 * ``compute_session(id: UUID!)``,
   ``compute_session_list(limit, offset, status, access_key) { items total_count }`` —
   the caller's visibility (user: own, admin: domain, superadmin: all);
-* ``keypair(access_key)`` — the caller's own keypair (any one for a superadmin).
+* ``keypair(access_key)`` — the caller's own keypair (any one for a superadmin);
+* ``images(runtime)`` — the image catalogue (any user; docs/images.md).
 
 The official Backend.AI client's queries work unchanged: the extra fields and arguments
 it sends are described in :mod:`.compat_gql` (and docs/compatibility.md).
@@ -312,7 +313,48 @@ def _agent_status(status: str | None) -> AgentStatus | None:
 
 
 @strawberry.type
+class ImageNode:
+    """A catalogue image (``GET /images``); ``min_slots`` and ``labels`` are JSON strings."""
+
+    ref: str
+    name: str
+    tag: str
+    aliases: list[str]
+    architecture: str
+    runtime: str
+    accelerators: list[str]
+    min_slots: str
+    labels: str
+    description: str
+
+    @classmethod
+    def from_json(cls, image: dict[str, Any]) -> ImageNode:
+        return cls(
+            ref=image["ref"],
+            name=image["name"],
+            tag=image["tag"],
+            aliases=list(image["aliases"]),
+            architecture=image["architecture"],
+            runtime=image["runtime"],
+            accelerators=list(image["accelerators"]),
+            min_slots=json.dumps(image["min_slots"]),
+            labels=json.dumps(image["labels"]),
+            description=image["description"],
+        )
+
+
+@strawberry.type
 class Query:
+    @strawberry.field
+    async def images(self, info: Info, runtime: str | None = None) -> list[ImageNode]:
+        """The image catalogue (any user), optionally of one runtime (process | docker)."""
+        manager, _identity = _context(info)
+        return [
+            ImageNode.from_json(i)
+            for i in await manager.images.list()
+            if runtime is None or i["runtime"] == runtime
+        ]
+
     @strawberry.field
     async def agent(self, info: Info, agent_id: str) -> AgentNode | None:
         manager, identity = _context(info)

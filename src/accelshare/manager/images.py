@@ -84,7 +84,7 @@ def image_json(image: Image, aliases: Sequence[str]) -> dict[str, Any]:
 
 async def _aliases(db: AsyncSession) -> dict[str, str]:
     rows = await db.execute(sa.select(ImageAlias.alias, ImageAlias.ref))
-    return {str(alias): str(ref) for alias, ref in rows.tuples()}
+    return {str(alias): str(ref) for alias, ref in rows}
 
 
 async def lookup(db: AsyncSession, name: str) -> Image | None:

@@ -144,7 +144,9 @@ def test_docker_image_need_not_be_present_it_is_pulled() -> None:
         image, agent_runtime="docker", agent_architecture="x86_64", agent_images=frozenset()
     )
     assert refusal is None
-    assert image_refusal(None, agent_runtime="x", agent_architecture="y", agent_images=set()) is None
+    assert (
+        image_refusal(None, agent_runtime="x", agent_architecture="y", agent_images=set()) is None
+    )
 
 
 def _with_images(snapshot: AgentSnapshot, *images: str) -> AgentSnapshot:

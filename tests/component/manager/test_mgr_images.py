@@ -1,0 +1,132 @@
+"""The image catalogue through the API: admin add/alias/remove, ``GET /images`` for
+users, GraphQL ``images``, alias resolution at session creation, accelerator-support
+refusal, minimum resources, and placement only on agents that have the image."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+
+from .cluster import Cluster
+
+
+async def make_user(cluster: Cluster, email: str) -> httpx.AsyncClient:
+    response = await cluster.admin.post(
+        "/admin/users", json={"email": email, "password": "long enough password"}
+    )
+    assert response.status_code == 201, response.text
+    keypair = response.json()["keypair"]
+    return cluster.client(keypair["access_key"], keypair["secret_key"])
+
+
+async def add_image(cluster: Cluster, **body: Any) -> dict[str, Any]:
+    response = await cluster.admin.post("/admin/images", json=body)
+    assert response.status_code == 201, response.text
+    image: dict[str, Any] = response.json()
+    return image
+
+
+async def test_catalogue_admin_and_user_views(cluster: Cluster) -> None:
+    added = await add_image(
+        cluster,
+        ref="python:3.11",
+        aliases=["python"],
+        min_slots={"cpu": "1", "mem": "512m"},
+        description="Python 3.11",
+    )
+    assert added["aliases"] == ["python"]
+    assert added["min_slots"] == {"cpu": "1", "mem": str(512 << 20)}
+    await add_image(cluster, ref="pytorch:1.5", accelerators=["cuda"], runtime="docker")
+
+    again = await cluster.admin.post("/admin/images", json={"ref": "python:3.11"})
+    assert again.status_code == 409, again.text
+    bad = await cluster.admin.post("/admin/images", json={"ref": "x:1", "min_slots": {"cpu": "a"}})
+    assert bad.status_code == 400, bad.text
+    assert bad.json()["field"] == "min_slots.cpu"
+
+    user = await make_user(cluster, "img-user@example.com")
+    listed = (await user.get("/images")).json()["items"]
+    assert [i["ref"] for i in listed] == ["python:3.11", "pytorch:1.5"]
+    assert (await user.get("/images/python")).json()["ref"] == "python:3.11"  # by alias
+    assert (await user.post("/admin/images", json={"ref": "y:1"})).status_code == 403
+
+    moved = await cluster.admin.put("/admin/image-aliases/torch", json={"target": "pytorch:1.5"})
+    assert moved.status_code == 200, moved.text
+    assert moved.json()["aliases"] == ["torch"]
+    body = await cluster.gql("{ images { ref aliases runtime accelerators min_slots } }")
+    by_ref = {i["ref"]: i for i in body["data"]["images"]}
+    assert by_ref["pytorch:1.5"]["aliases"] == ["torch"]
+    assert by_ref["pytorch:1.5"]["accelerators"] == ["cuda"]
+    assert by_ref["python:3.11"]["runtime"] == "process"
+
+    removed = await cluster.admin.delete("/admin/images/torch")
+    assert removed.json() == {"result": "deleted", "ref": "pytorch:1.5"}, removed.text
+    assert (await user.get("/images/torch")).status_code == 404
+    await user.aclose()
+
+
+async def test_alias_resolves_and_only_agents_with_the_image_run_it(cluster: Cluster) -> None:
+    bare = await cluster.add_agent("i-bare")
+    demo = await cluster.add_agent("i-demo")
+    demo.images = ["python:3.11", "demo-lib:2.0"]
+    await demo.heartbeat()
+    await bare.heartbeat()
+    await add_image(cluster, ref="python:3.11", aliases=["python"])
+    await add_image(cluster, ref="demo-lib:1.0")  # no agent has it
+
+    for i in range(2):  # dispersed would put the second on i-bare without the image rule
+        made = await cluster.create({"cpu": 1}, image="python", name=f"py{i}", maxWaitSeconds=10)
+        assert made.status_code == 201, made.text
+        session = await cluster.session(f"py{i}")
+        assert session["status"] == "RUNNING", session["statusInfo"]
+        assert session["image"] == "python:3.11"  # the alias resolved
+        assert {k["agentId"] for k in session["kernels"]} == {"i-demo"}
+
+    missing = await cluster.create({"cpu": 1}, image="demo-lib:1.0", name="old")
+    assert missing.status_code == 201, missing.text
+    session = await cluster.session("old")
+    assert session["status"] == "PENDING"
+    assert "does not have image demo-lib:1.0" in session["statusInfo"], session["statusInfo"]
+    why = (await cluster.admin.get("/session/old/why")).json()
+    assert "i-bare: does not have image demo-lib:1.0" in str(why), why
+
+    # an agent that gains the environment gets the waiting session
+    bare.images = ["demo-lib:1.0"]
+    await bare.heartbeat()
+    session = await cluster.wait_status("old", "RUNNING")
+    assert {k["agentId"] for k in session["kernels"]} == {"i-bare"}
+
+    unregistered = await cluster.create({"cpu": 1}, image="shell", name="sh", maxWaitSeconds=10)
+    assert unregistered.json()["status"] == "RUNNING", unregistered.text  # not checked
+
+
+async def test_accelerator_support_and_minimum_resources(cluster: Cluster) -> None:
+    await cluster.add_agent("i-node01")
+    await add_image(
+        cluster, ref="python:3.11", aliases=["python"], min_slots={"cpu": "2", "mem": "2g"}
+    )
+    await add_image(cluster, ref="pytorch:1.5", accelerators=["cuda"])
+    cluster.agents["i-node01"].images = ["python:3.11", "pytorch:1.5"]
+    await cluster.agents["i-node01"].heartbeat()
+
+    refused = await cluster.create({"cpu": 2, "cuda.shares": "0.5"}, image="python")
+    assert refused.status_code == 400, refused.text
+    problem = refused.json()
+    assert problem["field"] == "config.resources.cuda.shares"
+    assert "Image python:3.11 does not support cuda" in problem["detail"]
+
+    gpu = await cluster.create({"cuda.shares": "0.5"}, image="pytorch:1.5", maxWaitSeconds=10)
+    assert gpu.json()["status"] == "RUNNING", gpu.text
+
+    low = await cluster.create({"cpu": 1}, image="python")
+    assert low.status_code == 400, low.text
+    assert low.json()["field"] == "config.resources.cpu"
+    assert low.json()["expected"] == ">= 2"
+    assert "below the minimum of image python:3.11" in low.json()["detail"]
+
+    raised = await cluster.create({}, image="python", name="raised", maxWaitSeconds=10)
+    assert raised.status_code == 201, raised.text
+    session = await cluster.session("raised")
+    assert session["requestedSlots"]["cpu"] == "2", session["requestedSlots"]  # default 1
+    assert session["requestedSlots"]["mem"] == str(2 << 30), session["requestedSlots"]
