@@ -36,6 +36,7 @@ from .auth import KeypairAuth
 from .config import ClientConfig, load_client_config
 from .errors import GraphQLError
 from .http import HttpCaller
+from .images import ImagesAPI
 from .sessions import SessionsAPI
 
 __all__ = ["AccelshareClient"]
@@ -63,6 +64,7 @@ class AccelshareClient:
         self.agents = AgentsAPI(caller)
         self.config = ConfigAPI(caller)
         self.admin = AdminAPI(caller)
+        self.images = ImagesAPI(caller)
 
     @classmethod
     def from_env(

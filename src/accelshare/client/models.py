@@ -23,6 +23,7 @@ __all__ = [
     "CreatedSession",
     "CreatedUser",
     "DestroyedSession",
+    "ImageInfo",
     "KernelInfo",
     "KeypairInfo",
     "ResourcePolicyInfo",
@@ -238,4 +239,20 @@ class ScalingGroupInfo(_AdminModel):
     scheduler: str
     scheduler_opts: dict[str, Any] = Field(default_factory=dict)
     default_session_slots: Limits = Field(default_factory=dict)
+    created_at: str | None = None
+
+
+class ImageInfo(_AdminModel):
+    """A catalogue image (``GET /images``; docs/images.md)."""
+
+    ref: str
+    name: str
+    tag: str
+    aliases: list[str] = Field(default_factory=list)
+    architecture: str = "x86_64"
+    runtime: str = "process"
+    accelerators: list[str] = Field(default_factory=list)
+    labels: dict[str, Any] = Field(default_factory=dict)
+    min_slots: Slots = Field(default_factory=dict)
+    description: str = ""
     created_at: str | None = None

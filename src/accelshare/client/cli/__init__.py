@@ -14,6 +14,7 @@ from .agent import agent_app
 from .config_cmd import config_app
 from .dev import dev_app
 from .group import CliGroup
+from .image import image_app
 from .mgr import mgr_app
 from .server import server_app
 from .server_manager import manager_command
@@ -34,6 +35,7 @@ app = typer.Typer(
 app.add_typer(session_app, name="session")
 app.add_typer(agent_app, name="agent")
 app.add_typer(admin_app, name="admin")
+app.add_typer(image_app, name="image")
 app.add_typer(config_app, name="config")
 app.add_typer(dev_app, name="dev")
 app.add_typer(mgr_app, name="mgr")

@@ -20,6 +20,7 @@ from accelshare.client.models import UserInfo
 
 from .args import ArgumentError, parse_json_pairs, parse_pairs
 from .common import EXIT_USAGE, JsonOption, call_api, console, fail, print_json
+from .image import admin_image_app
 
 admin_app = typer.Typer(
     help="Administration: keypairs, users, resource policies, scaling groups, GraphQL.",
@@ -35,6 +36,7 @@ admin_app.add_typer(keypair_app, name="keypair")
 admin_app.add_typer(user_app, name="user")
 admin_app.add_typer(policy_app, name="policy")
 admin_app.add_typer(sgroup_app, name="sgroup")
+admin_app.add_typer(admin_image_app, name="image")
 
 T = TypeVar("T")
 
