@@ -247,13 +247,14 @@ def launch(
     screenshot: str | None = None,
     fill: dict[str, str] | None = None,
     check: tuple[str, ...] = (),
+    image: str = "python",
 ) -> None:
     """Launch through the dialog; ``gpu`` goes to "GPU (fGPU)", ``fill`` maps other
     inputs' labels to values, ``check`` names the checkboxes (unique slots) to tick."""
     page.get_by_role("button", name="Launch sessions").click()
     dialog = page.get_by_role("dialog", name="Launch sessions")
     expect(dialog).to_be_visible()
-    dialog.get_by_label("Image").fill("python")
+    dialog.get_by_label("Image").fill(image)
     dialog.get_by_label("Name (optional)").fill(name)
     dialog.get_by_label("Number of sessions").fill(str(count))
     if gpu is not None:
@@ -553,6 +554,36 @@ def test_domain_admin_sees_agents_but_not_other_domains_sessions(
     for secret in ("lab-secret", their_kernel, info["theirs"]["sessionId"]):
         assert secret not in detail.text()
         assert secret not in get(console.base + "/agents").text()
+
+
+def test_launch_dialog_offers_the_image_catalogue(page: Any, console: Console) -> None:
+    """The demo catalogue of `dev up`: aliases and references in the picker, what the
+    typed name resolves to under the field, and a session per picked image."""
+    log_in(page, console, USER_EMAIL, USER_PASSWORD)
+    page.get_by_role("button", name="Launch sessions").click()
+    dialog = page.get_by_role("dialog", name="Launch sessions")
+    options = dialog.locator("#launch-images option")
+    expect(options.first).to_be_attached()  # filled from GET /images
+    values = options.evaluate_all("(els) => els.map((e) => e.value)")
+    assert {"python", "demo-lib", "demo-lib:1.0", "demo-lib:2.0"} <= set(values), values
+    image = dialog.get_by_label("Image")
+    image.fill("demo-lib")
+    hint = dialog.locator("#hint-image")
+    expect(hint).to_contain_text("demo-lib → demo-lib:2.0")
+    expect(hint).to_contain_text("accelerators: none")
+    image.fill("no-such-image")
+    expect(hint).to_have_text("Not in the image catalogue: sent as typed.")
+    shoot(page, "launch-images")
+    dialog.get_by_role("button", name="Cancel").click()
+
+    launch(page, "lib-one", image="demo-lib:1.0")
+    launch(page, "lib-latest", image="demo-lib")
+    expect(status_of(page, "lib-one")).to_have_text("RUNNING")
+    expect(status_of(page, "lib-latest")).to_have_text("RUNNING")
+    expect(row(page, "lib-one").locator("td.image")).to_have_text("demo-lib:1.0")
+    expect(row(page, "lib-latest").locator("td.image")).to_have_text("demo-lib:2.0")
+    destroy(page, "lib-one")
+    destroy(page, "lib-latest")
 
 
 def test_launch_dialog_validates_before_submitting(page: Any, console: Console) -> None:

@@ -56,6 +56,13 @@ from accelshare.client.auth import KeypairAuth
 from accelshare.client.config import ClientConfig
 from accelshare.client.sync import SyncAccelshareClient
 from accelshare.config import load_config_store_settings, open_config_store
+from accelshare.devcluster.catalogue import (
+    DemoImage,
+    build_environments,
+    demo_images,
+    environment_tables,
+    register,
+)
 from accelshare.manager.bootstrap import AdminCredentials, BootstrapError
 
 from .layout import (
@@ -125,6 +132,7 @@ class LocalCluster:
         self.agents: list[Daemon] = []
         self.credentials: AdminCredentials | None = None
         self.mock: MockConfig | None = None
+        self.images: list[DemoImage] = []  # the demo catalogue (set by _prepare)
         self._progress = progress or (lambda _msg: None)
         self._lock: IO[str] | None = None
         self._env = child_env()
@@ -154,6 +162,7 @@ class LocalCluster:
             self._prepare()
             self._start_manager(deadline)
             self._start_agents(deadline)
+            self._register_images()
         except BaseException:
             self.stop()
             raise
@@ -181,6 +190,9 @@ class LocalCluster:
         layout.manager_toml.write_text(render_manager_toml(layout, options))
         for agent_id in self.agent_ids:
             layout.agent_dir(agent_id).mkdir(parents=True, exist_ok=True)
+        self._progress("preparing the demo environments (demo-lib 1.0 and 2.0)")
+        build_environments(layout.root)
+        self.images = demo_images(layout.root, (self.mock.slot_name,))
         asyncio.run(self._configure_store())
 
     def _take_lock(self) -> None:
@@ -272,7 +284,15 @@ class LocalCluster:
         for agent_id in self.agent_ids:
             toml = self.layout.agent_toml(agent_id)
             port = self._agent_port(toml)
-            toml.write_text(render_agent_toml(self.layout, self.options, agent_id, port))
+            toml.write_text(
+                render_agent_toml(
+                    self.layout,
+                    self.options,
+                    agent_id,
+                    port,
+                    environment_tables(self.images),
+                )
+            )
             daemon = Daemon(
                 agent_id,
                 ["server", "agent", "--config", str(toml), "--end-kernels-on-exit"],
@@ -300,6 +320,15 @@ class LocalCluster:
                         f" {self.layout.logs}:\n{self.agents[0].tail()}"
                     )
                 time.sleep(0.1)
+
+    def _register_images(self) -> None:
+        """The demo catalogue in the manager (kept as it is when already there)."""
+        config = self.client_config()
+        auth = KeypairAuth(config.access_key, config.secret_key)
+        with httpx.Client(base_url=self.endpoint, auth=auth, timeout=10.0) as http:
+            added = register(http, self.images)
+        if added:
+            self._progress(f"image catalogue: added {', '.join(added)}")
 
     @staticmethod
     def _agent_port(toml: Path) -> int:

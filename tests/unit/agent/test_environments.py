@@ -91,3 +91,16 @@ def test_startup_command_in_configured_environments() -> None:
 def test_unreadable_startup_command_is_a_value_error() -> None:
     with pytest.raises(ValueError, match="closing quotation"):
         default_environments()["python"].startup_argv("-c 'print(1)")
+
+
+def test_an_environment_the_host_lacks_says_why(tmp_path: Path) -> None:
+    have = ProcessEnvironment("python:x", (sys.executable,))
+    assert have.missing() is None
+    no_program = ProcessEnvironment("gone", (str(tmp_path / "venv" / "bin" / "python"),))
+    assert (
+        no_program.missing() == f"{tmp_path}/venv/bin/python is not an executable file on this host"
+    )
+    no_dir = ProcessEnvironment("nodir", (sys.executable,), image_dir=tmp_path / "absent")
+    assert no_dir.missing() == f"its image dir {tmp_path}/absent is not a folder on this host"
+    on_path = ProcessEnvironment("sh", ("sh", "-c"))
+    assert on_path.missing() is None  # found on PATH

@@ -29,6 +29,7 @@ virtualenv::
 from __future__ import annotations
 
 import shlex
+import shutil
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -65,6 +66,19 @@ class ProcessEnvironment:
     env: Mapping[str, str] = field(default_factory=dict)
     image_dir: Path | None = None
     idle_command: tuple[str, ...] = DEFAULT_IDLE_COMMAND
+
+    def missing(self) -> str | None:
+        """Why this host does not really have the environment (``None``: it has it): its
+        interpreter is not an executable file (an absolute path, or a name found on
+        ``PATH``), or its image dir is not a folder.  The agent reports only the
+        environments it has, so the manager places sessions only where they can run."""
+        program = self.command_prefix[0]
+        found = shutil.which(program)
+        if found is None:
+            return f"{program} is not an executable file on this host"
+        if self.image_dir is not None and not self.image_dir.is_dir():
+            return f"its image dir {self.image_dir} is not a folder on this host"
+        return None
 
     def argv(self, command: tuple[str, ...] | None) -> tuple[str, ...]:
         """The full argv for ``command`` (the idle command when there is none)."""

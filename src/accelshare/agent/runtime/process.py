@@ -196,8 +196,9 @@ class ProcessRuntime:
         return self._cgroups
 
     async def list_images(self) -> list[str]:
-        """The environment names a kernel may ask for (its "images")."""
-        return sorted(self.config.environments)
+        """The environment names a kernel may ask for (its "images"): those this host
+        really has (:meth:`ProcessEnvironment.missing`), re-checked on every call."""
+        return sorted(n for n, e in self.config.environments.items() if e.missing() is None)
 
     def _lock(self, kernel_id: str) -> asyncio.Lock:
         return self._locks.setdefault(kernel_id, asyncio.Lock())

@@ -182,6 +182,38 @@ function validate(form, specs) {
   return problems;
 }
 
+/** The catalogue image ``name`` stands for (an alias or a reference), or undefined. */
+function resolveImage(catalogue, name) {
+  return (
+    catalogue.find((img) => img.aliases.includes(name)) ?? catalogue.find((img) => img.ref === name)
+  );
+}
+
+/** One line about what the typed image resolves to (shown under the field). */
+function describeImage(catalogue, name) {
+  if (!name) return "";
+  const img = resolveImage(catalogue, name);
+  if (!img) return catalogue.length ? "Not in the image catalogue: sent as typed." : "";
+  const parts = [name === img.ref ? img.ref : `${name} → ${img.ref}`];
+  if (img.description) parts.push(img.description);
+  parts.push(`accelerators: ${img.accelerators.length ? img.accelerators.join(", ") : "none"}`);
+  const minimum = Object.entries(img.min_slots ?? {});
+  if (minimum.length) parts.push(`minimum: ${minimum.map(([k, v]) => `${k}=${v}`).join(" ")}`);
+  return parts.join(" · ");
+}
+
+/** Datalist options: every alias (labelled with its image) and every reference. */
+function imageOptions(catalogue) {
+  const options = [];
+  for (const img of catalogue) {
+    for (const alias of img.aliases) {
+      options.push(h("option", { value: alias, label: `→ ${img.ref}` }));
+    }
+    options.push(h("option", { value: img.ref, label: img.description || img.runtime }));
+  }
+  return options.length ? options : [h("option", { value: "python" })];
+}
+
 function resourcesOf(specs) {
   const resources = {};
   for (const spec of specs) {
@@ -201,11 +233,19 @@ export async function openLaunchDialog(ctx) {
   form.reset();
   for (const el of form.querySelectorAll(".field-error, #launch-error")) el.hidden = true;
   for (const el of form.querySelectorAll("[aria-invalid]")) el.removeAttribute("aria-invalid");
-  $("launch-images").replaceChildren(h("option", { value: "python" }));
+  const catalogue = await api("GET", "/images")
+    .then((answer) => answer.items ?? [])
+    .catch(() => []);
+  $("launch-images").replaceChildren(...imageOptions(catalogue));
   if (!form.elements.image.value) form.elements.image.value = "python";
+  const showImage = () => {
+    $("hint-image").textContent = describeImage(catalogue, form.elements.image.value.trim());
+  };
+  showImage();
   let tried = false;
 
   form.oninput = () => {
+    showImage();
     if (tried) validate(form, specs);
   };
   $("launch-cancel").onclick = () => dialog.close();
