@@ -11,11 +11,14 @@ output and what it verifies:
 2. three 1-fGPU sessions on the 2-fGPU agent -> two ready, one PENDING whose reason
    names the agent and ``cuda.shares`` (in the create answer and in ``session why``);
    destroying a running one -> the PENDING one is RUNNING by itself, on the agent, and
-   both GPUs are full again.
+   both GPUs are full again;
+3. the demo image catalogue (docs/images.md): a batch session on ``demo-lib:1.0`` and
+   one on the alias ``demo-lib`` (-> ``demo-lib:2.0``) print ``demo-lib 1.0`` and
+   ``demo-lib 2.0``.
 
 Exits 1 if any check fails.  The cluster (and every session) is stopped at the end.
 With ``as_json`` the tour's output goes to stderr and stdout gets one JSON document:
-``{"passed": 14, "failed": [], "checks": [{"check": "...", "ok": true}, ...]}``.
+``{"passed": 15, "failed": [], "checks": [{"check": "...", "ok": true}, ...]}``.
 """
 
 from __future__ import annotations
@@ -179,6 +182,25 @@ def run_tour(tour: Tour, agent_id: str) -> None:
     full = tour.cli("agent", "alloc-map", agent_id, "--plugin", "cuda")
     tour.check(full.stdout.count("1.00 / 1.00") == 2, "both GPUs are fully allocated again")
     tour.cli("session", "destroy", "fill-2", "fill-3")
+    run_image_tour(tour)
+
+
+PRINT_DEMO_LIB = "import demo_lib; print('demo-lib', demo_lib.__version__)"
+
+
+def run_image_tour(tour: Tour) -> None:
+    """Two sessions, one per demo environment, print two versions of one library."""
+    for name, image, version in (("lib-1", "demo-lib:1.0", "1.0"), ("lib-2", "demo-lib", "2.0")):
+        tour.cli(
+            "session", "create", "-r", "cpu=1", "-r", "mem=256", "--name", name, image,
+            "--", "-c", PRINT_DEMO_LIB,
+        )  # fmt: skip
+        tour.cli("session", "wait", name, "--status", "TERMINATED", "--timeout", "60", echo=False)
+        logs = tour.cli("session", "logs", name)
+        tour.check(
+            f"demo-lib {version}" in logs.stdout.splitlines(),
+            f"{name} ({image}) prints demo-lib {version}: its own environment's version",
+        )
 
 
 def run_demo(
