@@ -324,6 +324,7 @@ class AgentService:
                     agent_id=self.agent_id,
                     stop_grace_s=container.stop_grace_s,
                     network_mode=container.docker_network,
+                    pull_timeout_s=container.docker_pull_timeout_s,
                 )
             )
         return ProcessRuntime(

@@ -221,6 +221,9 @@ class ContainerSection(_Section):
     # network of the kernels' containers (HostConfig.NetworkMode).
     docker_url: str | None = Field(None, alias="docker-url")
     docker_network: str = Field("bridge", alias="docker-network")
+    # An image absent from the engine is pulled at most this long (keep it below the
+    # manager's agent RPC timeout); 0 = never pull.
+    docker_pull_timeout_s: float = Field(20.0, alias="docker-pull-timeout-s", ge=0, le=3600)
     # Process-runtime environments ("images") beyond the built-in python and shell:
     # name -> {command-prefix, image-dir, env, idle-command}; checked by the agent.
     environments: dict[str, dict[str, Any]] = Field(default_factory=dict)
@@ -393,6 +396,7 @@ EXPECTED: dict[str, str] = {
     "container.docker-network": (
         '"bridge", "host", "none", "container:NAME" or the name of a Docker network'
     ),
+    "container.docker-pull-timeout-s": "a number of seconds from 0 to 3600, such as 20",
     "container.environments": "a table of environments ([container.environments.NAME])",
     "resource": "a table ([resource])",
     "resource.reserved-cpu": "an integer >= 0 (cores)",

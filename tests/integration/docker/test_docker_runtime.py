@@ -19,6 +19,7 @@ from accelshare.agent.runtime import (
     AGENT_ID_LABEL,
     KERNEL_ID_LABEL,
     ExitReason,
+    ImageUnavailable,
     KernelSpec,
     KernelStartFailed,
     KernelState,
@@ -121,10 +122,34 @@ async def test_exit_code_idle_kernel_and_bad_image(
         await docker_runtime.wait_exit(idle, timeout_s=0.3)
     assert (await docker_runtime.get_kernel(idle)).is_running
 
-    with pytest.raises(KernelStartFailed, match="docker"):
+    absent = new_kernel_id()
+    with pytest.raises(
+        KernelStartFailed, match="image accelshare-test/none:0: absent from the engine and the pull"
+    ):
         await docker_runtime.create_kernel(
-            KernelSpec(new_kernel_id(), "accelshare-test/none:0", RESOURCE_TXT)
+            KernelSpec(absent, "accelshare-test/none:0", RESOURCE_TXT)
         )
+    failed = await docker_runtime.get_kernel(absent)  # recorded with the reason, not a hang
+    assert failed.exit is not None
+    assert failed.exit.reason is ExitReason.FAILED
+    assert "accelshare-test/none:0" in (failed.exit.error or "")
+
+
+async def test_an_absent_image_is_pulled_or_refused_with_the_reason(
+    docker_runtime: DockerRuntime, busybox_image: str
+) -> None:
+    """PULLING: a present image is not pulled; an absent one is pulled, and where no
+    registry can serve it (these machines reach none) the engine's reason is given;
+    with pulling off the error says so at once."""
+    assert await docker_runtime.ensure_image(busybox_image) is False
+    with pytest.raises(ImageUnavailable, match="the pull failed") as caught:
+        await docker_runtime.ensure_image("accelshare-test/none:0")
+    assert caught.value.image == "accelshare-test/none:0"
+    no_pull = DockerRuntime(
+        replace(docker_runtime.config, pull_timeout_s=0), docker_runtime._docker
+    )
+    with pytest.raises(ImageUnavailable, match="pulling is off; run `docker pull"):
+        await no_pull.ensure_image("accelshare-test/none:0")
 
 
 async def test_memory_hog_container_is_oom_killed(

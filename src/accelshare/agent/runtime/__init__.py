@@ -25,6 +25,7 @@ from .base import (
 )
 from .environments import EnvironmentConfigError, ProcessEnvironment, default_environments
 from .errors import (
+    ImageUnavailable,
     KernelConflict,
     KernelNotFound,
     KernelRuntimeError,
@@ -44,6 +45,7 @@ __all__ = [
     "EnvironmentConfigError",
     "ExitReason",
     "ImageSource",
+    "ImageUnavailable",
     "KernelConflict",
     "KernelExit",
     "KernelInfo",

@@ -4,7 +4,7 @@ A kernel's container::
 
     name     accelshare-<kernel_id>
     labels   ai.accelshare.kernel-id=<kernel_id>, ai.accelshare.agent-id=<agent id>, + spec labels
-    image    the spec's image (never pulled: it must exist on the engine)
+    image    the spec's image (pulled first when the engine lacks it: ``ensure_image``)
     cmd      the spec's command, ``/bin/sh -c <startup command>``, or an idle shell
              loop that stops on SIGTERM
     env      the plugins' variables + ACCELSHARE_KERNEL_ID / BACKENDAI_KERNEL_ID /
@@ -53,7 +53,13 @@ from .base import (
     KernelSpec,
     KernelState,
 )
-from .errors import KernelConflict, KernelNotFound, KernelStartFailed, RuntimeUnavailable
+from .errors import (
+    ImageUnavailable,
+    KernelConflict,
+    KernelNotFound,
+    KernelStartFailed,
+    RuntimeUnavailable,
+)
 
 __all__ = [
     "DockerRuntime",
@@ -96,6 +102,10 @@ class DockerRuntimeConfig:
     work_target: str = "/home/work"
     container_prefix: str = "accelshare-"
     host_config: Mapping[str, Any] = field(default_factory=dict)
+    # An image absent from the engine is pulled before the container is created, at
+    # most this long (the create RPC waits for it: keep it below the manager's
+    # agent-rpc-timeout); 0 = never pull (an absent image is an error at once).
+    pull_timeout_s: float = 20.0
 
 
 def gpu_device_request(
@@ -321,6 +331,12 @@ class DockerRuntime:
             except ValueError as e:
                 self._record(scratch, KernelExit(ExitReason.FAILED, error=str(e)))
                 raise KernelStartFailed(kernel_id, str(e)) from e
+            try:
+                await self.ensure_image(spec.image)
+            except ImageUnavailable as e:
+                self._record(scratch, KernelExit(ExitReason.FAILED, error=str(e)))
+                log.error("kernel %s: %s", kernel_id, e)
+                raise KernelStartFailed(kernel_id, str(e)) from e
             log.info("kernel %s: creating container from %s", kernel_id, spec.image)
             container: DockerContainer | None = None
             try:
@@ -519,6 +535,38 @@ class DockerRuntime:
         return "".join(lines)
 
     # -- images -----------------------------------------------------------------------------
+    async def ensure_image(self, image: str) -> bool:
+        """Make sure the engine has ``image``: ``False`` when it had it, ``True`` when it
+        was pulled now.  Raises :class:`ImageUnavailable` with the reason (the engine's
+        pull error -- typically no registry reachable or no such repository --, the
+        pull timeout, or pulling switched off)."""
+        try:
+            await self._docker.images.inspect(image)
+            return False
+        except DockerError as e:
+            if e.status != 404:
+                raise ImageUnavailable(image, f"the engine cannot inspect it: {e.message}") from e
+        timeout_s = self.config.pull_timeout_s
+        if timeout_s <= 0:
+            raise ImageUnavailable(
+                image, f"absent from the engine and pulling is off; run `docker pull {image}`"
+            )
+        log.info("image %s: absent from the engine; pulling (at most %ss)", image, timeout_s)
+        try:
+            await asyncio.wait_for(self._docker.images.pull(image), timeout=timeout_s)
+        except DockerError as e:
+            raise ImageUnavailable(
+                image, f"absent from the engine and the pull failed: {e.message}"
+            ) from e
+        except TimeoutError:
+            raise ImageUnavailable(
+                image,
+                f"absent from the engine and the pull took more than {timeout_s:g} s;"
+                f" pull it on the agent host first (`docker pull {image}`)",
+            ) from None
+        log.info("image %s: pulled", image)
+        return True
+
     async def list_images(self) -> list[str]:
         """The engine's images by repo tag (see :func:`repo_tags`); asked each call."""
         try:

@@ -8,6 +8,7 @@ Hierarchy::
           ├── KernelConflict         the kernel id is taken by a kernel in the wrong state
           ├── KernelStartFailed      the runtime could not start the kernel (reason inside)
           ├── UnknownEnvironment     the process runtime has no environment of that name
+          ├── ImageUnavailable       the docker engine lacks the image and cannot pull it
           └── RuntimeUnavailable     the runtime cannot work here (no Docker engine, no unshare)
 
 Each carries ``kernel_id`` (None for runtime-wide problems) so that the agent can log
@@ -17,6 +18,7 @@ and report it against the right kernel.
 from __future__ import annotations
 
 __all__ = [
+    "ImageUnavailable",
     "KernelConflict",
     "KernelNotFound",
     "KernelRuntimeError",
@@ -57,6 +59,14 @@ class UnknownEnvironment(KernelRuntimeError):
             kernel_id=kernel_id,
         )
         self.name = name
+
+
+class ImageUnavailable(KernelRuntimeError):
+    """The docker engine does not have the image and cannot get it (the reason says why)."""
+
+    def __init__(self, image: str, reason: str) -> None:
+        super().__init__(f"image {image}: {reason}")
+        self.image = image
 
 
 class RuntimeUnavailable(KernelRuntimeError):
