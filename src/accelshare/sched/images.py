@@ -37,7 +37,7 @@ from collections.abc import Collection, Mapping, Set
 from dataclasses import dataclass, field
 from decimal import Decimal
 
-from accelshare.common import ResourceSlot
+from accelshare.common import BinarySize, ResourceSlot, canonical_decimal
 
 __all__ = [
     "IMAGE_NAME_PATTERN",
@@ -119,6 +119,13 @@ def _device(slot: str) -> str:
     return slot.split(".", 1)[0]
 
 
+def _shown(slot: str, amount: Decimal) -> str:
+    """``mem`` in short binary form (``2g``), other slots as plain decimals."""
+    if slot == "mem" and amount == amount.to_integral_value():
+        return format(BinarySize(int(amount)), "s")
+    return canonical_decimal(amount)
+
+
 def check_accelerators(image: ImageRequirement, requested: ResourceSlot) -> None:
     """Refuse a request for an accelerator the image is not labelled for."""
     for slot, amount in requested.items():
@@ -148,10 +155,11 @@ def apply_minimum(
             continue
         if slot in explicit:
             raise ImageRuleError(
-                f"{slot} {have} is below the minimum of image {image.ref} ({minimum})",
+                f"{slot} {_shown(slot, have)} is below the minimum of image {image.ref}"
+                f" ({_shown(slot, minimum)})",
                 field=f"resources.{slot}",
-                expected=f">= {minimum}",
-                received=str(have),
+                expected=f">= {_shown(slot, minimum)}",
+                received=_shown(slot, have),
             )
         if _device(slot) not in _HOST_SLOTS and have == 0:
             continue  # an accelerator minimum applies to sessions that use it

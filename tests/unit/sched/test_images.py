@@ -96,6 +96,12 @@ def test_explicit_amount_below_the_minimum_is_refused() -> None:
     )
 
 
+def test_a_memory_minimum_is_named_in_binary_units() -> None:
+    image = ImageRequirement("big:1", min_slots=slots(mem=4 << 30))
+    with pytest.raises(ImageRuleError, match=r"mem 1g is below the minimum of image big:1 \(4g\)"):
+        apply_minimum(image, slots(cpu=1, mem=1 << 30), {"mem"})
+
+
 def test_accelerator_minimum_applies_only_to_sessions_using_it() -> None:
     image = replace(TORCH, min_slots=slots(cuda_shares="0.5"))
     assert apply_minimum(image, slots(cpu=1), set()) == slots(cpu=1)
