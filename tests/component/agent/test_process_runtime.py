@@ -321,3 +321,24 @@ async def test_namespace_isolation(
 
 def _fields(kernel: KernelSpec) -> dict[str, object]:
     return {name: getattr(kernel, name) for name in KernelSpec.__slots__}
+
+
+async def test_environment_work_dir_template(
+    make_runtime: RuntimeFactory, eventually: Eventually, tmp_path: Path
+) -> None:
+    """``work-dir``: inside the scratch dir it is created; outside it must exist."""
+    inside = ProcessEnvironment.from_config(
+        "proj", {"command-prefix": ["/bin/sh", "-c"], "work-dir": "{work}/project/{kernel_id}"}
+    )
+    outside = ProcessEnvironment.from_config(
+        "shared", {"command-prefix": ["/bin/sh", "-c"], "work-dir": str(tmp_path / "absent")}
+    )
+    runtime = make_runtime(environments={"proj": inside, "shared": outside})
+    kernel = spec(("echo cwd=$(pwd); exec sleep 60",), image="proj")
+    await runtime.create_kernel(kernel)
+    scratch = runtime.scratch_root / kernel.kernel_id
+    log = await eventually(lambda: "cwd=" in (t := (scratch / "logs/kernel.log").read_text()) and t)
+    expected = (scratch / "work" / "project" / kernel.kernel_id).resolve()
+    assert f"cwd={expected}" in log
+    with pytest.raises(KernelStartFailed, match="is not a folder"):
+        await runtime.create_kernel(spec(("true",), image="shared"))

@@ -104,3 +104,13 @@ def test_an_environment_the_host_lacks_says_why(tmp_path: Path) -> None:
     assert no_dir.missing() == f"its image dir {tmp_path}/absent is not a folder on this host"
     on_path = ProcessEnvironment("sh", ("sh", "-c"))
     assert on_path.missing() is None  # found on PATH
+
+
+@pytest.mark.parametrize(
+    "work_dir", ["", "{home}/x", "{work", 3], ids=["empty", "unknown-field", "unclosed", "number"]
+)
+def test_a_bad_work_dir_template_names_the_key(work_dir: object) -> None:
+    with pytest.raises(EnvironmentConfigError) as caught:
+        ProcessEnvironment.from_config("x", {"command-prefix": ["python"], "work-dir": work_dir})
+    assert caught.value.key == "work-dir"
+    assert caught.value.received == work_dir

@@ -24,12 +24,19 @@ virtualenv::
     command-prefix = ["/opt/venvs/torch/bin/python"]
     image-dir = "/opt/venvs/torch"          # <image-dir>/bin goes first on PATH
     env = { HF_HOME = "/data/hf" }
+    work-dir = "{work}/project"             # the kernel's working directory (template)
+
+``work-dir`` is a template with ``{work}`` (the kernel's ``work/`` folder, its HOME),
+``{scratch}`` (its scratch dir) and ``{kernel_id}``; default ``{work}``.  A folder inside
+the scratch dir is created; any other must exist (``/data/shared/{kernel_id}`` does
+not get created on the host by the agent).
 """
 
 from __future__ import annotations
 
 import shlex
 import shutil
+import string
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -44,6 +51,7 @@ __all__ = [
 ]
 
 DEFAULT_IDLE_COMMAND = ("sleep", "infinity")
+_WORK_DIR_FIELDS = frozenset({"work", "scratch", "kernel_id"})
 
 
 class EnvironmentConfigError(ValueError):
@@ -66,6 +74,29 @@ class ProcessEnvironment:
     env: Mapping[str, str] = field(default_factory=dict)
     image_dir: Path | None = None
     idle_command: tuple[str, ...] = DEFAULT_IDLE_COMMAND
+    work_dir: str = "{work}"
+
+    def work_dir_for(self, *, work: Path, scratch: Path, kernel_id: str) -> Path:
+        """The kernel's working directory (see the module docstring); created when it
+        lies inside ``scratch``.  Raises ``FileNotFoundError`` for a folder outside the
+        scratch dir that does not exist (the kernel then fails with that reason).
+
+        >>> import tempfile; root = Path(tempfile.mkdtemp())
+        >>> env = ProcessEnvironment("x", ("python",), work_dir="{work}/{kernel_id}")
+        >>> env.work_dir_for(work=root / "work", scratch=root, kernel_id="k1") == root / "work/k1"
+        True
+        """
+        path = Path(self.work_dir.format(work=work, scratch=scratch, kernel_id=kernel_id))
+        resolved = path.resolve()
+        if resolved.is_relative_to(scratch.resolve()):
+            resolved.mkdir(parents=True, exist_ok=True)
+            return resolved
+        if not resolved.is_dir():
+            raise FileNotFoundError(
+                f"the work dir {resolved} of environment {self.name!r} is not a folder"
+                " (only folders inside the kernel's scratch dir are created)"
+            )
+        return resolved
 
     def missing(self) -> str | None:
         """Why this host does not really have the environment (``None``: it has it): its
@@ -134,12 +165,23 @@ class ProcessEnvironment:
                 name, "image-dir", 'a folder path such as "/opt/venvs/torch"', image_dir
             )
         idle = strings("idle-command", DEFAULT_IDLE_COMMAND, '["sleep", "infinity"]')
+        work_dir = data.get("work-dir", "{work}")
+        work_example = 'a path template such as "{work}/project" (fields: work, scratch, kernel_id)'
+        if not isinstance(work_dir, str) or not work_dir:
+            raise EnvironmentConfigError(name, "work-dir", work_example, work_dir)
+        try:
+            fields = {f for _, f, _, _ in string.Formatter().parse(work_dir) if f is not None}
+        except ValueError:
+            raise EnvironmentConfigError(name, "work-dir", work_example, work_dir) from None
+        if not fields <= _WORK_DIR_FIELDS:
+            raise EnvironmentConfigError(name, "work-dir", work_example, work_dir)
         return cls(
             name=name,
             command_prefix=prefix,
             env=dict(env),
             image_dir=Path(image_dir) if image_dir else None,
             idle_command=idle,
+            work_dir=work_dir,
         )
 
 

@@ -313,7 +313,11 @@ class ProcessRuntime:
             "image": spec.image,
             "argv": list(argv),
             "env": self._kernel_env(spec, environment, scratch),
-            "cwd": str(scratch.work_dir),
+            "cwd": str(
+                environment.work_dir_for(
+                    work=scratch.work_dir, scratch=scratch.root, kernel_id=spec.kernel_id
+                )
+            ),
             "log_file": str(scratch.log_file),
             "proc_file": str(scratch.proc_file),
             "exit_file": str(scratch.exit_file),
