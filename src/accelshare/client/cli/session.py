@@ -87,8 +87,9 @@ def create_command(
     image: Annotated[
         str | None,
         typer.Argument(
-            help="Image or environment to run: a docker image, or for the process runtime"
-            " `python` / `shell` (the agents list theirs).",
+            help="Image to run: a catalogue reference or alias (`accelshare image list`:"
+            " python, demo-lib:1.0...), resolved by the manager; a name outside the catalogue"
+            " is passed to the agents as it is (`shell`, a docker image).",
             show_default=False,
             metavar="IMAGE",
         ),
