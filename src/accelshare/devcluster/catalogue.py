@@ -24,6 +24,7 @@ running manager (an image already there is left as it is).
 from __future__ import annotations
 
 import json
+import platform
 import shutil
 import subprocess
 import sys
@@ -159,6 +160,8 @@ def register(http: httpx.Client, images: list[DemoImage]) -> list[str]:
             json={
                 "ref": image.ref,
                 "runtime": "process",
+                # the agents run on this machine and report its architecture
+                "architecture": platform.machine() or "x86_64",
                 "accelerators": list(image.accelerators),
                 "aliases": list(image.aliases),
                 "description": image.description,
