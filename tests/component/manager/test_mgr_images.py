@@ -130,3 +130,36 @@ async def test_accelerator_support_and_minimum_resources(cluster: Cluster) -> No
     session = await cluster.session("raised")
     assert session["requestedSlots"]["cpu"] == "2", session["requestedSlots"]  # default 1
     assert session["requestedSlots"]["mem"] == str(2 << 30), session["requestedSlots"]
+
+
+async def test_docker_image_absent_from_the_engine_goes_through_pulling(cluster: Cluster) -> None:
+    """A docker agent whose engine lacks the image gets the session anyway (it pulls):
+    the session passes PULLING -> PREPARED; with the image present it does not pull.
+    A process image never lands on a docker agent."""
+    engine = await cluster.add_agent("i-docker")
+    engine.runtime = "docker"
+    engine.images = ["lablup/python:3.11"]
+    await engine.heartbeat()
+    await add_image(cluster, ref="lablup/python:3.11", runtime="docker")
+    await add_image(cluster, ref="lablup/pytorch:1.5", runtime="docker", accelerators=["cuda"])
+    await add_image(cluster, ref="demo-lib:1.0")
+
+    def path(session: dict[str, Any]) -> list[str]:
+        return [h["to"] for h in session["statusHistory"]]
+
+    pulled = await cluster.create(
+        {"cuda.shares": "0.5"}, image="lablup/pytorch:1.5", name="pulled", maxWaitSeconds=10
+    )
+    assert pulled.json()["status"] == "RUNNING", pulled.text
+    history = path(await cluster.session("pulled"))
+    assert history[:4] == ["PENDING", "SCHEDULED", "PULLING", "PREPARED"], history
+    present = await cluster.create(
+        {}, image="lablup/python:3.11", name="present", maxWaitSeconds=10
+    )
+    assert present.json()["status"] == "RUNNING", present.text
+    assert "PULLING" not in path(await cluster.session("present"))
+
+    process = await cluster.create({}, image="demo-lib:1.0", name="process")
+    assert process.status_code == 201, process.text
+    reason = (await cluster.session("process"))["statusInfo"]
+    assert "i-docker: runs docker kernels; image demo-lib:1.0 needs the process runtime" in reason

@@ -7,7 +7,9 @@ requests would reach it in any order).  Every RPC goes to the agent's *current* 
 (``agents.address``, updated by each heartbeat), read when the RPC is made, so a bind
 resumed after an agent moved reaches it.  Per session::
 
-    SCHEDULED -> PREPARING            (before the RPC)
+    SCHEDULED -> PREPARING            (before the RPC; PULLING instead when the agent is
+                                       a docker agent whose engine lacks the image:
+                                       the create RPC pulls it first, docs/images.md)
     POST <agent>/v1/kernels           (CreateKernelRequest; idempotent by kernel_id)
       refused / unreachable / FAILED  -> CANCELLED with the reason, resources released
       accepted                        -> PREPARED -> CREATING (the agent's real
@@ -118,6 +120,12 @@ def allocations_json(report: KernelReport) -> dict[str, dict[str, str]]:
         slot: {d: canonical_decimal(Decimal(v)) for d, v in per.items()}
         for slot, per in report.allocations.items()
     }
+
+
+def _pulls(agent: Agent, image: str) -> bool:
+    """Whether creating a kernel of ``image`` on ``agent`` starts with a pull: a docker
+    agent whose last heartbeat did not list the image (its engine's repo tags)."""
+    return agent.runtime == "docker" and image not in (agent.images or ())
 
 
 class Binder:
@@ -260,16 +268,13 @@ class Binder:
         if row is None or row.status not in BINDABLE:
             return None
         kernels = await session_kernels(db, row.id)
-        if row.status is SessionStatus.SCHEDULED:
-            await change_status(
-                db,
-                row,
-                SessionStatus.PREPARING,
-                reason=f"creating the kernel on agent {job.agent_id}",
-                now=now,
-                kernels=kernels,
-            )
         agent = await db.get(Agent, job.agent_id)
+        if row.status is SessionStatus.SCHEDULED:
+            if agent is not None and _pulls(agent, row.image):
+                to, reason = SessionStatus.PULLING, f"agent {job.agent_id} pulls image {row.image}"
+            else:
+                to, reason = SessionStatus.PREPARING, f"creating the kernel on agent {job.agent_id}"
+            await change_status(db, row, to, reason=reason, now=now, kernels=kernels)
         return kernel_request(job, row), agent.address if agent is not None else None
 
     async def _cancel(self, job: BindJob, reason: str) -> None:

@@ -202,6 +202,7 @@ class HollowAgent:
         self.kernels: dict[str, _Kernel] = {}
         self.refuse_creates: str | None = None  # a reason: every create is refused with it
         self.images: list[str] = []  # what its heartbeat reports (process environments)
+        self.runtime = "process"  # or "docker": what its heartbeat says it runs
         self.created = 0
         self.destroy_requests: list[str] = []
         self.acks: list[HeartbeatAck] = []
@@ -285,6 +286,7 @@ class HollowAgent:
             slot_metadata=metadata,
             kernels=[k.report() for k in self.kernels.values()],
             images=list(self.images),
+            runtime=self.runtime,
             sent_at=datetime.now(UTC),
         )
 
