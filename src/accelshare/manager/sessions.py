@@ -29,7 +29,13 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from accelshare.common import ResourceSlot, SlotTypes
 from accelshare.sched.explain import explain
-from accelshare.sched.images import ImageRuleError, apply_minimum, check_accelerators
+from accelshare.sched.images import (
+    ImageRequirement,
+    ImageRuleError,
+    apply_minimum,
+    check_accelerators,
+    image_refusal,
+)
 from accelshare.sched.lifecycle import FINAL_STATUSES, SessionStatus
 from accelshare.sched.model import KeypairLimits, SessionType
 from accelshare.sched.predicates import check_enqueue_limits
@@ -373,7 +379,7 @@ class SessionService:
             sgroup = await self._scaling_group(db, body)
             group_id = await self._group(db, owner.user_id, owner.domain_name, body.group)
             resources = await self._resources(db, sgroup, body, known)
-            image_ref, resources = await self._image(db, body, resources)
+            image_ref, resources = await self._image(db, body, resources, sgroup.name)
             await self._check_limits(db, owner.access_key, owner.resource_policy, resources)
             deps = await self._dependencies(db, caller, owner.access_key, body.dependencies)
             designated = await self._designated(db, caller, body, sgroup.name)
@@ -589,7 +595,7 @@ class SessionService:
         )
 
     async def _image(
-        self, db: AsyncSession, body: CreateSessionBody, resources: ResourceSlot
+        self, db: AsyncSession, body: CreateSessionBody, resources: ResourceSlot, sgroup_name: str
     ) -> tuple[str, ResourceSlot]:
         """The catalogue reference the body's image stands for (an alias resolved) and
         the resources after the image's rules (accelerator labels, minimum resources;
@@ -605,7 +611,44 @@ class SessionService:
             raise InvalidRequest(
                 str(e), field=f"config.{e.field}", expected=e.expected, received=e.received
             ) from None
+        await self._check_some_agent_has(db, rules, sgroup_name)
         return image.ref, resources
+
+    async def _check_some_agent_has(
+        self, db: AsyncSession, rules: ImageRequirement, sgroup_name: str
+    ) -> None:
+        """Refuse an image that no agent of the scaling group can run (by their last
+        heartbeats, LOST agents included): waiting would never end.  A group without
+        agents yet is not judged (they may be starting); an agent that has the image
+        but is busy leaves the session PENDING as usual."""
+        rows = (
+            await db.execute(
+                sa.select(Agent.id, Agent.runtime, Agent.architecture, Agent.images)
+                .where(Agent.scaling_group == sgroup_name, Agent.status != AgentStatus.TERMINATED)
+                .order_by(Agent.id)
+            )
+        ).all()
+        reasons = []
+        for agent_id, runtime, architecture, images in rows:
+            refusal = image_refusal(
+                rules,
+                agent_runtime=runtime or "process",
+                agent_architecture=architecture,
+                agent_images=frozenset(images or ()),
+            )
+            if refusal is None:
+                return
+            reasons.append(f"{agent_id} {refusal}")
+        if reasons:
+            shown = "; ".join(reasons[:3]) + (
+                f"; and {len(reasons) - 3} more" if len(reasons) > 3 else ""
+            )
+            raise InvalidRequest(
+                f"No agent in scaling group {sgroup_name} can run image {rules.ref}: {shown}",
+                field="image",
+                expected="an image some agent of the scaling group has",
+                received=rules.ref,
+            )
 
     async def _check_limits(
         self, db: AsyncSession, access_key: str, policy_name: str, requested: ResourceSlot

@@ -83,17 +83,30 @@ async def test_alias_resolves_and_only_agents_with_the_image_run_it(cluster: Clu
         assert session["image"] == "python:3.11"  # the alias resolved
         assert {k["agentId"] for k in session["kernels"]} == {"i-demo"}
 
+    # no agent of the group has it: refused at once with each agent's reason (no hang)
     missing = await cluster.create({"cpu": 1}, image="demo-lib:1.0", name="old")
-    assert missing.status_code == 201, missing.text
-    session = await cluster.session("old")
-    assert session["status"] == "PENDING"
-    assert "does not have image demo-lib:1.0" in session["statusInfo"], session["statusInfo"]
-    why = (await cluster.admin.get("/session/old/why")).json()
-    assert "i-bare: does not have image demo-lib:1.0" in str(why), why
+    assert missing.status_code == 400, missing.text
+    problem = missing.json()
+    assert problem["field"] == "image"
+    assert problem["detail"] == (
+        "No agent in scaling group default can run image demo-lib:1.0:"
+        " i-bare does not have image demo-lib:1.0 (no such environment configured);"
+        " i-demo does not have image demo-lib:1.0 (no such environment configured)"
+    )
 
-    # an agent that gains the environment gets the waiting session
+    # an agent that has it but is full: PENDING, and `why` names the agents and reasons
     bare.images = ["demo-lib:1.0"]
     await bare.heartbeat()
+    big = await cluster.create({"cpu": 8}, image="demo-lib:1.0", name="big", maxWaitSeconds=10)
+    assert big.json()["status"] == "RUNNING", big.text
+    waiting = await cluster.create({"cpu": 1}, image="demo-lib:1.0", name="old")
+    assert waiting.status_code == 201, waiting.text
+    session = await cluster.session("old")
+    assert session["status"] == "PENDING"
+    why = str((await cluster.admin.get("/session/old/why")).json())
+    assert "i-demo: does not have image demo-lib:1.0" in why, why
+    assert "i-bare: cpu" in why, why
+    await cluster.admin.delete("/session/big")  # frees i-bare: the waiting one starts there
     session = await cluster.wait_status("old", "RUNNING")
     assert {k["agentId"] for k in session["kernels"]} == {"i-bare"}
 
@@ -160,6 +173,7 @@ async def test_docker_image_absent_from_the_engine_goes_through_pulling(cluster:
     assert "PULLING" not in path(await cluster.session("present"))
 
     process = await cluster.create({}, image="demo-lib:1.0", name="process")
-    assert process.status_code == 201, process.text
-    reason = (await cluster.session("process"))["statusInfo"]
-    assert "i-docker: runs docker kernels; image demo-lib:1.0 needs the process runtime" in reason
+    assert process.status_code == 400, process.text
+    assert process.json()["detail"].endswith(
+        "i-docker runs docker kernels; image demo-lib:1.0 needs the process runtime"
+    )
