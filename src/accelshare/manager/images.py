@@ -89,8 +89,10 @@ async def _aliases(db: AsyncSession) -> dict[str, str]:
 
 async def lookup(db: AsyncSession, name: str) -> Image | None:
     """The catalogue image ``name`` (an alias or a reference) stands for, or ``None``."""
-    aliases = await _aliases(db)
-    refs = set((await db.execute(sa.select(Image.ref))).scalars())
+    # only the rows that can matter (two primary-key lookups), then the pure rule
+    alias = await db.get(ImageAlias, name)
+    aliases = {name: alias.ref} if alias is not None else {}
+    refs = {name} if await db.get(Image, name) is not None else set()
     ref = resolve_image(name, refs, aliases)
     return None if ref is None else await db.get(Image, ref)
 
