@@ -160,7 +160,7 @@ async def _raw_exchange(base: str, head: bytes) -> bytes:
     try:
         writer.write(head)
         await writer.drain()
-        return await asyncio.wait_for(reader.read(65536), timeout=30)
+        return await asyncio.wait_for(reader.read(), timeout=30)
     finally:
         writer.close()
 
@@ -174,6 +174,9 @@ async def test_oversized_requests_are_refused(server: Server) -> None:
     )
     assert answer.startswith(b"HTTP/1.1 413 "), answer[:200]
     assert b"application/problem+json" in answer
+    problem = json.loads(answer.partition(b"\r\n\r\n")[2])
+    assert (problem["limit_bytes"], problem["received_bytes"]) == (MAX_BODY_BYTES, 67108864)
+    assert f"the limit is {MAX_BODY_BYTES} bytes" in problem["detail"], problem
     auth = Signer(server.creds.access_key, server.creds.secret_key)
     async with httpx.AsyncClient(base_url=server.base, auth=auth, timeout=60) as client:
         # a header block far beyond any real client's: refused, or the connection closed
@@ -205,7 +208,11 @@ async def test_a_chunked_body_over_the_limit_is_refused(sqlite_cluster: Cluster)
     )
     assert response.status_code == 413, response.text[:300]
     assert response.headers["content-type"] == PROBLEM
-    assert response.json()["status"] == 413
+    problem = response.json()
+    assert problem["status"] == 413
+    assert problem["limit_bytes"] == MAX_BODY_BYTES
+    assert problem["received_bytes"] > MAX_BODY_BYTES
+    assert f"received at least {problem['received_bytes']} bytes" in problem["detail"]
     small = await sqlite_cluster.admin.post(
         "/session", json={"image": "a" * 1000, "enqueueOnly": True}
     )

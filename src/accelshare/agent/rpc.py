@@ -18,6 +18,9 @@ that cannot be created is not an HTTP error: the report says FAILED with the rea
 (``UnsupportedResource: ...``, ``InsufficientResource: ...``) so that the manager can
 record it on the session.  Malformed bodies are ``400`` problems; a runtime that fails
 while destroying or reading logs gives a ``500`` problem (``kernel-runtime-error``).
+A body over ``[agent] rpc-max-body-bytes`` (default 4 MiB) is a ``413`` problem naming
+the limit and the size received, before the secret is checked and before it is read
+whole (:mod:`accelshare.body_limit`).
 """
 
 from __future__ import annotations
@@ -29,6 +32,9 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Depends, FastAPI, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
+
+from accelshare.body_limit import BodySizeLimit, BodyTooLarge
+from accelshare.body_limit import problem_response as body_problem_response
 
 from .metrics import CONTENT_TYPE
 from .runtime import KernelNotFound, KernelRuntimeError
@@ -86,7 +92,22 @@ def _json(model: Any) -> Response:
     return Response(model.model_dump_json(), media_type="application/json")
 
 
-def create_rpc_app(service: AgentService, *, secret: str | None) -> FastAPI:
+def _too_large_problem(exc: BodyTooLarge, path: str) -> dict[str, Any]:
+    return {
+        "type": "/problems/content-too-large",
+        "title": "Content Too Large",
+        "status": 413,
+        "detail": exc.detail,
+        "instance": path,
+        "limit_bytes": exc.limit_bytes,
+        "received_bytes": exc.received_bytes,
+    }
+
+
+def create_rpc_app(
+    service: AgentService, *, secret: str | None, max_body_bytes: int | None = None
+) -> FastAPI:
+    """``max_body_bytes``: None = the agent's ``[agent] rpc-max-body-bytes``."""
     app = FastAPI(
         title=f"accelshare agent {service.agent_id}",
         docs_url=None,
@@ -97,6 +118,14 @@ def create_rpc_app(service: AgentService, *, secret: str | None) -> FastAPI:
     @app.exception_handler(RpcProblem)
     async def _problem(_: Request, exc: RpcProblem) -> Response:
         return exc.response()
+
+    @app.exception_handler(BodyTooLarge)
+    async def _too_large(request: Request, exc: BodyTooLarge) -> Response:
+        return body_problem_response(exc, request.url.path, _too_large_problem)
+
+    if max_body_bytes is None:
+        max_body_bytes = service.config.agent.rpc_max_body_bytes
+    app.add_middleware(BodySizeLimit, max_bytes=max_body_bytes, problem=_too_large_problem)
 
     @app.exception_handler(KernelRuntimeError)
     async def _runtime_error(_: Request, exc: KernelRuntimeError) -> Response:

@@ -64,7 +64,7 @@ from . import (
     sessions,
 )
 from .auth import Authenticator, AuthSettings, CurrentIdentity
-from .limits import BodySizeLimit
+from .limits import install_body_limit
 from .problems import ServiceUnavailable, install_problem_handlers
 from .signing import API_VERSION
 
@@ -95,7 +95,7 @@ def create_app(
     app.state.db = db
     app.state.manager = manager
     install_problem_handlers(app)
-    app.add_middleware(BodySizeLimit)  # 413 over 1 MiB (docs/reliability.md)
+    install_body_limit(app)  # 413 over 1 MiB (docs/reliability.md)
 
     @app.get("/", tags=["meta"])
     async def hello() -> dict[str, str]:

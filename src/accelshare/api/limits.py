@@ -1,75 +1,56 @@
-"""A request body limit: bodies over :data:`MAX_BODY_BYTES` get ``413`` problem+json.
+"""The manager's request body limit: bodies over :data:`MAX_BODY_BYTES` get ``413``.
 
 Without it the manager read any body whole into memory (a 64 MiB JSON body was parsed
 and answered with a 400; docs/reliability.md, bug 3).  The limit is aiohttp's default
 ``client_max_size`` (1 MiB), which Backend.AI's manager also runs with; no control-plane
-request comes near it.
-
-A declared ``Content-Length`` over the limit is refused before the app runs; a body
-without one (chunked) is counted as the app reads it and refused once it goes over.
+request comes near it.  The mechanics (declared and chunked bodies) are in
+:mod:`accelshare.body_limit`, shared with the agent's RPC.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from starlette.exceptions import HTTPException
-from starlette.responses import JSONResponse
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from fastapi import FastAPI, Request
+from starlette.responses import Response
+from starlette.types import ASGIApp
 
-from .problems import PROBLEM_MEDIA_TYPE, problem_type
+from accelshare import body_limit
+from accelshare.body_limit import BodyTooLarge
 
-__all__ = ["MAX_BODY_BYTES", "BodySizeLimit"]
+from .problems import problem_type
+
+__all__ = ["MAX_BODY_BYTES", "BodySizeLimit", "install_body_limit"]
 
 MAX_BODY_BYTES = 1024 * 1024
 
 
-def _detail(limit: int) -> str:
-    return f"The request body is larger than {limit} bytes"
+def _problem(exc: BodyTooLarge, path: str) -> dict[str, Any]:
+    return {
+        "type": problem_type("content-too-large"),
+        "title": "Content Too Large",
+        "status": 413,
+        "detail": exc.detail,
+        "msg": exc.detail,
+        "instance": path,
+        "limit_bytes": exc.limit_bytes,
+        "received_bytes": exc.received_bytes,
+    }
 
 
-class BodySizeLimit:
-    """ASGI middleware; ``app.add_middleware(BodySizeLimit)``."""
+class BodySizeLimit(body_limit.BodySizeLimit):
+    """The shared middleware with the manager's problem shape."""
 
     def __init__(self, app: ASGIApp, max_bytes: int = MAX_BODY_BYTES) -> None:
-        self.app, self.max_bytes = app, max_bytes
+        super().__init__(app, max_bytes=max_bytes, problem=_problem)
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        declared = dict(scope.get("headers") or []).get(b"content-length", b"")
-        if declared.isdigit() and int(declared) > self.max_bytes:
-            await self._refuse(scope, receive, send)
-            return
-        seen = 0
 
-        async def limited() -> Message:
-            nonlocal seen
-            message = await receive()
-            if message["type"] == "http.request":
-                seen += len(message.get("body", b""))
-                if seen > self.max_bytes:
-                    # FastAPI re-raises an HTTPException from the body read; the problem
-                    # handlers turn it into problem+json
-                    raise HTTPException(413, _detail(self.max_bytes))
-            return message
+def install_body_limit(app: FastAPI, max_bytes: int = MAX_BODY_BYTES) -> None:
+    """The middleware plus the handler of a chunked body found too large while read."""
 
-        await self.app(scope, limited, send)
+    async def _too_large(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, BodyTooLarge)
+        return body_limit.problem_response(exc, request.url.path, _problem)
 
-    async def _refuse(self, scope: Scope, receive: Receive, send: Send) -> None:
-        body: dict[str, Any] = {
-            "type": problem_type("content-too-large"),
-            "title": "Content Too Large",
-            "status": 413,
-            "detail": _detail(self.max_bytes),
-            "msg": _detail(self.max_bytes),
-            "instance": scope.get("path", ""),
-        }
-        response = JSONResponse(
-            body,
-            status_code=413,
-            media_type=PROBLEM_MEDIA_TYPE,
-            headers={"Connection": "close"},
-        )
-        await response(scope, receive, send)
+    app.add_exception_handler(BodyTooLarge, _too_large)
+    app.add_middleware(BodySizeLimit, max_bytes=max_bytes)

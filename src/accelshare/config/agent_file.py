@@ -83,6 +83,7 @@ DEFAULT_ALLOCATION_ORDER = ("cuda", "rocm", "tpu", "cpu", "mem")
 # A Docker network or container name (what the engine accepts for both).
 _DOCKER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 MOCK_ACCELERATOR_FILENAME = "mock-accelerator.toml"
+DEFAULT_RPC_MAX_BODY_BYTES = 4 * 1024 * 1024
 _MISSING = object()
 
 
@@ -169,6 +170,9 @@ class AgentSection(_Section):
     heartbeat_interval_s: float = Field(3.0, alias="heartbeat-interval-s", gt=0, le=3600)
     # The URL the manager uses to reach this agent (default: http://<rpc-listen-addr>).
     rpc_advertise_url: str | None = Field(None, alias="rpc-advertise-url")
+    # Bodies over this get 413 from the RPC (docs/reliability.md).  4 MiB: room above the
+    # manager's own 1 MiB limit for what it adds to a user's request.
+    rpc_max_body_bytes: ByteSize = Field(DEFAULT_RPC_MAX_BODY_BYTES, alias="rpc-max-body-bytes")
 
     @model_validator(mode="before")
     @classmethod
@@ -194,6 +198,13 @@ class AgentSection(_Section):
         if value is not None and not value.startswith(("http://", "https://")):
             raise ValueError("an http(s) URL such as 'http://10.0.0.5:6001'")
         return value.rstrip("/") if value is not None else None
+
+    @field_validator("rpc_max_body_bytes")
+    @classmethod
+    def _body_limit(cls, value: int) -> int:
+        if value < 1024:
+            raise ValueError(EXPECTED["agent.rpc-max-body-bytes"])
+        return value
 
     @field_validator("id", "region", "scaling_group")
     @classmethod
@@ -382,6 +393,7 @@ EXPECTED: dict[str, str] = {
     "agent.dev-mode": _TRUE_FALSE,
     "agent.heartbeat-interval-s": "a number of seconds > 0 and <= 3600, such as 3.0",
     "agent.rpc-advertise-url": 'an http(s) URL such as "http://10.0.0.5:6001"',
+    "agent.rpc-max-body-bytes": 'a byte size of at least 1024 such as "4m" or 4194304',
     "container": "a table ([container])",
     "container.runtime": '"process" or "docker"',
     "container.scratch-root": 'a folder path such as "./scratch"',

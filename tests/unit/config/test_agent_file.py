@@ -159,6 +159,18 @@ def test_a_wrong_type_names_the_key_what_it_takes_and_the_value(key: str) -> Non
             "'etcd'",
         ),
         (
+            {"agent": {"rpc-max-body-bytes": 100}},
+            "agent.rpc-max-body-bytes",
+            'a byte size of at least 1024 such as "4m" or 4194304',
+            "100",
+        ),
+        (
+            {"agent": {"rpc-max-body-bytes": "lots"}},
+            "agent.rpc-max-body-bytes",
+            'a byte size of at least 1024 such as "4m" or 4194304',
+            "'lots'",
+        ),
+        (
             {"agent": {"cluster-secret": 12345678901234567}},
             "agent.cluster-secret",
             "a string of at least 16 characters",
@@ -171,6 +183,12 @@ def test_bad_values_in_user_terms(
 ) -> None:
     err = error_of(data)
     assert str(err) == f"{SOURCE}: key {key!r}: expected {expected}, received {received}"
+
+
+def test_rpc_body_limit_defaults_to_4_mib_and_takes_sizes() -> None:
+    assert parse_agent_config({}, source=SOURCE).agent.rpc_max_body_bytes == 4 * 1024 * 1024
+    config = parse_agent_config({"agent": {"rpc-max-body-bytes": "64k"}}, source=SOURCE)
+    assert config.agent.rpc_max_body_bytes == 64 * 1024
 
 
 def test_a_section_level_check_keeps_its_own_message() -> None:
