@@ -20,16 +20,30 @@ Manager endpoints for agents (same secret)::
 
 Amounts are decimal strings (``"0.6"``, ``"2147483648"``) everywhere: never floats.
 Unknown fields are ignored so that a newer agent can talk to an older manager.
+
+What the manager stores from an agent is checked here, at the edge, so that a bad
+heartbeat or event batch is a ``400`` naming the field and nothing of it is written
+(docs/reliability.md): ids are 1-64 printable characters (the columns' width), URLs
+http(s), capacities and allocations finite decimals >= 0 below 10^21, slot names valid,
+exit codes 32-bit, no string anywhere holds NUL and no number is NaN or infinite
+(PostgreSQL cannot store either).
 """
 
 from __future__ import annotations
 
 import enum
+import math
+from collections.abc import Mapping, Sequence
 from datetime import datetime
+from decimal import Decimal, InvalidOperation
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
+from pydantic_core import PydanticCustomError
 
-from accelshare.common import SlotTypes
+from accelshare.common import SlotName, SlotTypes
+from accelshare.common.errors import InvalidSlotName
+from accelshare.common.resource_slot import MAX_AMOUNT_EXPONENT
 
 __all__ = [
     "CLUSTER_SECRET_HEADER",
@@ -54,7 +68,93 @@ __all__ = [
 CLUSTER_SECRET_HEADER = "X-Accelshare-Cluster-Secret"
 
 Amount = str  # a decimal string; parse with Decimal(), never float()
+INT32_MAX = 2**31 - 1
+
+
+def _invalid(expected: str, value: Any) -> PydanticCustomError:
+    return PydanticCustomError("wire", "expected {expected}",
+                               {"expected": expected, "received": repr(value)[:100]})  # fmt: skip
+
+
+def _held_amount(value: str) -> str:
+    """A finite decimal >= 0 below 10^21 (what ResourceSlot accepts), kept as sent."""
+    expected = f'a decimal string >= 0 and below 10^{MAX_AMOUNT_EXPONENT}, such as "0.6"'
+    try:
+        number = Decimal(value)
+    except (InvalidOperation, ValueError):
+        raise _invalid(expected, value) from None
+    if not number.is_finite() or number < 0 or number.adjusted() >= MAX_AMOUNT_EXPONENT:
+        raise _invalid(expected, value)
+    return value
+
+
+def _ident(width: int) -> Any:
+    """1..width characters, not blank, no control characters (an id column's width)."""
+
+    def check(value: str) -> str:
+        if (
+            not value.strip()
+            or len(value) > width
+            or any(ord(c) < 0x20 or ord(c) == 0x7F for c in value)
+        ):
+            expected = f"a non-empty id of at most {width} printable characters"
+            raise _invalid(expected, value)
+        return value
+
+    return check
+
+
+def _slot_name(value: str) -> str:
+    try:
+        SlotName(value)
+    except InvalidSlotName:
+        raise _invalid('a slot name such as "cpu", "mem" or "cuda.shares"', value) from None
+    return value
+
+
+def _http_url(value: str) -> str:
+    if (
+        not value.startswith(("http://", "https://"))
+        or len(value) > 256
+        or not value[7:].strip("/")
+    ):
+        raise _invalid('an http(s) URL of at most 256 characters such as "http://10.0.0.5:6001"',
+                       value)  # fmt: skip
+    return value
+
+
+def _storable(data: Any, where: str = "body") -> None:
+    """Refuse what PostgreSQL cannot store, naming where it is (``slots.cpu``): NUL in
+    any string (key or value) and non-finite numbers (``NaN``, ``Infinity``: not JSON,
+    though Python's parser reads them)."""
+    if isinstance(data, str):
+        if "\x00" in data:
+            raise PydanticCustomError(
+                "wire", "{where}: expected text without NUL characters", {"where": where}
+            )
+    elif isinstance(data, float):
+        if not math.isfinite(data):
+            raise PydanticCustomError(
+                "wire", "{where}: expected a finite number, received {value}",
+                {"where": where, "value": str(data)},
+            )  # fmt: skip
+    elif isinstance(data, Mapping):
+        for key, value in data.items():
+            path = f"{where}.{key}".removeprefix("body.")
+            _storable(key, path)
+            _storable(value, path)
+    elif isinstance(data, Sequence) and not isinstance(data, bytes | bytearray):
+        for index, value in enumerate(data):
+            _storable(value, f"{where}.{index}".removeprefix("body."))
+
+
+HeldAmount = Annotated[str, AfterValidator(_held_amount)]
+AgentId = Annotated[str, AfterValidator(_ident(64))]
+SlotKey = Annotated[str, AfterValidator(_slot_name)]
+HttpUrl = Annotated[str, AfterValidator(_http_url)]
+Label = Annotated[str, Field(max_length=64)]
 SlotAllocationWire = dict[str, dict[str, Amount]]  # slot -> device -> amount
+HeldAllocation = dict[SlotKey, dict[Annotated[str, Field(max_length=256)], HeldAmount]]
 
 
 class _Wire(BaseModel):
@@ -68,21 +168,31 @@ class KernelStatus(enum.StrEnum):
     FAILED = "FAILED"  # could not start
 
 
+class _Checked(_Wire):
+    """A message the manager stores: NUL and NaN anywhere are refused before field checks."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _refuse_unstorable(cls, data: Any) -> Any:
+        _storable(data)
+        return data
+
+
 class SlotCapacity(_Wire):
     type: SlotTypes
-    capacity: Amount
+    capacity: HeldAmount
 
 
 class DeviceView(_Wire):
     device_id: str
     slot_name: str
     slot_type: SlotTypes
-    capacity: Amount
-    allocated: Amount
+    capacity: HeldAmount
+    allocated: HeldAmount
     free: Amount | None = None  # capacity - allocated (added later; None from older agents)
     numa_node: int | None = None
     model_name: str = ""
-    kernels: dict[str, Amount] = Field(default_factory=dict)  # kernel id -> amount held
+    kernels: dict[str, HeldAmount] = Field(default_factory=dict)  # kernel id -> amount held
 
 
 class PluginMapView(_Wire):
@@ -91,12 +201,12 @@ class PluginMapView(_Wire):
     key: str
     kind: str  # "discrete" | "fractional"
     strategy: str  # "FILL" | "EVENLY"
-    quantum: Amount | None = None  # fractional maps only
+    quantum: HeldAmount | None = None  # fractional maps only
     exclusive_slot_types: list[str] = Field(default_factory=list)
     devices: list[DeviceView]
     # Devices still held by kernels under a slot the current plugin set renamed
     # (e.g. fractional -> discrete); counted as occupied until those kernels end.
-    legacy_allocations: SlotAllocationWire = Field(default_factory=dict)
+    legacy_allocations: HeldAllocation = Field(default_factory=dict)
 
 
 class AllocMapView(_Wire):
@@ -104,14 +214,14 @@ class AllocMapView(_Wire):
     maps: dict[str, PluginMapView]  # plugin key -> map
 
 
-class Heartbeat(_Wire):
-    agent_id: str
-    rpc_url: str  # e.g. "http://127.0.0.1:6001"
-    scaling_group: str = "default"
-    region: str = "local"
-    architecture: str = "x86_64"
-    version: str = ""
-    slots: dict[str, SlotCapacity]  # available (total) capacity per slot
+class Heartbeat(_Checked):
+    agent_id: AgentId
+    rpc_url: HttpUrl  # e.g. "http://127.0.0.1:6001"
+    scaling_group: Label = "default"
+    region: Label = "local"
+    architecture: Annotated[str, Field(max_length=32)] = "x86_64"
+    version: Label = ""
+    slots: dict[SlotKey, SlotCapacity]  # available (total) capacity per slot
     alloc_maps: dict[str, PluginMapView]
     slot_metadata: dict[str, dict[str, object]] = Field(default_factory=dict)
     kernels: list[KernelReport] = Field(default_factory=list)
@@ -146,7 +256,7 @@ class KernelReport(_Wire):
     image: str = ""
     allocations: SlotAllocationWire = Field(default_factory=dict)
     container_id: str | None = None
-    exit_code: int | None = None
+    exit_code: Annotated[int, Field(ge=-INT32_MAX - 1, le=INT32_MAX)] | None = None
     reason: str = ""
 
 
@@ -161,17 +271,17 @@ class KernelEventType(enum.StrEnum):
 
 
 class KernelEvent(_Wire):
-    event_id: str  # unique; the manager ignores an id it has already applied
-    kernel_id: str
-    session_id: str
+    event_id: Annotated[str, AfterValidator(_ident(128))]  # unique; applied once
+    kernel_id: Annotated[str, AfterValidator(_ident(64))]
+    session_id: Annotated[str, Field(max_length=64)]
     event: KernelEventType
-    exit_code: int | None = None
+    exit_code: Annotated[int, Field(ge=-INT32_MAX - 1, le=INT32_MAX)] | None = None
     reason: str = ""
     at: datetime
 
 
-class KernelEventBatch(_Wire):
-    agent_id: str
+class KernelEventBatch(_Checked):
+    agent_id: AgentId
     events: list[KernelEvent]
 
 

@@ -82,9 +82,12 @@ def problem_type(slug: str) -> str:
 
 
 def _jsonable(value: Any) -> Any:
-    """``value`` if it is small JSON, else a truncated ``repr`` (never fail on odd input)."""
+    """``value`` if it is small JSON, else a truncated ``repr`` (never fail on odd input).
+
+    ``allow_nan=False`` as the response renders it: a received ``1e999`` or ``NaN`` (the
+    JSON parser reads them as float infinity / NaN) made the 400 itself fail, a 500."""
     try:
-        text = json.dumps(value)
+        text = json.dumps(value, allow_nan=False)
     except (TypeError, ValueError):
         text = repr(value)
         return text if len(text) <= _MAX_RECEIVED_CHARS else text[:_MAX_RECEIVED_CHARS] + "..."

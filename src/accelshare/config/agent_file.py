@@ -209,8 +209,9 @@ class AgentSection(_Section):
     @field_validator("id", "region", "scaling_group")
     @classmethod
     def _not_empty(cls, value: str) -> str:
-        if not value.strip():
-            raise ValueError("a non-empty string")
+        # the manager's columns hold 64 characters; its heartbeat endpoint refuses more
+        if not value.strip() or len(value) > 64 or any(ord(c) < 0x20 for c in value):
+            raise ValueError("a non-empty string of at most 64 printable characters")
         return value
 
 
@@ -378,9 +379,9 @@ def find_agent_config(
 _TRUE_FALSE = "true or false"
 EXPECTED: dict[str, str] = {
     "agent": "a table ([agent])",
-    "agent.id": 'a non-empty string such as "i-node01"',
-    "agent.region": 'a non-empty string such as "local"',
-    "agent.scaling-group": 'a non-empty string such as "default"',
+    "agent.id": 'a non-empty string of at most 64 characters such as "i-node01"',
+    "agent.region": 'a non-empty string of at most 64 characters such as "local"',
+    "agent.scaling-group": 'a non-empty string of at most 64 characters such as "default"',
     "agent.rpc-listen-addr": '"HOST:PORT" with a port in 1..65535, such as "127.0.0.1:6001"',
     "agent.allowed-compute-plugins": 'a list of plugin names such as ["mock"] or ["cuda"]',
     "agent.allow-compute-plugins": 'a list of plugin names such as ["mock"] or ["cuda"]',
