@@ -1,11 +1,17 @@
 """Schemathesis against the manager's OpenAPI document, over real HTTP, signed.
 
 The manager runs as its own process (``accelshare server manager``) on loopback; every
-documented operation gets generated requests (valid and invalid), signed as the
-bootstrap superadmin.  Checked: no 5xx ever, every 4xx is ``application/problem+json``,
-and a 400/422 names the offending ``field``.  Oversized requests are refused too.
+documented operation gets generated requests, signed as the bootstrap superadmin and
+as a plain user, in Schemathesis' positive mode (valid per the schema) and negative
+mode (invalid per the schema: wrong types, missing required parts, values out of
+range, undecodable bodies).  Checked: no 5xx ever, every 4xx is
+``application/problem+json`` with its status, and a 400/422 names the offending
+``field``.  Negative requests that are accepted (2xx) are counted and printed, not
+failed: they are unknown query parameters, which the API ignores by design (see
+docs/reliability.md).  Oversized requests are refused too.
 
-Short run: 15 examples per operation; ``ACCELSHARE_RELIABILITY_FULL=1``: 150.
+Short run (``RUNS``): 10 / 6 / 4 / 4 examples per operation; full run
+(``ACCELSHARE_RELIABILITY_FULL=1``): 150 / 100 / 80 / 80.
 """
 
 from __future__ import annotations
@@ -25,6 +31,8 @@ import pytest
 import requests
 import schemathesis
 from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis.errors import Unsatisfiable
+from schemathesis import GenerationMode
 
 from accelshare.api.limits import MAX_BODY_BYTES
 from accelshare.api.signing import sign_request
@@ -105,7 +113,27 @@ def _check(method: str, path: str, status: int, content_type: str, body: str) ->
         assert problem.get("field") or problem.get("errors"), where
 
 
-def _fuzzer(operation: Any, base: str, session: requests.Session, examples: int) -> Any:
+# (caller, generation mode, examples per operation: short run, full run).  Positive:
+# valid requests as the schema describes them; negative: requests the schema forbids
+# (wrong types, missing or extra fields, out-of-range values), which must be refused
+# with a 4xx problem, never a 5xx, and (mostly) never accepted.  The user runs the same
+# document: most admin routes answer 403, the rest must behave for a plain user too.
+RUNS = [
+    ("superadmin", GenerationMode.POSITIVE, scaled(10, 150)),
+    ("superadmin", GenerationMode.NEGATIVE, scaled(6, 100)),
+    ("user", GenerationMode.POSITIVE, scaled(4, 80)),
+    ("user", GenerationMode.NEGATIVE, scaled(4, 80)),
+]
+
+
+def _fuzzer(
+    operation: Any,
+    base: str,
+    session: requests.Session,
+    examples: int,
+    mode: GenerationMode,
+    figures: Counter[str],
+) -> Any:
     @settings(
         max_examples=examples,
         deadline=None,
@@ -114,43 +142,100 @@ def _fuzzer(operation: Any, base: str, session: requests.Session, examples: int)
         phases=[Phase.explicit, Phase.generate],
         suppress_health_check=list(HealthCheck),
     )
-    @given(case=operation.as_strategy())
+    @given(case=operation.as_strategy(generation_mode=mode))
     def fuzz(case: Any) -> None:
         if isinstance(case.body, dict) and isinstance(case.body.get("maxWaitSeconds"), int | float):
             # a valid wait blocks the request that long (up to an hour) by design
             case.body["maxWaitSeconds"] = min(case.body["maxWaitSeconds"], 1)
         response = case.call(base_url=base, session=session, timeout=30)
-        FIGURES["requests"] += 1
-        FIGURES[f"{response.status_code // 100}xx"] += 1
-        _check(
-            operation.method.upper(),
-            operation.path,
-            response.status_code,
-            (response.headers.get("content-type") or [""])[0],
-            response.text,
-        )
+        figures["requests"] += 1
+        figures[f"{response.status_code // 100}xx"] += 1
+        method, path = operation.method.upper(), operation.path
+        try:
+            _check(
+                method,
+                path,
+                response.status_code,
+                (response.headers.get("content-type") or [""])[0],
+                response.text,
+            )
+        except AssertionError as e:
+            raise AssertionError(f"{e}\n(reproduce: {case.as_curl_command()})") from None
+        if mode is GenerationMode.NEGATIVE and response.status_code < 400:
+            figures["negative-accepted"] += 1
+            ACCEPTED_INVALID.setdefault(f"{method} {path}", case.as_curl_command()[:400])
 
     return fuzz
 
 
-@pytest.mark.filterwarnings("ignore")
-async def test_schemathesis_finds_no_server_error(server: Server) -> None:
-    schema = schemathesis.openapi.from_url(f"{server.base}/openapi.json")
+def _has_inputs(operation: Any) -> bool:
+    """Anything negative mode can make invalid: a query, header or body, or a path
+    parameter that is not a plain string (any string is a valid string)."""
+    if any(len(part) for part in (operation.query, operation.headers, operation.body)):
+        return True
+    return any(
+        p.definition.get("schema", {}).get("type") != "string" for p in operation.path_parameters
+    )
+
+
+ACCEPTED_INVALID: dict[str, str] = {}  # operation -> one accepted invalid request
+
+
+@pytest.fixture(scope="module")
+def user_creds(server: Server) -> AdminCredentials:
+    """A plain user (role ``user``) and its keypair, made through the API."""
     session = requests.Session()
     session.auth = SigningAuth(server.creds)
-    examples = scaled(15, 150)
+    response = session.post(
+        f"{server.base}/admin/users",
+        json={"email": "fuzz-user@example.com", "password": "long enough password"},
+        timeout=30,
+    )
+    assert response.status_code == 201, response.text
+    keypair = response.json()["keypair"]
+    assert response.json()["user"]["role"] == "user", response.json()
+    return AdminCredentials(
+        email="fuzz-user@example.com",
+        password="long enough password",
+        access_key=keypair["access_key"],
+        secret_key=keypair["secret_key"],
+    )
+
+
+@pytest.mark.filterwarnings("ignore")
+@pytest.mark.parametrize(
+    ("caller", "mode", "examples"), RUNS, ids=[f"{c}-{m.value}" for c, m, _ in RUNS]
+)
+async def test_schemathesis_finds_no_server_error(
+    server: Server, user_creds: AdminCredentials, caller: str, mode: GenerationMode, examples: int
+) -> None:
+    schema = schemathesis.openapi.from_url(f"{server.base}/openapi.json")
+    session = requests.Session()
+    session.auth = SigningAuth(server.creds if caller == "superadmin" else user_creds)
+    figures: Counter[str] = Counter()
     operations = 0
     for result in schema.get_all_operations():
         operation = result.ok()
         if operation.path in ENDLESS:
             continue
         operations += 1
-
-        fuzz = _fuzzer(operation, server.base, session, examples)
-        await asyncio.to_thread(fuzz)
+        if mode is GenerationMode.NEGATIVE and not _has_inputs(operation):
+            # nothing to make invalid (Hypothesis would search in vain for seconds)
+            figures["operations-without-inputs"] += 1
+            continue
+        fuzz = _fuzzer(operation, server.base, session, examples, mode, figures)
+        try:
+            await asyncio.to_thread(fuzz)
+        except Unsatisfiable:  # negative mode: no invalid form of its inputs exists
+            figures["operations-without-invalid-form"] += 1
     assert operations > 30
-    assert FIGURES["requests"] >= operations * 5, FIGURES
-    print(f"schemathesis: {operations} operations, {dict(FIGURES)}")
+    assert figures["requests"] >= operations * 2, figures
+    if caller == "user":  # the user really ran as a user: refused on admin routes
+        assert figures["4xx"] > 0, figures
+    FIGURES.update({f"{caller}-{mode.value}-{k}": v for k, v in figures.items()})
+    print(f"schemathesis {caller} {mode.value}: {operations} operations, {dict(figures)}")
+    for where, curl in sorted(ACCEPTED_INVALID.items()):
+        print(f"  accepted invalid: {where}: {curl}")
 
 
 async def _raw_exchange(base: str, head: bytes) -> bytes:
@@ -252,3 +337,28 @@ async def test_policy_counts_beyond_the_column_are_a_400(sqlite_cluster: Cluster
         "/admin/resource-policies/default", json={"idle_timeout": 2**31 - 1}
     )
     assert ok.status_code == 200, ok.text
+
+
+async def test_a_received_nan_or_infinity_is_a_400_not_a_500(sqlite_cluster: Cluster) -> None:
+    """Regression (found fuzzing the agents' endpoints): Python's JSON parser reads
+    ``1e999`` and ``NaN``; the 400 that echoed the received value then failed to render
+    (the response refuses non-finite floats), a 500 on every endpoint with a JSON body."""
+    for content in (b'{"image": 1e999}', b'{"image": NaN}', b'{"image": -Infinity}'):
+        response = await sqlite_cluster.admin.post(
+            "/session", content=content, headers={"Content-Type": "application/json"}
+        )
+        assert response.status_code == 400, (content, response.text)
+        assert response.headers["content-type"] == PROBLEM
+        assert response.json()["field"] == "image", response.json()
+
+
+async def test_a_body_that_is_not_utf8_names_the_body(sqlite_cluster: Cluster) -> None:
+    """Regression (found by Schemathesis' negative mode): FastAPI's own 400 for a body
+    it cannot decode named no field."""
+    response = await sqlite_cluster.admin.post(
+        "/session", content=b"l\xff\x0c\x03", headers={"Content-Type": "application/json"}
+    )
+    assert response.status_code == 400, response.text
+    assert response.headers["content-type"] == PROBLEM
+    problem = response.json()
+    assert (problem["field"], problem["expected"]) == ("body", "a JSON document in UTF-8")

@@ -283,6 +283,9 @@ async def _on_manager_error(request: Request, exc: Exception) -> JSONResponse:
     return problem_response(problem, request.url.path)
 
 
+_FASTAPI_BODY_UNREADABLE = "There was an error parsing the body"
+
+
 async def _on_http_exception(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, StarletteHTTPException)
     known: dict[int, type[Problem]] = {
@@ -307,6 +310,14 @@ async def _on_http_exception(request: Request, exc: Exception) -> JSONResponse:
         "msg": detail,
         "instance": request.url.path,
     }
+    if exc.status_code == 400 and detail == _FASTAPI_BODY_UNREADABLE:
+        # FastAPI's answer to a body it cannot even decode (not UTF-8, say): name it
+        body.update(
+            detail="The body is not a JSON document in UTF-8",
+            msg="The body is not a JSON document in UTF-8",
+            field="body",
+            expected="a JSON document in UTF-8",
+        )
     return JSONResponse(
         body,
         status_code=exc.status_code,
