@@ -18,6 +18,7 @@ from typing import Any
 
 import httpx
 import pytest
+import sqlalchemy as sa
 
 from accelshare.api.signing import sign_request
 from accelshare.manager.clock import utcnow
@@ -361,21 +362,7 @@ async def test_secrets_are_never_logged_nor_returned_again(
         ):
             response = await cluster.admin.get(path)
             bodies.append((path, response.text))
-        for client in (user, cluster.admin):
-            response = await client.post(
-                "/admin/gql",
-                json={"query": "{ user_list { items { email } } }"},
-            )
-            bodies.append(("gql", response.text))
-        # a user never sees another user's secret through the compatibility GraphQL
-        other = await user.post(
-            "/admin/gql",
-            json={
-                "query": "query($k: String!) { keypair(access_key: $k) { secret_key } }",
-                "variables": {"k": cluster.creds.access_key},
-            },
-        )
-        bodies.append(("gql-other-keypair", other.text))
+        # GraphQL: every query and every field (test_graphql_returns_no_secret_of_another)
     for path, text in bodies:
         for secret in secrets:
             assert secret not in text, (path, "leaks a secret")
@@ -383,6 +370,125 @@ async def test_secrets_are_never_logged_nor_returned_again(
     logged += "\n".join(str(r.args) for r in caplog.records)
     for secret in secrets:
         assert secret not in logged, "a secret reached the log"
+
+
+# -- GraphQL: every query, every field ------------------------------------------------------
+
+_TYPE_REF = "kind name ofType { kind name ofType { kind name ofType { kind name } } }"
+INTROSPECTION = (
+    "{ __schema { queryType { name } types { name kind fields { name "
+    f"args {{ name type {{ {_TYPE_REF} }} }} type {{ {_TYPE_REF} }} }} }} }} }}"
+)
+
+
+def _named(ref: dict[str, Any]) -> tuple[str, str, bool]:
+    """(kind, name, is_required) of a type reference, through lists and non-nulls."""
+    required = ref["kind"] == "NON_NULL"
+    while ref.get("ofType"):
+        ref = ref["ofType"]
+    return ref["kind"], ref["name"], required
+
+
+def selection(types: dict[str, Any], type_name: str, depth: int = 3) -> str:
+    """Every field of an object type without required arguments, nested ``depth`` deep."""
+    parts = []
+    for field in types[type_name]["fields"]:
+        if any(_named(arg["type"])[2] for arg in field["args"]):
+            continue
+        kind, name, _ = _named(field["type"])
+        if kind in ("SCALAR", "ENUM"):
+            parts.append(field["name"])
+        elif kind == "OBJECT" and depth > 0 and not name.startswith("__"):
+            parts.append(f"{field['name']} {{ {selection(types, name, depth - 1)} }}")
+    return " ".join(parts) or "__typename"
+
+
+async def graphql_everything(
+    client: httpx.AsyncClient, arguments: dict[str, Any]
+) -> dict[str, httpx.Response]:
+    """Ask every root query for every field it has; required arguments from
+    ``arguments`` by name (a query with one not there fails the test: give it one)."""
+    answer = await client.post("/admin/gql", json={"query": INTROSPECTION})
+    assert answer.status_code == 200, answer.text
+    schema = answer.json()["data"]["__schema"]
+    types = {t["name"]: t for t in schema["types"] if t["fields"]}
+    responses = {}
+    for field in types[schema["queryType"]["name"]]["fields"]:
+        declared, passed = [], []
+        for arg in field["args"]:
+            kind, name, required = _named(arg["type"])
+            if arg["name"] in arguments:
+                bang = "!" if required else ""
+                declared.append(f"${arg['name']}: {name}{bang}")
+                passed.append(f"{arg['name']}: ${arg['name']}")
+            else:
+                assert not required, f"GraphQL {field['name']}: give {arg['name']} a value"
+        kind, name, _ = _named(field["type"])
+        body = f" {{ {selection(types, name)} }}" if kind == "OBJECT" else ""
+        head = f"query({', '.join(declared)})" if declared else "query"
+        call = f"{field['name']}({', '.join(passed)})" if passed else field["name"]
+        query = f"{head} {{ {call}{body} }}"
+        variables = {a.split(":")[0][1:]: arguments[a.split(":")[0][1:]] for a in declared}
+        responses[field["name"]] = await client.post(
+            "/admin/gql", json={"query": query, "variables": variables}
+        )
+    return responses
+
+
+async def _password_hash(cluster: Cluster, email: str) -> str:
+    async with cluster.manager.db.begin() as db:
+        row = await db.execute(
+            sa.text("SELECT password_hash FROM users WHERE email = :e"), {"e": email}
+        )
+        return str(row.scalar_one())
+
+
+async def test_graphql_returns_no_secret_of_another(sqlite_cluster: Cluster) -> None:
+    """Another user, a domain admin and the superadmin ask every GraphQL query for every
+    field (found by introspection, so a query added later is asked too), pointed at the
+    victim's keypair and session: no secret key, password or password hash of the victim,
+    nor the superadmin's key, nor the cluster secret in any answer.  The old check asked
+    a ``user_list`` query the schema does not have: an error, so it could never fail.
+    Non-vacuous: the queries answer data (no errors for the superadmin), the victim's
+    session is among it, and ``keypair.secret_key`` is really asked (and null)."""
+    cluster = sqlite_cluster
+    await cluster.add_agent("i-node01")
+    victim, keypair = await make_user(cluster, "victim@example.com")
+    other, _ = await make_user(cluster, "other@example.com")
+    admin, _ = await make_user(cluster, "admin@example.com", role="admin")
+    async with victim, other, admin:
+        created = await cluster.create({"cpu": 1}, client=victim, enqueueOnly=True)
+        assert created.status_code == 201, created.text
+        session_id = created.json()["sessionId"]
+        secrets = {
+            "victim's secret key": keypair["secret_key"],
+            "victim's password": "long enough password",
+            "victim's password hash": await _password_hash(cluster, "victim@example.com"),
+            "superadmin's secret key": cluster.creds.secret_key,
+            "cluster secret": SECRET,
+        }
+        arguments = {
+            "access_key": keypair["access_key"],
+            "id": session_id,
+            "agent_id": "i-node01",
+            "limit": 100,
+            "offset": 0,
+        }
+        callers = (("other", other), ("admin", admin), ("superadmin", cluster.admin))
+        for caller, client in (*callers, ("victim", victim)):
+            answers = await graphql_everything(client, arguments)
+            assert len(answers) >= 5, answers.keys()
+            for query, response in answers.items():
+                assert response.status_code == 200, (caller, query, response.text)
+                for what, secret in secrets.items():
+                    assert secret not in response.text, (caller, query, f"leaks the {what}")
+            if caller == "superadmin":
+                assert not any(r.json().get("errors") for r in answers.values()), answers
+                assert session_id in answers["compute_session_list"].text
+                asked = answers["keypair"].json()["data"]["keypair"]
+                assert asked["access_key"] == keypair["access_key"]
+                assert "secret_key" in asked, asked  # asked for, and answered null
+                assert asked["secret_key"] is None, "shown again after its creation"
 
 
 def _modes(directory: Path) -> dict[str, int]:
