@@ -25,6 +25,8 @@ from accelshare.accel.errors import PluginConfigError
 from accelshare.accel.mock.config import parse_mock_config
 from accelshare.agent.recovery import discover_kernels, sort_kernels
 from accelshare.agent.runtime.base import KernelInfo, KernelState
+from accelshare.agent.state_files import AGENT_DIR, load_pending_events, read_device_history
+from accelshare.agent.wire import KernelEvent
 from accelshare.client.cli.args import ArgumentError, parse_resources
 from accelshare.common import CommonValueError, ResourceSlot, SlotTypes
 from accelshare.config.agent_file import AgentConfigError, parse_agent_config
@@ -361,3 +363,62 @@ def test_absurd_amounts_are_refused_by_name(slot: str, value: object) -> None:
         ResourceSlot.from_user_input({slot: value}, TYPES)
     assert caught.value.field == slot
     assert ResourceSlot.from_user_input({"cpu": "1e20"}, TYPES)["cpu"] == Decimal("1e20")
+
+
+# -- the agent's own state files (events.json, devices.json) --------------------------------
+
+_GOOD_EVENT = {
+    "event_id": "e-1",
+    "kernel_id": "k-1",
+    "session_id": "s-1",
+    "event": "exited",
+    "exit_code": 0,
+    "reason": "",
+    "at": "2026-11-25T00:00:00+00:00",
+}
+_GOOD_EVENTS = json.dumps({"events": [_GOOD_EVENT, {**_GOOD_EVENT, "event_id": "e-2"}]}).encode()
+_GOOD_DEVICES = json.dumps({"slots": {"cpu": {"0": "1", "1": "1"}, "mem": {"0": "1024"}}}).encode()
+state_files = st.one_of(
+    st.binary(max_size=300),
+    values.map(lambda v: json.dumps(v).encode()),
+    st.fixed_dictionaries({"events": values}).map(lambda v: json.dumps(v).encode()),
+    st.fixed_dictionaries({"slots": values}).map(lambda v: json.dumps(v).encode()),
+    # a file cut short (a crash in the middle of a write the atomic rename did not cover)
+    st.builds(
+        lambda doc, cut: doc[:cut],
+        st.sampled_from([_GOOD_EVENTS, _GOOD_DEVICES]),
+        st.integers(0, len(_GOOD_EVENTS)),
+    ),
+)
+
+
+@FUZZ
+@given(content=state_files)
+def test_agent_state_files_never_crash(
+    tmp_path_factory: pytest.TempPathFactory, content: bytes
+) -> None:
+    """Garbage, wrong shapes or truncation in ``events.json`` / ``devices.json`` never
+    stop the agent's start: whatever is readable is used, the rest dropped with a
+    warning (``events.json`` with ``"events": 5`` raised TypeError before)."""
+    root = tmp_path_factory.mktemp("scratch")
+    (root / AGENT_DIR).mkdir()
+    (root / AGENT_DIR / "events.json").write_bytes(content)
+    (root / AGENT_DIR / "devices.json").write_bytes(content)
+    events = load_pending_events(root)
+    assert all(isinstance(event, KernelEvent) for event in events)
+    assert not (root / AGENT_DIR / "events.json").exists()  # read once, never again
+    history = read_device_history(root)
+    for per_device in history.values():
+        assert all(isinstance(amount, Decimal) for amount in per_device.values())
+
+
+def test_agent_state_files_are_read_when_whole(tmp_path: Path) -> None:
+    """The positive side of the fuzz above: intact files give back what they hold."""
+    (tmp_path / AGENT_DIR).mkdir()
+    (tmp_path / AGENT_DIR / "events.json").write_bytes(_GOOD_EVENTS)
+    (tmp_path / AGENT_DIR / "devices.json").write_bytes(_GOOD_DEVICES)
+    assert [e.event_id for e in load_pending_events(tmp_path)] == ["e-1", "e-2"]
+    assert read_device_history(tmp_path) == {
+        "cpu": {"0": Decimal(1), "1": Decimal(1)},
+        "mem": {"0": Decimal(1024)},
+    }

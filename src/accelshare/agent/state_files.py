@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import json
+import logging
 import os
 from collections.abc import Mapping
 from decimal import Decimal, InvalidOperation
@@ -46,6 +47,8 @@ __all__ = [
     "write_device_history",
     "write_kernel_meta",
 ]
+
+log = logging.getLogger(__name__)
 
 AGENT_DIR = ".accelshare-agent"
 KERNEL_META = "agent.json"
@@ -151,10 +154,18 @@ def save_pending_events(scratch_root: Path, outbox: EventOutbox) -> None:
 def load_pending_events(scratch_root: Path) -> list[KernelEvent]:
     """The events a previous agent could not deliver; the file is removed once read."""
     path = _events_path(scratch_root)
-    data = read_json(path) or {}
+    data = read_json(path)
+    if data is None and path.exists():
+        log.warning("%s: unreadable or not a JSON object; its events are dropped", path)
     path.unlink(missing_ok=True)
+    items = (data or {}).get("events") or []
+    if not isinstance(items, list):  # a damaged file must not stop the agent's start
+        log.warning("%s: 'events' is not a list (%s); dropped", path, type(items).__name__)
+        return []
     events = []
-    for item in data.get("events") or ():
-        with contextlib.suppress(ValidationError, TypeError):
+    for index, item in enumerate(items):
+        try:
             events.append(KernelEvent.model_validate(item))
+        except (ValidationError, TypeError) as e:
+            log.warning("%s: events[%d] dropped: %s", path, index, str(e).splitlines()[0])
     return events
