@@ -20,6 +20,7 @@ from typing import Any, TypeVar
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from typer.testing import CliRunner, Result
 
 from accelshare.accel.errors import PluginConfigError
 from accelshare.accel.mock.config import parse_mock_config
@@ -27,6 +28,7 @@ from accelshare.agent.recovery import discover_kernels, sort_kernels
 from accelshare.agent.runtime.base import KernelInfo, KernelState
 from accelshare.agent.state_files import AGENT_DIR, load_pending_events, read_device_history
 from accelshare.agent.wire import KernelEvent
+from accelshare.client.cli import app as cli_app
 from accelshare.client.cli.args import ArgumentError, parse_resources
 from accelshare.common import CommonValueError, ResourceSlot, SlotTypes
 from accelshare.config.agent_file import AgentConfigError, parse_agent_config
@@ -422,3 +424,77 @@ def test_agent_state_files_are_read_when_whole(tmp_path: Path) -> None:
         "cpu": {"0": Decimal(1), "1": Decimal(1)},
         "mem": {"0": Decimal(1024)},
     }
+
+
+# -- accelshare mgr etcd put-json ------------------------------------------------------------
+
+_TREE_KEYS = st.one_of(
+    st.sampled_from(["config", "a", "", "a/b", "..", "x y", "\x00", "k" * 300, "-", "_"]),
+    st.text(max_size=10),
+)
+trees = st.recursive(
+    scalars,
+    lambda inner: st.dictionaries(_TREE_KEYS, inner, max_size=4) | st.lists(inner, max_size=3),
+    max_leaves=10,
+)
+put_json_files = st.one_of(
+    trees.map(lambda v: json.dumps(v).encode()),
+    st.dictionaries(_TREE_KEYS, trees, max_size=4).map(lambda v: json.dumps(v).encode()),
+    st.binary(max_size=100),
+)
+
+
+@settings(
+    max_examples=scaled(15, 400),  # each example runs the CLI three times (~0.3 s)
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+@given(content=put_json_files, key=st.sampled_from(["", "config", "config/x", "a//b", "/"]))
+def test_put_json_never_crashes_and_refuses_whole(
+    tmp_path_factory: pytest.TempPathFactory, content: bytes, key: str
+) -> None:
+    """``accelshare mgr etcd put-json KEY FILE`` on the embedded store with any file:
+    exit 0, or exit 1 with one ``error: ...`` line and the tree exactly as before
+    (validated completely before anything is written); never a traceback."""
+    tmp = tmp_path_factory.mktemp("put-json")
+    config = tmp / "agent.toml"
+    config.write_text(f'[config-store]\npath = "{tmp / "store.db"}"\n')
+    upload = tmp / "tree.json"
+    upload.write_bytes(content)
+    runner = CliRunner()
+
+    def cli(*args: str) -> Result:
+        return runner.invoke(cli_app, ["mgr", "etcd", *args, "--config", str(config)])
+
+    seed = tmp / "seed.json"
+    seed.write_text('{"config": {"keep": "me"}}')
+    assert cli("put-json", "", str(seed)).exit_code == 0
+    before = cli("get", "--prefix", "", "--json").stdout
+    result = cli("put-json", key, str(upload))
+    assert result.exit_code in (0, 1), (result.exit_code, result.output, result.exception)
+    if result.exit_code == 1:
+        lines = result.stderr.strip().splitlines()
+        assert len(lines) == 1, result.stderr
+        assert lines[0].startswith("error: "), result.stderr
+        assert cli("get", "--prefix", "", "--json").stdout == before
+
+
+def test_put_json_refusal_and_success_are_both_seen(tmp_path: Path) -> None:
+    """The two outcomes the fuzz above allows, each shown once on purpose."""
+    config = tmp_path / "agent.toml"
+    config.write_text(f'[config-store]\npath = "{tmp_path / "store.db"}"\n')
+    runner = CliRunner()
+
+    def cli(*args: str) -> Result:
+        return runner.invoke(cli_app, ["mgr", "etcd", *args, "--config", str(config)])
+
+    good, bad = tmp_path / "good.json", tmp_path / "bad.json"
+    good.write_text('{"config": {"a": "1"}}')
+    bad.write_text('{"config": {"b": "2", "": {"\\u0000": [1, {"c": null}]}}}')
+    assert cli("put-json", "", str(good)).exit_code == 0
+    before = cli("get", "--prefix", "", "--json").stdout
+    refused = cli("put-json", "", str(bad))
+    assert refused.exit_code == 1, refused.output
+    assert refused.stderr.startswith(f"error: {bad}: "), refused.stderr
+    assert cli("get", "--prefix", "", "--json").stdout == before
+    assert json.loads(before) == {"config": {"a": "1"}}
