@@ -30,6 +30,7 @@ from accelshare.agent.state_files import AGENT_DIR, load_pending_events, read_de
 from accelshare.agent.wire import KernelEvent
 from accelshare.client.cli import app as cli_app
 from accelshare.client.cli.args import ArgumentError, parse_resources
+from accelshare.client.config import ClientConfigError, load_client_config
 from accelshare.common import CommonValueError, ResourceSlot, SlotTypes
 from accelshare.config.agent_file import AgentConfigError, parse_agent_config
 from accelshare.config.errors import ConfigFileError
@@ -498,3 +499,47 @@ def test_put_json_refusal_and_success_are_both_seen(tmp_path: Path) -> None:
     assert refused.stderr.startswith(f"error: {bad}: "), refused.stderr
     assert cli("get", "--prefix", "", "--json").stdout == before
     assert json.loads(before) == {"config": {"a": "1"}}
+
+
+# -- the client's config file (client.toml / client.env) ------------------------------------
+
+client_files = st.one_of(
+    st.binary(max_size=200),
+    st.text(max_size=200).map(str.encode),
+    st.dictionaries(
+        st.sampled_from(["endpoint", "access_key", "secret_key", "secret-key", "x"]), values
+    ).map(lambda d: "\n".join(f"{k} = {json.dumps(v)}" for k, v in d.items()).encode()),
+    st.lists(
+        st.sampled_from(
+            [
+                "ACCELSHARE_ACCESS_KEY=AK",
+                "export ACCELSHARE_SECRET_KEY='S'",
+                "#",
+                "BROKEN",
+                "=",
+                "ACCELSHARE_ENDPOINT=http://x",
+                "",
+            ]
+        )
+    ).map(lambda lines: "\n".join(lines).encode()),
+)
+
+
+@FUZZ
+@given(content=client_files, suffix=st.sampled_from([".toml", ".env"]))
+def test_client_config_never_crashes(
+    tmp_path_factory: pytest.TempPathFactory, content: bytes, suffix: str
+) -> None:
+    """Any client.toml / client.env: a ClientConfig or a ClientConfigError naming the
+    file or the missing keypair, never another exception (bytes that are not UTF-8
+    raised UnicodeDecodeError before), and never the secret key in the message."""
+    path = tmp_path_factory.mktemp("client") / f"client{suffix}"
+    path.write_bytes(content)
+    outcome = attempt(ClientConfigError, lambda: load_client_config(env={}, config_file=path))
+    if isinstance(outcome, ClientConfigError):
+        assert str(path) in str(outcome) or "no API keypair" in str(outcome), outcome
+    else:
+        assert outcome.access_key
+        assert outcome.secret_key
+    folder = attempt(ClientConfigError, lambda: load_client_config(env={}, config_file=path.parent))
+    assert isinstance(folder, ClientConfigError)

@@ -47,9 +47,20 @@ class ClientConfig:
         return f"ClientConfig(endpoint={self.endpoint!r}, access_key={self.access_key!r})"
 
 
+def _read_text(path: Path) -> str:
+    """The file's text; a folder, an unreadable file or bytes that are not UTF-8 are a
+    :class:`ClientConfigError` naming the file (they raised other errors before)."""
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        raise ClientConfigError(f"{path}: not UTF-8 text (byte {e.start})") from None
+    except OSError as e:
+        raise ClientConfigError(f"{path}: cannot read: {e.strerror or e}") from None
+
+
 def _read_env_file(path: Path) -> dict[str, str]:
     values: dict[str, str] = {}
-    for number, raw in enumerate(path.read_text().splitlines(), start=1):
+    for number, raw in enumerate(_read_text(path).splitlines(), start=1):
         line = raw.strip()
         if not line or line.startswith("#"):
             continue
@@ -71,7 +82,7 @@ def _read_file(path: Path) -> dict[str, str]:
     if path.suffix == ".env":
         return _read_env_file(path)
     try:
-        data = tomllib.loads(path.read_text())
+        data = tomllib.loads(_read_text(path))
     except tomllib.TOMLDecodeError as e:
         raise ClientConfigError(f"{path}: not valid TOML: {e}") from e
     out: dict[str, str] = {}
@@ -80,7 +91,9 @@ def _read_file(path: Path) -> dict[str, str]:
         if value is None:
             continue
         if not isinstance(value, str):
-            raise ClientConfigError(f"{path}: key {key!r}: expected a string, received {value!r}")
+            # a secret key is never echoed, even a malformed one
+            shown = f"a {type(value).__name__}" if key == "secret_key" else repr(value)
+            raise ClientConfigError(f"{path}: key {key!r}: expected a string, received {shown}")
         out[key] = value
     return out
 
