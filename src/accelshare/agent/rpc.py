@@ -10,6 +10,7 @@
     GET    /v1/stats/node               -> NodeStats
     GET    /v1/stats/kernels            -> KernelStats
     GET    /v1/health                   -> {"status": "ok", "agent_id": ...}
+    WS     /v1/kernels/{kernel_id}/terminal?cols=80&rows=24   a shell in the kernel
     GET    /metrics                     -> Prometheus text (open)
 
 Every ``/v1`` route needs ``X-Accelshare-Cluster-Secret``, compared in constant time;
@@ -29,7 +30,7 @@ import hmac
 import logging
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Depends, FastAPI, Query, Request
+from fastapi import APIRouter, Depends, FastAPI, Query, Request, WebSocket
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 
@@ -39,6 +40,7 @@ from accelshare.body_limit import problem_response as body_problem_response
 from .metrics import CONTENT_TYPE
 from .runtime import KernelNotFound, KernelRuntimeError
 from .service import AgentService
+from .terminal_ws import relay_terminal
 from .wire import CLUSTER_SECRET_HEADER, CreateKernelRequest
 
 __all__ = ["PROBLEM_MEDIA_TYPE", "RpcProblem", "create_rpc_app"]
@@ -140,6 +142,7 @@ def create_rpc_app(
         return RpcProblem(400, "invalid-api-params", "Invalid API parameters", detail).response()
 
     router = APIRouter(prefix="/v1", dependencies=[Depends(_secret_checker(secret))])
+    expected = secret.encode() if secret is not None else None
 
     @router.post("/kernels")
     async def create_kernel(body: CreateKernelRequest) -> Response:
@@ -184,6 +187,17 @@ def create_rpc_app(
         return JSONResponse(service.health())
 
     app.include_router(router)
+
+    @app.websocket("/v1/kernels/{kernel_id}/terminal")
+    async def kernel_terminal(websocket: WebSocket, kernel_id: str) -> None:
+        # Route dependencies taking a Request do not run for WebSockets: check here.
+        if expected is not None:
+            given = websocket.headers.get(CLUSTER_SECRET_HEADER, "")
+            if not hmac.compare_digest(given.encode(), expected):
+                await websocket.accept()
+                await websocket.close(code=4401, reason="missing or wrong cluster secret")
+                return
+        await relay_terminal(websocket, service.runtime, kernel_id)
 
     @app.get("/metrics")
     async def metrics() -> Response:

@@ -66,6 +66,7 @@ from .errors import (
     UnknownEnvironment,
 )
 from .procfs import find_marked_processes, is_same_process
+from .terminal import ProcessTerminal, pick_shell
 
 __all__ = ["ProcessRuntime", "ProcessRuntimeConfig"]
 
@@ -711,6 +712,18 @@ class ProcessRuntime:
             info,
             state=KernelState.EXITED,
             exit=KernelExit(ExitReason.DESTROYED, finished_at=time.time()),
+        )
+
+    # -- terminal -------------------------------------------------------------------------
+    async def open_terminal(self, kernel_id: str, *, cols: int, rows: int) -> ProcessTerminal:
+        """A shell on a pty with the kernel's environment, cwd and limits (see
+        :mod:`.terminal`); ``KernelNotFound`` unless the kernel is running."""
+        info = await self.get_kernel(kernel_id)
+        scratch = self._scratch(kernel_id)
+        if info.state is not KernelState.RUNNING or not scratch.launch_file.exists():
+            raise KernelNotFound(kernel_id)
+        return await asyncio.to_thread(
+            ProcessTerminal.spawn, scratch.launch_file, cols=cols, rows=rows, shell=pick_shell()
         )
 
     # -- logs / cleanup -------------------------------------------------------------------

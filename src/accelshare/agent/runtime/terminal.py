@@ -1,0 +1,188 @@
+"""Interactive terminals inside running kernels (the web terminal's agent side).
+
+A runtime that can open one implements :class:`TerminalSource`; the agent RPC's
+``/v1/kernels/{id}/terminal`` WebSocket relays bytes between the client and the
+:class:`Terminal` it gets::
+
+    term = await runtime.open_terminal("k-1", cols=80, rows=24)
+    await term.write(b"nvidia-smi\\r")
+    chunk = await term.read()          # b"" once the shell (and all its children) ended
+    term.resize(120, 40)
+    await term.close()                 # SIGHUP, then SIGKILL to the shell's process group
+
+Process runtime (:class:`ProcessTerminal`): the user's shell (``/bin/bash``, else
+``/bin/sh``) on a fresh pty, started by ``_terminal_exec.py`` with the kernel's
+``state/launch.json``: the kernel's environment, cwd, cgroups, rlimits and CPU affinity,
+so what runs in the terminal counts against the session's limits exactly like the
+kernel's own processes.  A kernel started with ``isolate-namespaces`` still gets its
+terminal in the host's PID namespace (not entered: documented in agent-runtimes.md).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import errno
+import fcntl
+import os
+import signal
+import struct
+import subprocess
+import sys
+import termios
+from pathlib import Path
+from typing import Protocol, runtime_checkable
+
+__all__ = [
+    "MAX_TERMINAL_SIZE",
+    "ProcessTerminal",
+    "Terminal",
+    "TerminalSource",
+    "check_size",
+    "pick_shell",
+]
+
+_EXEC_HELPER = Path(__file__).with_name("_terminal_exec.py")
+_READ_CHUNK = 65536
+MAX_TERMINAL_SIZE = 1000
+"""Columns and rows are 1..1000 (a window larger than that is a client's mistake)."""
+
+
+def check_size(cols: int, rows: int) -> None:
+    """Raise ``ValueError`` naming the field when a terminal size is out of range."""
+    for name, value in (("cols", cols), ("rows", rows)):
+        if not 1 <= value <= MAX_TERMINAL_SIZE:
+            raise ValueError(f"{name}: expected 1..{MAX_TERMINAL_SIZE}, received {value}")
+
+
+class Terminal(Protocol):
+    async def read(self) -> bytes: ...
+
+    async def write(self, data: bytes) -> None: ...
+
+    def resize(self, cols: int, rows: int) -> None: ...
+
+    async def close(self) -> None: ...
+
+
+@runtime_checkable
+class TerminalSource(Protocol):
+    """A runtime that can open a terminal in a running kernel.
+
+    Raises ``KernelNotFound`` for an unknown or exited kernel."""
+
+    async def open_terminal(self, kernel_id: str, *, cols: int, rows: int) -> Terminal: ...
+
+
+def pick_shell(candidates: tuple[str, ...] = ("/bin/bash", "/bin/sh")) -> str:
+    for shell in candidates:
+        if os.access(shell, os.X_OK):
+            return shell
+    raise FileNotFoundError(f"no shell found (tried {', '.join(candidates)})")
+
+
+def _set_size(fd: int, cols: int, rows: int) -> None:
+    fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
+
+
+class ProcessTerminal:
+    """A shell on a pty, in its own session and process group (pid == pgid)."""
+
+    def __init__(self, master_fd: int, process: subprocess.Popen[bytes]) -> None:
+        self._fd = master_fd
+        self._process = process
+        self._closed = False
+
+    @classmethod
+    def spawn(cls, launch_file: Path, *, cols: int, rows: int, shell: str) -> ProcessTerminal:
+        check_size(cols, rows)
+        master, slave = os.openpty()
+        try:
+            _set_size(slave, cols, rows)
+            process = subprocess.Popen(
+                [sys.executable, "-I", "-S", str(_EXEC_HELPER), str(launch_file), shell],
+                stdin=slave,
+                stdout=slave,
+                stderr=slave,
+                start_new_session=True,
+                close_fds=True,
+            )
+        except BaseException:
+            os.close(master)
+            raise
+        finally:
+            os.close(slave)
+        os.set_blocking(master, False)
+        return cls(master, process)
+
+    @property
+    def pid(self) -> int:
+        return self._process.pid
+
+    async def _wait_fd(self, *, writable: bool) -> None:
+        loop = asyncio.get_running_loop()
+        ready: asyncio.Future[None] = loop.create_future()
+
+        def wake() -> None:
+            if not ready.done():
+                ready.set_result(None)
+
+        if writable:
+            loop.add_writer(self._fd, wake)
+        else:
+            loop.add_reader(self._fd, wake)
+        try:
+            await ready
+        finally:
+            if writable:
+                loop.remove_writer(self._fd)
+            else:
+                loop.remove_reader(self._fd)
+
+    async def read(self) -> bytes:
+        while not self._closed:
+            try:
+                return os.read(self._fd, _READ_CHUNK)
+            except BlockingIOError:
+                await self._wait_fd(writable=False)
+            except OSError as e:
+                if e.errno == errno.EIO:  # every holder of the slave side is gone
+                    return b""
+                raise
+        return b""
+
+    async def write(self, data: bytes) -> None:
+        view = memoryview(data)
+        while view and not self._closed:
+            try:
+                written = os.write(self._fd, view)
+            except BlockingIOError:
+                await self._wait_fd(writable=True)
+                continue
+            view = view[written:]
+
+    def resize(self, cols: int, rows: int) -> None:
+        check_size(cols, rows)
+        if not self._closed:
+            _set_size(self._fd, cols, rows)  # the kernel sends SIGWINCH to the foreground group
+
+    def exit_code(self) -> int | None:
+        return self._process.poll()
+
+    async def close(self, *, grace_s: float = 1.0) -> None:
+        """Hang up the shell's process group, SIGKILL it after ``grace_s``; idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self._process.pid, signal.SIGHUP)
+        os.close(self._fd)
+        try:
+            await asyncio.wait_for(asyncio.to_thread(self._process.wait), grace_s)
+        except TimeoutError:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self._process.pid, signal.SIGKILL)
+            await asyncio.to_thread(self._process.wait)
+        # What the shell started in the background of the same group goes with it.
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self._process.pid, signal.SIGKILL)
