@@ -55,6 +55,7 @@ from accelshare.manager.schema import ensure_schema
 from . import (
     admin,
     agents,
+    app_proxy,
     compat,
     config_routes,
     images,
@@ -141,6 +142,7 @@ def create_app(
             images.router,
             metrics_route.router,
             compat.router,  # the official Backend.AI client's extras (docs/compatibility.md)
+            app_proxy.router,  # web terminal and app services (the WSProxy role)
         ):
             app.include_router(router)
         app.include_router(create_graphql_router(), prefix="/admin/gql")

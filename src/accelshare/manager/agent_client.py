@@ -60,6 +60,7 @@ class AgentClient:
         transport: httpx.AsyncBaseTransport | None = None,
         timeout_s: float = 30.0,
     ) -> None:
+        self.cluster_secret = cluster_secret  # also sent by the terminal relay (WebSocket)
         self._client = httpx.AsyncClient(
             transport=transport,
             timeout=httpx.Timeout(timeout_s, connect=min(timeout_s, 5.0)),

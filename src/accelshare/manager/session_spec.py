@@ -18,6 +18,7 @@ reported (known slot types, quanta, discrete slots):
 
 from __future__ import annotations
 
+import contextlib
 import re
 import uuid
 from collections.abc import Mapping, Set
@@ -40,8 +41,10 @@ from .models.sessions import DEFAULT_PRIORITY, MAX_PRIORITY
 
 __all__ = [
     "CreateSessionBody",
+    "ServicePortBody",
     "SessionConfigBody",
     "resolve_resources",
+    "service_ports_from_environ",
 ]
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
@@ -49,6 +52,55 @@ _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 
 def _aliases(*names: str) -> AliasChoices:
     return AliasChoices(*names)
+
+
+_SERVICE_NAME_RE = re.compile(r"^[a-z][a-z0-9_]{0,31}$")
+SERVICE_PORT_ENV_PREFIX = "BACKENDAI_SERVICE_PORT_"
+
+
+class ServicePortBody(BaseModel):
+    """One app service a session offers (``config.service_ports``).
+
+    Until images declare their services (the image catalogue), the session's creator
+    declares them.  They are kept in the session's environment, as
+    ``BACKENDAI_SERVICE_PORT_<NAME>=<port>`` (the name upper-cased; this is also how a
+    kernel learns its ports): the kernel must listen on that port on the agent's address,
+    and the manager proxies ``/session/{id}/apps/{name}/...`` to it (HTTP and WebSocket).
+    :func:`service_ports_from_environ` reads them back."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    protocol: Literal["http"] = "http"
+    port: int = Field(ge=1024, le=65535)
+
+    @field_validator("name")
+    @classmethod
+    def _check_name(cls, value: str) -> str:
+        if not _SERVICE_NAME_RE.match(value):
+            raise ValueError(
+                "a service name is 1-32 lower-case letters, digits or '_', starting with a letter"
+            )
+        return value
+
+    @property
+    def env_name(self) -> str:
+        return SERVICE_PORT_ENV_PREFIX + self.name.upper()
+
+
+def service_ports_from_environ(environ: Mapping[str, str] | None) -> list[dict[str, Any]]:
+    """``[{"name", "protocol", "port"}]`` declared in a session's environment, by name.
+
+    >>> service_ports_from_environ({"BACKENDAI_SERVICE_PORT_WEB": "8080", "X": "1"})
+    [{'name': 'web', 'protocol': 'http', 'port': 8080}]
+    """
+    found = []
+    for key, value in (environ or {}).items():
+        name = key[len(SERVICE_PORT_ENV_PREFIX) :].lower()
+        if key.startswith(SERVICE_PORT_ENV_PREFIX) and _SERVICE_NAME_RE.match(name):
+            with contextlib.suppress(ValueError):
+                found.append({"name": name, "protocol": "http", "port": int(value)})
+    return sorted(found, key=lambda s: str(s["name"]))
 
 
 class SessionConfigBody(BaseModel):
@@ -65,6 +117,22 @@ class SessionConfigBody(BaseModel):
     agent_list: list[str] | None = Field(
         default=None, validation_alias=_aliases("agentList", "agent_list")
     )
+    service_ports: list[ServicePortBody] = Field(
+        default_factory=list,
+        max_length=16,
+        validation_alias=_aliases("service_ports", "servicePorts"),
+    )
+
+    @field_validator("service_ports")
+    @classmethod
+    def _unique_services(cls, value: list[ServicePortBody]) -> list[ServicePortBody]:
+        names: list[object] = [s.name for s in value]
+        ports: list[object] = [s.port for s in value]
+        for label, seen in (("name", names), ("port", ports)):
+            dup = next((x for x in seen if seen.count(x) > 1), None)
+            if dup is not None:
+                raise ValueError(f"two services with the {label} {dup!r}: each must be unique")
+        return value
 
 
 class CreateSessionBody(BaseModel):

@@ -43,7 +43,14 @@ from accelshare.sched.predicates import check_enqueue_limits
 from .agent_client import AgentClient, AgentRPCError
 from .clock import Clock
 from .db import Database
-from .errors import Conflict, InvalidRequest, LimitExceeded, NotFound, Unavailable
+from .errors import (
+    Conflict,
+    InvalidRequest,
+    LimitExceeded,
+    NotFound,
+    PermissionDenied,
+    Unavailable,
+)
 from .hub import ChangeHub
 from .images import lookup, requirement_of
 from .models import (
@@ -62,11 +69,11 @@ from .models import (
     UserRole,
 )
 from .scheduler.binding import BINDABLE
-from .session_spec import CreateSessionBody, resolve_resources
+from .session_spec import CreateSessionBody, resolve_resources, service_ports_from_environ
 from .slots import KnownSlots
 from .transitions import agent_addresses, change_status, lock_session, session_kernels
 
-__all__ = ["Caller", "SessionService", "session_json"]
+__all__ = ["Caller", "ProxyTarget", "SessionService", "session_json"]
 
 log = logging.getLogger(__name__)
 
@@ -151,6 +158,7 @@ def session_json(
         "startedAt": _iso(row.started_at),
         "terminationTime": _iso(row.terminated_at),
         "dependencies": [str(d) for d in dependencies],
+        "servicePorts": service_ports_from_environ(row.environ),
     }
     if kernels:
         body["kernels"] = [
@@ -404,7 +412,10 @@ class SessionService:
                 image=image_ref,
                 requested_slots=resources,
                 resource_opts=opts,
-                environ=dict(body.config.environ),
+                environ={
+                    **body.config.environ,
+                    **{sp.env_name: str(sp.port) for sp in body.config.service_ports},
+                },
                 startup_command=body.startup_command,
                 priority=body.priority,
                 starts_at=body.starts_at,
@@ -828,6 +839,53 @@ class SessionService:
             )
             return True
 
+    # -- proxy (web terminal, app services) ------------------------------------------------
+    async def proxy_target(self, caller: Caller, ref: str) -> ProxyTarget:
+        """Where the session's terminal and apps live, for its owner or a superadmin.
+
+        Not visible, or ended: ``NotFound`` (a closed session's routes disappear); a
+        domain admin's look at a user's session: ``PermissionDenied`` (a terminal is the
+        user's own shell: admins manage sessions, they do not enter them); not RUNNING
+        yet: ``Conflict``."""
+        async with self.db.begin() as db:
+            row = await self._find(db, caller, ref, None)
+            if row.status in FINAL_STATUSES or row.status is SessionStatus.TERMINATING:
+                raise NotFound(
+                    f"Session {ref!r} has ended ({row.status.value})",
+                    field="session",
+                    expected="a running session",
+                    received=row.status.value,
+                )
+            if row.user_id != caller.user_id and caller.role is not UserRole.SUPERADMIN:
+                raise PermissionDenied(
+                    f"Only the owner of session {ref!r} (or a superadmin) may open its "
+                    "terminal or apps",
+                    field="session",
+                    received=ref,
+                )
+            if row.status is not SessionStatus.RUNNING:
+                raise Conflict(
+                    f"Session {ref!r} is {row.status.value}, not RUNNING yet",
+                    field="session",
+                    expected="RUNNING",
+                    received=row.status.value,
+                )
+            kernels = await session_kernels(db, row.id)
+            addresses = await agent_addresses(db, kernels)
+        target = next((k for k in kernels if k.agent_id in addresses), None)
+        if target is None or target.agent_id is None:
+            raise Unavailable(
+                f"The agent of session {ref!r} has no known address",
+                field="agent",
+                received=row.agent_id,
+            )
+        return ProxyTarget(
+            session_id=row.id,
+            kernel_id=str(target.id),
+            agent_url=addresses[target.agent_id],
+            service_ports=tuple(service_ports_from_environ(row.environ)),
+        )
+
     # -- logs, why, events ------------------------------------------------------------------
     async def logs(self, caller: Caller, ref: str, owner_access_key: str | None = None) -> str:
         async with self.db.begin() as db:
@@ -919,6 +977,19 @@ class SessionService:
 
 
 @dataclass(frozen=True, slots=True)
+class ProxyTarget:
+    """A running session's kernel as the app proxy reaches it."""
+
+    session_id: uuid.UUID
+    kernel_id: str
+    agent_url: str
+    service_ports: tuple[dict[str, Any], ...]
+
+    def service(self, name: str) -> dict[str, Any] | None:
+        return next((s for s in self.service_ports if s.get("name") == name), None)
+
+
+@dataclass(frozen=True, slots=True)
 class _Owner:
     access_key: str
     user_id: uuid.UUID
@@ -934,6 +1005,6 @@ def _create_answer(session: Mapping[str, Any], *, created: bool) -> dict[str, An
         "status": session["status"],
         "statusInfo": session["statusInfo"],
         "created": created,
-        "servicePorts": [],
+        "servicePorts": session.get("servicePorts", []),
         "session": dict(session),
     }

@@ -1,0 +1,269 @@
+"""The app proxy (Backend.AI's WSProxy role, inside the manager): web terminal and app services.
+
+| route | what |
+|---|---|
+| ``WS /session/{ref}/terminal?cols=&rows=`` | a shell in the session's kernel, relayed to the agent's ``/v1/kernels/{id}/terminal`` (protocol: ``accelshare.agent.terminal_ws``) |
+| ``GET /session/{ref}/apps`` | ``{"sessionId", "apps": [{name, protocol, port, url}]}`` |
+| ``* /session/{ref}/apps/{name}/{path}`` | HTTP to the service's port on the agent host (streamed both ways) |
+| ``WS /session/{ref}/apps/{name}/{path}`` | WebSocket to the same |
+
+Who: the session's owner, or a superadmin (a domain admin gets 403; anyone else 404, so
+ids of others do not leak); the session must be RUNNING (409 otherwise; ended: 404, so a
+closed session's routes disappear).  Authentication is the API's: a request signature or
+the console's login cookie.  A WebSocket with the cookie must come from the manager's own
+origin (``Origin`` host = ``Host``), or any page could open a terminal in the user's name.
+WebSockets are refused after the handshake with a close code: 4401 not authenticated,
+4403 not allowed (or foreign origin), 4404 no such session (or ended), 4409 not running,
+4502 the agent cannot be reached; the reason says which.
+
+The app's requests never carry the caller's ``Authorization`` or login cookie on to the
+service.  App pages are served from the manager's origin: in production put the console
+and the apps on separate host names (see docs/manager.md).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+from typing import Any
+from urllib.parse import urlsplit
+
+import httpx
+import websockets
+from fastapi import APIRouter, Request
+from fastapi.responses import RedirectResponse, StreamingResponse
+from starlette.background import BackgroundTask
+from starlette.websockets import WebSocket, WebSocketDisconnect
+from websockets.exceptions import ConnectionClosed, InvalidHandshake
+
+from accelshare.agent.wire import CLUSTER_SECRET_HEADER
+from accelshare.manager.errors import ManagerError
+from accelshare.manager.sessions import ProxyTarget
+
+from .auth import AuthMethod, CurrentIdentity, Identity
+from .deps import ManagerDep, get_manager
+from .problems import NotFound, Problem, ServiceUnavailable
+
+__all__ = ["router"]
+
+log = logging.getLogger(__name__)
+
+router = APIRouter(tags=["apps"])
+
+_HOP_HEADERS = frozenset(
+    {
+        "connection",
+        "keep-alive",
+        "proxy-authenticate",
+        "proxy-authorization",
+        "te",
+        "trailer",
+        "transfer-encoding",
+        "upgrade",
+        "host",
+        "content-length",
+        "authorization",
+        "cookie",
+        "x-csrf-token",
+    }
+)
+_WS_CODES = {401: 4401, 403: 4403, 404: 4404, 409: 4409}
+
+
+def _agent_host(target: ProxyTarget) -> str:
+    return urlsplit(target.agent_url).hostname or "127.0.0.1"
+
+
+def _service_base(target: ProxyTarget, name: str, ref: str) -> str:
+    service = target.service(name)
+    if service is None:
+        raise NotFound(
+            f"Session {ref!r} has no app service {name!r}",
+            field="name",
+            expected=", ".join(s["name"] for s in target.service_ports) or "(none declared)",
+            received=name,
+        )
+    return f"http://{_agent_host(target)}:{int(service['port'])}"
+
+
+# -- WebSocket authentication ----------------------------------------------------------------
+async def _ws_identity(websocket: WebSocket) -> Identity:
+    """The API's authentication for a WebSocket handshake (a GET request)."""
+    scope = dict(websocket.scope, type="http", method="GET")
+    request = Request(scope)
+    identity: Identity = await websocket.app.state.authenticator.authenticate(request)
+    if identity.method is AuthMethod.COOKIE:
+        origin = websocket.headers.get("origin")
+        if origin is not None and urlsplit(origin).netloc != websocket.headers.get("host"):
+            raise _WsRefusal(4403, f"cross-origin WebSocket from {origin} refused")
+    return identity
+
+
+class _WsRefusal(Exception):
+    def __init__(self, code: int, reason: str) -> None:
+        super().__init__(reason)
+        self.code = code
+        self.reason = reason
+
+
+async def _ws_target(websocket: WebSocket, ref: str) -> ProxyTarget:
+    try:
+        identity = await _ws_identity(websocket)
+        manager = get_manager(websocket)  # type: ignore[arg-type]
+        return await manager.sessions.proxy_target(identity, ref)
+    except (Problem, ManagerError) as e:
+        raise _WsRefusal(_WS_CODES.get(e.status, 4500), str(e)) from None
+
+
+async def _refuse(websocket: WebSocket, code: int, reason: str) -> None:
+    await websocket.accept()
+    # A close reason is at most 123 bytes.
+    await websocket.close(code=code, reason=reason.encode()[:120].decode(errors="ignore"))
+
+
+async def _relay(websocket: WebSocket, upstream_url: str, headers: dict[str, str]) -> None:
+    """Accept ``websocket`` once the upstream answered, then copy frames both ways."""
+    try:
+        upstream = await websockets.connect(
+            upstream_url, additional_headers=headers, max_size=None, open_timeout=10
+        )
+    except (OSError, InvalidHandshake, TimeoutError) as e:
+        await _refuse(websocket, 4502, f"cannot reach the session: {type(e).__name__}")
+        return
+    await websocket.accept()
+
+    async def down() -> None:
+        async for frame in upstream:
+            if isinstance(frame, bytes):
+                await websocket.send_bytes(frame)
+            else:
+                await websocket.send_text(frame)
+
+    async def up() -> None:
+        while True:
+            message = await websocket.receive()
+            if message["type"] == "websocket.disconnect":
+                return
+            if message.get("bytes") is not None:
+                await upstream.send(message["bytes"])
+            elif message.get("text") is not None:
+                await upstream.send(message["text"])
+
+    tasks = {asyncio.create_task(down()), asyncio.create_task(up())}
+    try:
+        await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(
+                asyncio.CancelledError, ConnectionClosed, WebSocketDisconnect, RuntimeError
+            ):
+                await task
+        await upstream.close()
+        code = upstream.close_code or 1000
+        with contextlib.suppress(RuntimeError, WebSocketDisconnect):
+            await websocket.close(code=code if code != 1006 else 1011)
+
+
+@router.websocket("/session/{ref}/terminal")
+async def session_terminal(websocket: WebSocket, ref: str) -> None:
+    try:
+        target = await _ws_target(websocket, ref)
+    except _WsRefusal as e:
+        await _refuse(websocket, e.code, e.reason)
+        return
+    manager = get_manager(websocket)  # type: ignore[arg-type]
+    base = target.agent_url.rstrip("/").replace("http://", "ws://", 1)
+    base = base.replace("https://", "wss://", 1)
+    query = websocket.url.query
+    url = f"{base}/v1/kernels/{target.kernel_id}/terminal" + (f"?{query}" if query else "")
+    await _relay(websocket, url, {CLUSTER_SECRET_HEADER: manager.sessions.client.cluster_secret})
+
+
+# -- app services ------------------------------------------------------------------------------
+@router.get("/session/{ref}/apps")
+async def session_apps(
+    ref: str, identity: CurrentIdentity, manager: ManagerDep, request: Request
+) -> dict[str, Any]:
+    target = await manager.sessions.proxy_target(identity, ref)
+    root = str(request.base_url).rstrip("/")
+    return {
+        "sessionId": str(target.session_id),
+        "apps": [
+            {**s, "url": f"{root}/session/{target.session_id}/apps/{s['name']}/"}
+            for s in target.service_ports
+        ],
+    }
+
+
+@router.get("/session/{ref}/apps/{name}", include_in_schema=False)
+async def session_app_root(ref: str, name: str) -> RedirectResponse:
+    # Relative links of the app resolve against the trailing slash.
+    return RedirectResponse(f"./{name}/", status_code=307)
+
+
+@router.api_route(
+    "/session/{ref}/apps/{name}/{path:path}",
+    methods=["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"],
+)
+async def session_app(
+    ref: str, name: str, path: str, identity: CurrentIdentity, manager: ManagerDep, request: Request
+) -> StreamingResponse:
+    target = await manager.sessions.proxy_target(identity, ref)
+    base = _service_base(target, name, ref)
+    headers = {k: v for k, v in request.headers.items() if k.lower() not in _HOP_HEADERS}
+    headers["x-forwarded-prefix"] = f"/session/{ref}/apps/{name}"
+    client = httpx.AsyncClient(timeout=httpx.Timeout(60.0, connect=5.0))
+    upstream_request = client.build_request(
+        request.method,
+        f"{base}/{path}",
+        params=request.url.query,
+        headers=headers,
+        content=request.stream(),
+    )
+    try:
+        upstream = await client.send(upstream_request, stream=True)
+    except httpx.HTTPError as e:
+        await client.aclose()
+        raise ServiceUnavailable(
+            f"App service {name!r} of session {ref!r} does not answer "
+            f"({type(e).__name__}); is it listening on its port?"
+        ) from None
+
+    async def body() -> AsyncIterator[bytes]:
+        async for chunk in upstream.aiter_raw():
+            yield chunk
+
+    async def close() -> None:
+        await upstream.aclose()
+        await client.aclose()
+
+    response_headers = {
+        k: v
+        for k, v in upstream.headers.items()
+        if k.lower() not in _HOP_HEADERS and k.lower() != "set-cookie"
+    }
+    return StreamingResponse(
+        body(),
+        status_code=upstream.status_code,
+        headers=response_headers,
+        background=BackgroundTask(close),
+    )
+
+
+@router.websocket("/session/{ref}/apps/{name}/{path:path}")
+async def session_app_ws(websocket: WebSocket, ref: str, name: str, path: str) -> None:
+    try:
+        target = await _ws_target(websocket, ref)
+        base = _service_base(target, name, ref).replace("http://", "ws://", 1)
+    except _WsRefusal as e:
+        await _refuse(websocket, e.code, e.reason)
+        return
+    except Problem as e:
+        await _refuse(websocket, _WS_CODES.get(e.status, 4500), str(e))
+        return
+    query = websocket.url.query
+    await _relay(websocket, f"{base}/{path}" + (f"?{query}" if query else ""), {})

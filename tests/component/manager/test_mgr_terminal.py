@@ -1,0 +1,178 @@
+"""The app proxy (web terminal and app services) with a real agent and manager process.
+
+One cluster per test (about 5 s to start); every check of the owner's, another user's
+and an anonymous caller's access runs against it, then again after the session ended.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import httpx
+import pytest
+import websockets
+from websockets.exceptions import ConnectionClosed
+
+from accelshare.testing.terminal import TerminalScreen
+
+from .cluster import Signer
+from .test_mgr_real_agent import real_cluster
+
+
+@pytest.fixture
+def sqlite_url(tmp_path: Path) -> str:
+    return f"sqlite+aiosqlite:///{tmp_path / 'manager.db'}"
+
+
+@pytest.fixture
+async def admin(sqlite_url: str, tmp_path: Path) -> AsyncIterator[httpx.AsyncClient]:
+    async with real_cluster(sqlite_url, tmp_path) as client:
+        yield client
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def ws_url(client: httpx.AsyncClient, path: str) -> str:
+    return str(client.base_url).replace("http://", "ws://").rstrip("/") + path
+
+
+def signed_headers(client: httpx.AsyncClient, path: str) -> dict[str, str]:
+    """The signature headers of a GET of ``path`` (the WebSocket handshake)."""
+    auth = client.auth
+    assert isinstance(auth, Signer)
+    request = httpx.Request("GET", str(client.base_url).rstrip("/") + path)
+    next(auth.auth_flow(request))
+    return {k: v for k, v in request.headers.items() if k.lower() != "host"}
+
+
+async def close_code(url: str, headers: dict[str, str]) -> int:
+    async with websockets.connect(url, additional_headers=headers) as ws:
+        with pytest.raises(ConnectionClosed) as closed:
+            await ws.recv()
+    assert closed.value.rcvd is not None
+    return closed.value.rcvd.code
+
+
+async def make_user(admin: httpx.AsyncClient, email: str, role: str = "user") -> httpx.AsyncClient:
+    body = {"email": email, "password": "long enough password", "role": role}
+    response = await admin.post("/admin/users", json=body)
+    assert response.status_code == 201, response.text
+    keypair = response.json()["keypair"]
+    return httpx.AsyncClient(
+        base_url=admin.base_url,
+        auth=Signer(keypair["access_key"], keypair["secret_key"]),
+        timeout=30,
+    )
+
+
+async def test_terminal_owner_only_and_gone_after_destroy(
+    admin: httpx.AsyncClient, tmp_path: Path
+) -> None:
+    owner = await make_user(admin, "owner@example.com")
+    other = await make_user(admin, "other@example.com")
+    body = {
+        "image": "shell",
+        "name": "t1",
+        "maxWaitSeconds": 30,
+        "config": {"resources": {"cpu": 1, "mem": "256m", "cuda.shares": "0.5"}},
+    }
+    created = await owner.post("/session", json=body)
+    assert created.json()["status"] == "RUNNING", created.text
+    sid = created.json()["sessionId"]
+    path = f"/session/{sid}/terminal"
+
+    async with websockets.connect(
+        ws_url(owner, path), additional_headers=signed_headers(owner, path)
+    ) as ws:
+        screen = TerminalScreen(ws)
+        await ws.send(b"nvidia-smi\r")
+        await screen.until("1024MiB", timeout_s=15)  # 0.5 share of a 2 GiB GPU
+
+    # The console's way: the login cookie, from the manager's own origin only.
+    login = await admin.post(
+        "/auth/login", json={"email": "owner@example.com", "password": "long enough password"}
+    )
+    assert login.status_code == 200, login.text
+    cookie = "; ".join(f"{k}={v}" for k, v in login.cookies.items())
+    origin = str(admin.base_url).rstrip("/")
+    async with websockets.connect(
+        ws_url(owner, path), additional_headers={"Cookie": cookie, "Origin": origin}
+    ) as ws:
+        screen = TerminalScreen(ws)
+        await ws.send(json.dumps({"type": "data", "data": "echo via-cookie\r"}))
+        await screen.until("via-cookie")
+    evil = {"Cookie": cookie, "Origin": "http://evil.example"}
+    assert await close_code(ws_url(owner, path), evil) == 4403
+
+    assert await close_code(ws_url(owner, path), {}) == 4401
+    assert await close_code(ws_url(other, path), signed_headers(other, path)) == 4404
+    superadmin_path = ws_url(admin, path)
+    async with websockets.connect(
+        superadmin_path, additional_headers=signed_headers(admin, path)
+    ) as ws:
+        screen = TerminalScreen(ws)
+        await ws.send(b"echo superadmin-ok\r")
+        await screen.until("superadmin-ok")
+
+    assert (await owner.delete(f"/session/{sid}")).json()["status"] == "TERMINATED"
+    assert await close_code(ws_url(owner, path), signed_headers(owner, path)) == 4404
+    await owner.aclose()
+    await other.aclose()
+
+
+async def test_app_service_proxied_for_its_owner_only(admin: httpx.AsyncClient) -> None:
+    owner = await make_user(admin, "owner@example.com")
+    other = await make_user(admin, "other@example.com")
+    port = _free_port()
+    body = {
+        "image": "python",
+        "name": "web",
+        "type": "batch",
+        "startupCommand": f"-m http.server {port} --bind 127.0.0.1",
+        "maxWaitSeconds": 30,
+        "config": {
+            "resources": {"cpu": 1, "mem": "256m"},
+            "service_ports": [{"name": "web", "protocol": "http", "port": port}],
+        },
+    }
+    created = await owner.post("/session", json=body)
+    assert created.status_code == 201, created.text
+    assert created.json()["servicePorts"] == [{"name": "web", "protocol": "http", "port": port}]
+    sid = created.json()["sessionId"]
+    apps = (await owner.get(f"/session/{sid}/apps")).json()
+    assert apps["apps"][0]["url"].endswith(f"/session/{sid}/apps/web/")
+
+    async def page() -> httpx.Response:
+        return await owner.get(f"/session/{sid}/apps/web/")
+
+    from accelshare.testing.waiting import until
+
+    async def listing() -> httpx.Response | None:
+        response = await page()
+        return response if response.status_code == 200 else None
+
+    response = await until(listing, "the app to answer", timeout_s=15)
+    assert "Directory listing" in response.text
+
+    anonymous = httpx.AsyncClient(base_url=admin.base_url)
+    assert (await anonymous.get(f"/session/{sid}/apps/web/")).status_code == 401
+    assert (await other.get(f"/session/{sid}/apps/web/")).status_code == 404
+    assert (await owner.get(f"/session/{sid}/apps/nope/")).status_code == 404
+    bad = dict(body, name="bad")
+    bad["config"] = {"service_ports": [{"name": "Web!", "port": 80}]}
+    refused = await owner.post("/session", json=bad)
+    assert refused.status_code == 400, refused.text
+
+    assert (await owner.delete(f"/session/{sid}")).json()["status"] == "TERMINATED"
+    assert (await owner.get(f"/session/{sid}/apps/web/")).status_code == 404
+    assert (await owner.get(f"/session/{sid}/apps")).status_code == 404
+    await anonymous.aclose()
+    await owner.aclose()
+    await other.aclose()
