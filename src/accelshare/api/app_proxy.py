@@ -3,7 +3,7 @@
 | route | what |
 |---|---|
 | ``WS /session/{ref}/terminal?cols=&rows=`` | a shell in the session's kernel, relayed to the agent's ``/v1/kernels/{id}/terminal`` (protocol: ``accelshare.agent.terminal_ws``) |
-| ``GET /session/{ref}/apps`` | ``{"sessionId", "apps": [{name, protocol, port, url}]}`` |
+| ``GET /session/{ref}/apps`` | ``{"sessionId", "terminal": "ws://...", "apps": [{name, protocol, port, url}]}`` |
 | ``* /session/{ref}/apps/{name}/{path}`` | HTTP to the service's port on the agent host (streamed both ways) |
 | ``WS /session/{ref}/apps/{name}/{path}`` | WebSocket to the same |
 
@@ -190,8 +190,10 @@ async def session_apps(
 ) -> dict[str, Any]:
     target = await manager.sessions.proxy_target(identity, ref)
     root = str(request.base_url).rstrip("/")
+    ws_root = root.replace("http://", "ws://", 1).replace("https://", "wss://", 1)
     return {
         "sessionId": str(target.session_id),
+        "terminal": f"{ws_root}/session/{target.session_id}/terminal",
         "apps": [
             {**s, "url": f"{root}/session/{target.session_id}/apps/{s['name']}/"}
             for s in target.service_ports

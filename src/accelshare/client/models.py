@@ -105,6 +105,7 @@ class CreatedSession(_Model):
     status: str
     status_info: str | None = Field(default=None, alias="statusInfo")
     created: bool = True
+    service_ports: list[dict[str, Any]] = Field(default_factory=list, alias="servicePorts")
     session: SessionInfo
 
 

@@ -58,12 +58,15 @@ class SessionsAPI:
         dependencies: Sequence[str] = (),
         enqueue_only: bool = False,
         max_wait_s: int = 0,
+        service_ports: Mapping[str, int] | None = None,
     ) -> CreatedSession:
         """Enqueue a session (``POST /session``).
 
         The answer comes after the scheduler's first verdict (so a PENDING session
         carries its reason), or with ``max_wait_s`` once the session is RUNNING or
         ended (at most that long); ``enqueue_only`` returns at once.
+        ``service_ports``: ``{name: port}`` of HTTP app services the session offers
+        (proxied at ``/session/{id}/apps/{name}/``).
         """
         config: dict[str, Any] = {"resources": dict(resources or {})}
         if resource_opts:
@@ -72,6 +75,10 @@ class SessionsAPI:
             config["environ"] = dict(environ)
         if scaling_group:
             config["scalingGroup"] = scaling_group
+        if service_ports:
+            config["service_ports"] = [
+                {"name": n, "protocol": "http", "port": p} for n, p in service_ports.items()
+            ]
         body: dict[str, Any] = {"image": image, "config": config}
         if name is not None:
             body["name"] = name
@@ -127,6 +134,11 @@ class SessionsAPI:
         if isinstance(answer, dict):
             return str((answer.get("result") or {}).get("logs") or "")
         return str(answer or "")
+
+    async def apps(self, ref: str) -> dict[str, Any]:
+        """``{"sessionId", "apps": [{name, protocol, port, url}]}`` of a RUNNING session."""
+        answer = await self._http.request("GET", _path(ref, "/apps"))
+        return dict(answer) if isinstance(answer, dict) else {"apps": []}
 
     async def why(self, ref: str) -> WhyPending:
         return WhyPending.model_validate(await self._http.request("GET", _path(ref, "/why")))

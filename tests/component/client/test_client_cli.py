@@ -55,6 +55,25 @@ def test_create_info_list_destroy(cli: Cli) -> None:
     assert sid in cli("session", "list", "--all").stdout
 
 
+def test_create_lists_services_and_apps_prints_their_urls(cli: Cli) -> None:
+    created = cli(
+        "session", "create", "-r", "cpu=1", "-r", "mem=256", "--service", "web=18080", "python"
+    )
+    assert created.code == 0, created
+    assert "service web (http, port 18080)" in created.stdout
+    sid = _sid(created.stdout)
+    apps = cli("session", "apps", sid)
+    assert apps.code == 0, apps
+    lines = apps.stdout.splitlines()
+    assert re.fullmatch(rf"web\thttp://127\.0\.0\.1:\d+/session/{sid}/apps/web/", lines[0])
+    assert re.fullmatch(rf"terminal\tws://127\.0\.0\.1:\d+/session/{sid}/terminal .*", lines[1])
+    doc = json.loads(cli("session", "apps", sid, "--json").stdout)
+    assert doc["apps"][0]["port"] == 18080
+    assert cli("session", "destroy", sid).code == 0
+    gone = cli("session", "apps", sid)
+    assert gone.code == 1, gone
+
+
 @pytest.mark.parametrize(
     ("command", "exit_code"),
     [
@@ -263,6 +282,7 @@ def test_admin_commands(cli: Cli) -> None:
             "is for batch sessions",
         ),
         (["session", "create", "-e", "1X=2", "python"], 2, "NAME=VALUE"),
+        (["session", "create", "--service", "Web=80", "python"], 2, "NAME=PORT"),
         (["session", "info", "no-such-session"], 1, "accelshare session list"),
         (["agent", "info", "i-nowhere"], 1, "accelshare agent list"),
         (["admin", "query", "{ agent }", "--variables", "{nope"], 2, "not valid JSON"),

@@ -85,3 +85,22 @@ def parse_environ(values: Sequence[str]) -> dict[str, str]:
             raise ArgumentError(f"-e {raw!r}: expected NAME=VALUE, e.g. -e OMP_NUM_THREADS=4")
         out[name] = value
     return out
+
+
+_SERVICE_RE = re.compile(r"^[a-z][a-z0-9_]{0,31}$")
+
+
+def parse_services(values: Sequence[str]) -> dict[str, int]:
+    """``--service web=8080`` (repeatable) -> ``{"web": 8080}``."""
+    out: dict[str, int] = {}
+    for raw in values:
+        name, sep, port = raw.partition("=")
+        if not sep or not _SERVICE_RE.match(name) or not port.isdigit():
+            raise ArgumentError(
+                f"--service {raw!r}: expected NAME=PORT (NAME: lower-case letters, digits,"
+                " '_'), e.g. --service web=8080"
+            )
+        if name in out:
+            raise ArgumentError(f"--service {raw!r}: the service {name!r} is given twice")
+        out[name] = int(port)
+    return out

@@ -19,7 +19,13 @@ from accelshare.client.client import AccelshareClient
 from accelshare.client.models import SessionInfo
 from accelshare.client.sessions import SessionType
 
-from .args import ArgumentError, parse_environ, parse_json_pairs, parse_resources
+from .args import (
+    ArgumentError,
+    parse_environ,
+    parse_json_pairs,
+    parse_resources,
+    parse_services,
+)
 from .common import EXIT_USAGE, JsonOption, call_api, console, fail, print_json, spinner
 from .render import amount_text, slots_text
 
@@ -167,6 +173,14 @@ def create_command(
         list[str] | None,
         typer.Option("--depends-on", help="Start only after this session (id or name) ended."),
     ] = None,
+    services: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--service",
+            help="NAME=PORT of an HTTP app the session serves (it gets"
+            " BACKENDAI_SERVICE_PORT_<NAME>); see `accelshare session apps`.",
+        ),
+    ] = None,
     as_json: JsonOption = False,
 ) -> None:
     """Create a session: it is queued, placed on an agent and started.
@@ -188,6 +202,7 @@ def create_command(
             resource_opts or [], "--resource-opts", "allow_fractional_resource_fragmentation=false"
         )
         env = parse_environ(environ or [])
+        ports = parse_services(services or [])
     except ArgumentError as e:
         fail(str(e), code=EXIT_USAGE)
     startup = startup_command_line(command or [])
@@ -218,6 +233,7 @@ def create_command(
                 dependencies=depends_on or (),
                 enqueue_only=enqueue_only,
                 max_wait_s=max_wait,
+                service_ports=ports,
             )
             info = created.session
             if not enqueue_only and info.status in _STARTED:
@@ -242,6 +258,11 @@ def create_command(
         )
     if not as_json:
         typer.echo(_outcome(info))
+        for service in answer.get("servicePorts") or []:
+            typer.echo(
+                f"  service {service['name']} ({service['protocol']}, port {service['port']}):"
+                f" `accelshare session apps {info.session_id}` prints its URL"
+            )
 
 
 def _sessions_table(items: list[SessionInfo]) -> Table:
@@ -385,6 +406,23 @@ def logs_command(ref: RefArg, as_json: JsonOption = False) -> None:
         return
     text = call_api(lambda c: c.sessions.logs(ref), not_found_hint=_NOT_FOUND)
     typer.echo(text, nl=not text.endswith("\n") and bool(text))
+
+
+@session_app.command("apps")
+def apps_command(ref: RefArg, as_json: JsonOption = False) -> None:
+    """Print the URLs of the session's app services (proxied by the manager) and of its
+    web terminal."""
+    answer = call_api(lambda c: c.sessions.apps(ref), not_found_hint=_NOT_FOUND)
+    if as_json:
+        print_json(answer)
+        return
+    apps = answer.get("apps") or []
+    if not apps:
+        typer.echo(f"Session ID {answer.get('sessionId')} declares no app services.")
+    for app in apps:
+        typer.echo(f"{app['name']}\t{app['url']}")
+    if answer.get("terminal"):
+        typer.echo(f"terminal\t{answer['terminal']} (WebSocket; the console's Terminal button)")
 
 
 @session_app.command("why")
