@@ -213,7 +213,7 @@ def mig_page(browser: Any, mig_console: Console) -> Iterator[Any]:
 
 def shoot(page: Any, name: str) -> None:
     page.evaluate(
-        "(t => { t.style.transition = 'none'; t.classList.remove('shown'); })"
+        "(t => { if (t) { t.style.transition = 'none'; t.classList.remove('shown'); } })"
         "(document.getElementById('toast'))"
     )
     try:
@@ -791,3 +791,76 @@ def test_slot_formatting_and_quantum_checks(browser: Any, console: Console) -> N
     assert result["chips"] == ["1 GPU", "1 GPU (MIG 10g)"]
     refused = "MIG GPU 10g (GPU) is a whole slice: request exactly 1, or 0 for none."
     assert result["unique"] == ["", "", refused, refused]
+
+
+def test_terminal_runs_nvidia_smi_in_a_half_gpu_session(page: Any, console: Console) -> None:
+    log_in(page, console, USER_EMAIL, USER_PASSWORD)
+    launch(page, "half-gpu", "0.5")
+    expect(status_of(page, "half-gpu")).to_have_text("RUNNING")
+    with page.expect_popup() as popup_info:
+        page.get_by_role("link", name="Terminal of half-gpu").click()
+    term = popup_info.value
+    screen = term.locator(".xterm-rows")
+    expect(term.locator("#term-state")).to_have_text("Live")
+    term.locator("#term").click()
+    term.keyboard.type("nvidia-smi\n")
+    # two-fgpu: 0.5 fGPU of a 2 GiB GPU at unit_mem 2 GiB is 1024 MiB.
+    expect(screen).to_contain_text("1024MiB")
+    expect(screen).to_contain_text("0.50 of 1.00 shares = 1024MiB")
+    shoot(term, "terminal")
+
+    # Resize: the pty follows the window (xterm's fit addon -> a resize message).
+    term.set_viewport_size({"width": 700, "height": 500})
+    term.wait_for_function("window.accelshareTerminal.cols < 90")
+    cols, rows = term.evaluate("[window.accelshareTerminal.cols, window.accelshareTerminal.rows]")
+    term.keyboard.type("clear; stty size\n")
+    expect(screen).to_contain_text(f"{rows} {cols}")
+
+    # Paste goes through xterm's paste path (bracketed paste when the shell asks for it).
+    term.evaluate("window.accelshareTerminal.paste('echo pasted-$((6*7))')")
+    term.keyboard.press("Enter")
+    expect(screen).to_contain_text("pasted-42")
+
+    # The shell ends: the page says so and reconnects to a new shell on request.
+    term.keyboard.type("exit\n")
+    expect(term.locator("#term-state")).to_have_text("Closed.")
+    term.get_by_role("button", name="Reconnect").click()
+    expect(term.locator("#term-state")).to_have_text("Live")
+    term.locator("#term").click()
+    term.keyboard.type("echo again-$((1+1))\n")
+    expect(screen).to_contain_text("again-2")
+    term.close()
+
+
+def test_app_service_page_through_the_proxy(page: Any, console: Console) -> None:
+    port = free_port()
+    with logged_in_client(console.base, USER_EMAIL, USER_PASSWORD) as alice:
+        created = alice.post(
+            "/session",
+            json={
+                "image": "python",
+                "type": "batch",
+                "name": "web-app",
+                "startupCommand": f"-m http.server {port} --bind 127.0.0.1",
+                "config": {
+                    "resources": {"cpu": "1"},
+                    "service_ports": [{"name": "web", "protocol": "http", "port": port}],
+                },
+            },
+        )
+        assert created.status_code == 201, created.text
+        session_id = created.json()["sessionId"]
+        console.until(
+            lambda: alice.get(f"/session/{session_id}/apps/web/").status_code == 200,
+            "the app service to answer through the proxy",
+        )
+    log_in(page, console, USER_EMAIL, USER_PASSWORD)
+    expect(status_of(page, "web-app")).to_have_text("RUNNING")
+    with page.expect_popup() as popup_info:
+        page.get_by_role("link", name="App web of web-app").click()
+    app_page = popup_info.value
+    expect(app_page.get_by_role("heading", name="Directory listing for /")).to_be_visible()
+    assert app_page.url == f"{console.base}/session/{session_id}/apps/web/"
+    app_page.close()
+    # Another browser without the login cookie is refused.
+    assert httpx.get(f"{console.base}/session/{session_id}/apps/web/").status_code == 401

@@ -37,6 +37,22 @@ function resourcesCell(ctx, session) {
   );
 }
 
+// A RUNNING session: its web terminal and one link per app service (both proxied by the
+// manager, opened in a new tab; rel=noopener so they cannot reach this page).
+function runningLinks(session) {
+  if (session.status !== "RUNNING") return [];
+  const id = encodeURIComponent(session.sessionId);
+  const name = session.sessionName;
+  const link = (href, label, text) =>
+    h("a", { class: "button-link", href, target: "_blank", rel: "noopener", "aria-label": label }, text);
+  return [
+    link(`terminal.html#${id}`, `Terminal of ${name}`, "Terminal"),
+    ...(session.servicePorts ?? []).map((app) =>
+      link(`/session/${id}/apps/${encodeURIComponent(app.name)}/`, `App ${app.name} of ${name}`, app.name),
+    ),
+  ];
+}
+
 function row(ctx, session, actions) {
   const name = session.sessionName;
   const live = !FINAL.has(session.status) && session.status !== "TERMINATING";
@@ -52,6 +68,7 @@ function row(ctx, session, actions) {
     h(
       "td",
       { class: "actions" },
+      ...runningLinks(session),
       h(
         "button",
         { type: "button", class: "secondary small", "aria-label": `Logs of ${name}`, onclick: () => actions.logs(session) },
