@@ -122,7 +122,7 @@ async def _pump(websocket: WebSocket, terminal: Terminal) -> None:
                 await websocket.send_text(control_error(str(e)))
                 continue
             if control["type"] == "resize":
-                terminal.resize(control["cols"], control["rows"])
+                await terminal.resize(control["cols"], control["rows"])
             else:
                 await terminal.write(control["data"].encode())
 

@@ -60,6 +60,7 @@ from .errors import (
     KernelStartFailed,
     RuntimeUnavailable,
 )
+from .terminal import DockerTerminal
 
 __all__ = [
     "DockerRuntime",
@@ -444,6 +445,20 @@ class DockerRuntime:
         if scratch.exists():
             return self._info_without_container(scratch)
         raise KernelNotFound(kernel_id)
+
+    async def open_terminal(self, kernel_id: str, *, cols: int, rows: int) -> DockerTerminal:
+        """``exec`` a shell with a tty in the kernel's container (see :mod:`.terminal`);
+        ``KernelNotFound`` unless the kernel is running."""
+        info = await self.get_kernel(kernel_id)
+        if info.state is not KernelState.RUNNING:
+            raise KernelNotFound(kernel_id)
+        try:
+            container = await self._docker.containers.get(self._container_name(kernel_id))
+            return await DockerTerminal.start(container, cols=cols, rows=rows)
+        except DockerError as e:
+            if e.status in (404, 409):  # gone, or stopped since
+                raise KernelNotFound(kernel_id) from None
+            raise
 
     async def scan_kernels(self) -> list[KernelInfo]:
         filters = json.dumps(

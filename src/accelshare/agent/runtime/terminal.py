@@ -7,14 +7,16 @@ A runtime that can open one implements :class:`TerminalSource`; the agent RPC's
     term = await runtime.open_terminal("k-1", cols=80, rows=24)
     await term.write(b"nvidia-smi\\r")
     chunk = await term.read()          # b"" once the shell (and all its children) ended
-    term.resize(120, 40)
+    await term.resize(120, 40)
     await term.close()                 # SIGHUP, then SIGKILL to the shell's process group
 
 Process runtime (:class:`ProcessTerminal`): the user's shell (``/bin/bash``, else
 ``/bin/sh``) on a fresh pty, started by ``_terminal_exec.py`` with the kernel's
 ``state/launch.json``: the kernel's environment, cwd, cgroups, rlimits and CPU affinity,
 so what runs in the terminal counts against the session's limits exactly like the
-kernel's own processes.  A kernel started with ``isolate-namespaces`` still gets its
+kernel's own processes.  Docker runtime (:class:`DockerTerminal`): ``exec`` with a tty in
+the kernel's container (its cgroup, namespaces and environment), ``/home/config/bin``
+first on PATH, cwd ``/home/work``, bash when the image has it.  A kernel started with ``isolate-namespaces`` still gets its
 terminal in the host's PID namespace (not entered: documented in agent-runtimes.md).
 """
 
@@ -31,10 +33,11 @@ import subprocess
 import sys
 import termios
 from pathlib import Path
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 __all__ = [
     "MAX_TERMINAL_SIZE",
+    "DockerTerminal",
     "ProcessTerminal",
     "Terminal",
     "TerminalSource",
@@ -60,7 +63,7 @@ class Terminal(Protocol):
 
     async def write(self, data: bytes) -> None: ...
 
-    def resize(self, cols: int, rows: int) -> None: ...
+    async def resize(self, cols: int, rows: int) -> None: ...
 
     async def close(self) -> None: ...
 
@@ -161,7 +164,7 @@ class ProcessTerminal:
                 continue
             view = view[written:]
 
-    def resize(self, cols: int, rows: int) -> None:
+    async def resize(self, cols: int, rows: int) -> None:
         check_size(cols, rows)
         if not self._closed:
             _set_size(self._fd, cols, rows)  # the kernel sends SIGWINCH to the foreground group
@@ -186,3 +189,70 @@ class ProcessTerminal:
         # What the shell started in the background of the same group goes with it.
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self._process.pid, signal.SIGKILL)
+
+
+DOCKER_SHELL_SCRIPT = (
+    # The plugins' tools (the mock nvidia-smi) first on PATH, as in the process runtime;
+    # bash when the image has it.
+    '[ -d /home/config/bin ] && PATH="/home/config/bin:$PATH"; export PATH; '
+    "cd /home/work 2>/dev/null; [ -x /bin/bash ] && exec /bin/bash; exec /bin/sh"
+)
+
+
+class DockerTerminal:
+    """``docker exec -it`` into a kernel container (aiodocker): the exec runs in the
+    container's cgroup, namespaces and environment, so the session's limits hold."""
+
+    def __init__(self, exec_: Any, stream: Any) -> None:
+        self._exec = exec_
+        self._stream = stream
+        self._closed = False
+        self._exit_code: int | None = None
+
+    @classmethod
+    async def start(cls, container: Any, *, cols: int, rows: int) -> DockerTerminal:
+        check_size(cols, rows)
+        exec_ = await container.exec(
+            cmd=["/bin/sh", "-c", DOCKER_SHELL_SCRIPT],
+            stdin=True,
+            tty=True,
+            environment={"TERM": "xterm-256color"},
+        )
+        stream = exec_.start(detach=False)
+        await stream._init()  # aiodocker opens the hijacked connection lazily
+        terminal = cls(exec_, stream)
+        await terminal._resize(cols, rows)
+        return terminal
+
+    async def read(self) -> bytes:
+        if self._closed:
+            return b""
+        message = await self._stream.read_out()
+        if message is None:
+            with contextlib.suppress(Exception):
+                self._exit_code = (await self._exec.inspect()).get("ExitCode")
+            return b""
+        return bytes(message.data)
+
+    async def write(self, data: bytes) -> None:
+        if not self._closed:
+            await self._stream.write_in(data)
+
+    async def _resize(self, cols: int, rows: int) -> None:
+        with contextlib.suppress(Exception):  # the exec may have ended meanwhile
+            await self._exec.resize(h=rows, w=cols)
+
+    async def resize(self, cols: int, rows: int) -> None:
+        check_size(cols, rows)
+        if not self._closed:
+            await self._resize(cols, rows)
+
+    def exit_code(self) -> int | None:
+        return self._exit_code
+
+    async def close(self) -> None:
+        """Close the exec's stdin and connection: the shell gets EOF/SIGHUP and ends."""
+        if self._closed:
+            return
+        self._closed = True
+        await self._stream.close()
