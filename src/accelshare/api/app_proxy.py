@@ -207,10 +207,6 @@ async def session_app_root(ref: str, name: str) -> RedirectResponse:
     return RedirectResponse(f"./{name}/", status_code=307)
 
 
-@router.api_route(
-    "/session/{ref}/apps/{name}/{path:path}",
-    methods=["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"],
-)
 async def session_app(
     ref: str, name: str, path: str, identity: CurrentIdentity, manager: ManagerDep, request: Request
 ) -> StreamingResponse:
@@ -253,6 +249,17 @@ async def session_app(
         status_code=upstream.status_code,
         headers=response_headers,
         background=BackgroundTask(close),
+    )
+
+
+# One route per method: one route with several methods gives duplicate OpenAPI operation ids.
+for _method in ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"):
+    router.add_api_route(
+        "/session/{ref}/apps/{name}/{path:path}",
+        session_app,
+        methods=[_method],
+        name=f"session_app_{_method.lower()}",
+        response_class=StreamingResponse,
     )
 
 

@@ -239,7 +239,7 @@ class ComputeSessionNode:
             cluster_template=None,
             cluster_mode="single-node",
             cluster_size=1,
-            service_ports="[]",
+            service_ports=json.dumps(s.get("servicePorts") or []),
             mounts=[],
             vfolder_mounts=[],
             abusing_reports=[],

@@ -7,6 +7,7 @@ and an anonymous caller's access runs against it, then again after the session e
 from __future__ import annotations
 
 import json
+import shlex
 import socket
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -20,6 +21,24 @@ from accelshare.testing.terminal import TerminalScreen
 
 from .cluster import Signer
 from .test_mgr_real_agent import real_cluster
+
+# The kernel's app: http.server on $BACKENDAI_SERVICE_PORT_WEB and a WebSocket echo server
+# (the agent's interpreter runs the python environment, so websockets is importable).
+APP_SCRIPT = """
+import asyncio, functools, http.server, os, threading, websockets
+web = int(os.environ["BACKENDAI_SERVICE_PORT_WEB"])
+echo = int(os.environ["BACKENDAI_SERVICE_PORT_ECHO"])
+handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=".")
+server = http.server.ThreadingHTTPServer(("127.0.0.1", web), handler)
+threading.Thread(target=server.serve_forever, daemon=True).start()
+async def reply(ws):
+    async for message in ws:
+        await ws.send(("echo:" + message) if isinstance(message, str) else b"echo:" + message)
+async def main():
+    async with websockets.serve(reply, "127.0.0.1", echo):
+        await asyncio.Future()
+asyncio.run(main())
+"""
 
 
 @pytest.fixture
@@ -113,6 +132,11 @@ async def test_terminal_owner_only_and_gone_after_destroy(
 
     assert await close_code(ws_url(owner, path), {}) == 4401
     assert await close_code(ws_url(other, path), signed_headers(other, path)) == 4404
+    # A domain admin sees the session (list, logs, destroy) but does not enter it.
+    domain_admin = await make_user(admin, "dadmin@example.com", role="admin")
+    assert (await domain_admin.get(f"/session/{sid}")).status_code == 200
+    assert await close_code(ws_url(domain_admin, path), signed_headers(domain_admin, path)) == 4403
+    await domain_admin.aclose()
     superadmin_path = ws_url(admin, path)
     async with websockets.connect(
         superadmin_path, additional_headers=signed_headers(admin, path)
@@ -130,24 +154,28 @@ async def test_terminal_owner_only_and_gone_after_destroy(
 async def test_app_service_proxied_for_its_owner_only(admin: httpx.AsyncClient) -> None:
     owner = await make_user(admin, "owner@example.com")
     other = await make_user(admin, "other@example.com")
-    port = _free_port()
+    port, ws_port = _free_port(), _free_port()
     body = {
         "image": "python",
         "name": "web",
         "type": "batch",
-        "startupCommand": f"-m http.server {port} --bind 127.0.0.1",
+        "startupCommand": f"-c {shlex.quote(APP_SCRIPT)}",
         "maxWaitSeconds": 30,
         "config": {
             "resources": {"cpu": 1, "mem": "256m"},
-            "service_ports": [{"name": "web", "protocol": "http", "port": port}],
+            "service_ports": [
+                {"name": "web", "protocol": "http", "port": port},
+                {"name": "echo", "protocol": "http", "port": ws_port},
+                {"name": "deaf", "protocol": "http", "port": _free_port()},
+            ],
         },
     }
     created = await owner.post("/session", json=body)
     assert created.status_code == 201, created.text
-    assert created.json()["servicePorts"] == [{"name": "web", "protocol": "http", "port": port}]
+    assert created.json()["servicePorts"][2] == {"name": "web", "protocol": "http", "port": port}
     sid = created.json()["sessionId"]
     apps = (await owner.get(f"/session/{sid}/apps")).json()
-    assert apps["apps"][0]["url"].endswith(f"/session/{sid}/apps/web/")
+    assert apps["apps"][2]["url"].endswith(f"/session/{sid}/apps/web/")
 
     async def page() -> httpx.Response:
         return await owner.get(f"/session/{sid}/apps/web/")
@@ -160,6 +188,24 @@ async def test_app_service_proxied_for_its_owner_only(admin: httpx.AsyncClient) 
 
     response = await until(listing, "the app to answer", timeout_s=15)
     assert "Directory listing" in response.text
+    assert "set-cookie" not in response.headers
+
+    # A WebSocket app (an echo server in the kernel), through the proxy.
+    echo_path = f"/session/{sid}/apps/echo/ws"
+    async with websockets.connect(
+        ws_url(owner, echo_path), additional_headers=signed_headers(owner, echo_path)
+    ) as ws:
+        await ws.send("ping")
+        assert await ws.recv() == "echo:ping"
+        await ws.send(b"\x00\x01")
+        assert await ws.recv() == b"echo:\x00\x01"
+    assert await close_code(ws_url(other, echo_path), signed_headers(other, echo_path)) == 4404
+    assert await close_code(ws_url(owner, echo_path), {}) == 4401
+
+    # Declared but nobody listens: 503 with a reason, not a hang.
+    deaf = await owner.get(f"/session/{sid}/apps/deaf/")
+    assert deaf.status_code == 503, deaf.text
+    assert "is it listening on its port?" in deaf.json()["detail"]
 
     anonymous = httpx.AsyncClient(base_url=admin.base_url)
     assert (await anonymous.get(f"/session/{sid}/apps/web/")).status_code == 401
