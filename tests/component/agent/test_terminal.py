@@ -170,3 +170,17 @@ async def test_a_destroyed_kernel_has_no_terminal(agent_url: tuple[Any, str]) ->
             await ws.recv()
     assert closed.value.rcvd is not None
     assert closed.value.rcvd.code == 4404
+
+
+async def test_destroying_the_kernel_ends_its_open_terminal(agent_url: tuple[Any, str]) -> None:
+    agent, url = agent_url
+    kernel_id = await _kernel(agent)
+    async with websockets.connect(
+        f"{url}/v1/kernels/{kernel_id}/terminal", additional_headers=HEADERS
+    ) as ws:
+        screen = TerminalScreen(ws)
+        await ws.send(b"echo ready\r")
+        await screen.until("ready")
+        await agent.destroy(kernel_id)
+        await screen.until_closed()
+    assert screen.controls[-1]["type"] == "exit"

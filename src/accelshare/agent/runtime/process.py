@@ -138,6 +138,7 @@ class ProcessRuntime:
                     "isolate-namespaces needs the 'unshare' command (util-linux), not found on PATH"
                 )
         self._locks: dict[str, asyncio.Lock] = {}
+        self._terminals: dict[str, set[ProcessTerminal]] = {}
         self._starting: set[str] = set()
         self._collect_lock = threading.Lock()
         self._spare_lock = threading.Lock()
@@ -661,6 +662,10 @@ class ProcessRuntime:
 
     async def destroy_kernel(self, kernel_id: str, *, grace_s: float | None = None) -> KernelInfo:
         grace = self.config.stop_grace_s if grace_s is None else grace_s
+        # A terminal's shell has its own session and process group: without cgroups the
+        # kernel's SIGTERM/SIGKILL would not reach it, so it ends with the kernel here.
+        for terminal in list(self._terminals.pop(kernel_id, ())):
+            await terminal.close()
         async with self._lock(kernel_id):
             info = await self.get_kernel(kernel_id)
             if not info.is_running:
@@ -722,9 +727,13 @@ class ProcessRuntime:
         scratch = self._scratch(kernel_id)
         if info.state is not KernelState.RUNNING or not scratch.launch_file.exists():
             raise KernelNotFound(kernel_id)
-        return await asyncio.to_thread(
+        terminal = await asyncio.to_thread(
             ProcessTerminal.spawn, scratch.launch_file, cols=cols, rows=rows, shell=pick_shell()
         )
+        open_ = self._terminals.setdefault(kernel_id, set())
+        open_.add(terminal)
+        terminal.on_close = open_.discard
+        return terminal
 
     # -- logs / cleanup -------------------------------------------------------------------
     async def get_logs(self, kernel_id: str, *, tail_bytes: int | None = None) -> str:

@@ -32,6 +32,7 @@ import struct
 import subprocess
 import sys
 import termios
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
@@ -95,6 +96,8 @@ class ProcessTerminal:
         self._fd = master_fd
         self._process = process
         self._closed = False
+        self.on_close: Callable[[ProcessTerminal], None] | None = None  # the runtime's registry
+        self._waiters: set[asyncio.Future[None]] = set()
 
     @classmethod
     def spawn(cls, launch_file: Path, *, cols: int, rows: int, shell: str) -> ProcessTerminal:
@@ -134,13 +137,16 @@ class ProcessTerminal:
             loop.add_writer(self._fd, wake)
         else:
             loop.add_reader(self._fd, wake)
+        self._waiters.add(ready)
         try:
             await ready
         finally:
-            if writable:
-                loop.remove_writer(self._fd)
-            else:
-                loop.remove_reader(self._fd)
+            self._waiters.discard(ready)
+            if not self._closed:  # close() unregistered the fd before closing it
+                if writable:
+                    loop.remove_writer(self._fd)
+                else:
+                    loop.remove_reader(self._fd)
 
     async def read(self) -> bytes:
         while not self._closed:
@@ -177,8 +183,18 @@ class ProcessTerminal:
         if self._closed:
             return
         self._closed = True
+        if self.on_close is not None:
+            self.on_close(self)
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self._process.pid, signal.SIGHUP)
+        # Unregister the fd before closing it (its number may be reused at once) and wake
+        # a pending read or write: it returns b"" / stops.
+        loop = asyncio.get_running_loop()
+        loop.remove_reader(self._fd)
+        loop.remove_writer(self._fd)
+        for waiter in list(self._waiters):
+            if not waiter.done():
+                waiter.set_result(None)
         os.close(self._fd)
         try:
             await asyncio.wait_for(asyncio.to_thread(self._process.wait), grace_s)
