@@ -164,8 +164,9 @@ async def _relay(websocket: WebSocket, upstream_url: str, headers: dict[str, str
                 await task
         await upstream.close()
         code = upstream.close_code or 1000
+        reason = (upstream.close_reason or "").encode()[:120].decode(errors="ignore")
         with contextlib.suppress(RuntimeError, WebSocketDisconnect):
-            await websocket.close(code=code if code != 1006 else 1011)
+            await websocket.close(code=code if code != 1006 else 1011, reason=reason)
 
 
 @router.websocket("/session/{ref}/terminal")
@@ -212,15 +213,22 @@ async def session_app(
 ) -> StreamingResponse:
     target = await manager.sessions.proxy_target(identity, ref)
     base = _service_base(target, name, ref)
-    headers = {k: v for k, v in request.headers.items() if k.lower() not in _HOP_HEADERS}
-    headers["x-forwarded-prefix"] = f"/session/{ref}/apps/{name}"
+    # Content-Length goes on (httpx then streams the body without chunking it).
+    headers = {
+        k: v
+        for k, v in request.headers.items()
+        if k.lower() not in _HOP_HEADERS or k.lower() == "content-length"
+    }
+    prefix = f"/session/{ref}/apps/{name}"
+    headers["x-forwarded-prefix"] = prefix
+    has_body = "content-length" in request.headers or "transfer-encoding" in request.headers
     client = httpx.AsyncClient(timeout=httpx.Timeout(60.0, connect=5.0))
     upstream_request = client.build_request(
         request.method,
         f"{base}/{path}",
         params=request.url.query,
         headers=headers,
-        content=request.stream(),
+        content=request.stream() if has_body else None,
     )
     try:
         upstream = await client.send(upstream_request, stream=True)
@@ -244,6 +252,10 @@ async def session_app(
         for k, v in upstream.headers.items()
         if k.lower() not in _HOP_HEADERS and k.lower() != "set-cookie"
     }
+    location = upstream.headers.get("location")
+    if location and location.startswith("/") and not location.startswith("//"):
+        # The app redirects within itself: keep the browser under the proxy's prefix.
+        response_headers["location"] = prefix + location
     return StreamingResponse(
         body(),
         status_code=upstream.status_code,

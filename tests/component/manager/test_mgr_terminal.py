@@ -28,7 +28,15 @@ APP_SCRIPT = """
 import asyncio, functools, http.server, os, threading, websockets
 web = int(os.environ["BACKENDAI_SERVICE_PORT_WEB"])
 echo = int(os.environ["BACKENDAI_SERVICE_PORT_ECHO"])
-handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=".")
+os.makedirs("sub", exist_ok=True)
+class Handler(http.server.SimpleHTTPRequestHandler):
+    def do_POST(self):
+        body = self.rfile.read(int(self.headers["Content-Length"]))
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body) + 5))
+        self.end_headers()
+        self.wfile.write(b"got: " + body)
+handler = functools.partial(Handler, directory=".")
 server = http.server.ThreadingHTTPServer(("127.0.0.1", web), handler)
 threading.Thread(target=server.serve_forever, daemon=True).start()
 async def reply(ws):
@@ -189,6 +197,14 @@ async def test_app_service_proxied_for_its_owner_only(admin: httpx.AsyncClient) 
     response = await until(listing, "the app to answer", timeout_s=15)
     assert "Directory listing" in response.text
     assert "set-cookie" not in response.headers
+    # The app's own redirects stay under the proxy's prefix.
+    moved = await owner.get(f"/session/{sid}/apps/web/sub")
+    assert moved.status_code == 301, moved.text
+    assert moved.headers["location"] == f"/session/{sid}/apps/web/sub/"
+    # Other methods and their bodies reach the app.
+    posted = await owner.post(f"/session/{sid}/apps/web/", content=b"x" * 100_000)
+    assert posted.status_code == 200, posted.text
+    assert posted.content == b"got: " + b"x" * 100_000
 
     # A WebSocket app (an echo server in the kernel), through the proxy.
     echo_path = f"/session/{sid}/apps/echo/ws"
