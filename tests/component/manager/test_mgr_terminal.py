@@ -235,6 +235,7 @@ async def test_app_service_proxied_for_its_owner_only(admin: httpx.AsyncClient) 
     assert (await owner.delete(f"/session/{sid}")).json()["status"] == "TERMINATED"
     assert (await owner.get(f"/session/{sid}/apps/web/")).status_code == 404
     assert (await owner.get(f"/session/{sid}/apps")).status_code == 404
+    assert await close_code(ws_url(owner, echo_path), signed_headers(owner, echo_path)) == 4404
     await anonymous.aclose()
     await owner.aclose()
     await other.aclose()
