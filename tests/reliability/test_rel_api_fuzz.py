@@ -107,6 +107,9 @@ def _check(method: str, path: str, status: int, content_type: str, body: str) ->
         FIGURES["gql-4xx-not-problem"] += not content_type.startswith(PROBLEM)
         return
     assert content_type.startswith(PROBLEM), where
+    if method == "HEAD":  # the answer to HEAD has the headers of a GET and no body (RFC 9110)
+        assert body == "", where
+        return
     problem = json.loads(body)
     assert problem["status"] == status, where
     if status in (400, 422):
@@ -229,7 +232,9 @@ async def test_schemathesis_finds_no_server_error(
         except Unsatisfiable:  # negative mode: no invalid form of its inputs exists
             figures["operations-without-invalid-form"] += 1
     assert operations > 30
-    assert figures["requests"] >= operations * 2, figures
+    fuzzed = operations - figures["operations-without-inputs"]
+    assert fuzzed > 20, figures
+    assert figures["requests"] >= fuzzed * 2, figures  # it really ran
     if caller == "user":  # the user really ran as a user: refused on admin routes
         assert figures["4xx"] > 0, figures
     FIGURES.update({f"{caller}-{mode.value}-{k}": v for k, v in figures.items()})

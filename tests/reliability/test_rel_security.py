@@ -75,6 +75,19 @@ ROUTE_ROLES: dict[tuple[str, str], str] = {
     ("POST", "/admin/scaling-groups"): "superadmin",
     ("PATCH", "/admin/scaling-groups/{name}"): "superadmin",
     ("DELETE", "/admin/scaling-groups/{name}"): "superadmin",
+    ("GET", "/images"): "user",
+    ("GET", "/images/{name}"): "user",
+    ("POST", "/admin/images"): "superadmin",
+    ("DELETE", "/admin/images/{name}"): "superadmin",
+    ("PUT", "/admin/image-aliases/{alias}"): "superadmin",
+    ("DELETE", "/admin/image-aliases/{alias}"): "superadmin",
+    # a session's apps: its owner (and the superadmin; domain admins get 403 "not-owner",
+    # by design: docs/manager.md); the WebSocket routes are tested in test_mgr_terminal.py
+    ("GET", "/session/{ref}/apps"): "user",
+    **{
+        (method, "/session/{ref}/apps/{name}/{path}"): "user"
+        for method in ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
+    },
     ("POST", "/internal/agents/heartbeat"): "cluster-secret",
     ("POST", "/internal/agents/events"): "cluster-secret",
 }
