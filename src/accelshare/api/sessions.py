@@ -24,12 +24,11 @@ from fastapi import APIRouter, Query, Request, Response
 from fastapi.responses import StreamingResponse
 
 from accelshare.manager.slots import use_known_slots
-from accelshare.sched.lifecycle import SessionStatus
 
 from . import compat
 from .auth import CurrentIdentity
 from .deps import ManagerDep
-from .problems import InvalidAPIParameters
+from .stream import parse_statuses
 
 __all__ = ["router"]
 
@@ -74,21 +73,7 @@ async def list_sessions(
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
     offset: Annotated[int, Query(ge=0, le=2**31 - 1)] = 0,  # past SQL's range: a 500
 ) -> dict[str, Any]:
-    statuses: list[SessionStatus] | None = None
-    if status is not None and status.strip().lower() == "all":
-        statuses = list(SessionStatus)
-    elif status:
-        statuses = []
-        for raw in status.split(","):
-            try:
-                statuses.append(SessionStatus(raw.strip().upper()))
-            except ValueError:
-                raise InvalidAPIParameters(
-                    f"Unknown session status {raw.strip()!r}",
-                    field="status",
-                    expected="comma-separated of " + ", ".join(SessionStatus) + ", or all",
-                    received=status,
-                ) from None
+    statuses = parse_statuses(status)
     return await manager.sessions.list_sessions(
         identity, statuses=statuses, access_key=access_key, limit=limit, offset=offset
     )
