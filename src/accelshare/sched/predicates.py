@@ -33,6 +33,17 @@ __all__ = [
 ]
 
 _EMPTY = ResourceSlot()
+_NO_LIMITS = KeypairLimits()
+_PASSED: dict[str, PredicateResult] = {}
+
+
+def _passed(name: str) -> PredicateResult:
+    """The (frozen, shared) result of a predicate that passed: a pass runs every
+    predicate for every pending session, so it does not build thousands of equal ones."""
+    result = _PASSED.get(name)
+    if result is None:
+        result = _PASSED[name] = PredicateResult(name, True)
+    return result
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,7 +89,7 @@ def reserved_time(session: PendingSession, ctx: PredicateContext) -> PredicateRe
         return PredicateResult(
             "reserved_time", False, f"Before start time ({session.starts_at.isoformat()})"
         )
-    return PredicateResult("reserved_time", True)
+    return _passed("reserved_time")
 
 
 def dependencies(session: PendingSession, ctx: PredicateContext) -> PredicateResult:
@@ -94,11 +105,11 @@ def dependencies(session: PendingSession, ctx: PredicateContext) -> PredicateRes
         return PredicateResult(
             "dependencies", False, "Waiting for dependency sessions: " + ", ".join(waiting)
         )
-    return PredicateResult("dependencies", True)
+    return _passed("dependencies")
 
 
 def concurrency(session: PendingSession, ctx: PredicateContext) -> PredicateResult:
-    limit = ctx.limits.get(session.access_key, KeypairLimits()).max_concurrent_sessions
+    limit = ctx.limits.get(session.access_key, _NO_LIMITS).max_concurrent_sessions
     running = ctx.concurrent_sessions.get(session.access_key, 0)
     if limit > 0 and running >= limit:
         return PredicateResult(
@@ -106,7 +117,7 @@ def concurrency(session: PendingSession, ctx: PredicateContext) -> PredicateResu
             False,
             f"You cannot run more than {limit} concurrent session(s) ({running} running)",
         )
-    return PredicateResult("concurrency", True)
+    return _passed("concurrency")
 
 
 def _quota_check(
@@ -118,7 +129,7 @@ def _quota_check(
     ctx: PredicateContext,
 ) -> PredicateResult:
     if quota is None:
-        return PredicateResult(name, True)
+        return _passed(name)
     occupied = ctx.occupancy.get(scope_key, _EMPTY)
     wanted = occupied + session.requested_slots
     over = {
@@ -134,11 +145,11 @@ def _quota_check(
             for slot in over
         )
         return PredicateResult(name, False, f"{label} resource quota exceeded ({details})")
-    return PredicateResult(name, True)
+    return _passed(name)
 
 
 def keypair_resource_limit(session: PendingSession, ctx: PredicateContext) -> PredicateResult:
-    quota = ctx.limits.get(session.access_key, KeypairLimits()).total_resource_slots
+    quota = ctx.limits.get(session.access_key, _NO_LIMITS).total_resource_slots
     return _quota_check(
         "keypair_resource_limit", "Keypair", ("keypair", session.access_key), quota, session, ctx
     )
@@ -178,8 +189,38 @@ def run_predicates(
     predicates: Sequence[Predicate] = DEFAULT_PREDICATES,
 ) -> tuple[list[PredicateResult], list[PredicateResult]]:
     """Run every predicate (no short-circuit, so the user sees all reasons at once)."""
-    results = [predicate(session, ctx) for predicate in predicates]
-    return [r for r in results if r.passed], [r for r in results if not r.passed]
+    if predicates is DEFAULT_PREDICATES and _passes_trivially(session, ctx):
+        return list(_DEFAULT_PASSED), []
+    passed: list[PredicateResult] = []
+    failed: list[PredicateResult] = []
+    for predicate in predicates:
+        result = predicate(session, ctx)
+        (passed if result.passed else failed).append(result)
+    return passed, failed
+
+
+_DEFAULT_PASSED = tuple(
+    _passed(name)
+    for name in (
+        "reserved_time",
+        "dependencies",
+        "concurrency",
+        "keypair_resource_limit",
+        "user_resource_limit",
+        "group_resource_limit",
+        "domain_resource_limit",
+    )
+)
+
+
+def _passes_trivially(session: PendingSession, ctx: PredicateContext) -> bool:
+    """Every default predicate passes without looking further: no start time, no
+    dependencies, no keypair policy (concurrency, keypair quota) and no user, group or
+    domain quota (the common case; a pass asks it for thousands of sessions)."""
+    if session.starts_at is not None or session.dependencies or session.access_key in ctx.limits:
+        return False
+    quotas = ctx.quotas
+    return not quotas or all(key not in quotas for key in _scope_keys(session)[1:])
 
 
 def check_enqueue_limits(
