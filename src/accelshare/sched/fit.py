@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 
 from accelshare.alloc import (
+    DEFAULT_ALLOCATION_ORDER,
     AbstractAllocMap,
     AllocationStrategy,
     DiscreteAllocMap,
@@ -215,11 +216,26 @@ class DeviceLedger:
     _maps: dict[str, AbstractAllocMap] | None = field(default=None, repr=False)
     _empty_maps: dict[str, AbstractAllocMap] | None = field(default=None, repr=False)
     _slot_owner: dict[str, str] = field(default_factory=dict, repr=False)
+    _kind_of: dict[str, str] = field(default_factory=dict, repr=False)
+    _kinds: tuple[str, ...] = field(default=(), repr=False)
+    _part_refusals: dict[tuple[str, tuple[tuple[str, Decimal], ...], bool], str | None] = field(
+        default_factory=dict, repr=False
+    )
+    _refusals: dict[tuple[tuple[tuple[str, Decimal], ...], bool], str | None] = field(
+        default_factory=dict, repr=False
+    )
+    _empty_fits: dict[tuple[str, tuple[tuple[str, Decimal], ...], bool], bool] = field(
+        default_factory=dict, repr=False
+    )
 
     def __post_init__(self) -> None:
         for state in self.states:
             for slot in state.slot_names:
                 self._slot_owner.setdefault(slot, state.key)
+                self._kind_of[slot] = state.key  # allocate_kernel's owner: the last map wins
+        keys = list(dict.fromkeys(s.key for s in self.states))
+        first = [k for k in DEFAULT_ALLOCATION_ORDER if k in keys]
+        self._kinds = (*first, *(k for k in keys if k not in first))
 
     @property
     def slots(self) -> frozenset[str]:
@@ -243,11 +259,63 @@ class DeviceLedger:
         if not request:
             return {}
         try:
-            return allocate_kernel(
+            placed = allocate_kernel(
                 self.maps, request, allow_resource_fragmentation=allow_fragmentation
             )
         except ResourceError as e:
             return FitFailure(self._explain(e, allow_fragmentation), e)
+        self._refusals.clear()  # the maps changed
+        self._part_refusals.clear()
+        return placed
+
+    def _parts(self, request: Mapping[str, Decimal]) -> list[tuple[str, dict[str, Decimal]]]:
+        """The request split by map, in :func:`~accelshare.alloc.allocate_kernel`'s order."""
+        grouped: dict[str, dict[str, Decimal]] = {}
+        for slot, amount in request.items():
+            grouped.setdefault(self._kind_of[slot], {})[slot] = amount
+        return [(kind, grouped[kind]) for kind in self._kinds if kind in grouped]
+
+    def refusal(
+        self, request: Sequence[tuple[str, Decimal]], *, allow_fragmentation: bool = True
+    ) -> str | None:
+        """The reason :meth:`check` would give for ``request`` (positive amounts; None: it
+        fits), map by map and remembered until the ledger changes.
+
+        Exact because whether one map can hold its part of a request, and the error it
+        raises when it cannot, do not depend on the NUMA hint
+        :func:`~accelshare.alloc.allocate_kernel` passes from the maps before it (the
+        hint orders devices; the last affinity tier is always every device): the first
+        map in allocation order that refuses its part alone is the one that fails the
+        kernel.  Requests that share a part (say every request for 1.2 shares) share
+        the dry run of that map.
+        """
+        whole = (tuple(request), allow_fragmentation)
+        if whole in self._refusals:
+            return self._refusals[whole]
+        grouped: dict[str, dict[str, Decimal]] = {}
+        for slot, amount in request:
+            kind = self._kind_of.get(slot)
+            if kind is not None and amount > 0:
+                grouped.setdefault(kind, {})[slot] = amount
+        reason: str | None = None
+        maps = self.maps
+        for kind in self._kinds:
+            part = grouped.get(kind)
+            if part is None:
+                continue
+            key = (kind, tuple(part.items()), allow_fragmentation)
+            if key in self._part_refusals:
+                reason = self._part_refusals[key]
+            else:
+                fit = maps[kind].check(part, allow_resource_fragmentation=allow_fragmentation)
+                reason = (
+                    None if fit.error is None else self._explain(fit.error, allow_fragmentation)
+                )
+                self._part_refusals[key] = reason
+            if reason is not None:
+                break
+        self._refusals[whole] = reason
+        return reason
 
     def check(
         self, requested: Mapping[str, Decimal], *, allow_fragmentation: bool = True
@@ -275,15 +343,15 @@ class DeviceLedger:
             return True
         if self._empty_maps is None:
             self._empty_maps = {s.key: s.build(empty=True) for s in self.states}
-        try:
-            allocate_kernel(
-                self._empty_maps, request, allow_resource_fragmentation=allow_fragmentation
-            )
-        except ResourceError:
-            return False
-        finally:
-            for m in self._empty_maps.values():
-                m.clear()
+        maps = self._empty_maps
+        for kind, part in self._parts(request):  # map by map, as in refusal()
+            key = (kind, tuple(part.items()), allow_fragmentation)
+            fits = self._empty_fits.get(key)
+            if fits is None:
+                fit = maps[kind].check(part, allow_resource_fragmentation=allow_fragmentation)
+                fits = self._empty_fits[key] = fit.error is None
+            if not fits:
+                return False
         return True
 
     def _explain(self, error: ResourceError, allow_fragmentation: bool) -> str:
