@@ -62,12 +62,12 @@ from typing import Any
 from accelshare.alloc import KernelAllocation
 from accelshare.common import ResourceSlot, SlotName
 
+from .capacity import Capacity, RankSignature
 from .fit import (
     DeviceLedger,
     FitFailure,
     MapState,
     device_allocation,
-    fits_capacity,
     totals_shortfall,
 )
 from .images import ImageRequirement, image_refusal
@@ -89,6 +89,7 @@ __all__ = [
 ]
 
 _EMPTY = ResourceSlot()
+_ZERO = Decimal(0)
 _MAX_REASONS_IN_MSG = 3
 MAX_AGENT_REASONS = 10
 """A failure lists the per-agent reasons of the first 10 agents (by id) and one
@@ -281,11 +282,11 @@ def _age_key(session: PendingSession) -> tuple[datetime, str]:
 @dataclass(frozen=True, slots=True)
 class _Blocker:
     """A session that waits for resources and holds lower priorities back (see
-    :func:`plan_pass`): where it could fit when empty, and what it asks for."""
+    :func:`plan_pass`): what it asks for, and its shape (where it could fit when empty)."""
 
     priority: int
     requested: ResourceSlot
-    agents: frozenset[str]
+    shape: _Shape
 
 
 @dataclass(slots=True)
@@ -304,29 +305,51 @@ def _is_accelerator(slot: str) -> bool:
 
 
 @dataclass(slots=True)
+class _Shape:
+    """What a pass knows about one shape (:func:`_shape`): sessions of one shape fit alike.
+
+    Within a pass capacities only shrink, and whether an agent can hold a shape only
+    gets less likely as they do (totals, the held-for rule and the per-device dry run
+    are all monotone, see :meth:`~accelshare.sched.fit.DeviceLedger.refusal`), so an
+    agent that refused a shape (``dead``) refuses it for the rest of the pass, and a
+    shape that found no agent (``failed``) finds none for the rest of the pass: later
+    sessions of that shape fail in O(1) (like Kubernetes' equivalence cache, but exact).
+    """
+
+    key: _ShapeKey
+    request: tuple[tuple[str, Decimal], ...]  # positive amounts, in the request's order
+    items: tuple[tuple[str, Decimal], ...]  # every amount (what a commit adds)
+    signature: RankSignature
+    first: Decimal | None  # the amount of the signature's first slot
+    pool: tuple[int, ...] | None  # None: every agent (no designated agent, no image)
+    dead: set[int] = field(default_factory=set)
+    failed: _Fit | None = None
+    could_fit: bool | None = None  # some agent of the pool could hold it when empty
+    usable: frozenset[str] | None = None  # the agents of the pool that could
+
+
+@dataclass(slots=True)
 class _Fit:
-    """A shape's failed fit: reasons per agent, agents it could use when empty, and
-    whether a waiting higher-priority session held it back."""
+    """A shape's failed fit: whether a waiting higher-priority session held it back and
+    whether some agent could hold it when empty; the per-agent reasons are worked out
+    when the pass ends (:meth:`_Pass.explain_failures`)."""
 
     reasons: list[str]
-    usable: frozenset[str]
+    could_fit: bool
     deferred_by: int | None
     refused: int = 1  # how many agents refused (the reasons list at most MAX_AGENT_REASONS)
-    # per agent: the reason, or None for a totals shortfall explained when the pass ends
-    raw: dict[str, str | None] | None = None
-    shape: _ShapeKey | None = None
+    shape: _Shape | None = None
+    deferral_key: tuple[int, int] = (0, 0)  # (blockers, commits on protected agents)
 
 
 @dataclass(slots=True)
 class _Pass:
     """The mutable state of one pass (never escapes :func:`plan_pass`).
 
-    Caches (exact, never stale): a commit bumps the agent's version and the pass's
-    generation.  Per shape (:func:`_shape`) and agent, the totals verdict and a failed
-    device dry run are kept with the agent's version; a shape's whole failure is kept
-    with the generation (and the number of blockers), so the thousands of pending
-    sessions of a full cluster cost one evaluation per distinct request, not one per
-    session and agent.  Whether a shape could fit an agent when empty never changes.
+    Remaining totals live in :class:`~accelshare.sched.capacity.Capacity` (plain dicts
+    and the selectors' orders kept sorted), per-device state in one
+    :class:`~accelshare.sched.fit.DeviceLedger` per agent, and per shape a
+    :class:`_Shape` (which agents refused it, whether it failed).
     """
 
     snapshot: SchedulingSnapshot
@@ -336,21 +359,19 @@ class _Pass:
     drf_occupancy: dict[str, ResourceSlot]
     total_capacity: ResourceSlot
     last_roundrobin: str | None
+    capacity: Capacity
     assignments: list[Assignment] = field(default_factory=list)
-    failures: list[Failure] = field(default_factory=list)
-    versions: dict[str, int] = field(default_factory=dict)
-    generation: int = 0
+    failures: list[Failure | None] = field(default_factory=list)
     blockers: list[_Blocker] = field(default_factory=list)
+    # per agent; replaced (never changed in place) when a band adds blockers, so a
+    # failure can be explained with the protections its band saw
     protections: dict[str, _Protection] = field(default_factory=dict)
-    _totals: dict[_ShapeKey, dict[str, tuple[int, bool]]] = field(default_factory=dict)
-    _unexplained: list[tuple[int, PendingSession, tuple[PredicateResult, ...], _Fit]] = field(
-        default_factory=list
-    )
-    _device_failures: dict[_ShapeKey, dict[str, tuple[int, str]]] = field(default_factory=dict)
-    _capacity: dict[_ShapeKey, frozenset[str]] = field(default_factory=dict)
-    _empty_fit: dict[tuple[int, _ShapeKey], bool] = field(default_factory=dict)
-    signatures: dict[str, int] = field(default_factory=dict)  # agents built alike: same int
-    _failed: dict[_ShapeKey, tuple[int, int, _Fit]] = field(default_factory=dict)
+    protected_commits: int = 0  # placements on protected agents (deferred_by may change)
+    _shapes: dict[_ShapeKey, _Shape] = field(default_factory=dict)
+    _unexplained: list[
+        tuple[int, PendingSession, tuple[PredicateResult, ...], _Fit, dict[str, _Protection]]
+    ] = field(default_factory=list)
+    _signatures: dict[str, int] | None = None  # agents built alike: same int
 
     def pick_sequence(self, band: Sequence[PendingSession]) -> Iterator[PendingSession]:
         """The picker's order for a band, one session at a time.
@@ -400,11 +421,12 @@ class _Pass:
         if isinstance(result, Assignment):
             self.assignments.append(replace(result, passed_predicates=tuple(passed)))
             return None
-        self._unexplained.append((len(self.failures), session, tuple(passed), result))
-        self.failures.append(self.failure_for(session, tuple(passed), result))  # placeholder
-        if not result.usable:
+        entry = (len(self.failures), session, tuple(passed), result, self.protections)
+        self._unexplained.append(entry)
+        self.failures.append(None)  # filled in by explain_failures
+        if not result.could_fit or result.shape is None:
             return None
-        return _Blocker(session.priority, session.requested_slots, result.usable)
+        return _Blocker(session.priority, session.requested_slots, result.shape)
 
     def failure_for(
         self, session: PendingSession, passed: tuple[PredicateResult, ...], result: _Fit
@@ -433,90 +455,135 @@ class _Pass:
             (),
             passed,
             tuple(reasons),
-            blocks_lower_priorities=bool(result.usable),
+            blocks_lower_priorities=result.could_fit,
         )
 
     def explain_failures(self) -> None:
-        """Fill in the reasons of the sessions left pending, as of the end of the pass:
-        ``<agent>: <why>`` for the first :data:`MAX_AGENT_REASONS` agents by id (a
-        totals shortfall is explained here, per device where that says more), then how
-        many more agents refused.  Worked out once per shape and agent."""
-        explained: dict[tuple[_ShapeKey, str], str] = {}
-        for index, session, passed, fit in self._unexplained:
-            if fit.raw is not None and not fit.reasons:
-                assert fit.shape is not None
-                shown = sorted(fit.raw)[:MAX_AGENT_REASONS]
+        """Fill in the failures of the sessions left pending, with their reasons as of the
+        end of the pass: ``<agent>: <why>`` for the first :data:`MAX_AGENT_REASONS` agents
+        by id, then how many more agents refused.  Worked out once per shape, agent and
+        band (the protections a band saw), for the shown agents only; sessions of one
+        shape and priority share the message."""
+        explained: dict[tuple[_ShapeKey, str, int], str] = {}
+        lists: dict[tuple[_ShapeKey, int], list[str]] = {}
+        made: dict[tuple[int, int, int], Failure] = {}  # (fit, band, priority) -> a failure
+        first_ids = sorted(self.states)[:MAX_AGENT_REASONS]
+        for index, session, passed, fit, protections in self._unexplained:
+            shape = fit.shape
+            if shape is None or fit.reasons:
+                self.failures[index] = self.failure_for(session, passed, fit)
+                continue
+            like = made.get((id(fit), id(protections), session.priority))
+            if like is not None:
+                retries = session.retries + (like.kind is FailureKind.NO_AGENT)
+                self.failures[index] = replace(
+                    like, session_id=session.id, retries=retries, passed_predicates=passed
+                )
+                continue
+            listed = lists.get((shape.key, id(protections)))
+            if listed is None:
+                if shape.pool is None or session.image is not None:
+                    shown = first_ids
+                else:
+                    shown = sorted(self.capacity.ids[i] for i in shape.pool)[:MAX_AGENT_REASONS]
+                listed = []
                 for agent_id in shown:
-                    reason = fit.raw[agent_id]
+                    key = (shape.key, agent_id, id(protections))
+                    reason = explained.get(key)
                     if reason is None:
-                        reason = explained.get((fit.shape, agent_id))
-                        if reason is None:
-                            agent = self.states[agent_id]
-                            short = totals_shortfall(
-                                agent.available_slots,
-                                agent.occupied_slots,
-                                session.requested_slots,
-                            )
-                            reason = self.shortfall_reason(agent, session, short)
-                            explained[(fit.shape, agent_id)] = reason
-                    fit.reasons.append(f"{agent_id}: {reason}")
-                if len(fit.raw) > len(shown):
-                    fit.reasons.append(f"... and {len(fit.raw) - len(shown)} more agent(s)")
-            self.failures[index] = self.failure_for(session, passed, fit)
+                        reason = explained[key] = self.reason(session, shape, agent_id, protections)
+                    listed.append(f"{agent_id}: {reason}")
+                if fit.refused > len(shown):
+                    listed.append(f"... and {fit.refused - len(shown)} more agent(s)")
+                lists[(shape.key, id(protections))] = listed
+            failure = self.failure_for(session, passed, replace(fit, reasons=listed))
+            made[(id(fit), id(protections), session.priority)] = failure
+            self.failures[index] = failure
+
+    def reason(
+        self,
+        session: PendingSession,
+        shape: _Shape,
+        agent_id: str,
+        protections: dict[str, _Protection],
+    ) -> str:
+        """Why ``agent_id`` refuses ``shape`` as the pass ends: the image, its totals (per
+        device where that says more), a waiting higher-priority session, its devices."""
+        agent = self.states[agent_id]
+        if session.image is not None:
+            refusal = image_refusal(
+                session.image,
+                agent_runtime=agent.runtime,
+                agent_architecture=agent.architecture,
+                agent_images=agent.images,
+            )
+            if refusal is not None:
+                return refusal
+        index = self.capacity.index[agent_id]
+        if not self.capacity.fits(index, shape.request):
+            return self.shortfall_reason(agent, session, shape)
+        held = self.held_for(index, shape.request, protections)
+        if held is not None:
+            priority, slot = held
+            return f"held for a waiting priority-{priority} session ({slot} it needs here)"
+        refusal = self.ledgers[agent_id].refusal(
+            shape.request, allow_fragmentation=session.allow_fragmentation
+        )
+        # An agent that refused the shape refuses it at the end of the pass (monotone).
+        return refusal or "no room when it was tried"
 
     def place(self, session: PendingSession) -> Assignment | _Fit:
-        requested = session.requested_slots
-        if session.designated_agent is not None:
-            designated = self.states.get(session.designated_agent)
-            if designated is None:
-                why = (
-                    f"{session.designated_agent}: the designated agent is not ALIVE and"
-                    f" schedulable in scaling group {self.snapshot.scaling_group}"
-                )
-                return _Fit([why], frozenset(), None)
-            pool = [designated]
-        else:
-            pool = list(self.states.values())
-        if not pool:
+        if session.designated_agent is not None and session.designated_agent not in self.states:
+            why = (
+                f"{session.designated_agent}: the designated agent is not ALIVE and"
+                f" schedulable in scaling group {self.snapshot.scaling_group}"
+            )
+            return _Fit([why], False, None)
+        if not self.states:
             why = f"no ALIVE agent in scaling group {self.snapshot.scaling_group}"
-            return _Fit([why], frozenset(), None)
-        shape = _shape(session)
-        known = self._failed.get(shape)
-        if known is not None and known[0] == self.generation and known[1] == len(self.blockers):
-            return known[2]  # nothing changed since a session of this shape failed
-        reasons: dict[str, str | None] = {}  # None: a totals shortfall, explained lazily
-        if session.image is not None:  # only agents that can run the image (sched.images)
-            can_run = []
-            for agent in pool:
-                refusal = image_refusal(
-                    session.image,
-                    agent_runtime=agent.runtime,
-                    agent_architecture=agent.architecture,
-                    agent_images=agent.images,
-                )
-                if refusal is None:
-                    can_run.append(agent)
-                else:
-                    reasons[agent.id] = refusal
-            pool = can_run
-        fitting: list[AgentState] = []
-        totals = self._totals.setdefault(shape, {})
-        versions = self.versions
-        for agent in pool:
-            version = versions[agent.id]
-            cached = totals.get(agent.id)
-            if cached is not None and cached[0] == version:
-                fits = cached[1]
-            else:
-                fits = _totals_fit(agent.available_slots, agent.occupied_slots, requested)
-                totals[agent.id] = (version, fits)
-            if fits:
-                fitting.append(agent)
-            else:
-                reasons[agent.id] = None
+            return _Fit([why], False, None)
+        shape = self.shape_of(session)
+        if shape.failed is not None:  # it failed earlier in the pass: it fails again
+            return self.refresh(shape.failed)
+        capacity, request, dead = self.capacity, shape.request, shape.dead
+        protections = self.protections
+        ids = capacity.ids
+        for index in self.candidates(session, shape):
+            if index in dead:
+                continue
+            if not capacity.fits(index, request):
+                dead.add(index)
+                continue
+            if protections and self.held_for(index, request, protections) is not None:
+                dead.add(index)
+                continue
+            agent_id = ids[index]
+            placed = self.ledgers[agent_id].place(
+                session.requested_slots, allow_fragmentation=session.allow_fragmentation
+            )
+            if isinstance(placed, FitFailure):
+                dead.add(index)
+                continue
+            self.commit(session, shape, index)
+            return Assignment(session.id, agent_id, session.requested_slots, placed)
+        refused = len(ids) if session.designated_agent is None else 1
+        fit = _Fit([], self.could_fit(shape), None, refused, shape=shape, deferral_key=(-1, -1))
+        shape.failed = fit
+        return self.refresh(fit)
+
+    def candidates(self, session: PendingSession, shape: _Shape) -> Iterator[int]:
+        """The pool's agents in the selector's order (those that surely cannot hold the
+        shape's first slot may be left out)."""
+        capacity = self.capacity
         options = self.snapshot.options
-        device_failures = self._device_failures.setdefault(shape, {})
-        deferred_by: int | None = None
+        if shape.pool is None:
+            yield from capacity.walk(shape.signature, shape.first, self.last_roundrobin)
+            return
+        fitting = [
+            self.states[capacity.ids[i]]
+            for i in shape.pool
+            if i not in shape.dead and capacity.fits(i, shape.request)
+        ]
         for agent in iter_ranked(
             options.selector,
             session,
@@ -524,90 +591,142 @@ class _Pass:
             resource_priority=options.resource_priority,
             last_roundrobin_agent=self.last_roundrobin,
         ):
-            held = self.held_for(agent, requested)
-            if held is not None:
-                priority, slot = held
-                reasons[agent.id] = (
-                    f"held for a waiting priority-{priority} session ({slot} it needs here)"
+            yield capacity.index[agent.id]
+
+    def shape_of(self, session: PendingSession) -> _Shape:
+        key = _shape(session)
+        shape = self._shapes.get(key)
+        if shape is not None:
+            return shape
+        items = tuple(session.requested_slots.items())
+        request = tuple((s, v) for s, v in items if v > 0)
+        signature = self.capacity.signature([s for s, _ in request])
+        first = dict(request)[signature[0][0]] if signature[0] else None
+        pool: tuple[int, ...] | None = None
+        if session.designated_agent is not None:
+            pool = (self.capacity.index[session.designated_agent],)
+        elif session.image is not None:  # only agents that can run the image (sched.images)
+            pool = tuple(
+                self.capacity.index[a.id]
+                for a in self.states.values()
+                if image_refusal(
+                    session.image,
+                    agent_runtime=a.runtime,
+                    agent_architecture=a.architecture,
+                    agent_images=a.images,
                 )
-                deferred_by = max(deferred_by or priority, priority)
-                continue
-            version = versions[agent.id]
-            failed = device_failures.get(agent.id)
-            if failed is not None and failed[0] == version:
-                reasons[agent.id] = failed[1]
-                continue
-            placed = self.ledgers[agent.id].place(
-                requested, allow_fragmentation=session.allow_fragmentation
+                is None
             )
-            if isinstance(placed, FitFailure):
-                device_failures[agent.id] = (version, placed.reason)
-                reasons[agent.id] = placed.reason
+        shape = self._shapes[key] = _Shape(key, request, items, signature, first, pool)
+        return shape
+
+    def refresh(self, fit: _Fit) -> _Fit:
+        """``fit`` with ``deferred_by`` as of now: only protected agents can defer a
+        session, so it changes only with the blockers or a placement on one of them."""
+        if not self.protections:
+            if fit.deferred_by is None:
+                return fit
+            return replace(fit, deferred_by=None, deferral_key=(0, 0))
+        key = (len(self.blockers), self.protected_commits)
+        if fit.deferral_key == key:
+            return fit
+        shape = fit.shape
+        assert shape is not None
+        deferred_by: int | None = None
+        pool = None if shape.pool is None else set(shape.pool)
+        for agent_id in self.protections:
+            index = self.capacity.index.get(agent_id)
+            if index is None or (pool is not None and index not in pool):
                 continue
-            self.commit(session, agent)
-            return Assignment(session.id, agent.id, requested, placed)
-        usable = self.usable_agents(shape, session, pool)
-        fit = _Fit([], usable, deferred_by, len(reasons), raw=reasons, shape=shape)
-        self._failed[shape] = (self.generation, len(self.blockers), fit)
-        return fit
+            if not self.capacity.fits(index, shape.request):
+                continue
+            held = self.held_for(index, shape.request, self.protections)
+            if held is not None:
+                deferred_by = max(deferred_by or held[0], held[0])
+        fitted = replace(fit, deferred_by=deferred_by, deferral_key=key)
+        shape.failed = fitted
+        return fitted
 
-    def usable_agents(
-        self, shape: _ShapeKey, session: PendingSession, pool: Sequence[AgentState]
-    ) -> frozenset[str]:
-        """The agents of ``pool`` that could hold the session if they were empty (agents
+    def could_fit(self, shape: _Shape) -> bool:
+        """Could some agent of the shape's pool hold it if that agent were empty?"""
+        if shape.could_fit is None:
+            pool = range(len(self.capacity.ids)) if shape.pool is None else shape.pool
+            shape.could_fit = any(self.fits_when_empty(shape, i) for i in pool)
+        return shape.could_fit
+
+    def fits_when_empty(self, shape: _Shape, index: int) -> bool:
+        agent_id = self.capacity.ids[index]
+        available = self.states[agent_id].available_slots
+        for slot, amount in shape.request:
+            if slot not in available or available[slot] < amount or available[slot] <= 0:
+                return False
+        return self.ledgers[agent_id].fits_when_empty(
+            dict(shape.request), allow_fragmentation=shape.key[1]
+        )
+
+    def usable_agents(self, shape: _Shape) -> frozenset[str]:
+        """The agents of the shape's pool that could hold it if they were empty (agents
         built alike — same totals, same devices — are dry-run once)."""
-        usable = self._capacity.get(shape)
-        if usable is None:
-            ids = []
-            for a in pool:
-                key = (self.signatures[a.id], shape)
-                fits = self._empty_fit.get(key)
+        if shape.usable is None:
+            if self._signatures is None:
+                self._signatures = _signature_ids(self.snapshot.agents)
+            verdicts: dict[int, bool] = {}
+            ids = self.capacity.ids
+            pool = range(len(ids)) if shape.pool is None else shape.pool
+            usable = []
+            for i in pool:
+                signature = self._signatures[ids[i]]
+                fits = verdicts.get(signature)
                 if fits is None:
-                    fits = self._empty_fit[key] = fits_capacity(
-                        a.available_slots,
-                        self.ledgers[a.id],
-                        session.requested_slots,
-                        allow_fragmentation=session.allow_fragmentation,
-                    )
+                    fits = verdicts[signature] = self.fits_when_empty(shape, i)
                 if fits:
-                    ids.append(a.id)
-            usable = frozenset(ids)
-            self._capacity[shape] = usable
-        return usable
+                    usable.append(ids[i])
+            shape.usable = frozenset(usable)
+        return shape.usable
 
-    def held_for(self, agent: AgentState, requested: ResourceSlot) -> tuple[int, str] | None:
-        """``(priority, slot)`` when placing ``requested`` on ``agent`` would take what a
-        waiting higher-priority session needs there (the rule of :func:`plan_pass`)."""
-        protection = self.protections.get(agent.id)
+    def held_for(
+        self,
+        index: int,
+        request: Sequence[tuple[str, Decimal]],
+        protections: Mapping[str, _Protection],
+    ) -> tuple[int, str] | None:
+        """``(priority, slot)`` when placing ``request`` (positive amounts) on the agent
+        would take what a waiting higher-priority session needs there (the rule of
+        :func:`plan_pass`); the agent's remaining totals cover the request."""
+        protection = protections.get(self.capacity.ids[index])
         if protection is None:
             return None
-        for slot, amount in requested.items():
-            if amount <= 0:
-                continue
+        free = self.capacity.free[index]
+        for slot, amount in request:
             if slot in protection.accelerators:
                 return protection.priority, slot
             need = protection.needs.get(slot)
             if need is None:
                 continue
-            free = agent.available_slots.get_amount(slot) - agent.occupied_slots.get_amount(slot)
-            if free - amount < need:
+            if free.get(slot, _ZERO) - amount < need:
                 return protection.priority, slot
         return None
 
     def add_blockers(self, blockers: Sequence[_Blocker]) -> None:
         """Sessions of a finished band that wait for resources protect what they need
         on every agent they could use, from every lower band."""
-        seen: set[tuple[ResourceSlot, frozenset[str]]] = set()
+        if not blockers:
+            return
+        protections = {
+            agent_id: _Protection(p.priority, dict(p.needs), set(p.accelerators))
+            for agent_id, p in self.protections.items()
+        }
+        seen: set[tuple[ResourceSlot, _ShapeKey]] = set()
         for blocker in blockers:
-            key = (blocker.requested, blocker.agents)
+            key = (blocker.requested, blocker.shape.key)
             if key in seen:
                 continue
             seen.add(key)
             self.blockers.append(blocker)
-            for agent_id in blocker.agents:
-                protection = self.protections.get(agent_id)
+            for agent_id in self.usable_agents(blocker.shape):
+                protection = protections.get(agent_id)
                 if protection is None:
-                    protection = self.protections[agent_id] = _Protection(blocker.priority)
+                    protection = protections[agent_id] = _Protection(blocker.priority)
                 protection.priority = max(protection.priority, blocker.priority)
                 for slot, amount in blocker.requested.items():
                     if amount <= 0:
@@ -616,32 +735,34 @@ class _Pass:
                         protection.accelerators.add(slot)
                     else:
                         protection.needs[slot] = max(protection.needs.get(slot, amount), amount)
+        self.protections = protections
 
-    def shortfall_reason(self, agent: AgentState, session: PendingSession, short: list[str]) -> str:
+    def shortfall_reason(self, agent: AgentState, session: PendingSession, shape: _Shape) -> str:
         """The totals' reason, or the devices' one when it says more (per-device free)."""
         ledger = self.ledgers[agent.id]
-        requested = session.requested_slots
-        short_slots = {
-            slot
-            for slot, amount in requested.items()
-            if amount
-            > agent.available_slots.get_amount(slot) - agent.occupied_slots.get_amount(slot)
-        }
+        free = self.capacity.free[self.capacity.index[agent.id]]
+        short_slots = {slot for slot, amount in shape.request if free.get(slot, _ZERO) < amount}
         if short_slots and short_slots <= ledger.slots:
-            checked = ledger.check(requested, allow_fragmentation=session.allow_fragmentation)
-            if isinstance(checked, FitFailure):
-                return checked.reason
+            refusal = ledger.refusal(shape.request, allow_fragmentation=session.allow_fragmentation)
+            if refusal is not None:
+                return refusal
+        short = totals_shortfall(
+            agent.available_slots, agent.occupied_slots, session.requested_slots
+        )
         return "; ".join(short)
 
-    def commit(self, session: PendingSession, agent: AgentState) -> None:
+    def commit(self, session: PendingSession, shape: _Shape, index: int) -> None:
         requested = session.requested_slots
-        self.states[agent.id] = replace(agent, occupied_slots=agent.occupied_slots + requested)
-        self.versions[agent.id] += 1
-        self.generation += 1
+        agent_id = self.capacity.ids[index]
+        agent = self.states[agent_id]
+        self.states[agent_id] = replace(agent, occupied_slots=agent.occupied_slots + requested)
+        self.capacity.commit(index, shape.items)
+        if agent_id in self.protections:
+            self.protected_commits += 1
         self.ctx.occupy(session)
         key = session.access_key
         self.drf_occupancy[key] = self.drf_occupancy.get(key, _EMPTY) + requested
-        self.last_roundrobin = agent.id
+        self.last_roundrobin = agent_id
 
 
 def _capacity_signature(agent: AgentSnapshot) -> object:
@@ -668,23 +789,13 @@ def _signature_ids(agents: Sequence[AgentSnapshot]) -> dict[str, int]:
     return {a.state.id: interned.setdefault(_capacity_signature(a), len(interned)) for a in agents}
 
 
-def _totals_fit(available: ResourceSlot, occupied: ResourceSlot, requested: ResourceSlot) -> bool:
-    """``not totals_shortfall(available, occupied, requested)``, without the messages."""
-    for slot, amount in requested.items():
-        if amount <= 0:
-            continue
-        total = available.get_amount(slot)
-        if slot not in available or total <= 0 or total - occupied.get_amount(slot) < amount:
-            return False
-    return True
-
-
 def plan_pass(snapshot: SchedulingSnapshot) -> SchedulingPlan:
     """Run one pass (see the module docstring) and return the plan; the snapshot is untouched."""
     states = {a.state.id: a.state for a in snapshot.agents}
     total = _EMPTY
     for a in snapshot.agents:
         total = total + a.state.available_slots
+    options = snapshot.options
     run = _Pass(
         snapshot=snapshot,
         ctx=_copy_context(snapshot.predicate_context, snapshot.now),
@@ -693,23 +804,28 @@ def plan_pass(snapshot: SchedulingSnapshot) -> SchedulingPlan:
         drf_occupancy=dict(snapshot.occupancy_by_access_key),
         total_capacity=total,
         last_roundrobin=snapshot.last_roundrobin_agent,
-        versions=dict.fromkeys(states, 0),
-        signatures=_signature_ids(snapshot.agents),
+        capacity=Capacity(
+            [a.state for a in snapshot.agents], options.selector, options.resource_priority
+        ),
     )
     bands: dict[int, list[PendingSession]] = {}
     for session in snapshot.pending:
         bands.setdefault(session.priority, []).append(session)
-    for priority in sorted(bands, reverse=True):
+    priorities = sorted(bands, reverse=True)
+    for n, priority in enumerate(priorities):
         waiting = [
             blocker
             for session in run.pick_sequence(bands[priority])
             if (blocker := run.try_session(session)) is not None
         ]
-        run.add_blockers(waiting)
+        if n + 1 < len(priorities):  # the last band protects nothing: no band follows
+            run.add_blockers(waiting)
     run.explain_failures()
+    failures = tuple(f for f in run.failures if f is not None)
+    assert len(failures) == len(run.failures)
     return SchedulingPlan(
         snapshot.scaling_group,
         tuple(run.assignments),
-        tuple(run.failures),
+        failures,
         run.last_roundrobin,
     )

@@ -32,7 +32,9 @@ from .model import AgentState, PendingSession
 __all__ = [
     "DEFAULT_RESOURCE_PRIORITY",
     "SelectorName",
+    "accelerator_devices",
     "iter_ranked",
+    "ordered_slots",
     "rank_agents",
     "select_agent",
     "unused_accelerators",
@@ -49,7 +51,7 @@ class SelectorName(enum.StrEnum):
 
 
 @functools.lru_cache(maxsize=4096)
-def _accelerator_devices(slots: tuple[str, ...]) -> frozenset[str]:
+def accelerator_devices(slots: tuple[str, ...]) -> frozenset[str]:
     """The device names (``cuda``...) of the accelerator slots among ``slots`` (cached:
     the same few slot-name tuples come back for every agent and session of a pass)."""
     names = (SlotName(slot) for slot in slots)
@@ -62,15 +64,20 @@ def _positive(slots: ResourceSlot) -> tuple[str, ...]:
 
 def unused_accelerators(agent: AgentState, requested: ResourceSlot) -> int:
     """How many accelerator device kinds the agent has that the session does not use."""
-    has = _accelerator_devices(_positive(agent.available_slots))
+    has = accelerator_devices(_positive(agent.available_slots))
     if not has:
         return 0
-    return len(has - _accelerator_devices(_positive(requested)))
+    return len(has - accelerator_devices(_positive(requested)))
 
 
 def _ordered_slots(requested: ResourceSlot, priority: Sequence[str]) -> list[str]:
+    return ordered_slots([s for s, v in requested.items() if v > 0], priority)
+
+
+def ordered_slots(slots: Sequence[str], priority: Sequence[str]) -> list[str]:
+    """``slots`` in the order the selectors compare them: by the rank of their device
+    name in ``priority`` (unknown devices last), then by name."""
     rank = {device: i for i, device in enumerate(priority)}
-    slots = [s for s, v in requested.items() if v > 0]
     return sorted(slots, key=lambda s: (rank.get(SlotName(s).device_name, len(rank)), s))
 
 
@@ -147,10 +154,10 @@ def iter_ranked(
         yield from ordered[:start]
         return
     order = _ordered_slots(requested, resource_priority)
-    uses = _accelerator_devices(_positive(requested))
+    uses = accelerator_devices(_positive(requested))
 
     def unused(agent: AgentState) -> int:
-        has = _accelerator_devices(_positive(agent.available_slots))
+        has = accelerator_devices(_positive(agent.available_slots))
         return len(has - uses) if has else 0
 
     def remaining(agent: AgentState) -> tuple[Decimal, ...]:
