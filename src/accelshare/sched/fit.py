@@ -218,6 +218,7 @@ class DeviceLedger:
     _slot_owner: dict[str, str] = field(default_factory=dict, repr=False)
     _kind_of: dict[str, str] = field(default_factory=dict, repr=False)
     _kinds: tuple[str, ...] = field(default=(), repr=False)
+    _placed: bool = field(default=False, repr=False)
     _part_refusals: dict[tuple[str, tuple[tuple[str, Decimal], ...], bool], str | None] = field(
         default_factory=dict, repr=False
     )
@@ -266,7 +267,14 @@ class DeviceLedger:
             return FitFailure(self._explain(e, allow_fragmentation), e)
         self._refusals.clear()  # the maps changed
         self._part_refusals.clear()
+        self._placed = True
         return placed
+
+    @property
+    def fingerprint(self) -> object:
+        """Equal for two ledgers whose dry runs and reasons are the same: the reported
+        maps while nothing was placed on them in the pass (else this ledger only)."""
+        return ("placed", self.agent_id) if self._placed else self.states
 
     def _parts(self, request: Mapping[str, Decimal]) -> list[tuple[str, dict[str, Decimal]]]:
         """The request split by map, in :func:`~accelshare.alloc.allocate_kernel`'s order."""

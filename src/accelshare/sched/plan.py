@@ -73,7 +73,7 @@ from .fit import (
 from .images import ImageRequirement, image_refusal
 from .model import AgentState, PendingSession, PredicateResult
 from .pickers import PickerName, pick
-from .predicates import DEFAULT_PREDICATES, Predicate, PredicateContext, run_predicates
+from .predicates import DEFAULT_PREDICATES, Predicate, PredicateContext, predicate_results
 from .selectors import DEFAULT_RESOURCE_PRIORITY, SelectorName, iter_ranked
 
 __all__ = [
@@ -372,6 +372,8 @@ class _Pass:
         tuple[int, PendingSession, tuple[PredicateResult, ...], _Fit, dict[str, _Protection]]
     ] = field(default_factory=list)
     _signatures: dict[str, int] | None = None  # agents built alike: same int
+    _placed: dict[str, list[ResourceSlot]] = field(default_factory=dict)  # not in states yet
+    counts_occupancy: bool = True  # False: no predicate reads the counters occupy() keeps
 
     def pick_sequence(self, band: Sequence[PendingSession]) -> Iterator[PendingSession]:
         """The picker's order for a band, one session at a time.
@@ -404,7 +406,7 @@ class _Pass:
 
     def try_session(self, session: PendingSession) -> _Blocker | None:
         """Try one session; returns a blocker when it waits for resources (see plan_pass)."""
-        passed, failed = run_predicates(session, self.ctx, self.snapshot.options.predicates)
+        passed, failed = predicate_results(session, self.ctx, self.snapshot.options.predicates)
         if failed:
             self.failures.append(
                 Failure(
@@ -412,16 +414,16 @@ class _Pass:
                     FailureKind.PREDICATE,
                     "; ".join(r.message for r in failed),
                     session.retries + 1,
-                    tuple(failed),
-                    tuple(passed),
+                    failed,
+                    passed,
                 )
             )
             return None
         result = self.place(session)
         if isinstance(result, Assignment):
-            self.assignments.append(replace(result, passed_predicates=tuple(passed)))
+            self.assignments.append(replace(result, passed_predicates=passed))
             return None
-        entry = (len(self.failures), session, tuple(passed), result, self.protections)
+        entry = (len(self.failures), session, passed, result, self.protections)
         self._unexplained.append(entry)
         self.failures.append(None)  # filled in by explain_failures
         if not result.could_fit or result.shape is None:
@@ -464,7 +466,9 @@ class _Pass:
         by id, then how many more agents refused.  Worked out once per shape, agent and
         band (the protections a band saw), for the shown agents only; sessions of one
         shape and priority share the message."""
-        explained: dict[tuple[_ShapeKey, str, int], str] = {}
+        explained: dict[tuple[_ShapeKey, int, int], str] = {}
+        twins: dict[str, int] = {}  # agent -> the same int for agents that explain alike
+        interned: dict[object, int] = {}
         lists: dict[tuple[_ShapeKey, int], list[str]] = {}
         made: dict[tuple[int, int, int], Failure] = {}  # (fit, band, priority) -> a failure
         first_ids = sorted(self.states)[:MAX_AGENT_REASONS]
@@ -475,9 +479,15 @@ class _Pass:
                 continue
             like = made.get((id(fit), id(protections), session.priority))
             if like is not None:
-                retries = session.retries + (like.kind is FailureKind.NO_AGENT)
-                self.failures[index] = replace(
-                    like, session_id=session.id, retries=retries, passed_predicates=passed
+                self.failures[index] = Failure(
+                    session.id,
+                    like.kind,
+                    like.msg,
+                    session.retries + (like.kind is FailureKind.NO_AGENT),
+                    (),
+                    passed,
+                    like.agent_reasons,
+                    like.blocks_lower_priorities,
                 )
                 continue
             listed = lists.get((shape.key, id(protections)))
@@ -488,7 +498,10 @@ class _Pass:
                     shown = sorted(self.capacity.ids[i] for i in shape.pool)[:MAX_AGENT_REASONS]
                 listed = []
                 for agent_id in shown:
-                    key = (shape.key, agent_id, id(protections))
+                    alike = twins.get(agent_id)
+                    if alike is None:
+                        alike = twins[agent_id] = self.twin(agent_id, interned)
+                    key = (shape.key, alike, id(protections.get(agent_id)))
                     reason = explained.get(key)
                     if reason is None:
                         reason = explained[key] = self.reason(session, shape, agent_id, protections)
@@ -500,6 +513,21 @@ class _Pass:
             made[(id(fit), id(protections), session.priority)] = failure
             self.failures[index] = failure
 
+    def twin(self, agent_id: str, interned: dict[object, int]) -> int:
+        """Agents whose reasons read the same (same totals, image facts and reported
+        maps, nothing placed on them in the pass) get the same int: on a full cluster
+        the shown agents are often built and filled alike, and are explained once."""
+        agent = self.current(agent_id)
+        state = (
+            agent.available_slots,
+            agent.occupied_slots,
+            agent.runtime,
+            agent.architecture,
+            agent.images,
+            self.ledgers[agent_id].fingerprint,
+        )
+        return interned.setdefault(state, len(interned))
+
     def reason(
         self,
         session: PendingSession,
@@ -509,7 +537,7 @@ class _Pass:
     ) -> str:
         """Why ``agent_id`` refuses ``shape`` as the pass ends: the image, its totals (per
         device where that says more), a waiting higher-priority session, its devices."""
-        agent = self.states[agent_id]
+        agent = self.current(agent_id)
         if session.image is not None:
             refusal = image_refusal(
                 session.image,
@@ -580,7 +608,7 @@ class _Pass:
             yield from capacity.walk(shape.signature, shape.first, self.last_roundrobin)
             return
         fitting = [
-            self.states[capacity.ids[i]]
+            self.current(capacity.ids[i])
             for i in shape.pool
             if i not in shape.dead and capacity.fits(i, shape.request)
         ]
@@ -751,17 +779,32 @@ class _Pass:
         )
         return "; ".join(short)
 
+    def current(self, agent_id: str) -> AgentState:
+        """The agent with what this pass placed on it so far in its occupied totals."""
+        placed = self._placed.pop(agent_id, None)
+        agent = self.states[agent_id]
+        if placed:
+            occupied = agent.occupied_slots
+            for requested in placed:
+                occupied = occupied + requested
+            agent = self.states[agent_id] = replace(agent, occupied_slots=occupied)
+        return agent
+
     def commit(self, session: PendingSession, shape: _Shape, index: int) -> None:
+        """Account a placement: the agent's remaining totals (its ``AgentState`` is
+        brought up to date when read, :meth:`current`), the predicates' counters (only
+        when a predicate can read them) and the DRF shares (only for drf)."""
         requested = session.requested_slots
         agent_id = self.capacity.ids[index]
-        agent = self.states[agent_id]
-        self.states[agent_id] = replace(agent, occupied_slots=agent.occupied_slots + requested)
+        self._placed.setdefault(agent_id, []).append(requested)
         self.capacity.commit(index, shape.items)
         if agent_id in self.protections:
             self.protected_commits += 1
-        self.ctx.occupy(session)
-        key = session.access_key
-        self.drf_occupancy[key] = self.drf_occupancy.get(key, _EMPTY) + requested
+        if self.counts_occupancy:
+            self.ctx.occupy(session)
+        if self.snapshot.options.picker is PickerName.DRF:
+            key = session.access_key
+            self.drf_occupancy[key] = self.drf_occupancy.get(key, _EMPTY) + requested
         self.last_roundrobin = agent_id
 
 
@@ -796,9 +839,10 @@ def plan_pass(snapshot: SchedulingSnapshot) -> SchedulingPlan:
     for a in snapshot.agents:
         total = total + a.state.available_slots
     options = snapshot.options
+    ctx = _copy_context(snapshot.predicate_context, snapshot.now)
     run = _Pass(
         snapshot=snapshot,
-        ctx=_copy_context(snapshot.predicate_context, snapshot.now),
+        ctx=ctx,
         states=states,
         ledgers={a.state.id: DeviceLedger(a.state.id, a.maps) for a in snapshot.agents},
         drf_occupancy=dict(snapshot.occupancy_by_access_key),
@@ -806,6 +850,10 @@ def plan_pass(snapshot: SchedulingSnapshot) -> SchedulingPlan:
         last_roundrobin=snapshot.last_roundrobin_agent,
         capacity=Capacity(
             [a.state for a in snapshot.agents], options.selector, options.resource_priority
+        ),
+        # the default predicates read the counters only through limits and quotas
+        counts_occupancy=bool(
+            options.predicates is not DEFAULT_PREDICATES or ctx.limits or ctx.quotas
         ),
     )
     bands: dict[int, list[PendingSession]] = {}

@@ -29,6 +29,7 @@ __all__ = [
     "DependencyState",
     "PredicateContext",
     "check_enqueue_limits",
+    "predicate_results",
     "run_predicates",
 ]
 
@@ -197,6 +198,19 @@ def run_predicates(
         result = predicate(session, ctx)
         (passed if result.passed else failed).append(result)
     return passed, failed
+
+
+def predicate_results(
+    session: PendingSession,
+    ctx: PredicateContext,
+    predicates: Sequence[Predicate] = DEFAULT_PREDICATES,
+) -> tuple[tuple[PredicateResult, ...], tuple[PredicateResult, ...]]:
+    """:func:`run_predicates` as ``(passed, failed)`` tuples; when no default predicate
+    can fail, the same shared tuple for every session (a pass keeps one per session)."""
+    if predicates is DEFAULT_PREDICATES and _passes_trivially(session, ctx):
+        return _DEFAULT_PASSED, ()
+    passed, failed = run_predicates(session, ctx, predicates)
+    return tuple(passed), tuple(failed)
 
 
 _DEFAULT_PASSED = tuple(
