@@ -86,6 +86,74 @@ class _Order:
                 yield key[-1]  # type: ignore[misc]
 
 
+class _FirstFit:
+    """A fixed order of agents (legacy, roundrobin) with, per slot, a max tree of what
+    remains: the first agent at or after a position whose remaining totals cover a
+    request is found in O(log n) per slot when few agents have room (a subtree whose
+    largest remaining amount of some slot is too small is skipped whole).
+
+    Example: 8 agents, only the 6th has 1 share left; a request for 0.5 share walks
+    the root, the right half, its left quarter, then the 6th leaf: 4 nodes, not 8.
+    """
+
+    __slots__ = ("capacity", "order", "size", "trees")
+
+    def __init__(self, capacity: Capacity, order: list[int]) -> None:
+        self.capacity = capacity
+        self.order = order
+        size = 1
+        while size < max(1, len(order)):
+            size *= 2
+        self.size = size
+        self.trees: dict[str, list[Decimal]] = {}
+
+    def tree(self, slot: str) -> list[Decimal]:
+        tree = self.trees.get(slot)
+        if tree is None:
+            size, free = self.size, self.capacity.free
+            tree = [_NO_SLOT] * (2 * size)
+            for position, index in enumerate(self.order):
+                tree[size + position] = free[index].get(slot, _NO_SLOT)
+            for node in range(size - 1, 0, -1):
+                tree[node] = max(tree[2 * node], tree[2 * node + 1])
+            self.trees[slot] = tree
+        return tree
+
+    def update(self, index: int, position: int) -> None:
+        free = self.capacity.free[index]
+        for slot, tree in self.trees.items():
+            node = self.size + position
+            tree[node] = free.get(slot, _NO_SLOT)
+            node //= 2
+            while node:
+                tree[node] = max(tree[2 * node], tree[2 * node + 1])
+                node //= 2
+
+    def first(self, request: Sequence[tuple[str, Decimal]], start: int, stop: int) -> int | None:
+        """The first position in ``[start, stop)`` whose agent's totals cover ``request``."""
+        trees = [(self.tree(slot), amount) for slot, amount in request]
+        size = self.size
+        stack = [(1, 0, size)]
+        while stack:
+            node, low, high = stack.pop()
+            if high <= start or low >= stop:
+                continue
+            if any(tree[node] < amount for tree, amount in trees):
+                continue
+            if node >= size:
+                return low
+            middle = (low + high) // 2
+            stack.append((2 * node + 1, middle, high))
+            stack.append((2 * node, low, middle))
+        return None
+
+    def walk(self, request: Sequence[tuple[str, Decimal]], start: int, stop: int) -> Iterator[int]:
+        position = self.first(request, start, stop)
+        while position is not None:
+            yield self.order[position]
+            position = self.first(request, position + 1, stop)
+
+
 class Capacity:
     """Per-agent remaining totals of one pass (mutable; never escapes the pass).
 
@@ -117,8 +185,8 @@ class Capacity:
         self.selector = selector
         self.resource_priority = tuple(resource_priority)
         self._orders: dict[RankSignature, _Order] = {}
-        self._static: dict[RankSignature, list[int]] = {}
-        self._by_id: list[int] | None = None
+        self._static: dict[RankSignature, tuple[_FirstFit, dict[int, int]]] = {}
+        self._by_id: tuple[_FirstFit, dict[int, int]] | None = None
         self._sorted_ids: list[str] = []
         self._available = [a.available_slots for a in agents]
 
@@ -145,25 +213,32 @@ class Capacity:
                 free[slot] -= amount
         for order in self._orders.values():
             order.move(self, index)
+        for fixed, positions in (*self._static.values(), *((self._by_id,) if self._by_id else ())):
+            fixed.update(index, positions[index])
 
     def walk(
         self,
         signature: RankSignature,
-        first: Decimal | None,
+        request: Sequence[tuple[str, Decimal]],
         last_roundrobin: str | None,
     ) -> Iterator[int]:
-        """Every agent that may fit, in the selector's order (``first``: the amount of the
-        signature's first slot; agents that cannot cover it may be left out)."""
+        """The agents that may hold ``request`` (positive amounts), in the selector's
+        order; agents whose remaining totals surely cannot are left out."""
         selector = self.selector
         if selector is SelectorName.ROUNDROBIN:
-            yield from self._roundrobin(last_roundrobin)
+            yield from self._roundrobin(request, last_roundrobin)
             return
         if selector is SelectorName.LEGACY:
-            order = self._static.get(signature)
-            if order is None:
-                order = self._static[signature] = self._legacy(signature)
-            yield from order
+            fixed = self._static.get(signature)
+            if fixed is None:
+                order = self._legacy(signature)
+                fixed = self._static[signature] = (
+                    _FirstFit(self, order),
+                    {index: position for position, index in enumerate(order)},
+                )
+            yield from fixed[0].walk(request, 0, len(self.ids))
             return
+        first = dict(request)[signature[0][0]] if signature[0] else None
         ranked = self._orders.get(signature)
         if ranked is None:
             descending = selector is not SelectorName.CONCENTRATED
@@ -181,16 +256,23 @@ class Capacity:
 
         return sorted(range(len(self.ids)), key=key)
 
-    def _roundrobin(self, last: str | None) -> Iterator[int]:
+    def _roundrobin(
+        self, request: Sequence[tuple[str, Decimal]], last: str | None
+    ) -> Iterator[int]:
         """By id, starting after the last agent chosen (the first one after the end)."""
         if self._by_id is None:
-            self._by_id = sorted(range(len(self.ids)), key=self.ids.__getitem__)
-            self._sorted_ids = [self.ids[i] for i in self._by_id]
-        by_id = self._by_id
+            order = sorted(range(len(self.ids)), key=self.ids.__getitem__)
+            self._sorted_ids = [self.ids[i] for i in order]
+            self._by_id = (
+                _FirstFit(self, order),
+                {index: position for position, index in enumerate(order)},
+            )
+        fixed = self._by_id[0]
+        count = len(self.ids)
         start = 0
         if last is not None:
             start = bisect.bisect_right(self._sorted_ids, last)
-            if start >= len(by_id):
+            if start >= count:
                 start = 0
-        yield from by_id[start:]
-        yield from by_id[:start]
+        yield from fixed.walk(request, start, count)
+        yield from fixed.walk(request, 0, start)

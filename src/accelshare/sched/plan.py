@@ -320,7 +320,6 @@ class _Shape:
     request: tuple[tuple[str, Decimal], ...]  # positive amounts, in the request's order
     items: tuple[tuple[str, Decimal], ...]  # every amount (what a commit adds)
     signature: RankSignature
-    first: Decimal | None  # the amount of the signature's first slot
     pool: tuple[int, ...] | None  # None: every agent (no designated agent, no image)
     dead: set[int] = field(default_factory=set)
     failed: _Fit | None = None
@@ -605,7 +604,7 @@ class _Pass:
         capacity = self.capacity
         options = self.snapshot.options
         if shape.pool is None:
-            yield from capacity.walk(shape.signature, shape.first, self.last_roundrobin)
+            yield from capacity.walk(shape.signature, shape.request, self.last_roundrobin)
             return
         fitting = [
             self.current(capacity.ids[i])
@@ -629,7 +628,6 @@ class _Pass:
         items = tuple(session.requested_slots.items())
         request = tuple((s, v) for s, v in items if v > 0)
         signature = self.capacity.signature([s for s, _ in request])
-        first = dict(request)[signature[0][0]] if signature[0] else None
         pool: tuple[int, ...] | None = None
         if session.designated_agent is not None:
             pool = (self.capacity.index[session.designated_agent],)
@@ -645,7 +643,7 @@ class _Pass:
                 )
                 is None
             )
-        shape = self._shapes[key] = _Shape(key, request, items, signature, first, pool)
+        shape = self._shapes[key] = _Shape(key, request, items, signature, pool)
         return shape
 
     def refresh(self, fit: _Fit) -> _Fit:
