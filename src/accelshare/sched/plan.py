@@ -491,10 +491,8 @@ class _Pass:
                 continue
             listed = lists.get((shape.key, id(protections)))
             if listed is None:
-                if shape.pool is None or session.image is not None:
-                    shown = first_ids
-                else:
-                    shown = sorted(self.capacity.ids[i] for i in shape.pool)[:MAX_AGENT_REASONS]
+                designated = session.designated_agent
+                shown = first_ids if designated is None else [designated]
                 listed = []
                 for agent_id in shown:
                     alike = twins.get(agent_id)
@@ -628,23 +626,28 @@ class _Pass:
         items = tuple(session.requested_slots.items())
         request = tuple((s, v) for s, v in items if v > 0)
         signature = self.capacity.signature([s for s, _ in request])
-        pool: tuple[int, ...] | None = None
+        pool: tuple[int, ...] | None = None  # every agent
         if session.designated_agent is not None:
             pool = (self.capacity.index[session.designated_agent],)
-        elif session.image is not None:  # only agents that can run the image (sched.images)
+        if session.image is not None:  # only agents that can run the image (sched.images)
+            image = session.image
             pool = tuple(
-                self.capacity.index[a.id]
-                for a in self.states.values()
-                if image_refusal(
-                    session.image,
-                    agent_runtime=a.runtime,
-                    agent_architecture=a.architecture,
-                    agent_images=a.images,
-                )
-                is None
+                i
+                for i in (range(len(self.capacity.ids)) if pool is None else pool)
+                if self.can_run(image, self.capacity.ids[i])
             )
         shape = self._shapes[key] = _Shape(key, request, items, signature, pool)
         return shape
+
+    def can_run(self, image: ImageRequirement, agent_id: str) -> bool:
+        agent = self.states[agent_id]
+        refusal = image_refusal(
+            image,
+            agent_runtime=agent.runtime,
+            agent_architecture=agent.architecture,
+            agent_images=agent.images,
+        )
+        return refusal is None
 
     def refresh(self, fit: _Fit) -> _Fit:
         """``fit`` with ``deferred_by`` as of now: only protected agents can defer a

@@ -16,6 +16,7 @@ from decimal import Decimal
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from accelshare.sched.images import ImageRequirement
 from accelshare.sched.model import AgentState
 from accelshare.sched.pickers import PickerName
 from accelshare.sched.plan import (
@@ -33,6 +34,7 @@ from .builders import T0, cpu_map, gpu_map, mem_map, session, slots
 
 D = Decimal
 GIB = 2**30
+IMAGE = ImageRequirement("img-a")
 
 
 @st.composite
@@ -42,8 +44,14 @@ def agents(draw: st.DrawFn, index: int) -> AgentSnapshot:
     mem = draw(st.sampled_from([4, 8])) * GIB
     mem_used = draw(st.integers(0, 4)) * GIB
     aid = f"a{index:02d}"
+    where = {
+        "architecture": draw(st.sampled_from(["x86_64", "x86_64", "aarch64"])),
+        "images": draw(st.sampled_from([frozenset(), frozenset({"img-a"})])),
+    }
     if draw(st.integers(0, 3)) == 0:  # CPU-only
-        state = AgentState(aid, slots(cpu=cpus, mem=mem), slots(cpu=cpu_used, mem=mem_used))
+        state = AgentState(
+            aid, slots(cpu=cpus, mem=mem), slots(cpu=cpu_used, mem=mem_used), **where
+        )
         return AgentSnapshot(state, (cpu_map(cpus, cpu_used), mem_map(mem, mem_used)))
     gpus = draw(st.lists(st.sampled_from(["0", "0.2", "0.5", "0.7", "1"]), min_size=1, max_size=4))
     strategy = draw(st.sampled_from(["EVENLY", "EVENLY", "FILL"]))
@@ -52,6 +60,7 @@ def agents(draw: st.DrawFn, index: int) -> AgentSnapshot:
         aid,
         slots(cpu=cpus, mem=mem, cuda_shares=len(gpus)),
         slots(cpu=cpu_used, mem=mem_used, cuda_shares=used),
+        **where,
     )
     maps = (gpu_map(*gpus, strategy=strategy), cpu_map(cpus, cpu_used), mem_map(mem, mem_used))
     return AgentSnapshot(state, maps)
@@ -78,6 +87,7 @@ def scenarios(draw: st.DrawFn) -> SchedulingSnapshot:
                 requested_slots=req,
                 allow_fragmentation=draw(st.booleans()),
                 designated_agent=designated,
+                image=draw(st.sampled_from([None, None, None, IMAGE])),
             )
         )
     options = SchedulerOptions(
