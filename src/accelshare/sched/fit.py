@@ -229,7 +229,12 @@ class DeviceLedger:
         default_factory=dict, repr=False
     )
 
-    def __post_init__(self) -> None:
+    def _index(self) -> None:
+        """Which map owns which slot, and the maps' allocation order (worked out on first
+        use: a pass builds a ledger for every agent and uses few of them on a full
+        cluster)."""
+        if self._kinds:
+            return
         for state in self.states:
             for slot in state.slot_names:
                 self._slot_owner.setdefault(slot, state.key)
@@ -241,6 +246,7 @@ class DeviceLedger:
     @property
     def slots(self) -> frozenset[str]:
         """Slots this agent reports per device (the rest is checked by totals only)."""
+        self._index()
         return frozenset(self._slot_owner)
 
     @property
@@ -250,6 +256,7 @@ class DeviceLedger:
         return self._maps
 
     def _device_request(self, requested: Mapping[str, Decimal]) -> dict[str, Decimal]:
+        self._index()
         return {s: v for s, v in requested.items() if v > 0 and s in self._slot_owner}
 
     def place(
@@ -300,6 +307,7 @@ class DeviceLedger:
         whole = (tuple(request), allow_fragmentation)
         if whole in self._refusals:
             return self._refusals[whole]
+        self._index()
         grouped: dict[str, dict[str, Decimal]] = {}
         for slot, amount in request:
             kind = self._kind_of.get(slot)

@@ -836,10 +836,11 @@ def _signature_ids(agents: Sequence[AgentSnapshot]) -> dict[str, int]:
 def plan_pass(snapshot: SchedulingSnapshot) -> SchedulingPlan:
     """Run one pass (see the module docstring) and return the plan; the snapshot is untouched."""
     states = {a.state.id: a.state for a in snapshot.agents}
-    total = _EMPTY
-    for a in snapshot.agents:
-        total = total + a.state.available_slots
     options = snapshot.options
+    total = _EMPTY  # only drf reads it
+    if options.picker is PickerName.DRF:
+        for a in snapshot.agents:
+            total = total + a.state.available_slots
     ctx = _copy_context(snapshot.predicate_context, snapshot.now)
     run = _Pass(
         snapshot=snapshot,
