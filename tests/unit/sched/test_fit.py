@@ -160,3 +160,37 @@ def test_cpu_cores_are_labelled() -> None:
     result = ledger.check({"cpu": D(1)})
     assert isinstance(result, FitFailure)
     assert result.reason == "cpu needs 1, largest placement 0 (cpu0 0, cpu1 0 free)"
+
+
+@pytest.mark.parametrize("allow_fragmentation", [True, False])
+@pytest.mark.parametrize(
+    "request_",
+    [
+        slots(cuda_shares="0.5", cpu=1),
+        slots(cuda_shares="1.5", cpu=1),
+        slots(cuda_shares="0.9", cpu=1),
+        slots(cuda_shares="0.15", cpu=1),
+        slots(cuda_shares="0.4", cpu=5),
+        slots(cpu=2, mem=2**31),
+        slots(cpu=1, mem=2**33),
+        slots(cuda_shares="0.2", cpu=3, mem=2**30),
+    ],
+    ids=repr,
+)
+def test_refusal_reads_like_a_full_dry_run(
+    request_: ResourceSlot, allow_fragmentation: bool
+) -> None:
+    # map by map (cuda, cpu, mem), remembered until the ledger changes: the same verdict
+    # and the same words as allocate_kernel over every map
+    maps = (gpu_map("0.6", "0.2", "0.9"), cpu_map(4, used=1), mem_map(2**32, used=2**31))
+    ledger = DeviceLedger("a", maps)
+    positive = tuple((s, v) for s, v in request_.items() if v > 0)
+    for _ in range(2):  # the second time from the memo
+        checked = ledger.check(request_, allow_fragmentation=allow_fragmentation)
+        expected = checked.reason if isinstance(checked, FitFailure) else None
+        assert ledger.refusal(positive, allow_fragmentation=allow_fragmentation) == expected
+    placed = ledger.place(slots(cpu=1), allow_fragmentation=allow_fragmentation)
+    assert not isinstance(placed, FitFailure)
+    checked = ledger.check(request_, allow_fragmentation=allow_fragmentation)  # after a change
+    expected = checked.reason if isinstance(checked, FitFailure) else None
+    assert ledger.refusal(positive, allow_fragmentation=allow_fragmentation) == expected
