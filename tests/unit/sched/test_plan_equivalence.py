@@ -136,7 +136,7 @@ def assert_same_plan(
             assert mine.msg == theirs.msg, where
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=200, deadline=None)
 @given(scenarios())
 def test_same_plan_as_the_reference(snapshot: SchedulingSnapshot) -> None:
     assert_same_plan(snapshot, plan_pass(snapshot), reference_plan.plan_pass(snapshot))
