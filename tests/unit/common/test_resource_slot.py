@@ -1,4 +1,4 @@
-from decimal import Decimal
+from decimal import Decimal, InvalidOperation
 
 import pytest
 from hypothesis import given
@@ -357,3 +357,32 @@ def test_no_operation_mutates(a: ResourceSlot, b: ResourceSlot) -> None:
     _ = a + b, a - b, -a, a <= b, a < b, a == b, a.eq_contains(b), a.eq_contained(b)
     assert dict(a) == before_a
     assert dict(b) == before_b
+
+
+def test_mapping_protocol_matches_the_underlying_amounts() -> None:
+    slot = ResourceSlot({"cpu": "2", "mem": 1024, "cuda.shares": "0.5"})
+    assert list(slot) == ["cpu", "mem", "cuda.shares"]
+    assert list(slot.keys()) == ["cpu", "mem", "cuda.shares"]
+    assert list(slot.values()) == [Decimal(2), Decimal(1024), Decimal("0.5")]
+    assert dict(slot.items()) == {"cpu": 2, "mem": 1024, "cuda.shares": Decimal("0.5")}
+    assert "mem" in slot
+    assert "rocm.device" not in slot
+    assert 3 not in slot
+    assert slot.get("cpu") == 2
+    assert slot.get("tpu") is None
+    assert slot.get("tpu", 7) == 7
+    # The views are read-only: nothing reached through them can change the slot.
+    with pytest.raises(TypeError):
+        slot.items().mapping["cpu"] = Decimal(9)  # type: ignore[index]
+    assert slot["cpu"] == 2
+
+
+def test_arithmetic_results_are_checked_like_constructed_ones() -> None:
+    total = ResourceSlot({"cpu": "4", "mem": "Infinity"})
+    used = ResourceSlot({"cpu": "1.5", "cuda.shares": "0.2"})
+    assert total - used == ResourceSlot({"cpu": "2.5", "mem": "Infinity", "cuda.shares": "-0.2"})
+    assert (total - used).nonzero() == total - used
+    assert -used == ResourceSlot({"cpu": "-1.5", "cuda.shares": "-0.2"})
+    # Infinity minus Infinity would be NaN: the operation is refused, never stored.
+    with pytest.raises(InvalidOperation):
+        _ = total - ResourceSlot({"mem": "Infinity"})
