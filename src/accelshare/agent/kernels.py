@@ -22,7 +22,7 @@ from decimal import Decimal
 
 from accelshare.common import canonical_decimal
 
-from .wire import KernelReport, KernelStatus
+from .wire import KernelReport, KernelStatus, ServicePortMapping
 
 __all__ = ["FINISHED", "KernelRecord", "KernelRegistry", "allocations_to_wire"]
 
@@ -56,6 +56,7 @@ class KernelRecord:
     finished_at: float | None = None
     pids: tuple[int, ...] = ()
     scratch_removed: bool = False  # destroy cleaned the scratch dir up
+    service_ports: list[ServicePortMapping] = field(default_factory=list)  # app services
 
     @property
     def is_live(self) -> bool:
@@ -77,6 +78,7 @@ class KernelRecord:
             container_id=self.container_id,
             exit_code=self.exit_code,
             reason=self.reason,
+            service_ports=list(self.service_ports),
         )
 
 

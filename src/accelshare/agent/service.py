@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import os
 import time
@@ -65,6 +66,13 @@ from .launch import build_kernel_spec
 from .ledger import AllocLedger, DeviceDetails
 from .manager_link import ManagerLink
 from .metrics import AgentMetrics, StateSample
+from .ports import (
+    SERVICE_PORT_ENV_PREFIX,
+    HostPortPool,
+    PortRangeExhausted,
+    declared_services,
+    mappings_from_json,
+)
 from .recovery import discover_kernels
 from .requests import KernelRequestError, parse_requested_slots
 from .runtime import (
@@ -175,6 +183,7 @@ class AgentService:
         self.bus_link: AgentBusLink | None = None
         self._host_cpus = frozenset(os.sched_getaffinity(0))
         self.registry = KernelRegistry()
+        self.ports = HostPortPool(config.container.port_range)
         self.outbox = EventOutbox()
         self.metrics = AgentMetrics(self._sample)
         self.started_at: float | None = None
@@ -417,6 +426,15 @@ class AgentService:
             record.allocations = ledger.recorded(kernel.kernel_id)
             record.requested_slots = dict(kernel.resources.slots.to_json())
             record.mark_running(cid=kernel.info.cid, pids=kernel.info.pids, at=time.time())
+            clashes = self.ports.reserve(
+                kernel.kernel_id, [m.host_port for m in record.service_ports]
+            )
+            if clashes:
+                log.warning(
+                    "restart recovery: kernel %s: host port(s) %s also held by another kernel",
+                    kernel.kernel_id,
+                    clashes,
+                )
             self.registry.add(record)
             self._watch(kernel.kernel_id)
         for info in report.exited:
@@ -460,6 +478,7 @@ class AgentService:
             owner_access_key=text("owner_access_key"),
             labels={str(k): str(v) for k, v in labels.items()} if isinstance(labels, dict) else {},
             created_at=float(created) if isinstance(created, int | float) else None,
+            service_ports=mappings_from_json(meta.get("service_ports")),
         )
 
     # -- create ---------------------------------------------------------------------------
@@ -519,6 +538,12 @@ class AgentService:
         record.allocations = ledger.recorded(kernel_id)
         log.info("kernel %s: allocated %s", kernel_id, record.report().allocations)
         try:
+            request, published = await self._service_ports(record, request)
+        except PortRangeExhausted as e:
+            async with self._alloc_lock:
+                ledger.release(kernel_id)
+            return self._fail(record, str(e))
+        try:
             spec, _ = build_kernel_spec(
                 request,
                 requested,
@@ -527,12 +552,15 @@ class AgentService:
                 ledger.slot_types,
                 host_cpus=self._host_cpus,
             )
+            if published:
+                spec = dataclasses.replace(spec, published_ports=published)
             info = await self.runtime.create_kernel(spec)
         except Exception as e:  # the runtime's errors, and any bug: never leak the allocation
             if not isinstance(e, KernelRuntimeError | ValueError | OSError):
                 log.exception("kernel %s: unexpected error while starting", kernel_id)
             async with self._alloc_lock:
                 ledger.release(kernel_id)
+                self.ports.release(kernel_id)
             await self._cleanup_failed(kernel_id)
             return self._fail(record, f"{type(e).__name__}: {e}")
         if info.scratch_dir is not None:
@@ -542,6 +570,7 @@ class AgentService:
                 "owner_access_key": request.owner_access_key,
                 "labels": dict(request.labels),
                 "created_at": record.created_at,
+                "service_ports": [m.model_dump(mode="json") for m in record.service_ports],
             }
             with contextlib.suppress(OSError):
                 await asyncio.to_thread(write_kernel_meta, info.scratch_dir, meta)
@@ -551,9 +580,42 @@ class AgentService:
         self._watch(kernel_id)
         return record.report()
 
+    async def _service_ports(
+        self, record: KernelRecord, request: CreateKernelRequest
+    ) -> tuple[CreateKernelRequest, tuple[tuple[int, int], ...]]:
+        """Give each declared app service a host port (``[container] port-range``).
+
+        On the host's network (process runtime, docker ``host``) the kernel listens on the
+        host port itself: its ``BACKENDAI_SERVICE_PORT_<NAME>`` becomes that port.  On a
+        docker bridge network the kernel keeps its declared port and the container
+        publishes it on the host port (the returned pairs).  A container without a
+        network of its own to publish from (``none``, ``container:NAME``) gets none."""
+        services = declared_services(request.environ)
+        if not services:
+            return request, ()
+        network = self.config.container.docker_network
+        on_host = self.runtime.name != "docker" or network == "host"
+        if not on_host and (network == "none" or network.startswith("container:")):
+            return request, ()
+        async with self._alloc_lock:
+            mapped = self.ports.allocate(record.kernel_id, services)
+        record.service_ports = mapped
+        log.info(
+            "kernel %s: app service host ports %s",
+            record.kernel_id,
+            ", ".join(f"{m.name} {m.container_port}->{m.host_port}" for m in mapped),
+        )
+        if not on_host:
+            return request, tuple((m.container_port, m.host_port) for m in mapped)
+        environ = dict(request.environ)
+        for m in mapped:
+            environ[SERVICE_PORT_ENV_PREFIX + m.name.upper()] = str(m.host_port)
+        return request.model_copy(update={"environ": environ}), ()
+
     def _fail(self, record: KernelRecord, reason: str) -> KernelReport:
         log.warning("kernel %s: failed: %s", record.kernel_id, reason)
         record.allocations = {}
+        record.service_ports = []
         self.registry.finish(record.kernel_id, KernelStatus.FAILED, reason=reason, at=time.time())
         self._emit(record, KernelEventType.FAILED)
         return record.report()
@@ -617,6 +679,7 @@ class AgentService:
         )
         async with self._alloc_lock:
             freed = self.ledger.release(kernel_id)
+            self.ports.release(kernel_id)
         log.info(
             "kernel %s: exited (%s, exit code %s)%s",
             kernel_id,

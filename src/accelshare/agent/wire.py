@@ -36,7 +36,7 @@ import math
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 from decimal import Decimal, InvalidOperation
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 from pydantic_core import PydanticCustomError
@@ -62,6 +62,7 @@ __all__ = [
     "MetricValue",
     "NodeStats",
     "PluginMapView",
+    "ServicePortMapping",
     "SlotCapacity",
 ]
 
@@ -249,6 +250,16 @@ class CreateKernelRequest(_Wire):
     labels: dict[str, str] = Field(default_factory=dict)
 
 
+class ServicePortMapping(_Wire):
+    """An app service of a kernel: the port it declared and the host port the agent gave
+    it from ``[container] port-range`` (the app proxy connects to the host port)."""
+
+    name: Annotated[str, Field(max_length=32)]
+    protocol: Literal["http"] = "http"
+    container_port: Annotated[int, Field(ge=1, le=65535)]
+    host_port: Annotated[int, Field(ge=1, le=65535)]
+
+
 class KernelReport(_Wire):
     kernel_id: str
     session_id: str = ""
@@ -258,6 +269,8 @@ class KernelReport(_Wire):
     container_id: str | None = None
     exit_code: Annotated[int, Field(ge=-INT32_MAX - 1, le=INT32_MAX)] | None = None
     reason: str = ""
+    # The kernel's app services and their host ports (empty from older agents).
+    service_ports: list[ServicePortMapping] = Field(default_factory=list)
 
 
 class KernelList(_Wire):

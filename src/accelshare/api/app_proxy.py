@@ -85,7 +85,7 @@ def _service_base(target: ProxyTarget, name: str, ref: str) -> str:
             expected=", ".join(s["name"] for s in target.service_ports) or "(none declared)",
             received=name,
         )
-    return f"http://{_agent_host(target)}:{int(service['port'])}"
+    return f"http://{_agent_host(target)}:{target.host_port(name)}"
 
 
 # -- WebSocket authentication ----------------------------------------------------------------

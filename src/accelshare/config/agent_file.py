@@ -39,6 +39,7 @@ Keys the daemon adds (docs/agent.md has the full table)::
     prespawn-launchers = 2            # kernel launchers started ahead (faster creates)
     docker-url = "unix:///run/docker.sock"
     docker-network = "bridge"         # or "host", "none", "container:NAME", a network name
+    port-range = [30000, 31000]       # host ports for the kernels' app services
     [container.environments.torch]    # more process-runtime "images"
     command-prefix = ["/opt/venvs/torch/bin/python"]
 """
@@ -236,6 +237,9 @@ class ContainerSection(_Section):
     # An image absent from the engine is pulled at most this long (keep it below the
     # manager's agent RPC timeout); 0 = never pull.
     docker_pull_timeout_s: float = Field(20.0, alias="docker-pull-timeout-s", ge=0, le=3600)
+    # Host ports for the kernels' app services (inclusive; Backend.AI's port-range): each
+    # declared service of each kernel gets its own (docs/agent.md).
+    port_range: tuple[int, int] = Field((30000, 31000), alias="port-range")
     # Process-runtime environments ("images") beyond the built-in python and shell:
     # name -> {command-prefix, image-dir, env, idle-command}; checked by the agent.
     environments: dict[str, dict[str, Any]] = Field(default_factory=dict)
@@ -250,6 +254,22 @@ class ContainerSection(_Section):
     def _cgroup_parent(cls, value: str) -> str:
         if not value.strip("/") or ".." in value.split("/"):
             raise ValueError("a cgroup path such as 'accelshare' or '/accelshare'")
+        return value
+
+    @field_validator("port_range", mode="before")
+    @classmethod
+    def _port_range_list(cls, value: Any) -> Any:
+        # TOML has arrays, not tuples (the section is strict).
+        if isinstance(value, list) and len(value) == 2:
+            return tuple(value)
+        return value
+
+    @field_validator("port_range")
+    @classmethod
+    def _port_range(cls, value: tuple[int, int]) -> tuple[int, int]:
+        low, high = value
+        if not 1024 <= low <= high <= 65535:
+            raise ValueError(EXPECTED["container.port-range"])
         return value
 
     @field_validator("docker_network")
@@ -405,6 +425,7 @@ EXPECTED: dict[str, str] = {
     "container.isolate-namespaces": _TRUE_FALSE,
     "container.rlimit-memory": '"data" or "as"',
     "container.prespawn-launchers": "an integer from 0 to 16",
+    "container.port-range": "[low, high] with 1024 <= low <= high <= 65535, such as [30000, 31000]",
     "container.docker-url": 'a Docker engine URL such as "unix:///run/docker.sock"',
     "container.docker-network": (
         '"bridge", "host", "none", "container:NAME" or the name of a Docker network'

@@ -94,13 +94,16 @@ class _Action:
     session_id: uuid.UUID
     kernel_id: uuid.UUID | None = None
     allocations: dict[str, dict[str, str]] | None = None
+    service_ports: list[dict[str, Any]] | None = None
     exit_code: int | None = None
     reason: str = ""
 
     async def apply(self, registry: AgentRegistry, db: AsyncSession, now: datetime) -> bool:
         """Returns True when resources were released."""
         if self.kind == "running":
-            await registry._running(db, self.session_id, self.kernel_id, self.allocations, now)
+            await registry._running(
+                db, self.session_id, self.kernel_id, self.allocations, self.service_ports, now
+            )
             return False
         if self.kind == "ended":
             return await registry._ended(db, self.session_id, self.exit_code, self.reason, now)
@@ -310,6 +313,8 @@ class AgentRegistry:
                         kernel.session_id,
                         kernel_id=kernel.id,
                         allocations=allocations_json(report) if report.allocations else None,
+                        service_ports=[m.model_dump(mode="json") for m in report.service_ports]
+                        or None,
                     )
                 )
             elif report.status is KernelStatus.EXITED:
@@ -343,6 +348,7 @@ class AgentRegistry:
         session_id: uuid.UUID,
         kernel_id: uuid.UUID | None,
         allocations: dict[str, dict[str, str]] | None,
+        service_ports: list[dict[str, Any]] | None,
         now: datetime,
     ) -> None:
         row = await lock_session(db, session_id)
@@ -352,6 +358,8 @@ class AgentRegistry:
         for kernel in kernels:
             if kernel.id == kernel_id and allocations:
                 kernel.device_allocs = allocations
+            if kernel.id == kernel_id and service_ports:
+                kernel.service_ports = service_ports
         await walk_forward(
             db, row, SessionStatus.RUNNING, reason="the kernel is running", now=now, kernels=kernels
         )

@@ -21,7 +21,7 @@ from __future__ import annotations
 import contextlib
 import re
 import uuid
-from collections.abc import Mapping, Set
+from collections.abc import Mapping, Sequence, Set
 from datetime import UTC, datetime
 from decimal import ROUND_CEILING, ROUND_FLOOR, Decimal
 from typing import Any, Literal
@@ -43,6 +43,7 @@ __all__ = [
     "CreateSessionBody",
     "ServicePortBody",
     "SessionConfigBody",
+    "app_services",
     "resolve_resources",
     "service_ports_from_environ",
 ]
@@ -101,6 +102,27 @@ def service_ports_from_environ(environ: Mapping[str, str] | None) -> list[dict[s
             with contextlib.suppress(ValueError):
                 found.append({"name": name, "protocol": "http", "port": int(value)})
     return sorted(found, key=lambda s: str(s["name"]))
+
+
+def app_services(
+    environ: Mapping[str, str] | None, kernel_ports: Sequence[Any] | None
+) -> list[dict[str, Any]]:
+    """The declared services (:func:`service_ports_from_environ`), each with the
+    ``hostPort`` its agent gave it (``[container] port-range``; the kernel's
+    ``service_ports`` as the agent reported them), where known.
+
+    >>> app_services({"BACKENDAI_SERVICE_PORT_WEB": "8080"},
+    ...              [{"name": "web", "container_port": 8080, "host_port": 30001}])
+    [{'name': 'web', 'protocol': 'http', 'port': 8080, 'hostPort': 30001}]
+    """
+    hosts: dict[str, int] = {}
+    for item in kernel_ports or ():
+        if isinstance(item, Mapping) and isinstance(item.get("host_port"), int):
+            hosts[str(item.get("name"))] = int(item["host_port"])
+    return [
+        {**s, "hostPort": hosts[s["name"]]} if s["name"] in hosts else s
+        for s in service_ports_from_environ(environ)
+    ]
 
 
 class SessionConfigBody(BaseModel):

@@ -69,7 +69,12 @@ from .models import (
     UserRole,
 )
 from .scheduler.binding import BINDABLE
-from .session_spec import CreateSessionBody, resolve_resources, service_ports_from_environ
+from .session_spec import (
+    CreateSessionBody,
+    app_services,
+    resolve_resources,
+    service_ports_from_environ,
+)
 from .slots import KnownSlots
 from .transitions import agent_addresses, change_status, lock_session, session_kernels
 
@@ -883,7 +888,7 @@ class SessionService:
             session_id=row.id,
             kernel_id=str(target.id),
             agent_url=addresses[target.agent_id],
-            service_ports=tuple(service_ports_from_environ(row.environ)),
+            service_ports=tuple(app_services(row.environ, target.service_ports)),
         )
 
     # -- logs, why, events ------------------------------------------------------------------
@@ -987,6 +992,11 @@ class ProxyTarget:
 
     def service(self, name: str) -> dict[str, Any] | None:
         return next((s for s in self.service_ports if s.get("name") == name), None)
+
+    def host_port(self, name: str) -> int | None:
+        """The port on the agent's host that serves ``name`` (None: no such service)."""
+        service = self.service(name)
+        return None if service is None else int(service.get("hostPort") or service["port"])
 
 
 @dataclass(frozen=True, slots=True)

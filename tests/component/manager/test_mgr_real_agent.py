@@ -41,10 +41,16 @@ QUERY = "query ($agent_id: String!) { agent(agent_id: $agent_id) { gpu_alloc_map
 
 @contextlib.asynccontextmanager
 async def real_cluster(
-    db_url: str, tmp_path: Path, *, keep_scratch: bool = False, extra_toml: str = ""
+    db_url: str,
+    tmp_path: Path,
+    *,
+    keep_scratch: bool = False,
+    extra_toml: str = "",
+    agent_container_toml: str = "",
 ) -> AsyncIterator[httpx.AsyncClient]:
     """A manager process and one agent process; ``extra_toml`` is appended to both
-    files (e.g. a ``[redis]`` table)."""
+    files (e.g. a ``[redis]`` table), ``agent_container_toml`` to the agent's
+    ``[container]`` table."""
     port, rpc_port = free_port(), free_port()
     store_path = tmp_path / "config-store.db"
     async with ConfigStore(EmbeddedBackend(store_path)) as store:
@@ -59,7 +65,7 @@ async def real_cluster(
         'allowed-compute-plugins = ["mock"]\n'
         f'mock-accelerator-config = "{REPO / "configs/accelerator/two-fgpu.toml"}"\n'
         f'[container]\nruntime = "process"\nscratch-root = "{tmp_path / "scratch"}"\n'
-        f"keep-scratch = {str(keep_scratch).lower()}\n"
+        f"keep-scratch = {str(keep_scratch).lower()}\n{agent_container_toml}\n"
         '[resource]\nreserved-cpu = 0\ncpu-count = 8\nmemory-size = "16g"\nreserved-mem = 0\n'
         f'[manager]\nendpoint = "http://127.0.0.1:{port}"\n'
         f'[config-store]\npath = "{store_path}"\n' + extra_toml

@@ -152,3 +152,29 @@ def test_repo_tags_are_the_images_a_kernel_can_name() -> None:
     ]
     assert repo_tags(listed) == ["busybox:1", "lablup/python:3.11", "python:latest"]
     assert repo_tags([]) == []
+
+
+def test_app_service_ports_are_published_on_their_host_ports(tmp_path: Path) -> None:
+    config = DockerRuntimeConfig(scratch_root=tmp_path, network_mode="bridge")
+    spec = KernelSpec(
+        kernel_id="k1",
+        image="python:3.11",
+        resource_txt="",
+        env={"BACKENDAI_SERVICE_PORT_JUPYTER": "8888"},
+        published_ports=((8888, 30001), (8080, 30002)),
+    )
+    body = container_config(spec, ScratchDir(tmp_path, "k1"), config)
+    assert body["ExposedPorts"] == {"8888/tcp": {}, "8080/tcp": {}}
+    assert body["HostConfig"]["PortBindings"] == {
+        "8888/tcp": [{"HostPort": "30001"}],
+        "8080/tcp": [{"HostPort": "30002"}],
+    }
+    # The kernel keeps listening on its declared port inside the container.
+    assert "BACKENDAI_SERVICE_PORT_JUPYTER=8888" in body["Env"]
+    plain = container_config(
+        KernelSpec(kernel_id="k2", image="python:3.11", resource_txt=""),
+        ScratchDir(tmp_path, "k2"),
+        config,
+    )
+    assert "ExposedPorts" not in plain
+    assert "PortBindings" not in plain["HostConfig"]

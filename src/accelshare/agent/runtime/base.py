@@ -149,6 +149,7 @@ class KernelSpec:
     device_requests: tuple[Mapping[str, Any], ...] = ()
     labels: Mapping[str, str] = field(default_factory=dict)
     startup_command: str | None = None
+    published_ports: tuple[tuple[int, int], ...] = ()
 
     def __post_init__(self) -> None:
         if self.command is not None and self.startup_command is not None:

@@ -187,13 +187,22 @@ def container_config(
         host_config["DeviceRequests"] = [_device_request(r) for r in spec.device_requests]
     if config.network_mode is not None:
         host_config["NetworkMode"] = config.network_mode
+    exposed: dict[str, dict[str, Any]] = {}
+    if spec.published_ports:
+        # App services: container port -> the host port the agent gave it.
+        bindings: dict[str, list[dict[str, str]]] = {}
+        for container_port, host_port in spec.published_ports:
+            key = f"{container_port}/tcp"
+            exposed[key] = {}
+            bindings.setdefault(key, []).append({"HostPort": str(host_port)})
+        host_config["PortBindings"] = bindings
     if config.use_init:
         host_config["Init"] = True
     host_config.update(config.host_config)
     command = spec.command if spec.command is not None else config.idle_command
     if spec.startup_command is not None:
         command = ("/bin/sh", "-c", spec.startup_command)
-    return {
+    body: dict[str, Any] = {
         "Image": spec.image,
         "Cmd": list(command),
         "Env": [f"{key}={value}" for key, value in env.items()],
@@ -204,6 +213,9 @@ def container_config(
         "AttachStdin": False,
         "HostConfig": host_config,
     }
+    if exposed:
+        body["ExposedPorts"] = exposed
+    return body
 
 
 def repo_tags(images: Sequence[Mapping[str, Any]]) -> list[str]:

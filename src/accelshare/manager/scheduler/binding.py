@@ -306,6 +306,8 @@ class Binder:
                 if report.allocations:
                     kernel.device_allocs = allocations_json(report)
                 kernel.container_id = report.container_id or kernel.container_id
+                if report.service_ports:
+                    kernel.service_ports = [m.model_dump(mode="json") for m in report.service_ports]
         reason = f"kernel accepted by agent {job.agent_id}"
         await walk_forward(db, row, SessionStatus.CREATING, reason=reason, now=now, kernels=kernels)
         if report.status in (KernelStatus.RUNNING, KernelStatus.EXITED):

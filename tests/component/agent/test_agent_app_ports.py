@@ -1,0 +1,78 @@
+"""Host ports for the kernels' app services (``[container] port-range``), in the agent."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from accelshare.agent.ports import port_is_free
+
+Factory = Callable[..., Any]
+
+
+def _low() -> int:
+    """The first of three free ports in a row."""
+    for low in range(41000, 60000, 7):
+        if all(port_is_free(p) for p in range(low, low + 3)):
+            return low
+    raise AssertionError("no three free ports in a row")
+
+
+async def _create(agent: Any, kernel_id: str, environ: dict[str, str]) -> dict[str, Any]:
+    body = {
+        "kernel_id": kernel_id,
+        "session_id": f"s-{kernel_id}",
+        "image": "shell",
+        "requested_slots": {"cpu": "1", "mem": "1g"},
+        "environ": environ,
+    }
+    response = await agent.client.post("/v1/kernels", json=body)
+    assert response.status_code == 200, response.text
+    return dict(response.json())
+
+
+def _kernel_environ(pid: int) -> dict[str, str]:
+    raw = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    return dict(item.decode().split("=", 1) for item in raw if b"=" in item)
+
+
+async def test_ports_from_the_range_kept_over_a_restart_freed_on_destroy(
+    agent_toml: Factory, start_agent: Factory
+) -> None:
+    low = _low()
+    path = agent_toml(container={"port-range": [low, low + 2]})
+    first = await start_agent(path)
+    k1, k2, k3, k4 = (f"p-{uuid.uuid4().hex[:8]}" for _ in range(4))
+    declared = {"BACKENDAI_SERVICE_PORT_WEB": "8888", "BACKENDAI_SERVICE_PORT_LAB": "8889"}
+    report = await _create(first, k1, declared)
+    assert report["status"] == "RUNNING", report
+    assert report["service_ports"] == [
+        {"name": "lab", "protocol": "http", "container_port": 8889, "host_port": low},
+        {"name": "web", "protocol": "http", "container_port": 8888, "host_port": low + 1},
+    ]
+    # The process runtime's kernel listens on the host port: its variables say so.
+    env = _kernel_environ(int(report["container_id"]))
+    assert env["BACKENDAI_SERVICE_PORT_LAB"] == str(low)
+    assert env["BACKENDAI_SERVICE_PORT_WEB"] == str(low + 1)
+    await first.service.stop()
+
+    second = await start_agent(path)
+    listed = {k["kernel_id"]: k for k in (await second.client.get("/v1/kernels")).json()["kernels"]}
+    assert listed[k1]["service_ports"] == report["service_ports"]
+    assert second.service.ports.ports_of(k1) == [low, low + 1]
+    # One port left in the range: a kernel with two services cannot have them.
+    failed = await _create(second, k2, declared)
+    assert failed["status"] == "FAILED"
+    assert f"port range [{low}, {low + 2}]" in failed["reason"]
+    assert second.service.ports.ports_of(k2) == []
+    assert failed["allocations"] == {}
+    one = await _create(second, k3, {"BACKENDAI_SERVICE_PORT_WEB": "8888"})
+    assert [m["host_port"] for m in one["service_ports"]] == [low + 2]
+    # No services declared: no ports taken.
+    assert (await _create(second, k4, {}))["service_ports"] == []
+
+    await second.client.delete(f"/v1/kernels/{k1}")
+    assert second.service.ports.ports_of(k1) == []
+    assert set(second.service.ports.held) == {low + 2}

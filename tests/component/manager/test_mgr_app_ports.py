@@ -1,0 +1,128 @@
+"""App services on the agent's host ports (``[container] port-range``), through the proxy.
+
+Two sessions on one agent declare the same port (as two Jupyter sessions would, 8888):
+each gets its own host port from the range and the proxy reaches each one's own app; a
+session beyond the range's size fails with a reason naming the range; a destroyed
+session's port goes back to the range.
+"""
+
+from __future__ import annotations
+
+import shlex
+import socket
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from accelshare.testing.waiting import until
+
+from .test_mgr_real_agent import real_cluster
+from .test_mgr_terminal import make_user
+
+# Serves its work dir on $BACKENDAI_SERVICE_PORT_WEB, with who.txt naming its session.
+WHO_APP = """
+import http.server, os
+with open("who.txt", "w") as f:
+    f.write(os.environ["ACCELSHARE_SESSION_ID"] + " " + os.environ["BACKENDAI_SERVICE_PORT_WEB"])
+port = int(os.environ["BACKENDAI_SERVICE_PORT_WEB"])
+http.server.ThreadingHTTPServer(("127.0.0.1", port), http.server.SimpleHTTPRequestHandler
+    ).serve_forever()
+"""
+
+
+def _free(port: int) -> bool:
+    with socket.socket() as sock:
+        try:
+            sock.bind(("", port))
+        except OSError:
+            return False
+    return True
+
+
+def _two_free_ports() -> int:
+    """``p`` where ``p`` and ``p + 1`` are both free (a port range of two)."""
+    for _ in range(100):
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = int(sock.getsockname()[1])
+        if port < 65535 and _free(port) and _free(port + 1):
+            return port
+    raise AssertionError("no two adjacent free ports")
+
+
+LOW = _two_free_ports()
+
+
+@pytest.fixture
+async def admin(tmp_path: Path) -> AsyncIterator[httpx.AsyncClient]:
+    db_url = f"sqlite+aiosqlite:///{tmp_path / 'manager.db'}"
+    async with real_cluster(
+        db_url, tmp_path, agent_container_toml=f"port-range = [{LOW}, {LOW + 1}]"
+    ) as client:
+        yield client
+
+
+def _body(name: str) -> dict[str, object]:
+    return {
+        "image": "python",
+        "name": name,
+        "type": "batch",
+        "startupCommand": f"-c {shlex.quote(WHO_APP)}",
+        "maxWaitSeconds": 30,
+        "config": {
+            "resources": {"cpu": 1, "mem": "256m"},
+            "service_ports": [{"name": "web", "protocol": "http", "port": 8888}],
+        },
+    }
+
+
+async def test_two_sessions_same_declared_port_each_served(admin: httpx.AsyncClient) -> None:
+    owner = await make_user(admin, "owner@example.com")
+    sids: list[str] = []
+    for name in ("nb1", "nb2"):
+        created = await owner.post("/session", json=_body(name))
+        assert created.status_code == 201, created.text
+        assert created.json()["status"] == "RUNNING", created.text
+        sids.append(created.json()["sessionId"])
+
+    host_ports = []
+    for sid in sids:
+        apps = (await owner.get(f"/session/{sid}/apps")).json()["apps"]
+        assert [(a["name"], a["port"]) for a in apps] == [("web", 8888)]
+        host_ports.append(apps[0]["hostPort"])
+    assert sorted(host_ports) == [LOW, LOW + 1]
+
+    for sid, host_port in zip(sids, host_ports, strict=True):
+
+        async def who(sid: str = sid) -> httpx.Response | None:
+            response = await owner.get(f"/session/{sid}/apps/web/who.txt")
+            return response if response.status_code == 200 else None
+
+        response = await until(who, f"the app of session {sid}", timeout_s=20)
+        # Its own app, which was told to listen on its host port.
+        assert response.text == f"{sid} {host_port}"
+
+    # The range holds two: a third session cannot start, and says why.
+    third = await owner.post("/session", json=_body("nb3"))
+    assert third.status_code == 201, third.text
+    info = (await owner.get(f"/session/{third.json()['sessionId']}")).json()
+    assert info["status"] == "CANCELLED", info
+    assert f"port range [{LOW}, {LOW + 1}]" in info["statusInfo"], info
+
+    # A destroyed session's port goes back: a new session gets it.
+    assert (await owner.delete(f"/session/{sids[0]}")).json()["status"] == "TERMINATED"
+
+    async def fourth_running() -> httpx.Response | None:
+        created = await owner.post("/session", json=_body("nb4"))
+        if created.json().get("status") == "RUNNING":
+            return created
+        await owner.delete(f"/session/{created.json()['sessionId']}")
+        return None
+
+    created = await until(fourth_running, "a session on the freed port", timeout_s=20)
+    sid4 = created.json()["sessionId"]
+    apps = (await owner.get(f"/session/{sid4}/apps")).json()["apps"]
+    assert apps[0]["hostPort"] == host_ports[0]
+    await owner.aclose()

@@ -1,0 +1,85 @@
+"""The agent's host-port pool for app services (``[container] port-range``)."""
+
+from __future__ import annotations
+
+import socket
+
+import pytest
+
+from accelshare.agent.ports import (
+    HostPortPool,
+    PortRangeExhausted,
+    declared_services,
+    mappings_from_json,
+    port_is_free,
+)
+
+
+def always_free(port: int) -> bool:
+    return True
+
+
+def test_declared_services_by_name_bad_ones_skipped() -> None:
+    environ = {
+        "BACKENDAI_SERVICE_PORT_WEB": "8080",
+        "BACKENDAI_SERVICE_PORT_JUPYTER": "8888",
+        "BACKENDAI_SERVICE_PORT_BAD!": "1",
+        "BACKENDAI_SERVICE_PORT_NAN": "x",
+        "BACKENDAI_SERVICE_PORT_BIG": "70000",
+        "PATH": "/bin",
+    }
+    assert declared_services(environ) == [("jupyter", 8888), ("web", 8080)]
+
+
+def test_same_declared_port_gets_distinct_host_ports_round_robin() -> None:
+    pool = HostPortPool((30000, 30002), is_free=always_free)
+    a = pool.allocate("k1", [("jupyter", 8888)])
+    b = pool.allocate("k2", [("jupyter", 8888)])
+    assert [m.host_port for m in a + b] == [30000, 30001]
+    assert all(m.container_port == 8888 for m in a + b)
+    assert pool.release("k1") == [30000]
+    # The port just freed is the last one reused.
+    assert [m.host_port for m in pool.allocate("k3", [("web", 80)])] == [30002]
+    assert [m.host_port for m in pool.allocate("k4", [("web", 80)])] == [30000]
+
+
+def test_exhausted_names_the_range_and_takes_nothing() -> None:
+    pool = HostPortPool((30000, 30001), is_free=always_free)
+    pool.allocate("k1", [("web", 80)])
+    with pytest.raises(PortRangeExhausted, match=r"port range \[30000, 30001\]"):
+        pool.allocate("k2", [("web", 80), ("lab", 81)])
+    assert pool.ports_of("k2") == []
+    assert pool.held == {30000: "k1"}
+
+
+def test_ports_in_use_on_the_host_are_skipped() -> None:
+    with socket.socket() as sock:
+        sock.bind(("", 0))
+        sock.listen()
+        busy = int(sock.getsockname()[1])
+        assert not port_is_free(busy)
+        pool = HostPortPool((busy, min(busy + 50, 65535)))
+        (mapping,) = pool.allocate("k1", [("web", 80)])
+        assert mapping.host_port != busy
+
+
+def test_reserve_after_restart_and_clashes() -> None:
+    pool = HostPortPool((30000, 30009), is_free=always_free)
+    assert pool.reserve("k1", [30003, 30004]) == []
+    assert pool.reserve("k2", [30004]) == [30004]
+    assert pool.ports_of("k1") == [30003, 30004]
+    got = pool.allocate("k3", [(f"s{i}", 80) for i in range(8)])
+    assert 30003 not in {m.host_port for m in got}
+    assert 30004 not in {m.host_port for m in got}
+
+
+def test_mappings_from_meta_skip_bad_entries() -> None:
+    good = {"name": "web", "protocol": "http", "container_port": 8888, "host_port": 30001}
+    found = mappings_from_json([good, {"name": "x"}, "junk", {**good, "host_port": 0}])
+    assert [m.model_dump() for m in found] == [good]
+    assert mappings_from_json(None) == []
+
+
+def test_bad_range() -> None:
+    with pytest.raises(ValueError, match="bad port range"):
+        HostPortPool((31000, 30000))
