@@ -45,7 +45,7 @@ from accelshare.config import (
 from accelshare.config.settings import DEFAULT_EMBEDDED_PATH
 from accelshare.manager.bootstrap import bootstrap, load_or_create_secret
 from accelshare.manager.clock import Clock, utcnow
-from accelshare.manager.config import ENV_CLUSTER_SECRET, ManagerConfig
+from accelshare.manager.config import ENV_CLUSTER_SECRET, ManagerConfig, parse_host_port
 from accelshare.manager.credentials import CredentialStore, DBCredentialStore
 from accelshare.manager.db import Database
 from accelshare.manager.models import UserRole
@@ -64,12 +64,14 @@ from . import (
     metrics_route,
     sessions,
 )
+from .app_origin import AppOrigin, AppsOriginMiddleware
 from .auth import Authenticator, AuthSettings, CurrentIdentity
 from .limits import install_body_limit
 from .problems import ServiceUnavailable, install_problem_handlers
 from .signing import API_VERSION
 
 __all__ = [
+    "apps_origin_from_config",
     "auth_settings_from_config",
     "cluster_secret_from_config",
     "config_store_settings",
@@ -88,13 +90,18 @@ def create_app(
     db: Database | None = None,
     title: str = "accelshare manager",
     manager: Manager | None = None,
+    apps: AppOrigin | None = None,
 ) -> FastAPI:
     """The application with authentication, problem+json errors and the base routes
-    (plus the control plane's routes when a ``manager`` is given)."""
+    (plus the control plane's routes when a ``manager`` is given).  ``apps``: app pages
+    on an origin of their own (``[apps]``; :mod:`.app_origin`)."""
     app = FastAPI(title=title, version=__version__)
     app.state.authenticator = Authenticator(store, settings)
     app.state.db = db
     app.state.manager = manager
+    app.state.apps = apps
+    if apps is not None:
+        app.add_middleware(AppsOriginMiddleware, apps=apps)
     install_problem_handlers(app)
     install_body_limit(app)  # 413 over 1 MiB (docs/reliability.md)
 
@@ -167,6 +174,23 @@ def auth_settings_from_config(
         cookie_max_age=timedelta(seconds=config.api.session_cookie_max_age),
         cookie_secure=config.api.session_cookie_secure,
         clock=clock,
+    )
+
+
+def apps_origin_from_config(config: ManagerConfig, *, cookie_secret: bytes) -> AppOrigin | None:
+    """``[apps]``: None when app pages stay on the console's origin."""
+    section = config.apps
+    if not section.isolated:
+        return None
+    port = parse_host_port(section.listen_addr)[1] if section.listen_addr else None
+    return AppOrigin.from_secret(
+        cookie_secret,
+        origin=section.origin,
+        listen_port=port,
+        token_ttl_s=section.token_ttl,
+        cookie_max_age_s=section.cookie_max_age,
+        secure_cookie=config.api.session_cookie_secure
+        or (section.origin or "").startswith("https:"),
     )
 
 
@@ -254,6 +278,7 @@ async def create_manager_app(
         settings=auth_settings_from_config(config, cookie_secret=secret, clock=clock),
         db=db,
         manager=manager,
+        apps=apps_origin_from_config(config, cookie_secret=secret),
     )
 
     @asynccontextmanager

@@ -33,7 +33,7 @@ from urllib.parse import urlsplit
 import httpx
 import websockets
 from fastapi import APIRouter, Request
-from fastapi.responses import RedirectResponse, StreamingResponse
+from fastapi.responses import RedirectResponse, Response, StreamingResponse
 from starlette.background import BackgroundTask
 from starlette.websockets import WebSocket, WebSocketDisconnect
 from websockets.exceptions import ConnectionClosed, InvalidHandshake
@@ -42,9 +42,10 @@ from accelshare.agent.wire import CLUSTER_SECRET_HEADER
 from accelshare.manager.errors import ManagerError
 from accelshare.manager.sessions import ProxyTarget
 
-from .auth import AuthMethod, CurrentIdentity, Identity
+from .app_origin import APP_COOKIE, AUTH_PATH, AppOrigin, AppTokenError, HandOff, is_apps_request
+from .auth import Authenticator, AuthMethod, CurrentIdentity, Identity, current_identity
 from .deps import ManagerDep, get_manager
-from .problems import NotFound, Problem, ServiceUnavailable
+from .problems import Forbidden, NotFound, Problem, ServiceUnavailable, Unauthorized
 
 __all__ = ["router"]
 
@@ -89,15 +90,23 @@ def _service_base(target: ProxyTarget, name: str, ref: str) -> str:
 
 
 # -- WebSocket authentication ----------------------------------------------------------------
-async def _ws_identity(websocket: WebSocket) -> Identity:
-    """The API's authentication for a WebSocket handshake (a GET request)."""
+async def _ws_identity(websocket: WebSocket, ref: str, *, app: bool) -> Identity:
+    """The API's authentication for a WebSocket handshake (a GET request); ``app``: to an
+    app service (else the terminal)."""
     scope = dict(websocket.scope, type="http", method="GET")
     request = Request(scope)
+    origin = websocket.headers.get("origin")
+    cross_origin = origin is not None and urlsplit(origin).netloc != websocket.headers.get("host")
+    if is_apps_request(websocket.scope):
+        if cross_origin:  # a page of another site with the browser's app cookie
+            raise _WsRefusal(4403, f"cross-origin WebSocket from {origin} refused")
+        return await _app_cookie_identity(request, ref)
     identity: Identity = await websocket.app.state.authenticator.authenticate(request)
     if identity.method is AuthMethod.COOKIE:
-        origin = websocket.headers.get("origin")
-        if origin is not None and urlsplit(origin).netloc != websocket.headers.get("host"):
+        if cross_origin:
             raise _WsRefusal(4403, f"cross-origin WebSocket from {origin} refused")
+        if app and _apps(websocket) is not None:
+            raise _WsRefusal(4403, "app services are served on the apps origin, not here")
     return identity
 
 
@@ -108,9 +117,9 @@ class _WsRefusal(Exception):
         self.reason = reason
 
 
-async def _ws_target(websocket: WebSocket, ref: str) -> ProxyTarget:
+async def _ws_target(websocket: WebSocket, ref: str, *, app: bool = False) -> ProxyTarget:
     try:
-        identity = await _ws_identity(websocket)
+        identity = await _ws_identity(websocket, ref, app=app)
         manager = get_manager(websocket)  # type: ignore[arg-type]
         return await manager.sessions.proxy_target(identity, ref)
     except (Problem, ManagerError) as e:
@@ -184,6 +193,90 @@ async def session_terminal(websocket: WebSocket, ref: str) -> None:
     await _relay(websocket, url, {CLUSTER_SECRET_HEADER: manager.sessions.client.cluster_secret})
 
 
+# -- the apps origin (api/app_origin.py) --------------------------------------------------------
+def _apps(connection: Request | WebSocket) -> AppOrigin | None:
+    apps: AppOrigin | None = connection.app.state.apps
+    return apps
+
+
+async def _app_cookie_identity(request: Request, ref: str) -> Identity:
+    """On the apps origin: the caller named by the app cookie for session ``ref``."""
+    apps = _apps(request)
+    value = request.cookies.get(APP_COOKIE)
+    if apps is None or not value:
+        raise Unauthorized(
+            "Open this app from the console (its link hands this origin a token), or "
+            "call the app route on the API origin with a signed request",
+            reason="missing-credentials",
+        )
+    try:
+        access_key, user_id = apps.read_cookie(value, ref)
+    except AppTokenError as e:
+        raise Unauthorized(
+            f"The app access cookie is not valid here ({e}); open the app from the console again",
+            reason="invalid-app-cookie",
+        ) from None
+    authenticator: Authenticator = request.app.state.authenticator
+    return await authenticator.identity_of(access_key, user_id, AuthMethod.APP_COOKIE)
+
+
+async def _app_identity(request: Request, ref: str) -> Identity:
+    if is_apps_request(request.scope):
+        return await _app_cookie_identity(request, ref)
+    return await current_identity(request)
+
+
+@router.get(AUTH_PATH, include_in_schema=False)
+async def apps_auth(request: Request, token: str = "") -> Response:
+    """The apps origin's side of the hand-off: the token for its cookie, then the app."""
+    apps = _apps(request)
+    if apps is None or not is_apps_request(request.scope):
+        raise NotFound("Not found: the apps origin's hand-off is served there only")
+    try:
+        handoff = apps.redeem(token)
+    except AppTokenError as e:
+        raise Unauthorized(
+            f"The app token is not valid ({e}); open the app from the console again",
+            reason="invalid-app-token",
+        ) from None
+    response = RedirectResponse(handoff.path, status_code=303)
+    response.set_cookie(
+        APP_COOKIE,
+        apps.cookie_value(handoff),
+        max_age=apps.cookie_max_age_s,
+        path=f"/session/{handoff.session_id}/",
+        httponly=True,
+        secure=apps.secure_cookie,
+        samesite="lax",
+    )
+    response.headers["cache-control"] = "no-store"
+    return response
+
+
+def _hand_off(
+    request: Request, apps: AppOrigin, identity: Identity, target: ProxyTarget, rest: str
+) -> RedirectResponse:
+    """Send a browser (login cookie, console's origin) to the app on the apps origin."""
+    fetch_mode = request.headers.get("sec-fetch-mode")
+    if request.method not in ("GET", "HEAD") or fetch_mode not in (None, "navigate"):
+        raise Forbidden(
+            "App services are served on the apps origin: open the app's link (a "
+            "navigation), not a script request, with the login cookie",
+            reason="apps-origin",
+        )
+    path = f"/session/{target.session_id}/apps/{rest}"
+    if request.url.query:
+        path += f"?{request.url.query}"
+    handoff = HandOff(str(target.session_id), identity.access_key, str(identity.user_id), path)
+    origin = apps.origin_for(request.url.scheme, request.url.hostname or "127.0.0.1")
+    response = RedirectResponse(
+        f"{origin}{AUTH_PATH}?token={apps.hand_off(handoff)}", status_code=303
+    )
+    response.headers["cache-control"] = "no-store"
+    response.headers["referrer-policy"] = "no-referrer"
+    return response
+
+
 # -- app services ------------------------------------------------------------------------------
 @router.get("/session/{ref}/apps")
 async def session_apps(
@@ -209,10 +302,14 @@ async def session_app_root(ref: str, name: str) -> RedirectResponse:
 
 
 async def session_app(
-    ref: str, name: str, path: str, identity: CurrentIdentity, manager: ManagerDep, request: Request
-) -> StreamingResponse:
+    ref: str, name: str, path: str, manager: ManagerDep, request: Request
+) -> Response:
+    identity = await _app_identity(request, ref)
     target = await manager.sessions.proxy_target(identity, ref)
     base = _service_base(target, name, ref)
+    apps = _apps(request)
+    if apps is not None and identity.method is AuthMethod.COOKIE:
+        return _hand_off(request, apps, identity, target, f"{name}/{path}")
     # Content-Length goes on (httpx then streams the body without chunking it).
     headers = {
         k: v
@@ -278,7 +375,7 @@ for _method in ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"):
 @router.websocket("/session/{ref}/apps/{name}/{path:path}")
 async def session_app_ws(websocket: WebSocket, ref: str, name: str, path: str) -> None:
     try:
-        target = await _ws_target(websocket, ref)
+        target = await _ws_target(websocket, ref, app=True)
         base = _service_base(target, name, ref).replace("http://", "ws://", 1)
     except _WsRefusal as e:
         await _refuse(websocket, e.code, e.reason)

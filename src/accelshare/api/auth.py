@@ -90,6 +90,7 @@ class AuthFailure(enum.StrEnum):
 class AuthMethod(enum.StrEnum):
     KEYPAIR = "keypair"
     COOKIE = "cookie"
+    APP_COOKIE = "app-cookie"  # the apps origin's per-session cookie (api/app_origin.py)
 
 
 @dataclass(frozen=True, slots=True)
@@ -294,6 +295,15 @@ class Authenticator:
                 reason="csrf-token-mismatch",
             )
         return _identity(cred, AuthMethod.COOKIE)
+
+    async def identity_of(self, access_key: str, user_id: str, method: AuthMethod) -> Identity:
+        """The identity of a keypair named by a token this manager signed (the apps
+        origin's cookie): refused when the key or user is gone or inactive."""
+        cred = await self.store.get_credential(access_key)
+        if cred is None or str(cred.user_id) != user_id:
+            raise _fail(AuthFailure.INVALID_SESSION_COOKIE, "The app access is no longer valid")
+        _check_active(cred)
+        return _identity(cred, method)
 
 
 async def current_identity(request: Request) -> Identity:

@@ -20,6 +20,10 @@ file (or none) gives an embedded SQLite manager under ``./.accelshare``::
     [api]
     max-clock-skew = 900                   # seconds a signed request's Date may be off
 
+    [apps]                                 # app pages on an origin of their own (docs/manager.md)
+    listen-addr = "0.0.0.0:8091"           # a second listener for them, and/or
+    origin = "https://apps.example.com"    # the origin browsers use (a host name routed here)
+
     [bootstrap]
     admin-email = "admin@accelshare.local"
 
@@ -34,6 +38,7 @@ from __future__ import annotations
 import tomllib
 from pathlib import Path
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
 from sqlalchemy.engine import URL, make_url
@@ -43,6 +48,7 @@ from accelshare.common import CommonValueError
 __all__ = [
     "ENV_CLUSTER_SECRET",
     "ApiConfig",
+    "AppsConfig",
     "BootstrapConfig",
     "DBConfig",
     "ManagerConfig",
@@ -169,6 +175,55 @@ class ApiConfig(_Section):
     session_cookie_secret_file: Path | None = None  # default <data-dir>/cookie-secret
 
 
+class AppsConfig(_Section):
+    """``[apps]``: where the app proxy serves app pages to browsers.
+
+    Unset (both keys absent): on the console's origin (app pages can then use the
+    user's login cookie: for trusted apps and development only).  ``listen-addr``: a
+    second listener of the manager serves them (a different port is a different
+    origin); ``origin``: their public origin (a host name of their own routed to either
+    listener, e.g. through a reverse proxy; default with ``listen-addr``: the console's
+    host name with that port).  Browsers reach an app there with a short-lived token
+    (``token-ttl`` seconds, single use) exchanged for a cookie of that origin bound to
+    one session (``cookie-max-age`` seconds); the login cookie is not accepted there."""
+
+    origin: str | None = None
+    listen_addr: str | None = None
+    token_ttl: float = Field(default=30.0, gt=0, le=600)
+    cookie_max_age: int = Field(default=8 * 3600, gt=0)
+
+    @field_validator("listen_addr")
+    @classmethod
+    def _check_listen(cls, value: str | None) -> str | None:
+        if value is not None:
+            parse_host_port(value)
+        return value
+
+    @field_validator("origin")
+    @classmethod
+    def _check_origin(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        parts = urlsplit(value)
+        if (
+            parts.scheme not in ("http", "https")
+            or not parts.hostname
+            or parts.path not in ("", "/")
+            or parts.query
+            or parts.fragment
+            or parts.username
+        ):
+            raise ValueError(
+                f"expected an origin such as 'https://apps.example.com' (scheme, host and "
+                f"optional port, no path), got {value!r}"
+            )
+        return f"{parts.scheme}://{parts.netloc}".lower()
+
+    @property
+    def isolated(self) -> bool:
+        return self.origin is not None or self.listen_addr is not None
+
+
 class BootstrapConfig(_Section):
     domain: str = "default"
     group: str = "default"
@@ -194,6 +249,7 @@ class ManagerConfig(BaseModel):
     manager: ManagerSection = ManagerSection()
     db: DBConfig = DBConfig()
     api: ApiConfig = ApiConfig()
+    apps: AppsConfig = AppsConfig()
     bootstrap: BootstrapConfig = BootstrapConfig()
     source: Path | None = Field(default=None, exclude=True)
 

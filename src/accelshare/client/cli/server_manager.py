@@ -19,11 +19,13 @@ few seconds, and the database engine is closed.  A configuration error is printe
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import signal
+from collections.abc import Iterator
 from pathlib import Path
 from types import FrameType
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import typer
 
@@ -53,31 +55,65 @@ def _server_class() -> type[Any]:
     return Server
 
 
+def _listener_class() -> type[Any]:
+    import uvicorn
+
+    class Listener(uvicorn.Server):
+        """A second listener of the same application: the main server owns the signals
+        (and stops this one when it stops)."""
+
+        @contextlib.contextmanager
+        def capture_signals(self) -> Iterator[None]:
+            yield
+
+    return Listener
+
+
 async def _serve(config_path: Path | None, log_level: str, *, json_logs: bool = False) -> None:
     import uvicorn
     from uvicorn.config import LOGGING_CONFIG
 
     from accelshare.api.app import create_manager_app
-    from accelshare.manager.config import load_manager_config
+    from accelshare.manager.config import load_manager_config, parse_host_port
 
     config = load_manager_config(config_path)
     app = await create_manager_app(config)
     host, port = config.manager.service_host_port
-    server = _server_class()(
-        uvicorn.Config(
+
+    def server_config(host: str, port: int, *, lifespan: Literal["on", "off"]) -> uvicorn.Config:
+        return uvicorn.Config(
             app,
             host=host,
             port=port,
-            lifespan="on",
+            lifespan=lifespan,
             log_level=log_level.lower(),
             # --json: no config of uvicorn's own, its records reach the root's JSON handler
             log_config=None if json_logs else LOGGING_CONFIG,
             access_log=False,
             timeout_graceful_shutdown=10,
         )
-    )
+
+    server = _server_class()(server_config(host, port, lifespan="on"))
     log.info("accelshare manager listening on http://%s:%d", host, port)
-    await server.serve()
+    if config.apps.listen_addr is None:
+        if config.apps.origin is None:
+            log.warning(
+                "app pages are served on the console's origin ([apps] is not set): an app's "
+                "page can use the user's login; see docs/manager.md, 'App pages'"
+            )
+        await server.serve()
+        return
+    # [apps] listen-addr: the same application on a second listener, the apps origin
+    # (the middleware tells the two apart by the listener's port).
+    apps_host, apps_port = parse_host_port(config.apps.listen_addr)
+    apps_server = _listener_class()(server_config(apps_host, apps_port, lifespan="off"))
+    log.info("app pages (the apps origin) on http://%s:%d", apps_host, apps_port)
+    apps_task = asyncio.create_task(apps_server.serve(), name="apps-listener")
+    try:
+        await server.serve()
+    finally:
+        apps_server.should_exit = True
+        await apps_task
 
 
 def manager_command(

@@ -1,0 +1,105 @@
+"""The apps origin's tokens and how it recognises its requests (api/app_origin.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+from accelshare.api.app_origin import AppOrigin, AppTokenError, HandOff
+from accelshare.manager.config import AppsConfig
+
+SID = "4f0c2d4e-1111-4222-8333-944455556666"
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1_000_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def origin(clock: Clock, **kwargs: object) -> AppOrigin:
+    return AppOrigin.from_secret(b"s" * 32, clock=clock, token_ttl_s=30, **kwargs)  # type: ignore[arg-type]
+
+
+def handoff(path: str = f"/session/{SID}/apps/web/") -> HandOff:
+    return HandOff(SID, "AKIAOWNER", "user-1", path)
+
+
+def test_hand_off_once_within_its_ttl() -> None:
+    clock = Clock()
+    apps = origin(clock)
+    token = apps.hand_off(handoff())
+    assert apps.redeem(token) == handoff()
+    with pytest.raises(AppTokenError, match="already used"):
+        apps.redeem(token)
+    late = apps.hand_off(handoff())
+    clock.now += 31
+    with pytest.raises(AppTokenError, match="expired"):
+        apps.redeem(late)
+
+
+def test_forged_or_foreign_tokens_are_refused() -> None:
+    clock = Clock()
+    apps = origin(clock)
+    token = apps.hand_off(handoff())
+    body, _, mac = token.partition(".")
+    with pytest.raises(AppTokenError, match="bad signature"):
+        apps.redeem(f"{body}.{mac[:-2]}AA")
+    other_key = AppOrigin.from_secret(b"t" * 32, clock=clock)
+    with pytest.raises(AppTokenError, match="bad signature"):
+        other_key.redeem(token)
+    with pytest.raises(AppTokenError, match="malformed"):
+        apps.redeem("nonsense")
+    # A cookie is not a hand-off token, nor the other way round.
+    cookie = apps.cookie_value(handoff())
+    with pytest.raises(AppTokenError, match="kind"):
+        apps.redeem(cookie)
+    with pytest.raises(AppTokenError, match="kind"):
+        apps.read_cookie(token, SID)
+    # A hand-off cannot send the browser outside its session's apps.
+    outside = apps.hand_off(handoff("/sessions"))
+    with pytest.raises(AppTokenError, match="malformed"):
+        apps.redeem(outside)
+
+
+def test_cookie_for_one_session_until_it_expires() -> None:
+    clock = Clock()
+    apps = origin(clock, cookie_max_age_s=60)
+    cookie = apps.cookie_value(handoff())
+    assert apps.read_cookie(cookie, SID.upper()) == ("AKIAOWNER", "user-1")
+    with pytest.raises(AppTokenError, match="another session"):
+        apps.read_cookie(cookie, "00000000-0000-0000-0000-000000000000")
+    clock.now += 61
+    with pytest.raises(AppTokenError, match="expired"):
+        apps.read_cookie(cookie, SID)
+
+
+def _scope(host: str, server_port: int = 8081) -> dict[str, object]:
+    return {"type": "http", "headers": [(b"host", host.encode())], "server": ("x", server_port)}
+
+
+def test_requests_of_the_apps_origin_by_listener_or_host_name() -> None:
+    clock = Clock()
+    by_port = origin(clock, listen_port=8091)
+    assert by_port.matches(_scope("127.0.0.1:8091", 8091))
+    assert not by_port.matches(_scope("127.0.0.1:8081", 8081))
+    assert by_port.origin_for("http", "console.example") == "http://console.example:8091"
+    assert by_port.origin_for("http", "::1") == "http://[::1]:8091"
+    by_name = origin(clock, origin="https://apps.example.com")
+    assert by_name.matches(_scope("apps.example.com"))
+    assert by_name.matches(_scope("APPS.example.com:443"))
+    assert not by_name.matches(_scope("console.example.com"))
+    assert by_name.origin_for("https", "console.example.com") == "https://apps.example.com"
+
+
+def test_config_section() -> None:
+    assert not AppsConfig().isolated
+    assert AppsConfig.model_validate({"listen-addr": "0.0.0.0:8091"}).isolated
+    section = AppsConfig.model_validate({"origin": "HTTPS://Apps.Example.com/"})
+    assert section.origin == "https://apps.example.com"
+    for bad in ("apps.example.com", "https://apps.example.com/x", "ftp://a", "https://u@a"):
+        with pytest.raises(ValueError, match="expected an origin"):
+            AppsConfig.model_validate({"origin": bad})
+    with pytest.raises(ValueError, match="host:port"):
+        AppsConfig.model_validate({"listen-addr": "8091"})
