@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import shlex
 import signal
 import subprocess
 import sys
@@ -89,6 +90,7 @@ def logged_in_client(base: str, email: str, password: str) -> Iterator[httpx.Cli
 @dataclass
 class Console:
     base: str
+    apps: str  # the apps origin (dev up --apps-port): app pages are served there only
     admin: AdminCredentials
     api: httpx.Client  # logged in as the superadmin (cookie + CSRF header)
     data_dir: Path
@@ -140,8 +142,8 @@ def _start_dev_up(
 
 
 def _running_console(data_dir: Path, *extra: str) -> Iterator[Console]:
-    port = free_port()
-    proc, _lines = _start_dev_up(data_dir, port, *extra)
+    port, apps_port = free_port(), free_port()
+    proc, _lines = _start_dev_up(data_dir, port, "--apps-port", str(apps_port), *extra)
     base = f"http://127.0.0.1:{port}"
     try:
         admin = AdminCredentials.from_env_file(data_dir / "admin-credentials.env")
@@ -151,7 +153,7 @@ def _running_console(data_dir: Path, *extra: str) -> Iterator[Console]:
                 json={"email": USER_EMAIL, "password": USER_PASSWORD, "role": "user"},
             )
             assert created.status_code == 201, created.text
-            yield Console(base, admin, api, data_dir)
+            yield Console(base, f"http://127.0.0.1:{apps_port}", admin, api, data_dir)
     finally:
         proc.send_signal(signal.SIGINT)
         try:
@@ -832,8 +834,47 @@ def test_terminal_runs_nvidia_smi_in_a_half_gpu_session(page: Any, console: Cons
     term.close()
 
 
+# The kernel's app: http.server on its port ($BACKENDAI_SERVICE_PORT_WEB, the agent's host
+# port for it), and probe.html, whose script tries to read the console's API with the
+# user's login, from the app's origin and from the console's.
+APP_WITH_PROBE = """
+import http.server, os, sys
+with open("probe.html", "w") as f:
+    f.write(sys.argv[1])
+port = int(os.environ["BACKENDAI_SERVICE_PORT_WEB"])
+http.server.ThreadingHTTPServer(("127.0.0.1", port), http.server.SimpleHTTPRequestHandler
+    ).serve_forever()
+"""
+PROBE_PAGE = """<!doctype html><title>probe</title><pre id="out">running</pre><script>
+async function attempt(url) {
+  try {
+    const r = await fetch(url, { credentials: "include" });
+    return r.status + ":" + (await r.text()).slice(0, 40).replace(/\\s+/g, " ");
+  } catch (e) { return "blocked"; }
+}
+(async () => {
+  const here = await attempt("/sessions");
+  const console_ = await attempt("CONSOLE/sessions");
+  const cookie = document.cookie.includes("accelshare") ? "visible" : "hidden";
+  document.getElementById("out").textContent = [here, console_, cookie].join("|");
+})();
+</script>"""
+
+
+def _app_answers(base: str, path: str, email: str, password: str) -> bool:
+    """The browser's way in httpx: the console's link, the hand-off, the app."""
+    with logged_in_client(base, email, password) as user:
+        moved = user.get(path, headers={"Sec-Fetch-Mode": "navigate"})
+        if moved.status_code != 303:
+            return False
+    with httpx.Client(timeout=30) as browser:
+        return bool(
+            browser.get(moved.headers["location"], follow_redirects=True).status_code == 200
+        )
+
+
 def test_app_service_page_through_the_proxy(page: Any, console: Console) -> None:
-    port = free_port()
+    probe = PROBE_PAGE.replace("CONSOLE", console.base)
     with logged_in_client(console.base, USER_EMAIL, USER_PASSWORD) as alice:
         created = alice.post(
             "/session",
@@ -841,26 +882,38 @@ def test_app_service_page_through_the_proxy(page: Any, console: Console) -> None
                 "image": "python",
                 "type": "batch",
                 "name": "web-app",
-                "startupCommand": f"-m http.server {port} --bind 127.0.0.1",
+                "startupCommand": f"-c {shlex.quote(APP_WITH_PROBE)} {shlex.quote(probe)}",
                 "config": {
                     "resources": {"cpu": "1"},
-                    "service_ports": [{"name": "web", "protocol": "http", "port": port}],
+                    "service_ports": [{"name": "web", "protocol": "http", "port": 8888}],
                 },
             },
         )
         assert created.status_code == 201, created.text
         session_id = created.json()["sessionId"]
-        console.until(
-            lambda: alice.get(f"/session/{session_id}/apps/web/").status_code == 200,
-            "the app service to answer through the proxy",
-        )
+    app_path = f"/session/{session_id}/apps/web/"
+    console.until(
+        lambda: _app_answers(console.base, app_path, USER_EMAIL, USER_PASSWORD),
+        "the app service to answer through the proxy",
+    )
     log_in(page, console, USER_EMAIL, USER_PASSWORD)
     expect(status_of(page, "web-app")).to_have_text("RUNNING")
     with page.expect_popup() as popup_info:
         page.get_by_role("link", name="App web of web-app").click()
     app_page = popup_info.value
     expect(app_page.get_by_role("heading", name="Directory listing for /")).to_be_visible()
-    assert app_page.url == f"{console.base}/session/{session_id}/apps/web/"
+    # Handed off to the apps origin, an origin of its own.
+    assert app_page.url == f"{console.apps}{app_path}"
+    # An app page's script cannot read the console's API with the user's login: the
+    # apps origin serves no API (404), the console's origin answers it no CORS, and no
+    # cookie is readable by script.
+    app_page.goto(f"{console.apps}{app_path}probe.html")
+    expect(app_page.locator("#out")).not_to_have_text("running")
+    here, from_console, cookie = app_page.locator("#out").inner_text().split("|")
+    assert here.startswith("404:"), here
+    assert from_console == "blocked", from_console
+    assert cookie == "hidden"
     app_page.close()
-    # Another browser without the login cookie is refused.
-    assert httpx.get(f"{console.base}/session/{session_id}/apps/web/").status_code == 401
+    # Another browser without the login cookie is refused, on either origin.
+    assert httpx.get(f"{console.base}{app_path}").status_code == 401
+    assert httpx.get(f"{console.apps}{app_path}").status_code == 401

@@ -64,6 +64,9 @@ class DevClusterOptions:
     unit_proc: int | None = None  # None: the plugin's default (8)
     quantum: str | None = None  # None: the plugin's default (0.1 for the mock)
     heartbeat_interval_s: float = 1.0
+    # App pages on their own origin: the manager's second listener ([apps] listen-addr);
+    # None: on the console's origin.
+    apps_port: int | None = None
 
     @property
     def endpoint(self) -> str:
@@ -138,7 +141,12 @@ def render_manager_toml(layout: ClusterLayout, options: DevClusterOptions) -> st
         f"data-dir = {_toml_str(layout.root)}\n"
         f'service-addr = "{HOST}:{options.port}"\n'
         "\n"
-        "[config-store]\n"
+        + (
+            f'[apps]\nlisten-addr = "{HOST}:{options.apps_port}"\n\n'
+            if options.apps_port is not None
+            else ""
+        )
+        + "[config-store]\n"
         'backend = "embedded"\n'
         f"path = {_toml_str(layout.config_store)}\n"
     )

@@ -31,6 +31,17 @@ def up_command(
     port: Annotated[
         int, typer.Option("--port", "-p", min=1, max=65535, help="The manager's port.")
     ] = 8081,
+    apps_port: Annotated[
+        int | None,
+        typer.Option(
+            "--apps-port",
+            min=1,
+            max=65535,
+            help="Serve app pages on this port, an origin of their own ([apps] listen-addr)"
+            " [default: on the console's origin].",
+            show_default=False,
+        ),
+    ] = None,
     agents: Annotated[
         int, typer.Option("--agents", "-n", min=1, max=64, help="How many agents.")
     ] = 1,
@@ -95,6 +106,7 @@ def up_command(
     options = DevClusterOptions(
         data_dir=data_dir,
         port=port,
+        apps_port=apps_port,
         agents=agents,
         cpus=cpus,
         mem_bytes=mem_bytes,
