@@ -48,6 +48,7 @@ BUSYBOX_APPLETS = (
     "false",
     "mkdir",
     "id",
+    "httpd",  # app services (test_docker_sessions.py)
 )
 START_TIMEOUT_S = 30.0
 

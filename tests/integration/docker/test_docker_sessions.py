@@ -78,7 +78,9 @@ def _stop(process: subprocess.Popen[bytes]) -> None:
 
 
 @contextlib.asynccontextmanager
-async def docker_cluster(tmp_path: Path, engine_url: str) -> AsyncIterator[httpx.AsyncClient]:
+async def docker_cluster(
+    tmp_path: Path, engine_url: str, *, network: str = "none"
+) -> AsyncIterator[httpx.AsyncClient]:
     port, rpc_port = free_port(), free_port()
     store = f'[config-store]\npath = "{tmp_path / "config-store.db"}"\n'
     (tmp_path / "manager.toml").write_text(
@@ -90,7 +92,7 @@ async def docker_cluster(tmp_path: Path, engine_url: str) -> AsyncIterator[httpx
         f'mock-accelerator-config = "{REPO / "configs/accelerator/two-fgpu.toml"}"\n'
         "heartbeat-interval-s = 0.3\n"
         f'[container]\nruntime = "docker"\ndocker-url = "{engine_url}"\n'
-        f'docker-network = "none"\nscratch-root = "{tmp_path / "scratch"}"\nstop-grace-s = 1.0\n'
+        f'docker-network = "{network}"\nscratch-root = "{tmp_path / "scratch"}"\nstop-grace-s = 1.0\n'
         '[resource]\nreserved-cpu = 0\nreserved-mem = 0\ncpu-count = 4\nmemory-size = "8g"\n'
         f'[manager]\nendpoint = "http://127.0.0.1:{port}"\n' + store
     )
@@ -208,5 +210,78 @@ async def test_sessions_run_as_containers(
 
             await until(removed, "the container to be removed")
             assert (await client.get("/session/stays")).json()["status"] == "TERMINATED"
+    finally:
+        await docker.close()
+
+
+# Serves who.txt (its session id and the port it listens on) with busybox httpd on its
+# declared port, inside the container.
+WHO_HTTPD = (
+    "mkdir -p /home/work/www && "
+    'echo "$ACCELSHARE_SESSION_ID $BACKENDAI_SERVICE_PORT_WEB" > /home/work/www/who.txt && '
+    'exec httpd -f -p "$BACKENDAI_SERVICE_PORT_WEB" -h /home/work/www'
+)
+
+
+async def test_app_services_of_bridge_containers_through_the_proxy(
+    tmp_path: Path, docker_engine: DockerEngine, busybox_image: str
+) -> None:
+    """Two containers on a bridge network both serve their app on the declared port 8080:
+    each is published on its own host port from [container] port-range, and the manager's
+    proxy reaches each one's own app."""
+    docker = aiodocker.Docker(url=docker_engine.url)
+    network_name = f"astest-{os.getpid()}"
+    try:
+        try:
+            network = await docker.networks.create({"Name": network_name, "Driver": "bridge"})
+        except DockerError as e:
+            pytest.skip(f"no bridge network on this engine: {e}")
+        try:
+            async with docker_cluster(tmp_path, docker_engine.url, network=network_name) as client:
+                sids = []
+                for name in ("app1", "app2"):
+                    created = await client.post(
+                        "/session",
+                        json={
+                            "image": busybox_image,
+                            "name": name,
+                            "type": "batch",
+                            "startupCommand": WHO_HTTPD,
+                            "maxWaitSeconds": 30,
+                            "config": {
+                                "resources": {"cpu": "1", "mem": "64m"},
+                                "service_ports": [{"name": "web", "port": 8080}],
+                            },
+                        },
+                    )
+                    assert created.status_code == 201, created.text
+                    assert created.json()["status"] == "RUNNING", created.text
+                    sids.append(created.json()["sessionId"])
+                host_ports = []
+                for sid in sids:
+                    (app,) = (await client.get(f"/session/{sid}/apps")).json()["apps"]
+                    assert app["port"] == 8080
+                    host_ports.append(app["hostPort"])
+                    filters = json.dumps({"label": [f"ai.accelshare.session-id={sid}"]})
+                    (container,) = await docker.containers.list(filters=filters)
+                    shown = await container.show()
+                    assert shown["HostConfig"]["NetworkMode"] == network_name
+                    assert shown["HostConfig"]["PortBindings"] == {
+                        "8080/tcp": [{"HostIp": "", "HostPort": str(app["hostPort"])}]
+                    }
+
+                    async def who(sid: str = sid) -> httpx.Response | None:
+                        response = await client.get(f"/session/{sid}/apps/web/who.txt")
+                        return response if response.status_code == 200 else None
+
+                    response = await until(who, f"the app of {sid}", timeout_s=30)
+                    # Its own app, listening on the declared port inside its container.
+                    assert response.text.strip() == f"{sid} 8080"
+                assert len(set(host_ports)) == 2
+                assert all(30000 <= p <= 31000 for p in host_ports)
+                for sid in sids:
+                    await client.delete(f"/session/{sid}")
+        finally:
+            await network.delete()
     finally:
         await docker.close()
