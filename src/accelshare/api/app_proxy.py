@@ -256,13 +256,28 @@ async def apps_auth(request: Request, token: str = "") -> Response:
 def _hand_off(
     request: Request, apps: AppOrigin, identity: Identity, target: ProxyTarget, rest: str
 ) -> RedirectResponse:
-    """Send a browser (login cookie, console's origin) to the app on the apps origin."""
-    fetch_mode = request.headers.get("sec-fetch-mode")
-    if request.method not in ("GET", "HEAD") or fetch_mode not in (None, "navigate"):
+    """Send a browser (login cookie, console's origin) to the app on the apps origin.
+
+    Only a top-level navigation started on the console's origin, or by the user (a typed
+    or bookmarked address: ``Sec-Fetch-Site: none``), is handed off: a page of another
+    origin (an app page on the apps origin included) cannot have the browser fetch,
+    frame or open a token for one of the user's sessions."""
+    headers = request.headers
+    if (
+        request.method not in ("GET", "HEAD")
+        or headers.get("sec-fetch-mode", "navigate") != "navigate"
+        or headers.get("sec-fetch-dest", "document") != "document"
+    ):
         raise Forbidden(
             "App services are served on the apps origin: open the app's link (a "
-            "navigation), not a script request, with the login cookie",
+            "navigation), not a script request or a frame, with the login cookie",
             reason="apps-origin",
+        )
+    if headers.get("sec-fetch-site", "same-origin") not in ("same-origin", "none"):
+        raise Forbidden(
+            "Open the app from the console (or type its address): a link from another "
+            "site or from an app page does not hand the app's access out",
+            reason="apps-origin-foreign-navigation",
         )
     path = f"/session/{target.session_id}/apps/{rest}"
     if request.url.query:

@@ -96,6 +96,21 @@ async def test_app_pages_only_on_the_apps_origin_with_its_own_cookie(
         assert refused.json()["reason"] == "apps-origin"
     posted = await console.post(app_path, headers={"Cookie": cookie, "X-CSRF-Token": csrf})
     assert posted.status_code == 403, posted.text
+    framed = {"Sec-Fetch-Mode": "navigate", "Sec-Fetch-Dest": "iframe"}
+    refused = await console.get(app_path, headers={"Cookie": cookie, **framed})
+    assert refused.status_code == 403, refused.text
+    # A navigation another origin started (a link on another site, or an app page
+    # opening one of the user's other apps) is not handed a token.
+    for site in ("same-site", "cross-site"):
+        foreign = {**NAVIGATE, "Sec-Fetch-Site": site}
+        refused = await console.get(app_path, headers={"Cookie": cookie, **foreign})
+        assert refused.status_code == 403, refused.text
+        assert refused.json()["reason"] == "apps-origin-foreign-navigation"
+    for site in ("same-origin", "none"):  # the console's link; a typed address
+        handed = await console.get(
+            app_path, headers={"Cookie": cookie, **NAVIGATE, "Sec-Fetch-Site": site}
+        )
+        assert handed.status_code == 303, handed.text
     # Another user's login gets no token for this session.
     other_cookie, _ = await login_cookie(admin, "other@example.com")
     stranger = await console.get(app_path, headers={"Cookie": other_cookie, **NAVIGATE})
