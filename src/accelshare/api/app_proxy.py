@@ -3,7 +3,8 @@
 | route | what |
 |---|---|
 | ``WS /session/{ref}/terminal?cols=&rows=`` | a shell in the session's kernel, relayed to the agent's ``/v1/kernels/{id}/terminal`` (protocol: ``accelshare.agent.terminal_ws``) |
-| ``GET /session/{ref}/apps`` | ``{"sessionId", "terminal": "ws://...", "apps": [{name, protocol, port, url}]}`` |
+| ``GET /session/{ref}/apps`` | ``{"sessionId", "terminal": "ws://...", "apps": [{name, protocol, port, hostPort, url}]}`` |
+| ``GET /_apps/auth?token=`` | the apps origin only: a hand-off token for its cookie, then ``303`` to the app |
 | ``* /session/{ref}/apps/{name}/{path}`` | HTTP to the service's port on the agent host (streamed both ways) |
 | ``WS /session/{ref}/apps/{name}/{path}`` | WebSocket to the same |
 
@@ -17,8 +18,11 @@ WebSockets are refused after the handshake with a close code: 4401 not authentic
 4502 the agent cannot be reached; the reason says which.
 
 The app's requests never carry the caller's ``Authorization`` or login cookie on to the
-service.  App pages are served from the manager's origin: in production put the console
-and the apps on separate host names (see docs/manager.md).
+service.  The proxy connects to the agent host's port of the service (``hostPort``, from
+the agent's ``[container] port-range``).  With ``[apps]`` in manager.toml, browsers get
+app pages only on an origin of their own, through a token hand-off
+(:mod:`.app_origin`); without it they are served on the console's origin (development
+and trusted apps only; docs/manager.md).
 """
 
 from __future__ import annotations

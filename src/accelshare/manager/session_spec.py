@@ -65,9 +65,13 @@ class ServicePortBody(BaseModel):
     Until images declare their services (the image catalogue), the session's creator
     declares them.  They are kept in the session's environment, as
     ``BACKENDAI_SERVICE_PORT_<NAME>=<port>`` (the name upper-cased; this is also how a
-    kernel learns its ports): the kernel must listen on that port on the agent's address,
-    and the manager proxies ``/session/{id}/apps/{name}/...`` to it (HTTP and WebSocket).
-    :func:`service_ports_from_environ` reads them back."""
+    kernel learns its ports).  The agent gives each one a host port of its own from
+    ``[container] port-range`` (:mod:`accelshare.agent.ports`: the process runtime's
+    kernel listens on it, its variable rewritten; a docker bridge container keeps the
+    declared port, published on it), and the manager proxies
+    ``/session/{id}/apps/{name}/...`` there (HTTP and WebSocket).
+    :func:`service_ports_from_environ` reads them back, :func:`app_services` adds the
+    host ports."""
 
     model_config = ConfigDict(extra="forbid")
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 import socket
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from accelshare.agent.ports import (
     HostPortPool,
@@ -83,3 +85,34 @@ def test_mappings_from_meta_skip_bad_entries() -> None:
 def test_bad_range() -> None:
     with pytest.raises(ValueError, match="bad port range"):
         HostPortPool((31000, 30000))
+
+
+@given(
+    st.lists(
+        st.tuples(st.sampled_from(["allocate", "release"]), st.integers(0, 5), st.integers(0, 4)),
+        max_size=40,
+    ),
+    st.integers(1, 8),
+)
+def test_pool_invariants(steps: list[tuple[str, int, int]], size: int) -> None:
+    """Whatever kernels come and go: every held port lies in the range and has one
+    kernel, a kernel gets all its services or none, and the pool refuses only when full."""
+    pool = HostPortPool((40000, 40000 + size - 1), is_free=always_free)
+    held: dict[str, list[int]] = {}
+    for action, kernel, services in steps:
+        kernel_id = f"k{kernel}"
+        if action == "release":
+            assert sorted(pool.release(kernel_id)) == sorted(held.pop(kernel_id, []))
+            continue
+        free = size - sum(len(p) for p in held.values())
+        try:
+            got = pool.allocate(kernel_id, [(f"s{i}", 8000 + i) for i in range(services)])
+        except PortRangeExhausted:
+            assert services > free
+            continue
+        assert services <= free
+        assert len({m.host_port for m in got}) == services
+        held.setdefault(kernel_id, []).extend(m.host_port for m in got)
+        owners = pool.held
+        assert all(40000 <= p < 40000 + size for p in owners)
+        assert {p: k for k, ports in held.items() for p in ports} == dict(owners)

@@ -177,8 +177,9 @@ def create_command(
         list[str] | None,
         typer.Option(
             "--service",
-            help="NAME=PORT of an HTTP app the session serves (it gets"
-            " BACKENDAI_SERVICE_PORT_<NAME>); see `accelshare session apps`.",
+            help="NAME=PORT of an HTTP app the session serves: it listens on"
+            " $BACKENDAI_SERVICE_PORT_<NAME> (the agent's host port for it, or PORT in a"
+            " docker bridge container); see `accelshare session apps`.",
         ),
     ] = None,
     as_json: JsonOption = False,
