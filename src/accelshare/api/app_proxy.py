@@ -18,7 +18,8 @@ WebSockets are refused after the handshake with a close code: 4401 not authentic
 4502 the agent cannot be reached; the reason says which.
 
 The app's requests never carry the caller's ``Authorization`` or login cookie on to the
-service.  The proxy connects to the agent host's port of the service (``hostPort``, from
+service.  On the apps origin an app's own cookies go both ways (its ``Set-Cookie`` kept
+under its session's path); on the API origin no cookie does.  The proxy connects to the agent host's port of the service (``hostPort``, from
 the agent's ``[container] port-range``).  With ``[apps]`` in manager.toml, browsers get
 app pages only on an origin of their own, through a token hand-off
 (:mod:`.app_origin`); without it they are served on the console's origin (development
@@ -257,6 +258,49 @@ async def apps_auth(request: Request, token: str = "") -> Response:
     return response
 
 
+def _reserved_cookie(request: Request, name: str) -> bool:
+    """The manager's own cookies: never shown to an app, never set by one."""
+    authenticator: Authenticator = request.app.state.authenticator
+    return name in (APP_COOKIE, authenticator.settings.cookie_name)
+
+
+def _app_own_cookies(request: Request) -> str:
+    """On the apps origin, the app's own cookies go on (Jupyter's ``_xsrf``...), the
+    manager's (the apps cookie, a login cookie the browser sends to this host) do not."""
+    return "; ".join(
+        f"{name}={value}"
+        for name, value in request.cookies.items()
+        if not _reserved_cookie(request, name)
+    )
+
+
+def _scoped_set_cookie(request: Request, header: str, session_root: str, prefix: str) -> str | None:
+    """An app's ``Set-Cookie`` on the apps origin, kept under its session's path (an app
+    may not set a cookie for the other sessions' apps of this origin, nor for another
+    host, nor one of the manager's); None: dropped.
+
+    ``"sid=1; Path=/; Domain=x"`` for the app ``/session/S/apps/web`` ->
+    ``"sid=1; Path=/session/S/apps/web/"``."""
+    pair, *attributes = (part.strip() for part in header.split(";"))
+    name = pair.partition("=")[0].strip()
+    if not name or _reserved_cookie(request, name):
+        return None
+    kept = [pair]
+    path = None
+    for attribute in attributes:
+        key, _, value = attribute.partition("=")
+        if key.strip().lower() == "domain":
+            continue
+        if key.strip().lower() == "path":
+            path = value.strip()
+            continue
+        kept.append(attribute)
+    if path is None or not path.startswith(session_root):
+        path = prefix + "/" + (path or "/").lstrip("/")
+    kept.insert(1, f"Path={path}")
+    return "; ".join(kept)
+
+
 def _hand_off(
     request: Request, apps: AppOrigin, identity: Identity, target: ProxyTarget, rest: str
 ) -> RedirectResponse:
@@ -337,6 +381,11 @@ async def session_app(
     }
     prefix = f"/session/{ref}/apps/{name}"
     headers["x-forwarded-prefix"] = prefix
+    on_apps_origin = is_apps_request(request.scope)
+    if on_apps_origin:
+        app_cookies = _app_own_cookies(request)
+        if app_cookies:
+            headers["cookie"] = app_cookies
     has_body = "content-length" in request.headers or "transfer-encoding" in request.headers
     client = httpx.AsyncClient(timeout=httpx.Timeout(60.0, connect=5.0))
     upstream_request = client.build_request(
@@ -372,12 +421,18 @@ async def session_app(
     if location and location.startswith("/") and not location.startswith("//"):
         # The app redirects within itself: keep the browser under the proxy's prefix.
         response_headers["location"] = prefix + location
-    return StreamingResponse(
+    response = StreamingResponse(
         body(),
         status_code=upstream.status_code,
         headers=response_headers,
         background=BackgroundTask(close),
     )
+    if on_apps_origin:
+        for set_cookie in upstream.headers.get_list("set-cookie"):
+            kept = _scoped_set_cookie(request, set_cookie, f"/session/{target.session_id}/", prefix)
+            if kept is not None:
+                response.raw_headers.append((b"set-cookie", kept.encode("latin-1")))
+    return response
 
 
 # One route per method: one route with several methods gives duplicate OpenAPI operation ids.

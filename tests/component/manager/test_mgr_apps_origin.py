@@ -24,6 +24,24 @@ from .test_mgr_real_agent import real_cluster
 from .test_mgr_terminal import APP_SCRIPT, close_code, make_user, signed_headers, ws_url
 
 PASSWORD = "long enough password"
+# A third app, "jar": answers the Cookie header it got, and sets cookies (one for the
+# whole host, one named like the manager's apps cookie).
+JAR_APP = """
+import http.server, os, threading
+class Jar(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        body = (self.headers.get("Cookie") or "").encode()
+        self.send_response(200)
+        self.send_header("Set-Cookie", "jar=1; Path=/; Domain=127.0.0.1; HttpOnly")
+        self.send_header("Set-Cookie", "deep=2; Path=/x")
+        self.send_header("Set-Cookie", "accelshare_app=forged; Path=/")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+jar = http.server.ThreadingHTTPServer(
+    ("127.0.0.1", int(os.environ["BACKENDAI_SERVICE_PORT_JAR"])), Jar)
+threading.Thread(target=jar.serve_forever, daemon=True).start()
+"""
 APPS_PORT = free_port()
 APPS = f"http://127.0.0.1:{APPS_PORT}"
 
@@ -57,13 +75,14 @@ async def test_app_pages_only_on_the_apps_origin_with_its_own_cookie(
         "image": "python",
         "name": "web",
         "type": "batch",
-        "startupCommand": f"-c {shlex.quote(APP_SCRIPT)}",
+        "startupCommand": f"-c {shlex.quote(JAR_APP + APP_SCRIPT)}",
         "maxWaitSeconds": 30,
         "config": {
             "resources": {"cpu": 1, "mem": "256m"},
             "service_ports": [
                 {"name": "web", "protocol": "http", "port": port},
                 {"name": "echo", "protocol": "http", "port": ws_port},
+                {"name": "jar", "protocol": "http", "port": free_port()},
             ],
         },
     }
@@ -155,11 +174,29 @@ async def test_app_pages_only_on_the_apps_origin_with_its_own_cookie(
     assert elsewhere.status_code == 401, elsewhere.text
     assert "for another session" in elsewhere.json()["detail"]
 
+    # The app's own cookies go both ways on the apps origin, kept under its path; the
+    # manager's (the apps cookie, the login cookie) never reach it nor come from it.
+    jar_path = f"/session/{sid}/apps/jar/"
+    jar = await browser.get(
+        f"{APPS}{jar_path}", headers={"Cookie": f"{cookie}; {app_cookie}; mine=0"}
+    )
+    assert jar.status_code == 200, jar.text
+    assert jar.text == "mine=0"
+    assert jar.headers.get_list("set-cookie") == [
+        f"jar=1; Path={jar_path}; HttpOnly",
+        f"deep=2; Path={jar_path}x",
+    ]
+    browser.cookies.clear()
+    # On the API origin (signed clients) no cookie goes either way, as before.
+    signed = await owner.get(jar_path, headers={"Cookie": "mine=0"})
+    assert signed.text == ""
+    assert "set-cookie" not in signed.headers
+
     # 4. Nothing else is served on the apps origin: an app page's fetch("/sessions")
     # reaches no API, with either cookie.
     for path in ("/sessions", "/whoami", f"/session/{sid}", f"/session/{sid}/apps", "/"):
-        for jar in (cookie, app_cookie, f"{cookie}; {app_cookie}"):
-            answer = await browser.get(f"{APPS}{path}", headers={"Cookie": jar})
+        for sent in (cookie, app_cookie, f"{cookie}; {app_cookie}"):
+            answer = await browser.get(f"{APPS}{path}", headers={"Cookie": sent})
             assert answer.status_code == 404, (path, answer.text)
             assert "serves app pages only" in answer.text
     deleted = await browser.delete(
