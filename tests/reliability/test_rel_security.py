@@ -362,6 +362,94 @@ async def test_cross_user_access_is_refused(sqlite_cluster: Cluster) -> None:
         assert (await alice.get(f"/session/{sid}")).json()["status"] == "RUNNING"
 
 
+async def test_an_app_page_cannot_use_the_login_on_the_apps_origin(tmp_path: Path) -> None:
+    """``[apps] origin``: an app page's script runs on the apps origin, where the login
+    cookie opens nothing (the API is not served there, app routes want the apps cookie);
+    the console's origin hands a token only to the owner's top-level navigation."""
+    url = f"sqlite+aiosqlite:///{tmp_path / 'manager.db'}"
+    apps_config = {"origin": "http://apps.test"}
+    async with running_cluster(url, tmp_path / "state", apps=apps_config) as cluster:
+        await cluster.add_agent("i-node01")
+        alice, _ = await make_user(cluster, "alice@example.com")
+        await make_user(cluster, "bob@example.com")
+        created = await cluster.create(
+            {"cpu": "1"},
+            client=alice,
+            name="web",
+            maxWaitSeconds=10,
+            config={"resources": {"cpu": "1"}, "service_ports": [{"name": "web", "port": 8080}]},
+        )
+        assert created.json()["status"] == "RUNNING", created.text
+        sid = created.json()["sessionId"]
+        app_path = f"/session/{sid}/apps/web/"
+        transport = httpx.ASGITransport(app=cluster.app)
+        console = httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1:8081")
+        apps = httpx.AsyncClient(transport=transport, base_url="http://apps.test")
+
+        async def login(email: str) -> tuple[str, str]:
+            answer = await console.post(
+                "/auth/login", json={"email": email, "password": "long enough password"}
+            )
+            assert answer.status_code == 200, answer.text
+            console.cookies.clear()
+            cookie = "; ".join(f"{k}={v}" for k, v in answer.cookies.items())
+            return cookie, answer.json()["csrf_token"]
+
+        cookie, csrf = await login("alice@example.com")
+        with_login = {"Cookie": cookie, "X-CSRF-Token": csrf}
+        # What an app page's fetch() reaches on its own origin, with the login: nothing.
+        for method, path in (
+            ("GET", "/sessions"),
+            ("GET", "/whoami"),
+            ("GET", f"/session/{sid}"),
+            ("GET", f"/session/{sid}/apps"),
+            ("DELETE", f"/session/{sid}"),
+            ("POST", "/admin/gql"),
+            ("POST", "/auth/logout"),
+        ):
+            answer = await apps.request(method, path, headers=with_login)
+            assert answer.status_code == 404, (method, path, answer.text)
+            assert sid not in answer.text
+        assert (await apps.get(app_path, headers=with_login)).status_code == 401
+        # The console's origin: a script request or a frame with the login is refused...
+        for headers in (
+            {"Sec-Fetch-Mode": "cors", "Sec-Fetch-Site": "same-site"},
+            {"Sec-Fetch-Mode": "navigate", "Sec-Fetch-Dest": "iframe"},
+            {"Sec-Fetch-Mode": "navigate", "Sec-Fetch-Site": "cross-site"},
+        ):
+            answer = await console.get(app_path, headers={"Cookie": cookie, **headers})
+            assert answer.status_code == 403, (headers, answer.text)
+            assert "token=" not in answer.text
+        # ... the owner's navigation gets a token, bob's does not.
+        bob_cookie, _ = await login("bob@example.com")
+        bob_nav = await console.get(
+            app_path, headers={"Cookie": bob_cookie, "Sec-Fetch-Mode": "navigate"}
+        )
+        assert bob_nav.status_code == 404, bob_nav.text
+        nav = await console.get(app_path, headers={"Cookie": cookie, "Sec-Fetch-Mode": "navigate"})
+        assert nav.status_code == 303, nav.text
+        handoff = httpx.URL(nav.headers["location"])
+        assert handoff.host == "apps.test"
+        assert handoff.path == "/_apps/auth"
+        # Not redeemable on the console's origin; once on the apps origin.
+        assert (await console.get(handoff.raw_path.decode())).status_code == 404
+        landed = await apps.get(handoff.raw_path.decode())
+        assert landed.status_code == 303, landed.text
+        app_cookie = f"accelshare_app={landed.cookies['accelshare_app']}"
+        apps.cookies.clear()
+        assert (await apps.get(handoff.raw_path.decode())).status_code == 401
+        # The apps cookie passes the proxy's checks (the hollow agent serves no app: 503)
+        # and opens no API on the console's origin.
+        proxied = await apps.get(app_path, headers={"Cookie": app_cookie})
+        assert proxied.status_code == 503, proxied.text
+        for path in ("/sessions", "/whoami"):
+            answer = await console.get(path, headers={"Cookie": app_cookie})
+            assert answer.status_code == 401, (path, answer.text)
+        await console.aclose()
+        await apps.aclose()
+        await alice.aclose()
+
+
 async def test_a_domain_admin_cannot_take_over_a_superadmin(sqlite_cluster: Cluster) -> None:
     """An admin of the superadmin's domain must not mint a keypair for the superadmin
     (that key would sign as the superadmin), nor disable or delete the superadmin's

@@ -55,12 +55,19 @@ class Signer(httpx.Auth):
 
 
 def manager_config(
-    db_url: str | None, state: Path, *, db: dict[str, Any] | None = None, **manager: Any
+    db_url: str | None,
+    state: Path,
+    *,
+    db: dict[str, Any] | None = None,
+    apps: dict[str, Any] | None = None,
+    **manager: Any,
 ) -> ManagerConfig:
     """``db_url=None``: the default layout, ``<state>/manager.db``; ``db``: more ``[db]``
-    keys (``busy-timeout``...); ``manager``: ``[manager]`` keys."""
+    keys (``busy-timeout``...); ``apps``: ``[apps]`` keys; ``manager``: ``[manager]``
+    keys."""
     return ManagerConfig.model_validate(
         {
+            "apps": apps or {},
             "manager": {
                 "data-dir": str(state),
                 "cluster-secret": SECRET,
@@ -164,9 +171,10 @@ async def running_cluster(
     background: bool = True,
     hollow: HollowCluster | None = None,
     db: dict[str, Any] | None = None,
+    apps: dict[str, Any] | None = None,
     **manager: Any,
 ) -> AsyncIterator[Cluster]:
-    config = manager_config(db_url, state, db=db, **manager)
+    config = manager_config(db_url, state, db=db, apps=apps, **manager)
     store = ConfigStore(EmbeddedBackend(state / "config-store.db"))
     hollow = hollow or HollowCluster()
     app = await create_manager_app(
