@@ -68,10 +68,12 @@ reliability: $(STAMP)
 
 # The local cluster in the foreground (Ctrl-C stops it and every process it started, the
 # sessions' kernels included); options: make run ARGS="--agents 2".  In another shell,
-# `source .accelshare/client.env` sets the keys and puts .venv/bin on PATH.
+# `source .accelshare/client.env` sets the keys and puts .venv/bin on PATH.  App pages get
+# an origin of their own on APPS_PORT (docs/manager.md, "Web terminal and app services"; APPS_PORT= turns it off).
 .PHONY: run demo
+APPS_PORT ?= 8082
 run: $(STAMP)
-	$(BIN)/accelshare dev up $(ARGS)
+	$(BIN)/accelshare dev up $(if $(APPS_PORT),--apps-port $(APPS_PORT)) $(ARGS)
 
 # The README tour on a throwaway cluster; exits non-zero if a check fails.
 demo: $(STAMP)
