@@ -178,27 +178,41 @@ def _keypair_quota(
 async def _agents(
     db: AsyncSession, sgroup: str
 ) -> tuple[list[AgentSnapshot], dict[str, int], dict[str, str]]:
+    # Core rows with only the columns the pass reads: no ORM identity map, no
+    # attribute instrumentation (10x cheaper than ORM objects for large groups)
     agents = list(
-        (
-            await db.execute(
-                sa.select(Agent)
-                .where(
-                    Agent.scaling_group == sgroup,
-                    Agent.status == AgentStatus.ALIVE,
-                    Agent.is_schedulable.is_(True),
-                )
-                .order_by(Agent.id)
+        await db.execute(
+            sa.select(
+                Agent.id,
+                Agent.available_slots,
+                Agent.runtime,
+                Agent.architecture,
+                Agent.images,
+                Agent.device_allocs,
+                Agent.occupancy_revision,
+                Agent.address,
             )
-        ).scalars()
+            .where(
+                Agent.scaling_group == sgroup,
+                Agent.status == AgentStatus.ALIVE,
+                Agent.is_schedulable.is_(True),
+            )
+            .order_by(Agent.id)
+        )
     )
     if not agents:
         return [], {}, {}
-    ids = [a.id for a in agents]
     occupied: dict[str, ResourceSlot] = {}
     allocs: dict[str, dict[str, dict[str, Decimal]]] = {}
+    # the group's agents by a join, not an IN list of (up to thousands of) ids
     rows = await db.execute(
-        sa.select(Kernel.agent_id, Kernel.occupied_slots, Kernel.device_allocs).where(
-            Kernel.agent_id.in_(ids), Kernel.status.in_(OCCUPYING)
+        sa.select(Kernel.agent_id, Kernel.occupied_slots, Kernel.device_allocs)
+        .join(Agent, Agent.id == Kernel.agent_id)
+        .where(
+            Agent.scaling_group == sgroup,
+            Agent.status == AgentStatus.ALIVE,
+            Agent.is_schedulable.is_(True),
+            Kernel.status.in_(OCCUPYING),
         )
     )
     for agent_id, slots, device_allocs in rows:
@@ -221,7 +235,7 @@ async def _agents(
                 a.id,
                 a.available_slots,
                 occupied.get(a.id, ResourceSlot()),
-                a.scaling_group,
+                sgroup,
                 runtime=a.runtime or "process",
                 architecture=a.architecture,
                 images=frozenset(a.images or ()),
@@ -241,16 +255,30 @@ async def _pending(
     db: AsyncSession, sgroup: ScalingGroup
 ) -> tuple[list[PendingSession], dict[str, dict[str, Any]]]:
     rows = list(
-        (
-            await db.execute(
-                sa.select(Session)
-                .where(
-                    Session.scaling_group == sgroup.name,
-                    Session.status == SessionStatus.PENDING,
-                )
-                .order_by(Session.created_at, Session.id)
+        await db.execute(
+            sa.select(
+                Session.id,
+                Session.access_key,
+                Session.requested_slots,
+                Session.created_at,
+                Session.user_id,
+                Session.group_id,
+                Session.domain_name,
+                Session.name,
+                Session.priority,
+                Session.session_type,
+                Session.starts_at,
+                Session.status_data,
+                Session.resource_opts,
+                Session.designated_agent_id,
+                Session.image,
             )
-        ).scalars()
+            .where(
+                Session.scaling_group == sgroup.name,
+                Session.status == SessionStatus.PENDING,
+            )
+            .order_by(Session.created_at, Session.id)
+        )
     )
     deps: dict[uuid.UUID, list[str]] = {}
     if rows:
