@@ -1,29 +1,37 @@
-"""Apply a plan in the pass's transaction, with an optimistic check per agent.
+"""Apply a plan with an optimistic check per agent, in bulk (Core statements).
 
-For each agent that got sessions, inside a SAVEPOINT:
+In the apply transaction (the scheduler's lock held; on SQLite the database's write
+lock too, which the pass takes for the apply only, not while it plans):
 
-1. every assigned session still PENDING (``SELECT ... FOR UPDATE``; a session cancelled
-   since the snapshot is skipped) moves to SCHEDULED with the agent recorded, a
-   status-history row, and a kernel row holding the *planned* per-device placement
-   (so the next pass counts it even before the agent creates the kernel);
-2. the agent's ``occupied_slots`` is recomputed from its resource-occupying kernels
-   and written with a compare-and-set on ``occupancy_revision``
-   (``WHERE occupancy_revision = <seen in the snapshot>``).  Zero rows means a release
-   or another scheduler moved first: the savepoint rolls back, those sessions stay
-   PENDING untouched, and the caller runs another pass.  Resources are never given
-   twice, whatever the interleaving.
+1. the assigned sessions are loaded and locked (``SELECT ... FOR UPDATE``, in chunks);
+   one no longer PENDING (cancelled since the snapshot) is skipped;
+2. every agent that keeps placements gets a compare-and-set on its
+   ``occupancy_revision`` (``UPDATE agents ... WHERE (id, occupancy_revision) IN
+   (<seen in the snapshot>) RETURNING id``, one statement for many agents).  An agent
+   the statement did not return had a release or another scheduler move first: its
+   placements are dropped, those sessions stay PENDING untouched, and the caller runs
+   another pass.  Resources are never given twice, whatever the interleaving;
+3. for the agents that won, in multi-row statements: each session moves to SCHEDULED
+   with the agent recorded (guarded by ``status = 'PENDING'``), a status-history row,
+   and a kernel row holding the *planned* per-device placement (so the next pass
+   counts it even before the agent creates the kernel);
+4. those agents' ``occupied_slots`` are recomputed from their resource-occupying
+   kernels (one query, one ``executemany``).
 
-Sessions left pending get ``status_info`` and ``status_data.scheduler`` (one
-``executemany``), guarded by ``status = 'PENDING'``.
+Sessions left pending get ``status_info`` and ``status_data.scheduler`` from
+:func:`write_failures`, which the loop runs in its own short transaction *after* the
+placements are committed and their binds started, so that a release is not placed
+only once 10,000 explanations are written.
 """
 
 from __future__ import annotations
 
 import logging
 import uuid
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -32,15 +40,16 @@ from accelshare.common import ResourceSlot, canonical_decimal
 from accelshare.sched.lifecycle import SessionStatus
 from accelshare.sched.plan import Assignment, SchedulingPlan
 
-from ..models import Agent, Kernel, Session
-from ..transitions import OCCUPYING, change_status
+from ..models import Agent, Kernel, Session, SessionStatusHistory
+from ..transitions import OCCUPYING
 from .snapshot import LoadedSnapshot
 
-__all__ = ["AppliedPlan", "BindJob", "apply_plan"]
+__all__ = ["AppliedPlan", "BindJob", "apply_plan", "write_failures"]
 
 log = logging.getLogger(__name__)
 
 _MAX_INFO = 512
+_T = TypeVar("_T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,8 +71,7 @@ class AppliedPlan:
         return len(self.jobs)
 
 
-class _Conflict(Exception):
-    pass
+_CHUNK = 500  # rows per IN list / VALUES list (SQLite and asyncpg bind-parameter limits)
 
 
 def _device_allocs_json(assignment: Assignment) -> dict[str, dict[str, str]]:
@@ -73,111 +81,210 @@ def _device_allocs_json(assignment: Assignment) -> dict[str, dict[str, str]]:
     }
 
 
-async def _apply_agent(
-    db: AsyncSession,
-    loaded: LoadedSnapshot,
-    agent_id: str,
-    assigned: list[Assignment],
-    rows: dict[str, Session],
-    now: datetime,
-) -> list[BindJob]:
-    url = loaded.agent_urls[agent_id]
-    jobs: list[BindJob] = []
-    for a in assigned:
-        row = rows.get(a.session_id)
-        if row is None or row.status is not SessionStatus.PENDING:
-            continue
-        kernel = Kernel(
-            id=uuid.uuid4(),
-            session_id=row.id,
-            agent_id=agent_id,
-            agent_address=url,
-            image=row.image,
-            requested_slots=row.requested_slots,
-            occupied_slots=a.requested_slots,
-            device_allocs=_device_allocs_json(a),
-            status=SessionStatus.PENDING,
-            created_at=now,
+def _clip(text: str) -> str:
+    return text if len(text) <= _MAX_INFO else text[: _MAX_INFO - 3] + "..."
+
+
+def _chunks(items: Sequence[_T], size: int = _CHUNK) -> Iterator[Sequence[_T]]:
+    for start in range(0, len(items), size):
+        yield items[start : start + size]
+
+
+async def _lock_pending(
+    db: AsyncSession, ids: Sequence[uuid.UUID]
+) -> dict[str, tuple[str, ResourceSlot, dict[str, Any]]]:
+    """``{session id: (image, requested_slots, status_data)}`` of those still PENDING,
+    locked for this transaction (PostgreSQL row locks; SQLite holds the write lock)."""
+    table = _sessions()
+    found: dict[str, tuple[str, ResourceSlot, dict[str, Any]]] = {}
+    for chunk in _chunks(sorted(ids)):
+        rows = await db.execute(
+            sa.select(
+                table.c.id,
+                table.c.status,
+                table.c.image,
+                table.c.requested_slots,
+                table.c.status_data,
+            )
+            .where(table.c.id.in_(chunk))
+            .with_for_update()
         )
-        db.add(kernel)
-        row.agent_id = agent_id
-        row.occupied_slots = a.requested_slots
-        data = dict(row.status_data or {})
-        data["scheduler"] = {
-            **(data.get("scheduler") or {}),
-            "last_try": now.isoformat(),
-            "passed_predicates": [{"name": r.name} for r in a.passed_predicates],
-            "failed_predicates": [],
-            "msg": f"Scheduled on agent {agent_id}",
-            "agents": [],
-            "kind": "scheduled",
-        }
-        row.status_data = data
-        await change_status(
-            db,
-            row,
-            SessionStatus.SCHEDULED,
-            reason=f"scheduled on agent {agent_id}",
-            now=now,
-            kernels=[kernel],
+        for sid, status, image, requested, data in rows:
+            if status is SessionStatus.PENDING:
+                found[str(sid)] = (image, requested, dict(data or {}))
+    return found
+
+
+async def _compare_and_set(db: AsyncSession, seen: Mapping[str, int]) -> set[str]:
+    """Bump the revision of every agent still at the revision ``seen``; the ones bumped."""
+    table = cast(sa.Table, Agent.__table__)
+    won: set[str] = set()
+    for chunk in _chunks(sorted(seen)):
+        result = await db.execute(
+            sa.update(table)
+            .where(
+                sa.tuple_(table.c.id, table.c.occupancy_revision).in_(
+                    [(agent_id, seen[agent_id]) for agent_id in chunk]
+                )
+            )
+            .values(occupancy_revision=table.c.occupancy_revision + 1)
+            .returning(table.c.id)
         )
-        jobs.append(BindJob(row.id, kernel.id, agent_id))
-    if not jobs:
-        return []
-    await db.flush()
-    total = ResourceSlot()
-    for (slots,) in await db.execute(
-        sa.select(Kernel.occupied_slots).where(
-            Kernel.agent_id == agent_id, Kernel.status.in_(OCCUPYING)
+        won.update(agent_id for (agent_id,) in result)
+    return won
+
+
+async def _recompute_occupancy(db: AsyncSession, agent_ids: Sequence[str]) -> None:
+    """``agents.occupied_slots`` = the sum over their resource-occupying kernels."""
+    kernels = _kernels()
+    totals = {agent_id: ResourceSlot() for agent_id in agent_ids}
+    for chunk in _chunks(sorted(agent_ids)):
+        rows = await db.execute(
+            sa.select(kernels.c.agent_id, kernels.c.occupied_slots).where(
+                kernels.c.agent_id.in_(chunk), kernels.c.status.in_(OCCUPYING)
+            )
         )
-    ):
-        total = total + slots
-    seen = loaded.agent_revisions[agent_id]
-    result = await db.execute(
-        sa.update(Agent)
-        .where(Agent.id == agent_id, Agent.occupancy_revision == seen)
-        .values(occupied_slots=total, occupancy_revision=seen + 1)
-        .execution_options(synchronize_session=False)
+        for agent_id, slots in rows:
+            totals[agent_id] = totals[agent_id] + slots
+    table = cast(sa.Table, Agent.__table__)
+    await db.execute(
+        sa.update(table)
+        .where(table.c.id == sa.bindparam("b_id"))
+        .values(occupied_slots=sa.bindparam("b_slots", type_=table.c.occupied_slots.type)),
+        [{"b_id": agent_id, "b_slots": total} for agent_id, total in totals.items()],
     )
-    if getattr(result, "rowcount", 0) != 1:
-        raise _Conflict(agent_id)
-    return jobs
+
+
+def _sessions() -> sa.Table:
+    return cast(sa.Table, Session.__table__)
+
+
+def _kernels() -> sa.Table:
+    return cast(sa.Table, Kernel.__table__)
 
 
 async def apply_plan(
     db: AsyncSession, loaded: LoadedSnapshot, plan: SchedulingPlan, now: datetime
 ) -> AppliedPlan:
+    """Apply the plan's placements (see the module docstring); failures are not written."""
     applied = AppliedPlan()
     by_agent = plan.by_agent()
-    if by_agent:
-        ids = [uuid.UUID(a.session_id) for a in plan.assignments]
-        rows = {
-            str(r.id): r
-            for r in (
-                await db.execute(sa.select(Session).where(Session.id.in_(ids)).with_for_update())
-            ).scalars()
-        }
-        for agent_id in sorted(by_agent):
-            try:
-                async with db.begin_nested():
-                    applied.jobs.extend(
-                        await _apply_agent(db, loaded, agent_id, by_agent[agent_id], rows, now)
-                    )
-            except _Conflict:
-                log.info("agent %s changed during the pass; its placements wait", agent_id)
-                applied.conflicts.add(agent_id)
-    if plan.failures:
-        params: list[dict[str, Any]] = []
-        for failure in plan.failures:
-            data = dict(loaded.status_data.get(failure.session_id) or {})
-            data["scheduler"] = failure.scheduler_data(now)
-            info = failure.msg if len(failure.msg) <= _MAX_INFO else failure.msg[:509] + "..."
-            params.append({"b_id": uuid.UUID(failure.session_id), "b_info": info, "b_data": data})
-        table = cast(sa.Table, Session.__table__)
-        await db.execute(
-            sa.update(table)
-            .where(table.c.id == sa.bindparam("b_id"), table.c.status == SessionStatus.PENDING)
-            .values(status_info=sa.bindparam("b_info"), status_data=sa.bindparam("b_data")),
-            params,
-        )
+    if not by_agent:
+        return applied
+    pending = await _lock_pending(db, [uuid.UUID(a.session_id) for a in plan.assignments])
+    live = {
+        agent_id: [a for a in assigned if a.session_id in pending]
+        for agent_id, assigned in by_agent.items()
+    }
+    live = {agent_id: assigned for agent_id, assigned in live.items() if assigned}
+    if not live:
+        return applied
+    won = await _compare_and_set(db, {a: loaded.agent_revisions[a] for a in live})
+    for agent_id in sorted(set(live) - won):
+        log.info("agent %s changed during the pass; its placements wait", agent_id)
+        applied.conflicts.add(agent_id)
+    kernel_rows: list[dict[str, Any]] = []
+    session_params: list[dict[str, Any]] = []
+    history_rows: list[dict[str, Any]] = []
+    for agent_id in sorted(won):
+        url = loaded.agent_urls[agent_id]
+        reason = f"scheduled on agent {agent_id}"
+        info = _clip(reason)
+        for a in live[agent_id]:
+            image, requested, data = pending[a.session_id]
+            sid = uuid.UUID(a.session_id)
+            kernel_id = uuid.uuid4()
+            kernel_rows.append(
+                {
+                    "id": kernel_id,
+                    "session_id": sid,
+                    "cluster_role": "main",
+                    "cluster_idx": 1,
+                    "agent_id": agent_id,
+                    "agent_address": url,
+                    "image": image,
+                    "requested_slots": requested,
+                    "occupied_slots": a.requested_slots,
+                    "device_allocs": _device_allocs_json(a),
+                    "status": SessionStatus.SCHEDULED,
+                    "status_info": info,
+                    "status_data": {},
+                    "status_changed_at": now,
+                    "service_ports": [],
+                    "created_at": now,
+                }
+            )
+            data["scheduler"] = {
+                **(data.get("scheduler") or {}),
+                "last_try": now.isoformat(),
+                "passed_predicates": [{"name": r.name} for r in a.passed_predicates],
+                "failed_predicates": [],
+                "msg": f"Scheduled on agent {agent_id}",
+                "agents": [],
+                "kind": "scheduled",
+            }
+            session_params.append(
+                {
+                    "b_id": sid,
+                    "b_agent": agent_id,
+                    "b_occupied": a.requested_slots,
+                    "b_data": data,
+                    "b_info": info,
+                }
+            )
+            history_rows.append(
+                {
+                    "session_id": sid,
+                    "from_status": SessionStatus.PENDING,
+                    "to_status": SessionStatus.SCHEDULED,
+                    "reason": info,
+                    "changed_at": now,
+                }
+            )
+            applied.jobs.append(BindJob(sid, kernel_id, agent_id))
+    if not applied.jobs:
+        return applied
+    sessions = _sessions()
+    await db.execute(
+        sa.update(sessions)
+        .where(sessions.c.id == sa.bindparam("b_id"), sessions.c.status == SessionStatus.PENDING)
+        .values(
+            status=SessionStatus.SCHEDULED,
+            agent_id=sa.bindparam("b_agent"),
+            occupied_slots=sa.bindparam("b_occupied", type_=sessions.c.occupied_slots.type),
+            status_data=sa.bindparam("b_data", type_=sessions.c.status_data.type),
+            status_info=sa.bindparam("b_info"),
+            status_changed_at=now,
+            scheduled_at=now,
+        ),
+        session_params,
+    )
+    await db.execute(sa.insert(_kernels()), kernel_rows)
+    await db.execute(sa.insert(cast(sa.Table, SessionStatusHistory.__table__)), history_rows)
+    await _recompute_occupancy(db, sorted(won))
     return applied
+
+
+async def write_failures(
+    db: AsyncSession, loaded: LoadedSnapshot, plan: SchedulingPlan, now: datetime
+) -> int:
+    """``status_info`` and ``status_data.scheduler`` of the sessions left pending, in one
+    ``executemany`` guarded by ``status = 'PENDING'`` (a session placed, cancelled or
+    destroyed meanwhile keeps what it has).  Returns how many were written."""
+    if not plan.failures:
+        return 0
+    params: list[dict[str, Any]] = []
+    for failure in plan.failures:
+        data = dict(loaded.status_data.get(failure.session_id) or {})
+        data["scheduler"] = failure.scheduler_data(now)
+        params.append(
+            {"b_id": uuid.UUID(failure.session_id), "b_info": _clip(failure.msg), "b_data": data}
+        )
+    table = _sessions()
+    await db.execute(
+        sa.update(table)
+        .where(table.c.id == sa.bindparam("b_id"), table.c.status == SessionStatus.PENDING)
+        .values(status_info=sa.bindparam("b_info"), status_data=sa.bindparam("b_data")),
+        params,
+    )
+    return len(params)

@@ -27,11 +27,11 @@ import contextlib
 import hashlib
 import logging
 import time
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 import sqlalchemy as sa
-from sqlalchemy.ext.asyncio import AsyncSession
 
 from accelshare.aio import cancel_and_wait
 from accelshare.config import ConfigStore
@@ -45,7 +45,7 @@ from ..metrics import ManagerMetrics
 from ..models import Kernel, ScalingGroup, Session
 from ..slots import KnownSlots, current_known_slots, use_known_slots
 from ..transitions import change_status
-from .apply import BindJob, apply_plan
+from .apply import BindJob, apply_plan, write_failures
 from .binding import BINDABLE, Binder
 from .snapshot import load_snapshot
 
@@ -153,9 +153,7 @@ class Scheduler:
                     results.append(await self._pass(sgroup))
             self.passes_completed += 1
         self.hub.publish()
-        for result in results:
-            if result.jobs:
-                self.binder.submit(list(result.jobs))
+        for result in results:  # their binds were submitted by the pass itself
             if result.conflicts:
                 self.trigger()
         return results
@@ -217,19 +215,40 @@ class Scheduler:
             )
             return [name for (name,) in rows]
 
-    async def _take_lock(self, db: AsyncSession, sgroup: str) -> None:
-        if self.db.dialect == "postgresql":
-            await db.execute(sa.select(sa.func.pg_advisory_xact_lock(advisory_key(sgroup))))
+    @contextlib.asynccontextmanager
+    async def _group_lock(self, sgroup: str) -> AsyncIterator[None]:
+        """The scaling group's lock across manager replicas (PostgreSQL): a session-level
+        ``pg_advisory_lock`` on a connection of its own, held across the pass's short
+        transactions (snapshot, apply, failures).  The connection is discarded when the
+        unlock cannot be confirmed, which releases the lock with it.  SQLite (embedded,
+        one manager process) needs nothing beyond the in-process lock."""
+        if self.db.dialect != "postgresql":
+            yield
+            return
+        key = advisory_key(sgroup)
+        conn = await self.db.engine.connect()
+        try:
+            await conn.execute(sa.select(sa.func.pg_advisory_lock(key)))
+            await conn.commit()
+            yield
+        finally:
+            try:
+                await conn.execute(sa.select(sa.func.pg_advisory_unlock(key)))
+                await conn.commit()
+            except BaseException:
+                await conn.invalidate()  # closing the connection releases the lock
+                raise
+            finally:
+                await conn.close()
 
     async def _pass(self, sgroup_name: str) -> PassResult:
         started = time.perf_counter()
         known = current_known_slots()  # held for the whole round by run_once
         last_rr = await self.store.get(ROUNDROBIN_KEY.format(sgroup=sgroup_name))
         store_options = await self.store_scheduler_options(sgroup_name)
-        async with self.db.begin(write=True) as db:
-            await self._take_lock(db, sgroup_name)
-            now = self.clock()
-            sgroup = await db.get(ScalingGroup, sgroup_name)
+        async with self._group_lock(sgroup_name):
+            async with self.db.begin() as db:
+                sgroup = await db.get(ScalingGroup, sgroup_name)
             if sgroup is None or not sgroup.is_active:
                 return PassResult(sgroup_name, None, (), 0, frozenset())
             try:
@@ -241,20 +260,33 @@ class Scheduler:
             except ValueError as e:
                 log.error("scaling group %s: %s; not scheduling it", sgroup_name, e)
                 return PassResult(sgroup_name, None, (), 0, frozenset())
-            cancelled = await self._cancel_timed_out(db, sgroup, now)
-            loaded = await load_snapshot(
-                db,
-                sgroup,
-                now=now,
-                known=known,
-                options=options,
-                last_roundrobin_agent=last_rr or None,
-            )
+            now = self.clock()
+            cancelled = await self._cancel_timed_out(sgroup, now)
+            # the snapshot in one read transaction (counters and quotas consistent with
+            # it); no write lock is held while it is planned: the apply's per-agent
+            # compare-and-set rejects placements on agents that changed meanwhile
+            async with self.db.begin() as db:
+                loaded = await load_snapshot(
+                    db,
+                    sgroup,
+                    now=now,
+                    known=known,
+                    options=options,
+                    last_roundrobin_agent=last_rr or None,
+                )
             # pure and CPU-bound: in a worker thread, so that binds, heartbeats and the
             # API keep being served while a large pass is planned (the GIL is shared,
             # but the event loop is not frozen for seconds)
             plan = await asyncio.to_thread(plan_pass, loaded.snapshot)
-            applied = await apply_plan(db, loaded, plan, now)
+            async with self.db.begin(write=True) as db:
+                applied = await apply_plan(db, loaded, plan, now)
+            # binds start now: a released room is filled without waiting for the
+            # explanations of thousands of sessions left pending, written next
+            if applied.jobs:
+                self.binder.submit(list(applied.jobs))
+            if plan.failures:
+                async with self.db.begin(write=True) as db:
+                    await write_failures(db, loaded, plan, now)
         self.metrics.pass_seconds.labels(sgroup_name).observe(time.perf_counter() - started)
         self.metrics.placements.labels(sgroup_name).inc(applied.placed)
         self.metrics.pending_left.labels(sgroup_name).inc(len(plan.failures))
@@ -277,33 +309,33 @@ class Scheduler:
             if isinstance(options, dict)
         }
 
-    async def _cancel_timed_out(self, db: AsyncSession, sgroup: ScalingGroup, now: datetime) -> int:
+    async def _cancel_timed_out(self, sgroup: ScalingGroup, now: datetime) -> int:
+        """Cancel the group's sessions pending past ``pending_timeout`` (own transaction)."""
         timeout = float((sgroup.scheduler_opts or {}).get("pending_timeout", 0) or 0)
         if timeout <= 0:
             return 0
         deadline = now - timedelta(seconds=timeout)
-        rows = list(
-            (
-                await db.execute(
-                    sa.select(Session)
-                    .where(
-                        Session.scaling_group == sgroup.name,
-                        Session.status == SessionStatus.PENDING,
-                        Session.created_at < deadline,
+        async with self.db.begin(write=True) as db:
+            rows = list(
+                (
+                    await db.execute(
+                        sa.select(Session)
+                        .where(
+                            Session.scaling_group == sgroup.name,
+                            Session.status == SessionStatus.PENDING,
+                            Session.created_at < deadline,
+                        )
+                        .with_for_update()
                     )
-                    .with_for_update()
-                )
-            ).scalars()
-        )
-        count = 0
-        for row in rows:
-            await change_status(
-                db,
-                row,
-                SessionStatus.CANCELLED,
-                reason=f"pending for more than pending_timeout ({timeout:g} s) of scaling group"
-                f" {sgroup.name}",
-                now=now,
+                ).scalars()
             )
-            count += 1
-        return count
+            for row in rows:
+                await change_status(
+                    db,
+                    row,
+                    SessionStatus.CANCELLED,
+                    reason=f"pending for more than pending_timeout ({timeout:g} s) of scaling"
+                    f" group {sgroup.name}",
+                    now=now,
+                )
+        return len(rows)
