@@ -16,13 +16,17 @@ resumed after an agent moved reaches it.  Per session::
                                          per-device allocation replaces the planned one)
       report RUNNING (or the agent's "started" event, whichever comes first) -> RUNNING
 
-Binds to one agent go in batches of up to :data:`BIND_BATCH` sessions: one transaction
-moves the whole batch to PREPARING, the create RPCs follow one by one in plan order,
-and one transaction records every accepted kernel (per session the transitions are
-exactly the ones above; a batch costs two transactions instead of two per session).
-At most :data:`MAX_CONCURRENT_BATCHES` batches (agents) are in flight at once, so a
-pass that placed sessions on 1,000 agents does not queue 1,000 tasks on the
-database's connection pool.
+Binds to one agent go in batches of up to :data:`BIND_BATCH` sessions: one step moves
+the whole batch to PREPARING, the create RPCs follow one by one in plan order, and one
+step records every accepted kernel (per session the transitions are exactly the ones
+above).  The two database steps are *group-committed across agents*: the batches of
+every agent that reach a step while the previous transaction of that step runs are
+handled together in the next one, with multi-row statements (one ``SELECT ... FOR
+UPDATE`` of the sessions, one of their kernels, one of the agents, one flush).  So a
+pass that placed 8,850 sessions on 1,000 agents costs a few dozen transactions, not
+thousands, while the RPCs of up to :data:`MAX_CONCURRENT_AGENTS` agents are in flight
+at once.  Should a grouped transaction fail, each batch is bound again session by
+session (a transaction each), so one bad row cannot hold the others back.
 
 A session destroyed while its bind was in flight gets its kernel destroyed right
 after.  Binding is also how a restarted manager resumes: sessions it finds between
@@ -36,10 +40,12 @@ import asyncio
 import functools
 import logging
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from datetime import datetime
 from decimal import Decimal
+from typing import Generic, TypeVar
 
+import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from accelshare.agent.wire import CreateKernelRequest, KernelReport, KernelStatus
@@ -53,14 +59,14 @@ from ..clock import Clock
 from ..db import Database
 from ..hub import ChangeHub
 from ..metrics import ManagerMetrics
-from ..models import Agent, Session
+from ..models import Agent, Kernel, Session
 from ..transitions import change_status, lock_session, session_kernels, walk_forward
 from .apply import BindJob
 
 __all__ = [
     "BINDABLE",
     "BIND_BATCH",
-    "MAX_CONCURRENT_BATCHES",
+    "MAX_CONCURRENT_AGENTS",
     "Binder",
     "allocations_json",
     "kernel_request",
@@ -69,7 +75,8 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 BIND_BATCH = 64
-MAX_CONCURRENT_BATCHES = 4
+MAX_CONCURRENT_AGENTS = 64
+_GROUP_LIMIT = 1024  # sessions per group-committed transaction
 
 BINDABLE = frozenset(
     {
@@ -128,6 +135,96 @@ def _pulls(agent: Agent, image: str) -> bool:
     return agent.runtime == "docker" and image not in (agent.images or ())
 
 
+_Prepared = tuple[CreateKernelRequest, str | None]
+_Rows = dict[uuid.UUID, Session]
+_Kernels = dict[uuid.UUID, list[Kernel]]
+_Agents = dict[str, Agent]
+_CHUNK = 500  # ids per IN list (SQLite and asyncpg bind-parameter limits)
+
+
+async def _load_many(db: AsyncSession, jobs: list[BindJob]) -> tuple[_Rows, _Kernels, _Agents]:
+    """The jobs' sessions (locked, ``SELECT ... FOR UPDATE``, in id order so that two
+    transactions never lock in opposite orders), their kernels and their agents."""
+    ids = sorted({job.session_id for job in jobs})
+    rows: _Rows = {}
+    kernels: _Kernels = {}
+    for start in range(0, len(ids), _CHUNK):
+        chunk = ids[start : start + _CHUNK]
+        query = sa.select(Session).where(Session.id.in_(chunk)).order_by(Session.id)
+        rows.update((r.id, r) for r in (await db.execute(query.with_for_update())).scalars())
+        kernel_query = (
+            sa.select(Kernel)
+            .where(Kernel.session_id.in_(chunk))
+            .order_by(Kernel.session_id, Kernel.cluster_idx)
+        )
+        for kernel in (await db.execute(kernel_query)).scalars():
+            kernels.setdefault(kernel.session_id, []).append(kernel)
+    agent_ids = sorted({job.agent_id for job in jobs})
+    agents: _Agents = {}
+    for start in range(0, len(agent_ids), _CHUNK):
+        agent_query = sa.select(Agent).where(Agent.id.in_(agent_ids[start : start + _CHUNK]))
+        agents.update((a.id, a) for a in (await db.execute(agent_query)).scalars())
+    return rows, kernels, agents
+
+
+_Req = TypeVar("_Req")
+_Res = TypeVar("_Res")
+
+
+class _GroupCommit(Generic[_Req, _Res]):
+    """Run ``step`` over the requests of many callers at once: what arrives while one
+    call of ``step`` runs is handled by the next (up to ``limit`` requests a call).
+    ``step`` returns one result per request, in order; its exception goes to all."""
+
+    def __init__(
+        self, step: Callable[[list[_Req]], Awaitable[list[_Res]]], limit: int = _GROUP_LIMIT
+    ) -> None:
+        self._step = step
+        self._limit = limit
+        self._queue: list[tuple[list[_Req], asyncio.Future[list[_Res]]]] = []
+        self._task: asyncio.Task[None] | None = None
+
+    async def __call__(self, requests: list[_Req]) -> list[_Res]:
+        future: asyncio.Future[list[_Res]] = asyncio.get_running_loop().create_future()
+        self._queue.append((requests, future))
+        if self._task is None or self._task.done():
+            self._task = asyncio.create_task(self._drain())
+        return await future
+
+    async def _drain(self) -> None:
+        while self._queue:
+            batch: list[tuple[list[_Req], asyncio.Future[list[_Res]]]] = []
+            size = 0
+            while self._queue and (not batch or size + len(self._queue[0][0]) <= self._limit):
+                item = self._queue.pop(0)
+                batch.append(item)
+                size += len(item[0])
+            batch = [(reqs, fut) for reqs, fut in batch if not fut.cancelled()]
+            if not batch:
+                continue
+            try:
+                results = await self._step([r for reqs, _ in batch for r in reqs])
+            except Exception as e:
+                for _, fut in batch:
+                    if not fut.done():
+                        fut.set_exception(e)
+                continue
+            except BaseException:
+                for _, fut in batch:
+                    fut.cancel()
+                raise
+            start = 0
+            for reqs, fut in batch:
+                if not fut.done():
+                    fut.set_result(results[start : start + len(reqs)])
+                start += len(reqs)
+
+    async def close(self) -> None:
+        if self._task is not None:
+            await cancel_and_wait([self._task])
+            self._task = None
+
+
 class Binder:
     def __init__(
         self,
@@ -147,7 +244,13 @@ class Binder:
         self.on_release = on_release
         self._agent_locks: dict[str, asyncio.Lock] = {}
         self._tasks: set[asyncio.Task[None]] = set()
-        self._batches = asyncio.Semaphore(MAX_CONCURRENT_BATCHES)
+        self._agents = asyncio.Semaphore(MAX_CONCURRENT_AGENTS)
+        self._prepare_group: _GroupCommit[BindJob, _Prepared | None] = _GroupCommit(
+            self._prepare_step
+        )
+        self._accept_group: _GroupCommit[tuple[BindJob, KernelReport], tuple[bool, str | None]] = (
+            _GroupCommit(self._accept_step)
+        )
         # sessions this process is binding now (a stale-bind rescue leaves them alone)
         self.in_flight: set[uuid.UUID] = set()
 
@@ -170,24 +273,24 @@ class Binder:
     async def drain(self, timeout_s: float) -> None:
         """Wait for binds in flight (graceful stop); cancel what is left after ``timeout_s``."""
         tasks = set(self._tasks)
-        if not tasks:
-            return
-        _done, pending = await asyncio.wait(tasks, timeout=timeout_s)
-        await cancel_and_wait(pending)
+        if tasks:
+            _done, pending = await asyncio.wait(tasks, timeout=timeout_s)
+            await cancel_and_wait(pending)
+        await self._prepare_group.close()
+        await self._accept_group.close()
 
     async def _bind_agent(self, jobs: list[BindJob]) -> None:
         lock = self._agent_locks.setdefault(jobs[0].agent_id, asyncio.Lock())
-        async with lock:
+        async with lock, self._agents:
             for start in range(0, len(jobs), BIND_BATCH):
                 chunk = jobs[start : start + BIND_BATCH]
-                async with self._batches:
-                    try:
-                        await self.bind_batch(chunk)
-                    except asyncio.CancelledError:
-                        raise
-                    except Exception:  # a bug must not stop the other binds
-                        log.exception("binding a batch failed unexpectedly; one by one")
-                        await self._bind_each(chunk)
+                try:
+                    await self.bind_batch(chunk)
+                except asyncio.CancelledError:
+                    raise
+                except Exception:  # a bug or a failed grouped transaction: one by one
+                    log.exception("binding a batch failed unexpectedly; one by one")
+                    await self._bind_each(chunk)
 
     async def _bind_each(self, jobs: list[BindJob]) -> None:
         for job in jobs:
@@ -200,12 +303,10 @@ class Binder:
 
     async def bind_batch(self, jobs: list[BindJob]) -> None:
         """Bind ``jobs`` (one agent, plan order): see the module docstring."""
-        now = self.clock()
-        async with self.db.begin(write=True) as db:
-            prepared = [(job, await self._prepare_in(db, job, now)) for job in jobs]
+        prepared = await self._prepare_group(jobs)
         self.hub.publish()
         reports: list[tuple[BindJob, KernelReport]] = []
-        for job, ready in prepared:
+        for job, ready in zip(jobs, prepared, strict=True):
             if ready is None:
                 continue
             report = await self._create(job, *ready)
@@ -213,15 +314,32 @@ class Binder:
                 reports.append((job, report))
         if not reports:
             return
-        now = self.clock()
-        async with self.db.begin(write=True) as db:
-            outcomes = [await self._accepted_in(db, job, report, now) for job, report in reports]
+        outcomes = await self._accept_group(reports)
         self.hub.publish()
         if any(released for released, _ in outcomes):
             self.on_release()
         for (job, _), (_, destroy_at) in zip(reports, outcomes, strict=True):
             if destroy_at is not None:
                 await self._destroy_quietly(job, destroy_at)
+
+    async def _prepare_step(self, jobs: list[BindJob]) -> list[_Prepared | None]:
+        """PREPARING for many sessions (any agents) in one transaction."""
+        now = self.clock()
+        async with self.db.begin(write=True) as db:
+            rows, kernels, agents = await _load_many(db, jobs)
+            return [await self._prepare_in(db, job, now, rows, kernels, agents) for job in jobs]
+
+    async def _accept_step(
+        self, reports: list[tuple[BindJob, KernelReport]]
+    ) -> list[tuple[bool, str | None]]:
+        """Record many accepted kernels (any agents) in one transaction."""
+        now = self.clock()
+        async with self.db.begin(write=True) as db:
+            rows, kernels, agents = await _load_many(db, [job for job, _ in reports])
+            return [
+                await self._accepted_in(db, job, report, now, rows, kernels, agents)
+                for job, report in reports
+            ]
 
     async def bind(self, job: BindJob) -> None:
         """Bind one session (the batch's steps, each in its own transaction)."""
@@ -260,15 +378,30 @@ class Binder:
         return report
 
     async def _prepare_in(
-        self, db: AsyncSession, job: BindJob, now: datetime
-    ) -> tuple[CreateKernelRequest, str | None] | None:
+        self,
+        db: AsyncSession,
+        job: BindJob,
+        now: datetime,
+        rows: _Rows | None = None,
+        all_kernels: _Kernels | None = None,
+        agents: _Agents | None = None,
+    ) -> _Prepared | None:
         """PREPARING, and the request with the agent's current address (None: unknown
-        agent); None when the session is no longer to be bound."""
-        row = await lock_session(db, job.session_id)
+        agent); None when the session is no longer to be bound.  ``rows``, ``all_kernels``
+        and ``agents``: preloaded by :func:`_load_many` (locked), else loaded here."""
+        if rows is None or all_kernels is None or agents is None:
+            row = await lock_session(db, job.session_id)
+        else:
+            row = rows.get(job.session_id)
         if row is None or row.status not in BINDABLE:
             return None
-        kernels = await session_kernels(db, row.id)
-        agent = await db.get(Agent, job.agent_id)
+        if all_kernels is None:
+            kernels = await session_kernels(db, row.id)
+        else:
+            kernels = all_kernels.get(row.id, [])
+        agent = (
+            agents.get(job.agent_id) if agents is not None else await db.get(Agent, job.agent_id)
+        )
         if row.status is SessionStatus.SCHEDULED:
             if agent is not None and _pulls(agent, row.image):
                 to, reason = SessionStatus.PULLING, f"agent {job.agent_id} pulls image {row.image}"
@@ -290,16 +423,33 @@ class Binder:
         self.on_release()
 
     async def _accepted_in(
-        self, db: AsyncSession, job: BindJob, report: KernelReport, now: datetime
+        self,
+        db: AsyncSession,
+        job: BindJob,
+        report: KernelReport,
+        now: datetime,
+        rows: _Rows | None = None,
+        all_kernels: _Kernels | None = None,
+        agents: _Agents | None = None,
     ) -> tuple[bool, str | None]:
-        """Record an accepted kernel: ``(resources released, address to destroy it at)``."""
-        row = await lock_session(db, job.session_id)
+        """Record an accepted kernel: ``(resources released, address to destroy it at)``.
+        ``rows``, ``all_kernels``, ``agents``: as for :meth:`_prepare_in`."""
+        if rows is None or all_kernels is None or agents is None:
+            row = await lock_session(db, job.session_id)
+        else:
+            row = rows.get(job.session_id)
         if row is None:
             return False, None
-        kernels = await session_kernels(db, row.id)
+        if all_kernels is None:
+            kernels = await session_kernels(db, row.id)
+        else:
+            kernels = all_kernels.get(row.id, [])
         if row.status not in BINDABLE and row.status is not SessionStatus.RUNNING:
             # destroyed or cancelled while the bind was in flight
-            agent = await db.get(Agent, job.agent_id)
+            if agents is not None:
+                agent = agents.get(job.agent_id)
+            else:
+                agent = await db.get(Agent, job.agent_id)
             return False, agent.address if agent is not None else None
         for kernel in kernels:
             if kernel.id == job.kernel_id:
