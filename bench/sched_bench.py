@@ -224,6 +224,7 @@ def instrument(manager: Manager, records: list[PassRecord]) -> Callable[[], None
         "snapshot": sched_loop.load_snapshot,
         "plan": sched_loop.plan_pass,
         "apply": sched_loop.apply_plan,
+        "failures": sched_loop.write_failures,
     }
     parts: dict[str, float] = {}
 
@@ -268,12 +269,14 @@ def instrument(manager: Manager, records: list[PassRecord]) -> Callable[[], None
     sched_loop.load_snapshot = timed("snapshot", originals["snapshot"])
     sched_loop.plan_pass = timed("plan", originals["plan"])
     sched_loop.apply_plan = timed("apply", originals["apply"])
+    sched_loop.write_failures = timed("failures", originals["failures"])
     scheduler._pass = timed_pass  # type: ignore[method-assign]
 
     def undo() -> None:
         sched_loop.load_snapshot = originals["snapshot"]  # type: ignore[assignment]
         sched_loop.plan_pass = originals["plan"]
         sched_loop.apply_plan = originals["apply"]  # type: ignore[assignment]
+        sched_loop.write_failures = originals["failures"]  # type: ignore[assignment]
         scheduler._pass = original_pass  # type: ignore[method-assign]
 
     return undo
@@ -302,6 +305,7 @@ async def run_case(
     seed: int,
     verbose: bool,
     profile: bool = False,
+    profile_manager: bool = False,
 ) -> CaseResult:
     result = CaseResult(kind, n_agents, n_pending)
     setup_start = time.perf_counter()
@@ -354,6 +358,7 @@ async def run_case(
                             seed,
                             verbose,
                             profile,
+                            profile_manager,
                         )
             finally:
                 await store.close()
@@ -374,6 +379,7 @@ async def _run(
     seed: int,
     verbose: bool,
     profile: bool,
+    profile_manager: bool = False,
 ) -> None:
     agents = [
         hollow.add(
@@ -415,6 +421,12 @@ async def _run(
     watcher = asyncio.create_task(watch())
     try:
         await insert_pending(manager, creds.access_key, n_pending, seed)
+        manager_profiler = None
+        if profile_manager:  # the event loop's thread only: not the planner's worker thread
+            import cProfile
+
+            manager_profiler = cProfile.Profile()
+            manager_profiler.enable()
         t0 = time.perf_counter()
         manager.trigger()
         placed = 0
@@ -439,6 +451,12 @@ async def _run(
                 f"  warning: only {accepted(agents)} of {placed} kernels accepted", file=sys.stderr
             )
         await asyncio.sleep(0.01)
+        if manager_profiler is not None:
+            import pstats
+
+            manager_profiler.disable()
+            print("  manager (event loop thread) from the trigger to the last accepted kernel:")
+            pstats.Stats(manager_profiler).sort_stats("tottime").print_stats(30)
         placing = [r for r in records if r.placed]
         result.placed = accepted(agents)
         result.scheduled_s = (placing[-1].started + placing[-1].seconds - t0) if placing else 0.0
@@ -570,6 +588,11 @@ async def main() -> None:
     parser.add_argument("--plot", type=Path, default=None)
     parser.add_argument("--verbose", action="store_true", help="print every pass")
     parser.add_argument("--profile", action="store_true", help="cProfile the pure planner")
+    parser.add_argument(
+        "--profile-manager",
+        action="store_true",
+        help="cProfile the manager's event loop (snapshot, apply, binds, RPCs) during the fill",
+    )
     args = parser.parse_args()
     if args.quick:
         args.agents, args.pending, args.releases = "10,100", 2000, 10
@@ -583,7 +606,14 @@ async def main() -> None:
         for n in (int(x) for x in args.agents.split(",")):
             print(f"{kind}: {n} agents x 8 GPUs, {args.pending} pending ...", flush=True)
             r = await run_case(
-                kind, n, args.pending, args.releases, args.seed, args.verbose, args.profile
+                kind,
+                n,
+                args.pending,
+                args.releases,
+                args.seed,
+                args.verbose,
+                args.profile,
+                args.profile_manager,
             )
             results.append(r)
             report([r])

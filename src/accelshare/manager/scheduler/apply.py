@@ -26,6 +26,7 @@ only once 10,000 explanations are written.
 
 from __future__ import annotations
 
+import json
 import logging
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
@@ -34,6 +35,7 @@ from datetime import datetime
 from typing import Any, TypeVar, cast
 
 import sqlalchemy as sa
+from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from accelshare.common import ResourceSlot, canonical_decimal
@@ -265,26 +267,45 @@ async def apply_plan(
     return applied
 
 
-async def write_failures(
-    db: AsyncSession, loaded: LoadedSnapshot, plan: SchedulingPlan, now: datetime
-) -> int:
+def _with_scheduler(dialect: str, column: sa.Column[Any]) -> sa.ColumnElement[Any]:
+    """``column`` (a JSON object; anything else counts as ``{}``) with its ``scheduler``
+    key replaced by the JSON text of the ``b_sched`` parameter, computed by the database."""
+    sched = sa.bindparam("b_sched", type_=sa.String())
+    if dialect == "postgresql":
+        base = sa.case(
+            (sa.func.jsonb_typeof(column) == "object", column),
+            else_=sa.literal_column("'{}'::jsonb"),
+        )
+        return sa.func.jsonb_set(base, sa.literal_column("'{scheduler}'"), sa.cast(sched, JSONB))
+    base = sa.case((sa.func.json_type(column) == "object", column), else_=sa.literal_column("'{}'"))
+    return sa.func.json_set(base, "$.scheduler", sa.func.json(sched))
+
+
+async def write_failures(db: AsyncSession, plan: SchedulingPlan, now: datetime) -> int:
     """``status_info`` and ``status_data.scheduler`` of the sessions left pending, in one
     ``executemany`` guarded by ``status = 'PENDING'`` (a session placed, cancelled or
-    destroyed meanwhile keeps what it has).  Returns how many were written."""
+    destroyed meanwhile keeps what it has).  Only the ``scheduler`` key is replaced (by
+    the database: the rest of each document is neither read nor re-encoded here).
+    Returns how many were written."""
     if not plan.failures:
         return 0
-    params: list[dict[str, Any]] = []
-    for failure in plan.failures:
-        data = dict(loaded.status_data.get(failure.session_id) or {})
-        data["scheduler"] = failure.scheduler_data(now)
-        params.append(
-            {"b_id": uuid.UUID(failure.session_id), "b_info": _clip(failure.msg), "b_data": data}
-        )
+    params = [
+        {
+            "b_id": uuid.UUID(failure.session_id),
+            "b_info": _clip(failure.msg),
+            "b_sched": json.dumps(failure.scheduler_data(now)),
+        }
+        for failure in plan.failures
+    ]
     table = _sessions()
-    await db.execute(
+    conn = await db.connection()
+    await conn.execute(
         sa.update(table)
         .where(table.c.id == sa.bindparam("b_id"), table.c.status == SessionStatus.PENDING)
-        .values(status_info=sa.bindparam("b_info"), status_data=sa.bindparam("b_data")),
+        .values(
+            status_info=sa.bindparam("b_info"),
+            status_data=_with_scheduler(conn.dialect.name, table.c.status_data),
+        ),
         params,
     )
     return len(params)

@@ -286,7 +286,7 @@ class Scheduler:
                 self.binder.submit(list(applied.jobs))
             if plan.failures:
                 async with self.db.begin(write=True) as db:
-                    await write_failures(db, loaded, plan, now)
+                    await write_failures(db, plan, now)
         self.metrics.pass_seconds.labels(sgroup_name).observe(time.perf_counter() - started)
         self.metrics.placements.labels(sgroup_name).inc(applied.placed)
         self.metrics.pending_left.labels(sgroup_name).inc(len(plan.failures))

@@ -22,7 +22,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
-from typing import Any
+from typing import Any, cast
 
 import sqlalchemy as sa
 from pydantic import ValidationError
@@ -65,7 +65,6 @@ class LoadedSnapshot:
     snapshot: SchedulingSnapshot
     agent_revisions: Mapping[str, int]
     agent_urls: Mapping[str, str]
-    status_data: Mapping[str, dict[str, Any]]  # pending session id -> its status_data
 
 
 def parse_views(device_allocs: Mapping[str, Any] | None) -> dict[str, PluginMapView]:
@@ -251,40 +250,40 @@ async def _agents(
     )
 
 
-async def _pending(
-    db: AsyncSession, sgroup: ScalingGroup
-) -> tuple[list[PendingSession], dict[str, dict[str, Any]]]:
+async def _pending(db: AsyncSession, sgroup: ScalingGroup) -> list[PendingSession]:
+    # Core on the session's connection (no ORM row processing); of ``status_data`` only
+    # ``scheduler.retries`` is read, by the database: the failures' write replaces the
+    # ``scheduler`` key in SQL, so the (large) documents are neither parsed nor re-encoded
+    t = cast(sa.Table, Session.__table__)
+    conn = await db.connection()
     rows = list(
-        await db.execute(
+        await conn.execute(
             sa.select(
-                Session.id,
-                Session.access_key,
-                Session.requested_slots,
-                Session.created_at,
-                Session.user_id,
-                Session.group_id,
-                Session.domain_name,
-                Session.name,
-                Session.priority,
-                Session.session_type,
-                Session.starts_at,
-                Session.status_data,
-                Session.resource_opts,
-                Session.designated_agent_id,
-                Session.image,
+                t.c.id,
+                t.c.access_key,
+                t.c.requested_slots,
+                t.c.created_at,
+                t.c.user_id,
+                t.c.group_id,
+                t.c.domain_name,
+                t.c.name,
+                t.c.priority,
+                t.c.session_type,
+                t.c.starts_at,
+                t.c.status_data[("scheduler", "retries")].as_integer(),
+                t.c.resource_opts,
+                t.c.designated_agent_id,
+                t.c.image,
             )
-            .where(
-                Session.scaling_group == sgroup.name,
-                Session.status == SessionStatus.PENDING,
-            )
-            .order_by(Session.created_at, Session.id)
+            .where(t.c.scaling_group == sgroup.name, t.c.status == SessionStatus.PENDING)
+            .order_by(t.c.created_at, t.c.id)
         )
     )
     deps: dict[uuid.UUID, list[str]] = {}
     if rows:
-        ids = [r.id for r in rows]
+        ids = [r[0] for r in rows]
         for start in range(0, len(ids), 500):
-            dep_rows = await db.execute(
+            dep_rows = await conn.execute(
                 sa.select(SessionDependency.session_id, SessionDependency.depends_on).where(
                     SessionDependency.session_id.in_(ids[start : start + 500])
                 )
@@ -295,39 +294,50 @@ async def _pending(
         (sgroup.scheduler_opts or {}).get("allow_fractional_resource_fragmentation", True)
     )
     catalogue: dict[str, ImageRequirement] = {}
-    wanted = {r.image for r in rows}
+    wanted = {r[-1] for r in rows}
     if wanted:
         for image in (await db.execute(sa.select(Image).where(Image.ref.in_(wanted)))).scalars():
             catalogue[image.ref] = requirement_of(image)
     pending = []
-    status_data: dict[str, dict[str, Any]] = {}
-    for r in rows:
-        data = r.status_data or {}
-        status_data[str(r.id)] = data
-        sched = data.get("scheduler") or {}
-        opts = r.resource_opts or {}
-        frag = opts.get("allow_fractional_resource_fragmentation", default_frag)
+    for (
+        sid,
+        access_key,
+        requested,
+        created_at,
+        user_id,
+        group_id,
+        domain_name,
+        name,
+        priority,
+        session_type,
+        starts_at,
+        retries,
+        opts,
+        designated,
+        image_ref,
+    ) in rows:
+        frag = (opts or {}).get("allow_fractional_resource_fragmentation", default_frag)
         pending.append(
             PendingSession(
-                id=str(r.id),
-                access_key=r.access_key,
-                requested_slots=r.requested_slots,
-                created_at=r.created_at,
-                user_id=str(r.user_id),
-                group_id=str(r.group_id),
-                domain_name=r.domain_name,
-                name=r.name,
-                priority=r.priority,
-                session_type=r.session_type,
-                starts_at=r.starts_at,
-                dependencies=tuple(sorted(deps.get(r.id, []))),
-                retries=int(sched.get("retries", 0) or 0),
+                id=str(sid),
+                access_key=access_key,
+                requested_slots=requested,
+                created_at=created_at,
+                user_id=str(user_id),
+                group_id=str(group_id),
+                domain_name=domain_name,
+                name=name,
+                priority=priority,
+                session_type=session_type,
+                starts_at=starts_at,
+                dependencies=tuple(sorted(deps.get(sid, ()))),
+                retries=int(retries or 0),
                 allow_fragmentation=bool(frag),
-                designated_agent=r.designated_agent_id,
-                image=catalogue.get(r.image),
+                designated_agent=designated,
+                image=catalogue.get(image_ref),
             )
         )
-    return pending, status_data
+    return pending
 
 
 async def _predicate_context(
@@ -377,13 +387,13 @@ async def _predicate_context(
                 max_pending_session_resource_slots=policy.max_pending_session_resource_slots,
                 total_resource_slots=_keypair_quota(policy, known),
             )
-        user_ids = sorted({uuid.UUID(p.user_id) for p in pending})
+        user_ids = sorted(uuid.UUID(u) for u in {p.user_id for p in pending})
         for uid, total in await db.execute(
             sa.select(User.id, User.total_resource_slots).where(User.id.in_(user_ids))
         ):
             if (q := _quota(total, known)) is not None:
                 quotas[("user", str(uid))] = q
-        group_ids = sorted({uuid.UUID(p.group_id) for p in pending})
+        group_ids = sorted(uuid.UUID(g) for g in {p.group_id for p in pending})
         for gid, total in await db.execute(
             sa.select(Group.id, Group.total_resource_slots).where(Group.id.in_(group_ids))
         ):
@@ -428,7 +438,7 @@ async def load_snapshot(
     last_roundrobin_agent: str | None = None,
 ) -> LoadedSnapshot:
     agents, revisions, urls = await _agents(db, sgroup.name)
-    pending, status_data = await _pending(db, sgroup)
+    pending = await _pending(db, sgroup)
     ctx, by_key = await _predicate_context(db, pending, now, known)
     snapshot = SchedulingSnapshot(
         scaling_group=sgroup.name,
@@ -440,4 +450,4 @@ async def load_snapshot(
         occupancy_by_access_key=by_key,
         last_roundrobin_agent=last_roundrobin_agent,
     )
-    return LoadedSnapshot(snapshot, revisions, urls, status_data)
+    return LoadedSnapshot(snapshot, revisions, urls)
