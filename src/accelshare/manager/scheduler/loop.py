@@ -7,17 +7,19 @@ Triggers coalesce: a trigger during a pass schedules exactly one more pass.
 One scheduler at a time:
 
 * in this process, an ``asyncio.Lock``;
-* across manager replicas on PostgreSQL, ``pg_advisory_xact_lock`` per scaling group,
-  taken as the first statement of the pass's transaction (released at commit);
-* on SQLite the pass's transaction is ``BEGIN IMMEDIATE``: it holds the database's
-  write lock, which already excludes every other writer, other processes included.
+* across manager replicas on PostgreSQL, a session-level ``pg_advisory_lock`` per
+  scaling group on a connection of its own, held across the pass's transactions;
+* SQLite is the embedded, one-process setup: the in-process lock is enough.
 
-A pass per scaling group (with PENDING sessions): cancel sessions past the group's
-``pending_timeout``, load the snapshot, run the pure :func:`~accelshare.sched.plan.plan_pass`,
-apply the plan (compare-and-set per agent), commit — then bind the SCHEDULED sessions
-*outside* the lock, concurrently (:mod:`.binding`).  The pure plan runs in a worker
-thread (``asyncio.to_thread``) so that the event loop keeps serving binds, heartbeats
-and the API meanwhile.
+A pass per scaling group (with PENDING sessions) is a pipeline of short transactions:
+cancel sessions past the group's ``pending_timeout`` (a write transaction), load the
+snapshot (one read transaction), run the pure :func:`~accelshare.sched.plan.plan_pass`
+in a worker thread (``asyncio.to_thread``, no transaction open: on SQLite binds,
+destroys and heartbeats write meanwhile), apply the plan (one write transaction,
+compare-and-set per agent, which rejects placements on agents that changed since the
+snapshot), submit the binds (:mod:`.binding`, outside the lock), and only then write the
+explanations of the sessions left pending (:func:`~.apply.write_failures`, its own
+write transaction) — a release is placed without waiting for thousands of them.
 """
 
 from __future__ import annotations
@@ -58,7 +60,7 @@ SCHEDULER_PLUGINS_PREFIX = "config/plugins/scheduler"
 
 
 def advisory_key(name: str) -> int:
-    """A stable signed 64-bit key for ``pg_advisory_xact_lock`` (not Python's salted hash)."""
+    """A stable signed 64-bit key for ``pg_advisory_lock`` (not Python's salted hash)."""
     digest = hashlib.sha256(f"accelshare.scheduler:{name}".encode()).digest()
     return int.from_bytes(digest[:8], "big", signed=True)
 
