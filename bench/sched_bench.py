@@ -136,6 +136,11 @@ class CaseResult:
     release_misses: int = 0
     planner_placements_per_s: float = 0.0
     setup_s: float = 0.0
+    bind_s: float = 0.0  # end of the fill pass's apply -> last kernel accepted
+
+    @property
+    def binds_per_s(self) -> float:
+        return self.placed / self.bind_s if self.bind_s else 0.0
 
     @property
     def placements_per_s(self) -> float:
@@ -216,6 +221,9 @@ async def insert_pending(manager: Manager, access_key: str, count: int, seed: in
             )
 
 
+APPLY_ENDS: list[float] = []  # when each timed apply returned (binds start then)
+
+
 def instrument(manager: Manager, records: list[PassRecord]) -> Callable[[], None]:
     """Time every pass and its parts; returns the undo."""
     scheduler = manager.scheduler
@@ -236,7 +244,10 @@ def instrument(manager: Manager, records: list[PassRecord]) -> Callable[[], None
                 try:
                     return await fn(*args, **kwargs)
                 finally:
-                    parts[name] = parts.get(name, 0.0) + time.perf_counter() - start
+                    end = time.perf_counter()
+                    parts[name] = parts.get(name, 0.0) + end - start
+                    if name == "apply":
+                        APPLY_ENDS.append(end)
 
             return async_wrapper
 
@@ -421,6 +432,7 @@ async def _run(
     watcher = asyncio.create_task(watch())
     try:
         await insert_pending(manager, creds.access_key, n_pending, seed)
+        APPLY_ENDS.clear()
         manager_profiler = None
         if profile_manager:  # the event loop's thread only: not the planner's worker thread
             import cProfile
@@ -457,10 +469,14 @@ async def _run(
             manager_profiler.disable()
             print("  manager (event loop thread) from the trigger to the last accepted kernel:")
             pstats.Stats(manager_profiler).sort_stats("tottime").print_stats(30)
+            if out := os.environ.get("SCHED_BENCH_PROFILE_OUT"):
+                manager_profiler.dump_stats(out)  # for pstats / snakeviz
         placing = [r for r in records if r.placed]
         result.placed = accepted(agents)
         result.scheduled_s = (placing[-1].started + placing[-1].seconds - t0) if placing else 0.0
         result.fill_s = (changes[0] if changes else time.perf_counter()) - t0
+        if APPLY_ENDS:  # the fill pass's binds: from its apply to the last accepted kernel
+            result.bind_s = max(0.0, (changes[0] if changes else APPLY_ENDS[0]) - APPLY_ENDS[0])
         fill_passes = len(records)
         sched_loop.plan_pass = timed_plan
         if captured:
@@ -521,9 +537,9 @@ def report(results: list[CaseResult]) -> None:
     print()
     print(
         "| db | agents | pending | placed | placements/s | ms per placement | pass p50 | pass p99 |"
-        " release→placed p50 | p99 | pure planner placements/s |"
+        " release→placed p50 | p99 | pure planner placements/s | binds/s after the apply |"
     )
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in results:
         secs = [p.seconds for p in r.passes] or [0.0]
         rel = r.release_latencies or [float("nan")]
@@ -532,6 +548,7 @@ def report(results: list[CaseResult]) -> None:
             f"| {r.db} | {r.agents:,} | {r.pending:,} | {r.placed:,} | {r.placements_per_s:,.0f} |"
             f" {r.ms_per_placement:.2f} | {ms(pct(secs, 50))} | {ms(pct(secs, 99))} |"
             f" {ms(pct(rel, 50))}{miss} | {ms(pct(rel, 99))} | {r.planner_placements_per_s:,.0f} |"
+            f" {r.binds_per_s:,.0f} |"
         )
 
 
