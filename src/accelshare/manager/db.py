@@ -24,6 +24,7 @@ SQLite specifics (applied on every new connection):
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -79,6 +80,9 @@ class Database:
 
     def __init__(self, engine: AsyncEngine) -> None:
         self.engine = engine
+        # the scheduler's and binder's own write transactions queue here on SQLite
+        # (see begin_queued_write)
+        self._queued_writes = asyncio.Lock()
 
     @classmethod
     def from_url(
@@ -164,6 +168,20 @@ class Database:
             session = AsyncSession(bind=conn, expire_on_commit=False)
             async with session, session.begin():
                 yield session
+
+    @asynccontextmanager
+    async def begin_queued_write(self) -> AsyncIterator[AsyncSession]:
+        """:meth:`begin` with ``write=True``; on SQLite, callers of this method first queue
+        in the process (an ``asyncio.Lock``), so that they never collide on the database's
+        write lock, where SQLite's busy handler sleeps up to 100 ms per try.  For the
+        scheduling pipeline's short, never-nested transactions (apply, failures, the
+        binder's grouped steps); anything else keeps :meth:`begin` and the busy timeout."""
+        if self.dialect != "sqlite":
+            async with self.begin(write=True) as session:
+                yield session
+            return
+        async with self._queued_writes, self.begin(write=True) as session:
+            yield session
 
     async def ping(self) -> None:
         """Raise if the database cannot answer ``SELECT 1``."""

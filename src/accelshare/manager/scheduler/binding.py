@@ -324,8 +324,8 @@ class Binder:
 
     async def _prepare_step(self, jobs: list[BindJob]) -> list[_Prepared | None]:
         """PREPARING for many sessions (any agents) in one transaction."""
-        now = self.clock()
-        async with self.db.begin(write=True) as db:
+        async with self.db.begin_queued_write() as db:
+            now = self.clock()
             rows, kernels, agents = await _load_many(db, jobs)
             return [await self._prepare_in(db, job, now, rows, kernels, agents) for job in jobs]
 
@@ -333,8 +333,8 @@ class Binder:
         self, reports: list[tuple[BindJob, KernelReport]]
     ) -> list[tuple[bool, str | None]]:
         """Record many accepted kernels (any agents) in one transaction."""
-        now = self.clock()
-        async with self.db.begin(write=True) as db:
+        async with self.db.begin_queued_write() as db:
+            now = self.clock()
             rows, kernels, agents = await _load_many(db, [job for job, _ in reports])
             return [
                 await self._accepted_in(db, job, report, now, rows, kernels, agents)

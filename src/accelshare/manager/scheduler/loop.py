@@ -280,14 +280,14 @@ class Scheduler:
             # API keep being served while a large pass is planned (the GIL is shared,
             # but the event loop is not frozen for seconds)
             plan = await asyncio.to_thread(plan_pass, loaded.snapshot)
-            async with self.db.begin(write=True) as db:
+            async with self.db.begin_queued_write() as db:
                 applied = await apply_plan(db, loaded, plan, now)
             # binds start now: a released room is filled without waiting for the
             # explanations of thousands of sessions left pending, written next
             if applied.jobs:
                 self.binder.submit(list(applied.jobs))
             if plan.failures:
-                async with self.db.begin(write=True) as db:
+                async with self.db.begin_queued_write() as db:
                     await write_failures(db, plan, now)
         self.metrics.pass_seconds.labels(sgroup_name).observe(time.perf_counter() - started)
         self.metrics.placements.labels(sgroup_name).inc(applied.placed)
