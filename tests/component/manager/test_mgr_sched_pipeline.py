@@ -3,6 +3,7 @@ binds started before the explanations of the sessions left pending are written."
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
@@ -13,6 +14,7 @@ import pytest
 import sqlalchemy as sa
 
 from accelshare.manager.clock import FrozenClock
+from accelshare.manager.db import Database
 from accelshare.manager.models import Agent, Kernel, Session
 from accelshare.manager.scheduler import loop
 from accelshare.manager.transitions import recompute_agent_occupancy
@@ -136,3 +138,26 @@ async def test_a_session_cancelled_after_the_snapshot_is_not_placed(
     assert result.jobs == ()
     assert (await cluster.session(str(sid)))["status"] in ("CANCELLED", "TERMINATED")
     assert await kernels_of(cluster, "gone") == 0
+
+
+async def test_queued_writes_take_turns(database: Database) -> None:
+    """SQLite: the pipeline's write transactions queue in the process (never two at once);
+    PostgreSQL: plain write transactions, which may overlap."""
+    trace: list[str] = []
+    inside = asyncio.Event()
+
+    async def write(name: str) -> None:
+        async with database.begin_queued_write() as db:
+            trace.append(f"{name} in")
+            inside.set()
+            await db.execute(sa.select(1))
+            await asyncio.sleep(0.05)
+            trace.append(f"{name} out")
+
+    first = asyncio.create_task(write("a"))
+    await inside.wait()
+    await asyncio.gather(first, write("b"))
+    if database.dialect == "sqlite":
+        assert trace == ["a in", "a out", "b in", "b out"]
+    else:
+        assert sorted(trace) == ["a in", "a out", "b in", "b out"]
