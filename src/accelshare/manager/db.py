@@ -20,12 +20,22 @@ SQLite specifics (applied on every new connection):
   transaction takes the write lock *first* and waits (busy timeout) for it, instead of
   failing with "database is locked" when it upgrades from a read lock.  This is
   SQLAlchemy's documented recipe for SAVEPOINT/transactional DDL support too.
+* write transactions of this process queue on an in-process lock (:meth:`_writer`)
+  before ``BEGIN IMMEDIATE``: SQLite's own busy handler waits for a held write lock by
+  sleeping (1, 2, 5, ... up to 100 ms at a time), so writers contending through it
+  left the database idle between them and serialised a busy manager at a few writes
+  per second.  The lock hands over at once, in arrival order.  Waiting for it is
+  bounded by the busy timeout; after that the transaction goes ahead without it and
+  SQLite's busy handling decides, as before (so a nested write never deadlocks).
+  Other processes (``mgr dbschema``) still meet SQLite's busy handler.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import weakref
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -78,11 +88,13 @@ def _install_sqlite_pragmas(engine: AsyncEngine, *, busy_timeout_ms: int, wal: b
 class Database:
     """The manager's database: an async engine plus transaction helpers."""
 
-    def __init__(self, engine: AsyncEngine) -> None:
+    def __init__(self, engine: AsyncEngine, *, busy_timeout_s: float = 10.0) -> None:
         self.engine = engine
-        # the scheduler's and binder's own write transactions queue here on SQLite
-        # (see begin_queued_write)
-        self._queued_writes = asyncio.Lock()
+        self._busy_timeout_s = busy_timeout_s
+        # one writer lock per event loop (tests run several loops over one Database)
+        self._writer_locks: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Lock] = (
+            weakref.WeakKeyDictionary()
+        )
 
     @classmethod
     def from_url(
@@ -122,7 +134,7 @@ class Database:
         else:
             kwargs.update(pool_size=pool_size, max_overflow=max_overflow, pool_pre_ping=True)
             engine = create_async_engine(url, **kwargs)
-        return cls(engine)
+        return cls(engine, busy_timeout_s=busy_timeout_s)
 
     @classmethod
     def from_config(cls, config: ManagerConfig) -> Database:
@@ -150,7 +162,7 @@ class Database:
     @asynccontextmanager
     async def connect(self, *, write: bool = False) -> AsyncIterator[AsyncConnection]:
         """A Core connection inside one transaction (committed on success)."""
-        async with self.engine.connect() as conn:
+        async with self._writer(write), self.engine.connect() as conn:
             if write:
                 await conn.execution_options(**{_WRITE_OPTION: True})
             async with conn.begin():
@@ -162,7 +174,7 @@ class Database:
 
         Objects stay usable after the commit (``expire_on_commit=False``).
         """
-        async with self.engine.connect() as conn:
+        async with self._writer(write), self.engine.connect() as conn:
             if write:
                 await conn.execution_options(**{_WRITE_OPTION: True})
             session = AsyncSession(bind=conn, expire_on_commit=False)
@@ -171,17 +183,35 @@ class Database:
 
     @asynccontextmanager
     async def begin_queued_write(self) -> AsyncIterator[AsyncSession]:
-        """:meth:`begin` with ``write=True``; on SQLite, callers of this method first queue
-        in the process (an ``asyncio.Lock``), so that they never collide on the database's
-        write lock, where SQLite's busy handler sleeps up to 100 ms per try.  For the
-        scheduling pipeline's short, never-nested transactions (apply, failures, the
-        binder's grouped steps); anything else keeps :meth:`begin` and the busy timeout."""
-        if self.dialect != "sqlite":
-            async with self.begin(write=True) as session:
-                yield session
-            return
-        async with self._queued_writes, self.begin(write=True) as session:
+        """:meth:`begin` with ``write=True``: the scheduling pipeline's short, never-nested
+        write transactions (apply, failures, the binder's grouped steps).  On SQLite every
+        writer of this process already queues on the writer lock (see :meth:`_writer`), so
+        they never collide on the database's write lock, where SQLite's busy handler sleeps
+        up to 100 ms per try."""
+        async with self.begin(write=True) as session:
             yield session
+
+    @asynccontextmanager
+    async def _writer(self, write: bool) -> AsyncIterator[None]:
+        """SQLite, ``write``: hold this process's writer lock (see the module doc)."""
+        if not write or self.engine.dialect.name != "sqlite":
+            yield
+            return
+        loop = asyncio.get_running_loop()
+        lock = self._writer_locks.get(loop)
+        if lock is None:
+            lock = self._writer_locks[loop] = asyncio.Lock()
+        acquired = False
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(self._busy_timeout_s):
+                acquired = await lock.acquire()
+        if not acquired:
+            log.warning("waited %.0f s for the writer lock; going on", self._busy_timeout_s)
+        try:
+            yield
+        finally:
+            if acquired:
+                lock.release()
 
     async def ping(self) -> None:
         """Raise if the database cannot answer ``SELECT 1``."""

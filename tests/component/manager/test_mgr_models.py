@@ -7,10 +7,11 @@ import json
 import uuid
 from datetime import UTC, datetime, timedelta, timezone
 from decimal import Decimal
+from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy.exc import IntegrityError, OperationalError
 
 from accelshare.common import ResourceSlot
 from accelshare.manager.bootstrap import bootstrap
@@ -240,3 +241,34 @@ async def test_write_transactions_serialise_on_sqlite(db: Database) -> None:
         agent = await session.get(Agent, "i-node01")
     assert agent is not None
     assert agent.occupancy_revision == 5
+
+
+async def nested_write(db: Database) -> None:
+    async with db.connect(write=True) as inner:  # a bug: a writer inside a writer
+        await inner.execute(sa.text("INSERT INTO t VALUES (10)"))
+
+
+async def test_sqlite_writers_queue_in_order_and_a_stuck_one_times_out(tmp_path: Path) -> None:
+    """The in-process writer lock hands the write lock over in arrival order; a writer
+    that cannot get it within the busy timeout goes on and meets SQLite's own busy
+    handling (an error here), never a deadlock."""
+    db = Database.from_url(f"sqlite+aiosqlite:///{tmp_path / 'w.db'}", busy_timeout_s=0.3)
+    try:
+        async with db.connect(write=True) as conn:
+            await conn.execute(sa.text("CREATE TABLE t (n INTEGER)"))
+        order: list[int] = []
+
+        async def write(n: int) -> None:
+            async with db.connect(write=True) as conn:
+                await conn.execute(sa.text("INSERT INTO t VALUES (:n)"), {"n": n})
+                await asyncio.sleep(0.01)
+                order.append(n)
+
+        await asyncio.gather(*(write(n) for n in range(5)))
+        assert order == [0, 1, 2, 3, 4]
+        async with db.connect(write=True) as outer:
+            await outer.execute(sa.text("INSERT INTO t VALUES (9)"))
+            with pytest.raises(OperationalError, match="locked"):
+                await nested_write(db)
+    finally:
+        await db.dispose()
