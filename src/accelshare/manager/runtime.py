@@ -166,6 +166,7 @@ class Manager:
             await cancel_and_wait([self._sweeper])
             self._sweeper = None
         await self.scheduler.stop(drain_s=drain_s)
+        await self.sessions.status_watch.close()
         if self.bus_link is not None:
             await self.bus_link.stop()
         await self.client.close()

@@ -16,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
-import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence, Set
 from dataclasses import dataclass
@@ -76,6 +75,7 @@ from .session_spec import (
     service_ports_from_environ,
 )
 from .slots import KnownSlots
+from .status_watch import StatusWatch
 from .transitions import agent_addresses, change_status, lock_session, session_kernels
 
 __all__ = ["Caller", "ProxyTarget", "SessionService", "session_json"]
@@ -240,6 +240,8 @@ class SessionService:
         self.passes = passes
         self.wait_for_pass = wait_for_pass
         self.default_scaling_group = default_scaling_group
+        # one status query per change for every create waiting for RUNNING
+        self.status_watch = StatusWatch(db, hub, poll_s=_WAIT_POLL_S)
 
     # -- look-ups ---------------------------------------------------------------------------
     async def _find(
@@ -455,18 +457,7 @@ class SessionService:
         if max_wait_s <= 0:
             await self.wait_for_pass(passes_before, 5.0)
             return
-        deadline = time.monotonic() + max_wait_s
-        while True:
-            async with self.db.begin() as db:
-                status = (
-                    await db.execute(sa.select(Session.status).where(Session.id == session_id))
-                ).scalar_one()
-            if status is SessionStatus.RUNNING or status in FINAL_STATUSES:
-                return
-            left = deadline - time.monotonic()
-            if left <= 0:
-                return
-            await self.hub.wait(min(left, _WAIT_POLL_S))
+        await self.status_watch.wait_for(session_id, _is_up_or_ended, max_wait_s)
 
     async def _owner(self, db: AsyncSession, caller: Caller, owner_key: str | None) -> _Owner:
         key = owner_key or caller.access_key
@@ -1005,6 +996,10 @@ class _Owner:
     user_id: uuid.UUID
     domain_name: str
     resource_policy: str
+
+
+def _is_up_or_ended(status: SessionStatus) -> bool:
+    return status is SessionStatus.RUNNING or status in FINAL_STATUSES
 
 
 def _create_answer(session: Mapping[str, Any], *, created: bool) -> dict[str, Any]:

@@ -1,0 +1,127 @@
+"""Waiting for sessions to reach a status: one query per change for every waiter.
+
+``POST /session`` with ``maxWaitSeconds`` waits for its session to run.  Each waiter
+re-reading its own row on every :class:`.ChangeHub` publish made N concurrent creates
+cost N queries per status change anywhere (16 clients: ~170 read transactions a
+second, most of the manager's event loop).  Here one task reads the status of every
+session waited for in one ``SELECT ... WHERE id IN (...)`` per wake-up and resolves
+the waiters whose condition holds::
+
+    watch = StatusWatch(db, hub)
+    status = await watch.wait_for(session_id, lambda s: s is SessionStatus.RUNNING, 30.0)
+
+Wake-ups: every hub publish (local or another replica's), a new waiter, and a timer
+(``poll_s``) for changes nobody published.  The database stays the source of truth: a
+missed publish costs at most ``poll_s``.  Publishes during a query cause exactly one
+more query (the wake flag is cleared before the query, not after).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import uuid
+from collections.abc import Callable
+
+import sqlalchemy as sa
+
+from accelshare.aio import cancel_and_wait
+from accelshare.sched.lifecycle import SessionStatus
+
+from .db import Database
+from .hub import ChangeHub
+from .models import Session
+
+__all__ = ["StatusWatch"]
+
+log = logging.getLogger(__name__)
+
+StatusTest = Callable[[SessionStatus], bool]
+_Answer = asyncio.Future[SessionStatus | None]  # None: the session does not exist
+
+
+class StatusWatch:
+    def __init__(self, db: Database, hub: ChangeHub, *, poll_s: float = 0.5) -> None:
+        self.db = db
+        self.poll_s = poll_s
+        self._waiters: dict[uuid.UUID, list[tuple[StatusTest, _Answer]]] = {}
+        self._wake: asyncio.Event | None = None
+        self._task: asyncio.Task[None] | None = None
+        hub.add_listener(self._on_publish)
+
+    def _on_publish(self, *, remote: bool) -> None:
+        del remote  # every change counts
+        if self._wake is not None:
+            self._wake.set()
+
+    async def wait_for(
+        self, session_id: uuid.UUID, done: StatusTest, timeout_s: float
+    ) -> SessionStatus | None:
+        """The session's status once ``done(status)`` holds; None after ``timeout_s``
+        (or when the session does not exist)."""
+        if timeout_s <= 0:
+            return None
+        future: _Answer = asyncio.get_running_loop().create_future()
+        entry = (done, future)
+        self._waiters.setdefault(session_id, []).append(entry)
+        self._kick()
+        try:
+            async with asyncio.timeout(timeout_s):
+                return await future
+        except TimeoutError:
+            return None
+        finally:
+            entries = self._waiters.get(session_id)
+            if entries is not None:
+                with contextlib.suppress(ValueError):
+                    entries.remove(entry)
+                if not entries:
+                    del self._waiters[session_id]
+
+    async def close(self) -> None:
+        if self._task is not None:
+            await cancel_and_wait([self._task])
+            self._task = None
+
+    def _kick(self) -> None:
+        if self._wake is None:
+            self._wake = asyncio.Event()
+        self._wake.set()
+        if self._task is None or self._task.done():
+            self._task = asyncio.create_task(self._run(self._wake), name="status-watch")
+
+    async def _run(self, wake: asyncio.Event) -> None:
+        """Until nobody waits: read every waited-for status, resolve, sleep until woken."""
+        while self._waiters:
+            wake.clear()
+            try:
+                await self._check_all()
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # keep serving the waiters: the next wake-up retries
+                log.exception("reading the statuses of waited-for sessions failed")
+            if not self._waiters:
+                break
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(self.poll_s):
+                    await wake.wait()
+
+    async def _check_all(self) -> None:
+        ids = list(self._waiters)
+        statuses: dict[uuid.UUID, SessionStatus] = {}
+        # bounded IN lists (SQLite's variable limit; one query for the usual few waiters)
+        for start in range(0, len(ids), 500):
+            chunk = ids[start : start + 500]
+            async with self.db.begin() as db:
+                rows = await db.execute(
+                    sa.select(Session.id, Session.status).where(Session.id.in_(chunk))
+                )
+                statuses.update({row[0]: row[1] for row in rows})
+        for session_id in ids:
+            status = statuses.get(session_id)
+            for done, future in list(self._waiters.get(session_id, ())):
+                if future.done():
+                    continue
+                if status is None or done(status):
+                    future.set_result(status)
