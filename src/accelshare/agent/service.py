@@ -38,6 +38,7 @@ import os
 import time
 import weakref
 from collections.abc import Mapping
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from decimal import Decimal
 from pathlib import Path
@@ -54,7 +55,7 @@ from accelshare.accel import (
     load_compute_plugins,
 )
 from accelshare.aio import cancel_and_wait
-from accelshare.alloc import ResourceError
+from accelshare.alloc import KernelAllocation, ResourceError
 from accelshare.bus import RedisBus
 from accelshare.config.agent_file import AgentConfig, AgentConfigError
 from accelshare.config.store import ConfigStore
@@ -116,6 +117,15 @@ __all__ = ["AgentService", "resolve_scratch_root"]
 log = logging.getLogger(__name__)
 
 
+@dataclass(frozen=True, slots=True)
+class _Admitted:
+    """A kernel registered and allocated, not started yet."""
+
+    record: KernelRecord
+    requested: Mapping[str, Decimal]
+    allocation: KernelAllocation
+
+
 def resolve_scratch_root(config: AgentConfig) -> Path:
     """``[container] scratch-root``, relative paths from agent.toml's folder."""
     return config.scratch_root_path()
@@ -172,6 +182,7 @@ class AgentService:
         )
         self._watchers: dict[str, asyncio.Task[None]] = {}
         self._background: set[asyncio.Task[Any]] = set()
+        self._starts: set[asyncio.Task[None]] = set()  # kernels starting in the background
         self._destroying: set[str] = set()
         self._loaded: LoadedPlugins | None = None
         self._ledger: AllocLedger | None = None
@@ -358,6 +369,8 @@ class AgentService:
         reported by the next agent, so the manager learns of them then, not while it
         could still place sessions here.
         """
+        if self._starts:  # let kernels being started finish (their events are kept)
+            await asyncio.wait(set(self._starts), timeout=self.config.container.stop_grace_s + 10)
         if self._link is not None:
             await self._link.stop()
             self._link = None
@@ -488,21 +501,75 @@ class AgentService:
             lock = self._kernel_locks[kernel_id] = asyncio.Lock()
         return lock
 
-    async def create_kernel(self, request: CreateKernelRequest) -> KernelReport:
+    async def create_kernel(
+        self, request: CreateKernelRequest, *, background: bool | None = None
+    ) -> KernelReport:
+        """Allocate and start a kernel; its report.
+
+        ``background`` (default: ``[container] start-in-background``): answer once the
+        allocation is made (a PREPARING report with the allocations) and start the
+        kernel in a task; its ``started`` / ``failed`` event tells the manager how the
+        start went (the manager's binder takes a PREPARING report as "accepted": the
+        session goes to CREATING, the event moves it on).  The kernel's lock is held
+        until the start is over, so a destroy or a repeated create waits for it.
+        Otherwise the answer waits for the start (RUNNING or FAILED)."""
+        if background is None:
+            background = self.config.container.start_in_background
         lock = self._kernel_lock(request.kernel_id)
-        async with lock:
+        await lock.acquire()
+        handed_over = False
+        try:
             existing = self.registry.get(request.kernel_id)
             if existing is not None:
                 log.info("kernel %s: create repeated, %s", request.kernel_id, existing.status)
                 return existing.report()
             t0 = time.perf_counter()
-            report = await self._create(request)
-            if report.status is KernelStatus.RUNNING:
-                self.metrics.create_seconds.observe(time.perf_counter() - t0)
-            self.metrics.creates.labels(result=report.status.value.lower()).inc()
-            return report
+            admitted = await self._admit(request)
+            if isinstance(admitted, KernelReport):
+                self.metrics.creates.labels(result=admitted.status.value.lower()).inc()
+                return admitted
+            if not background:
+                return await self._launch_timed(request, admitted, t0)
+            # The task owns the lock from here (released when the start is over), so
+            # nothing else about this kernel runs between this answer and the start.
+            task = asyncio.create_task(
+                self._start_in_background(lock, request, admitted, t0),
+                name=f"start-{request.kernel_id}",
+            )
+            handed_over = True
+            self._starts.add(task)
+            task.add_done_callback(self._starts.discard)
+            return admitted.record.report()
+        finally:
+            if not handed_over:
+                lock.release()
 
-    async def _create(self, request: CreateKernelRequest) -> KernelReport:
+    async def _start_in_background(
+        self,
+        lock: asyncio.Lock,
+        request: CreateKernelRequest,
+        admitted: _Admitted,
+        t0: float,
+    ) -> None:
+        try:
+            await self._launch_timed(request, admitted, t0)
+        except Exception:  # _launch turns runtime errors into FAILED: a bug
+            log.exception("kernel %s: starting in the background failed", request.kernel_id)
+        finally:
+            lock.release()
+
+    async def _launch_timed(
+        self, request: CreateKernelRequest, admitted: _Admitted, t0: float
+    ) -> KernelReport:
+        report = await self._launch(request, admitted)
+        if report.status is KernelStatus.RUNNING:
+            self.metrics.create_seconds.observe(time.perf_counter() - t0)
+        self.metrics.creates.labels(result=report.status.value.lower()).inc()
+        return report
+
+    async def _admit(self, request: CreateKernelRequest) -> _Admitted | KernelReport:
+        """Register the kernel and allocate its resources: ``(record, requested,
+        allocation)``, or the FAILED report when the request is invalid or does not fit."""
         kernel_id = request.kernel_id
         record = self.registry.add(
             KernelRecord(
@@ -537,6 +604,14 @@ class AgentService:
             return self._fail(record, str(e))
         record.allocations = ledger.recorded(kernel_id)
         log.info("kernel %s: allocated %s", kernel_id, record.report().allocations)
+        return _Admitted(record, requested, allocation)
+
+    async def _launch(self, request: CreateKernelRequest, admitted: _Admitted) -> KernelReport:
+        """Start an admitted kernel through the runtime: RUNNING (watched), or FAILED
+        with its allocation freed."""
+        kernel_id = request.kernel_id
+        record, requested, allocation = admitted.record, admitted.requested, admitted.allocation
+        ledger = self.ledger
         try:
             request, published = await self._service_ports(record, request)
         except PortRangeExhausted as e:

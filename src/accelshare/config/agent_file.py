@@ -37,6 +37,7 @@ Keys the daemon adds (docs/agent.md has the full table)::
     isolate-namespaces = false
     rlimit-memory = "data"            # or "as"
     prespawn-launchers = 2            # kernel launchers started ahead (faster creates)
+    start-in-background = false       # answer creates once allocated (events report)
     docker-url = "unix:///run/docker.sock"
     docker-network = "bridge"         # or "host", "none", "container:NAME", a network name
     port-range = [30000, 31000]       # host ports for the kernels' app services
@@ -230,6 +231,10 @@ class ContainerSection(_Section):
     rlimit_memory: Literal["data", "as"] = Field("data", alias="rlimit-memory")
     # Kernel launchers started ahead (saves the Python start on each create); 0: none.
     prespawn_launchers: int = Field(2, alias="prespawn-launchers", ge=0, le=16)
+    # Answer a create RPC once the kernel's resources are allocated and start it in the
+    # background (its started/failed event reports the outcome); false: the answer
+    # waits for the start.  Frees the manager's per-agent binds from the start's time.
+    start_in_background: bool = Field(False, alias="start-in-background")
     # Docker runtime: the engine (None: DOCKER_HOST or the default socket), and the
     # network of the kernels' containers (HostConfig.NetworkMode).
     docker_url: str | None = Field(None, alias="docker-url")
@@ -426,6 +431,7 @@ EXPECTED: dict[str, str] = {
     "container.rlimit-memory": '"data" or "as"',
     "container.prespawn-launchers": "an integer from 0 to 16",
     "container.port-range": "[low, high] with 1024 <= low <= high <= 65535, such as [30000, 31000]",
+    "container.start-in-background": _TRUE_FALSE,
     "container.docker-url": 'a Docker engine URL such as "unix:///run/docker.sock"',
     "container.docker-network": (
         '"bridge", "host", "none", "container:NAME" or the name of a Docker network'

@@ -177,6 +177,8 @@ def render_agent_toml(
         "# A development cluster keeps ended kernels' scratch dirs (logs, resource.txt)\n"
         "# so that `accelshare session logs` works after a batch session has finished.\n"
         "keep-scratch = true\n"
+        "# Creates are answered once allocated; the kernel's started event follows.\n"
+        "start-in-background = true\n"
         f"scratch-root = {_toml_str(layout.agent_dir(agent_id) / 'scratch')}\n"
         "\n"
         "[resource]\n"

@@ -551,3 +551,50 @@ async def test_heartbeat_images_follow_the_runtime_and_survive_an_outage(
         ]
     finally:
         await service.stop()
+
+
+async def test_start_in_background_answers_preparing_then_reports_the_start(
+    agent_toml: Factory, start_agent: Factory, eventually: Eventually, scratch_root: Path
+) -> None:
+    agent = await start_agent(agent_toml(container={"start-in-background": True}))
+    empty = await agent.alloc_map()
+    kernel_id = kid()
+    report = await agent.create(kernel_id, SLOTS)
+    assert report["status"] == "PREPARING"  # answered once allocated
+    assert report["allocations"]["mem"] == {"root": str(1 << 30)}
+    # a repeated create and a destroy wait for the start (the kernel's lock)
+    again = await agent.create(kernel_id, SLOTS)
+    assert again["status"] == "RUNNING"
+    await eventually(
+        lambda: [e["event"] for e in agent.manager.events_of(kernel_id)] == ["started"],
+        what="started event",
+    )
+    destroyed = await agent.destroy(kernel_id)
+    assert destroyed["status"] == "EXITED"
+    # a start that fails: PREPARING first, then the failed event, the allocation freed
+    bad = kid()
+    report = await agent.create(bad, SLOTS, image="cobol")
+    assert report["status"] == "PREPARING"
+    await eventually(
+        lambda: [e["event"] for e in agent.manager.events_of(bad)] == ["failed"],
+        what="failed event",
+    )
+    assert await agent.alloc_map() == empty
+    # what never fits is still refused in the answer itself
+    no_cpu = await agent.create(kid(), {"mem": "1g"})
+    assert no_cpu["status"] == "FAILED"
+
+
+async def test_stop_waits_for_kernels_starting_in_the_background(
+    agent_toml: Factory, start_agent: Factory
+) -> None:
+    agent = await start_agent(agent_toml(container={"start-in-background": True}))
+    kernel_id = kid()
+    assert (await agent.create(kernel_id, SLOTS))["status"] == "PREPARING"
+    await agent.service.stop()
+    record = agent.service.registry.get(kernel_id)
+    assert record is not None
+    assert record.status.value == "RUNNING"
+    pid = int(record.report().container_id or 0)
+    assert is_same_process(pid, None, kernel_id=kernel_id)
+    os.killpg(pid, signal.SIGKILL)

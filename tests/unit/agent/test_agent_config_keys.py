@@ -23,6 +23,7 @@ def test_defaults() -> None:
     assert config.container.use_cgroups is True
     assert config.container.cgroup_parent == "accelshare"
     assert config.container.prespawn_launchers == 2
+    assert config.container.start_in_background is False
     assert config.container.environments == {}
     assert rpc_url_of(config) == "http://127.0.0.1:6001"
 
