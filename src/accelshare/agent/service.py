@@ -10,7 +10,8 @@ Lifecycle::
     await service.start()     # lock the scratch root, load plugins, build maps, restart
                               # recovery, watch live kernels
     service.start_reporting() # register, heartbeats, events (once the RPC listens)
-    await service.create_kernel(CreateKernelRequest(...))   # -> KernelReport (RUNNING/FAILED)
+    await service.create_kernel(CreateKernelRequest(...))   # -> KernelReport (RUNNING/FAILED;
+                              # PREPARING with start-in-background: events follow)
     await service.destroy_kernel("k1")                      # -> KernelReport (EXITED)
     await service.stop()      # kernels keep running; a new agent re-adopts them;
                               # undelivered events are saved for the next agent
