@@ -26,7 +26,6 @@ See docs/compatibility.md for the command-by-command level.
 
 from __future__ import annotations
 
-import time
 import uuid
 from collections.abc import Mapping
 from typing import Any
@@ -60,7 +59,6 @@ BACKENDAI_CLIENT_AGENT = "Backend.AI Client for Python"
 START_WAIT_S = 60.0
 """How long a create from the Backend.AI client waits for a scheduled session to run."""
 
-_POLL_S = 0.5
 _SETTLED = FINAL_STATUSES | {SessionStatus.RUNNING, SessionStatus.ERROR}
 
 BOOLEAN_RESOURCE_OPTS = frozenset({"allow_fractional_resource_fragmentation"})
@@ -160,17 +158,16 @@ async def wait_like_backendai(
     status = SessionStatus(result["status"])
     if status is SessionStatus.PENDING or status in _SETTLED:
         return result
-    session_id = str(uuid.UUID(str(result["sessionId"])))
-    deadline = time.monotonic() + timeout_s
-    while status not in _SETTLED:
-        left = deadline - time.monotonic()
-        if left <= 0:
-            break
-        await manager.hub.wait(min(left, _POLL_S))
-        session = await manager.sessions.get(identity, session_id)
-        status = SessionStatus(session["status"])
-        result.update(status=session["status"], statusInfo=session["statusInfo"], session=session)
+    session_id = uuid.UUID(str(result["sessionId"]))
+    # one status query per change for every waiter (not one per waiter: StatusWatch)
+    await manager.sessions.status_watch.wait_for(session_id, _is_settled, timeout_s)
+    session = await manager.sessions.get(identity, str(session_id))
+    result.update(status=session["status"], statusInfo=session["statusInfo"], session=session)
     return result
+
+
+def _is_settled(status: SessionStatus) -> bool:
+    return status in _SETTLED
 
 
 @router.get("/manager/announcement")
