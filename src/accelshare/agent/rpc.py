@@ -2,7 +2,8 @@
 
 ::
 
-    POST   /v1/kernels                  CreateKernelRequest -> KernelReport (RUNNING or FAILED)
+    POST   /v1/kernels                  CreateKernelRequest -> KernelReport (RUNNING or FAILED;
+                                        PREPARING with [container] start-in-background)
     DELETE /v1/kernels/{kernel_id}      -> KernelReport (EXITED; unknown id: reason not-found)
     GET    /v1/kernels                  -> KernelList
     GET    /v1/kernels/{kernel_id}/logs -> text/plain  (?tail_bytes=N)

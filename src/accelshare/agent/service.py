@@ -125,6 +125,8 @@ class _Admitted:
     record: KernelRecord
     requested: Mapping[str, Decimal]
     allocation: KernelAllocation
+    request: CreateKernelRequest  # with the app services' host ports in its environ
+    published: tuple[tuple[int, int], ...]  # docker bridge: (container port, host port)
 
 
 def resolve_scratch_root(config: AgentConfig) -> Path:
@@ -603,22 +605,25 @@ class AgentService:
                 )
         except (ResourceError, KernelRequestError) as e:
             return self._fail(record, str(e))
-        record.allocations = ledger.recorded(kernel_id)
-        log.info("kernel %s: allocated %s", kernel_id, record.report().allocations)
-        return _Admitted(record, requested, allocation)
-
-    async def _launch(self, request: CreateKernelRequest, admitted: _Admitted) -> KernelReport:
-        """Start an admitted kernel through the runtime: RUNNING (watched), or FAILED
-        with its allocation freed."""
-        kernel_id = request.kernel_id
-        record, requested, allocation = admitted.record, admitted.requested, admitted.allocation
-        ledger = self.ledger
+        # Host ports before the answer: a create answered early (start-in-background)
+        # reports them too, and the manager keeps them from that report.
         try:
             request, published = await self._service_ports(record, request)
         except PortRangeExhausted as e:
             async with self._alloc_lock:
                 ledger.release(kernel_id)
             return self._fail(record, str(e))
+        record.allocations = ledger.recorded(kernel_id)
+        log.info("kernel %s: allocated %s", kernel_id, record.report().allocations)
+        return _Admitted(record, requested, allocation, request, published)
+
+    async def _launch(self, request: CreateKernelRequest, admitted: _Admitted) -> KernelReport:
+        """Start an admitted kernel through the runtime: RUNNING (watched), or FAILED
+        with its allocation freed."""
+        kernel_id = request.kernel_id
+        record, requested, allocation = admitted.record, admitted.requested, admitted.allocation
+        request, published = admitted.request, admitted.published
+        ledger = self.ledger
         try:
             spec, _ = build_kernel_spec(
                 request,

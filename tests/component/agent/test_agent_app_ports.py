@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -76,3 +77,30 @@ async def test_ports_from_the_range_kept_over_a_restart_freed_on_destroy(
     await second.client.delete(f"/v1/kernels/{k1}")
     assert second.service.ports.ports_of(k1) == []
     assert set(second.service.ports.held) == {low + 2}
+
+
+async def test_a_create_answered_before_the_start_reports_the_host_ports(
+    agent_toml: Factory, start_agent: Factory
+) -> None:
+    """With ``start-in-background`` the answer (PREPARING) is all the manager keeps
+    the ports from: they are allocated before it, and the kernel gets the same ones."""
+    low = _low()
+    path = agent_toml(container={"port-range": [low, low + 2], "start-in-background": True})
+    agent = await start_agent(path)
+    kernel_id = f"p-{uuid.uuid4().hex[:8]}"
+    report = await _create(agent, kernel_id, {"BACKENDAI_SERVICE_PORT_WEB": "8888"})
+    assert report["status"] == "PREPARING", report
+    assert report["service_ports"] == [
+        {"name": "web", "protocol": "http", "container_port": 8888, "host_port": low},
+    ]
+    for _ in range(200):
+        kernels = (await agent.client.get("/v1/kernels")).json()["kernels"]
+        listed = next(k for k in kernels if k["kernel_id"] == kernel_id)
+        if listed["status"] == "RUNNING":
+            break
+        await asyncio.sleep(0.05)
+    assert listed["status"] == "RUNNING", listed
+    env = _kernel_environ(int(listed["container_id"]))
+    assert env["BACKENDAI_SERVICE_PORT_WEB"] == str(low)
+    await agent.client.delete(f"/v1/kernels/{kernel_id}")
+    assert agent.service.ports.ports_of(kernel_id) == []
