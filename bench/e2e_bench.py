@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import platform
 import statistics
@@ -91,14 +92,51 @@ async def throughput(
     return create_s, destroy_s, per_call, ids
 
 
+def manager_stats(directory: str | None) -> dict[str, float]:
+    """The manager's cumulative statement counts and ``cpu_s`` (``--sql-stats``)."""
+    if directory is None:
+        return {}
+    time.sleep(0.6)  # the manager rewrites its file every 0.25 s
+    for path in Path(directory).glob("*.json"):
+        data = json.loads(path.read_text())
+        if "manager" in data["argv"]:
+            return {**data["counts"], "cpu_s": data["cpu_s"]}
+    return {}
+
+
+def print_stats(title: str, before: dict[str, float], after: dict[str, float], n: int) -> None:
+    """Per session: statements by kind, transactions, the manager's CPU."""
+    if not after or n == 0:
+        return
+    diff = {k: after[k] - before.get(k, 0) for k in after}
+    cpu = diff.pop("cpu_s", 0.0)
+    statements = sum(v for k, v in diff.items() if k != "COMMIT")
+    begins = sum(v for k, v in diff.items() if k.startswith("BEGIN"))
+    writes = diff.get("BEGIN IMMEDIATE", 0)
+    print(f"\nmanager, {title}, per session (n={n}, heartbeats included):")
+    print(
+        f"  {statements / n:.1f} statements, {begins / n:.1f} transactions"
+        f" ({writes / n:.1f} write), {cpu / n * 1000:.1f} ms CPU"
+    )
+    for key, value in sorted(diff.items(), key=lambda kv: -kv[1]):
+        if value:
+            print(f"  {value / n:6.2f}  {key}")
+
+
 async def measure(cluster: LocalCluster, args: argparse.Namespace) -> None:
+    stats = os.environ.get("ACCELSHARE_SQL_STATS") if args.sql_stats else None
     async with AccelshareClient(cluster.client_config(), timeout_s=180) as client:
         # warm-up: imports, first DB pages, the agent's first kernel
         await latency(client, 3)
+        s0 = manager_stats(stats)
         lat = await latency(client, args.samples)
+        s1 = manager_stats(stats)
         create_s, destroy_s, per_call, ids = await throughput(
             client, args.sessions, args.concurrency
         )
+        s2 = manager_stats(stats)
+    print_stats("one at a time (create + destroy)", s0, s1, args.samples)
+    print_stats(f"{args.concurrency} clients (create + destroy)", s1, s2, len(ids))
     rate = len(ids) / create_s
     p50 = statistics.median(lat)
     rows = [
@@ -144,8 +182,20 @@ def main() -> None:
     parser.add_argument("--agents", type=int, default=1)
     parser.add_argument("--cpus", type=int, default=512, help="cores each agent advertises")
     parser.add_argument("--mem", default="512g", help="memory each agent advertises")
+    parser.add_argument(
+        "--sql-stats",
+        action="store_true",
+        help="count the manager's SQL statements and CPU per session (bench/sqlstats)",
+    )
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="accelshare-bench-") as tmp:
+        if args.sql_stats:
+            stats_dir = Path(tmp) / "sql-stats"
+            stats_dir.mkdir()
+            os.environ["ACCELSHARE_SQL_STATS"] = str(stats_dir)
+            hook = str(Path(__file__).resolve().parent / "sqlstats")
+            path = os.environ.get("PYTHONPATH")
+            os.environ["PYTHONPATH"] = hook if not path else f"{hook}{os.pathsep}{path}"
         from accelshare.common import BinarySize
 
         cluster = LocalCluster(

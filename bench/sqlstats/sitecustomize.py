@@ -1,0 +1,69 @@
+"""Count a process's SQL statements and its CPU time (``e2e_bench.py --sql-stats``).
+
+Put this directory on ``PYTHONPATH`` with ``ACCELSHARE_SQL_STATS=DIR``: every Python
+process started so (the dev cluster's manager and agents) counts the statements its
+SQLAlchemy engines execute, keyed by verb and table (``INSERT session_status_history``,
+``BEGIN IMMEDIATE``), and rewrites ``DIR/<pid>.json`` every 0.25 s with the cumulative
+counts, its CPU seconds (``time.process_time``) and its ``argv``.  The bench diffs two
+snapshots around a phase.  Nothing here runs unless the variable is set.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import sys
+import threading
+import time
+from collections import Counter
+from typing import Any
+
+_DIR = os.environ.get("ACCELSHARE_SQL_STATS")
+_TABLE = re.compile(r"\b(?:FROM|INTO|UPDATE)\s+\"?(\w+)", re.IGNORECASE)
+
+
+def _key(statement: str) -> str:
+    text = statement.lstrip()
+    verb = text.split(None, 1)[0].upper() if text else "?"
+    if verb == "BEGIN":
+        return text.split("\n", 1)[0].strip().upper()
+    match = _TABLE.search(text)
+    return f"{verb} {match.group(1) if match else ''}".strip()
+
+
+def _install(directory: str) -> None:
+    from sqlalchemy import event
+    from sqlalchemy.engine import Engine
+
+    counts: Counter[str] = Counter()
+    lock = threading.Lock()
+
+    @event.listens_for(Engine, "before_cursor_execute")
+    def _count(_conn: Any, _cursor: Any, statement: str, *_args: Any) -> None:
+        with lock:
+            counts[_key(statement)] += 1
+
+    @event.listens_for(Engine, "commit")
+    def _commit(_conn: Any) -> None:
+        with lock:
+            counts["COMMIT"] += 1
+
+    path = os.path.join(directory, f"{os.getpid()}.json")
+
+    def _dump() -> None:
+        while True:
+            with lock:
+                snapshot = dict(counts)
+            data = {"argv": sys.argv, "cpu_s": time.process_time(), "counts": snapshot}
+            tmp = path + ".tmp"
+            with open(tmp, "w") as out:
+                json.dump(data, out)
+            os.replace(tmp, path)
+            time.sleep(0.25)
+
+    threading.Thread(target=_dump, name="sql-stats", daemon=True).start()
+
+
+if _DIR:
+    _install(_DIR)
