@@ -205,16 +205,25 @@ class CreateResult:
     created: bool
 
 
-async def _lost_agents(db: AsyncSession, addresses: Mapping[str, str]) -> set[str]:
-    """Which of these agents are not ALIVE (LOST or gone)."""
-    if not addresses:
-        return set()
+async def _agent_reach(
+    db: AsyncSession, kernels: Sequence[Kernel]
+) -> tuple[dict[str, str], set[str]]:
+    """The kernels' agents: ``{id: current RPC address}`` (as :func:`agent_addresses`)
+    and which of those are not ALIVE (LOST or gone), in one query (a destroy's)."""
+    ids = {k.agent_id for k in kernels if k.agent_id is not None}
+    if not ids:
+        return {}, set()
     rows = await db.execute(
-        sa.select(Agent.id).where(
-            Agent.id.in_(sorted(addresses)), Agent.status != AgentStatus.ALIVE
-        )
+        sa.select(Agent.id, Agent.address, Agent.status).where(Agent.id.in_(sorted(ids)))
     )
-    return set(rows.scalars())
+    addresses: dict[str, str] = {}
+    lost: set[str] = set()
+    for agent_id, address, status in rows:
+        if address:
+            addresses[agent_id] = address
+            if status is not AgentStatus.ALIVE:
+                lost.add(agent_id)
+    return addresses, lost
 
 
 class SessionService:
@@ -751,12 +760,13 @@ class SessionService:
         confirm = False
         released = False
         async with self.db.begin(write=True) as db:
-            found = await self._find(db, caller, ref, owner_access_key)
-            row = await lock_session(db, found.id)
-            assert row is not None
+            row = await self._find(db, caller, ref, owner_access_key)
+            if self.db.dialect == "postgresql":  # SQLite: BEGIN IMMEDIATE serialises writers
+                locked = await lock_session(db, row.id)
+                assert locked is not None
+                row = locked
             kernels = await session_kernels(db, row.id)
-            addresses = await agent_addresses(db, kernels)
-            lost = await _lost_agents(db, addresses)
+            addresses, lost = await _agent_reach(db, kernels)
             targets = [
                 (addresses[k.agent_id], str(k.id))
                 for k in kernels
@@ -797,15 +807,20 @@ class SessionService:
         if released:
             self.trigger()
         self.hub.publish()
-        async with self.db.begin() as db:
-            row = await db.get(Session, session_id)
-            assert row is not None
-            return {
-                "sessionId": str(row.id),
-                "sessionName": row.name,
-                "status": row.status.value,
-                "statusInfo": row.status_info,
-            }
+        async with self.db.connect() as conn:  # four columns, not the ORM row
+            answer = (
+                await conn.execute(
+                    sa.select(Session.id, Session.name, Session.status, Session.status_info).where(
+                        Session.id == session_id
+                    )
+                )
+            ).one()
+        return {
+            "sessionId": str(answer.id),
+            "sessionName": answer.name,
+            "status": answer.status.value,
+            "statusInfo": answer.status_info,
+        }
 
     async def _confirm_destroyed(
         self, session_id: uuid.UUID, who: str, errors: list[str], forced: bool
@@ -815,8 +830,12 @@ class SessionService:
             if row is None or row.status is not SessionStatus.TERMINATING:
                 return row is not None and row.status in FINAL_STATUSES
             kernels = await session_kernels(db, row.id)
-            agent = await db.get(Agent, row.agent_id) if row.agent_id else None
-            lost = agent is None or agent.status is not AgentStatus.ALIVE
+            agent_status = (
+                await db.scalar(sa.select(Agent.status).where(Agent.id == row.agent_id))
+                if row.agent_id
+                else None
+            )
+            lost = agent_status is not AgentStatus.ALIVE
             if errors and not forced and not lost:
                 row.status_info = (
                     f"{who}; the agent did not confirm yet ({errors[0]}); it is asked again at"
