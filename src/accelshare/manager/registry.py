@@ -45,6 +45,7 @@ from decimal import Decimal
 from typing import Any
 
 import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -146,6 +147,11 @@ def _as_uuid(value: str) -> uuid.UUID | None:
         return uuid.UUID(value)
     except ValueError:
         return None
+
+
+def _insert_ignoring_duplicates(dialect: str) -> Any:
+    """The dialect's ``insert`` (both have ``on_conflict_do_nothing``)."""
+    return postgresql.insert if dialect == "postgresql" else sqlite.insert
 
 
 async def _require_scaling_group(db: AsyncSession, name: str) -> None:
@@ -388,21 +394,29 @@ class AgentRegistry:
 
     async def _apply_event(self, agent_id: str, event: KernelEvent) -> bool | None:
         async with self.db.begin(write=True) as db:
-            if await db.get(KernelEventRecord, event.event_id) is not None:
-                return None
-            db.add(
-                KernelEventRecord(
+            # the id first, in one statement: nothing inserted means applied before
+            insert = _insert_ignoring_duplicates(self.db.dialect)
+            recorded = await db.execute(
+                insert(KernelEventRecord)
+                .values(
                     event_id=event.event_id,
                     agent_id=agent_id,
                     kernel_id=event.kernel_id,
                     event=event.event.value,
                     received_at=self.clock(),
                 )
+                .on_conflict_do_nothing(index_elements=["event_id"])
+                .returning(KernelEventRecord.event_id)
             )
-            await db.flush()
+            if recorded.scalar_one_or_none() is None:
+                return None
             kernel_uuid = _as_uuid(event.kernel_id)
-            kernel = await db.get(Kernel, kernel_uuid) if kernel_uuid else None
-            if kernel is None:
+            session_id = (
+                await db.scalar(sa.select(Kernel.session_id).where(Kernel.id == kernel_uuid))
+                if kernel_uuid
+                else None
+            )
+            if session_id is None:
                 log.warning(
                     "agent %s: event %s for unknown kernel %s",
                     agent_id,
@@ -412,15 +426,15 @@ class AgentRegistry:
                 return False
             now = self.clock()
             if event.event is KernelEventType.STARTED:
-                row = await lock_session(db, kernel.session_id)
+                row = await lock_session(db, session_id)
                 if row is not None:
                     await walk_forward(
                         db, row, SessionStatus.RUNNING, reason="the kernel started", now=now
                     )
                 return False
             if event.event is KernelEventType.EXITED:
-                return await self._ended(db, kernel.session_id, event.exit_code, event.reason, now)
-            return await self._failed(db, kernel.session_id, event.reason, now)
+                return await self._ended(db, session_id, event.exit_code, event.reason, now)
+            return await self._failed(db, session_id, event.reason, now)
 
     async def _ended(
         self,
