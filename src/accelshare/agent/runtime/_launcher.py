@@ -12,7 +12,8 @@ on stdin (one line; EOF without one: exit quietly), moves its own output to the 
 3. forks the kernel process, which ``setsid()``s (own session and process group, so
    the runtime can signal the whole group), writes its pid into every cgroup
    ``cgroup.procs`` listed (it joins its cgroups *before* it execs the command, so
-   no byte of the command runs unlimited), applies rlimits and CPU affinity, sends
+   no byte of the command runs unlimited), applies rlimits and CPU affinity
+   (:func:`enter_kernel_limits`, shared with ``_terminal_exec.py``), sends
    stdout/stderr to the kernel log, and execs the command;
 4. reports through STATUS_FD: an exec failure comes back through a close-on-exec
    pipe as ``{"ok": false, "error": ...}``; success writes ``state/proc.json``
@@ -60,20 +61,32 @@ def _report(status_fd: int, data: dict[str, Any]) -> None:
         pass  # the agent is gone; proc.json / exit.json tell the next one
 
 
+def enter_kernel_limits(cfg: dict[str, Any]) -> None:
+    """Put the calling process under the kernel's limits of ``launch.json``.
+
+    Writes its pid into every cgroup ``cgroup.procs`` in ``procs_files`` (so it joins
+    the kernel's cgroups *before* it execs anything), applies ``rlimits`` and
+    ``cpu_affinity``.  Shared with ``_terminal_exec.py``, which loads this file by path
+    (both run under ``python -I -S``, where neither accelshare nor this directory is
+    importable); keep this module free of side effects on import.
+    """
+    pid = str(os.getpid()).encode()
+    for procs_file in cfg.get("procs_files", []):
+        fd = os.open(procs_file, os.O_WRONLY)
+        try:
+            os.write(fd, pid)
+        finally:
+            os.close(fd)
+    for name, soft, hard in cfg.get("rlimits", []):
+        resource.setrlimit(getattr(resource, name), (soft, hard))
+    if cfg.get("cpu_affinity"):
+        os.sched_setaffinity(0, cfg["cpu_affinity"])
+
+
 def _exec_kernel(cfg: dict[str, Any], err_w: int) -> NoReturn:
     try:
         os.setsid()
-        pid = str(os.getpid()).encode()
-        for procs_file in cfg.get("procs_files", []):
-            fd = os.open(procs_file, os.O_WRONLY)
-            try:
-                os.write(fd, pid)
-            finally:
-                os.close(fd)
-        for name, soft, hard in cfg.get("rlimits", []):
-            resource.setrlimit(getattr(resource, name), (soft, hard))
-        if cfg.get("cpu_affinity"):
-            os.sched_setaffinity(0, cfg["cpu_affinity"])
+        enter_kernel_limits(cfg)
         stdin = os.open(os.devnull, os.O_RDONLY)
         log = os.open(cfg["log_file"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         os.dup2(stdin, 0)

@@ -5,7 +5,9 @@ Run by :mod:`accelshare.agent.runtime.terminal` as
 stdout and stderr on the slave side of a fresh pty and in a new session
 (``start_new_session``).  It makes the pty its controlling terminal, joins the kernel's
 cgroups (the ``procs_files`` of ``launch.json``) *before* it execs the shell, applies
-the kernel's rlimits and CPU affinity, changes to the kernel's cwd and execs the shell
+the kernel's rlimits and CPU affinity (all three through ``_launcher.py``'s
+``enter_kernel_limits``, loaded by path: one implementation for kernels and
+terminals), changes to the kernel's cwd and execs the shell
 with the kernel's environment (so the plugins' tools, such as the mock ``nvidia-smi``
 in ``config/bin``, are on PATH) and ``TERM=xterm-256color``.  Any failure is written
 to stderr (the terminal) and the exit code is 127.
@@ -14,12 +16,29 @@ to stderr (the terminal) and the exit code is 127.
 from __future__ import annotations
 
 import fcntl
+import importlib.util
 import json
 import os
-import resource
 import signal
 import sys
 import termios
+from types import ModuleType
+
+#: The process runtime's supervisor script, next to this one: its
+#: ``enter_kernel_limits`` is the one implementation of "join the kernel's cgroups,
+#: apply its rlimits and CPU affinity" (this script runs under ``python -I -S``, so
+#: it is loaded by path, not imported).
+LAUNCHER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_launcher.py")
+
+
+def load_launcher() -> ModuleType:
+    """``_launcher.py`` as a module (its ``main`` only runs as ``__main__``)."""
+    spec = importlib.util.spec_from_file_location("_accelshare_launcher", LAUNCHER)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot load {LAUNCHER}")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def main(argv: list[str]) -> int:
@@ -28,17 +47,7 @@ def main(argv: list[str]) -> int:
         with open(launch_file, encoding="utf-8") as f:
             cfg = json.load(f)
         fcntl.ioctl(0, termios.TIOCSCTTY, 0)
-        pid = str(os.getpid()).encode()
-        for procs_file in cfg.get("procs_files", []):
-            fd = os.open(procs_file, os.O_WRONLY)
-            try:
-                os.write(fd, pid)
-            finally:
-                os.close(fd)
-        for name, soft, hard in cfg.get("rlimits", []):
-            resource.setrlimit(getattr(resource, name), (soft, hard))
-        if cfg.get("cpu_affinity"):
-            os.sched_setaffinity(0, cfg["cpu_affinity"])
+        load_launcher().enter_kernel_limits(cfg)
         os.chdir(cfg["cwd"])
         for signum in (signal.SIGPIPE, signal.SIGXFSZ, signal.SIGINT, signal.SIGQUIT):
             signal.signal(signum, signal.SIG_DFL)
