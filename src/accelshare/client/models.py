@@ -86,6 +86,9 @@ class SessionInfo(_Model):
     terminated_at: str | None = Field(default=None, alias="terminationTime")
     kernels: list[KernelInfo] = Field(default_factory=list)
     status_history: list[StatusChange] = Field(default_factory=list, alias="statusHistory")
+    #: ``[{name, protocol, port, hostPort?}]``: the app services; ``hostPort`` (the
+    #: agent host's port, ``[container] port-range``) once the agent reported it.
+    service_ports: list[dict[str, Any]] = Field(default_factory=list, alias="servicePorts")
 
     @property
     def is_final(self) -> bool:

@@ -72,7 +72,6 @@ from .session_spec import (
     CreateSessionBody,
     app_services,
     resolve_resources,
-    service_ports_from_environ,
 )
 from .slots import KnownSlots
 from .status_watch import StatusWatch
@@ -124,6 +123,12 @@ def _iso(value: datetime | None) -> str | None:
     return value.isoformat() if value is not None else None
 
 
+def _reported_ports(kernels: Sequence[Kernel]) -> list[Any] | None:
+    """The app ports of the first kernel its agent reported them for (the one
+    ``GET /session/{id}/apps`` and the proxy use), ``None`` if none did."""
+    return next((k.service_ports for k in kernels if k.service_ports), None)
+
+
 def session_json(
     row: Session,
     kernels: Sequence[Kernel] = (),
@@ -163,7 +168,7 @@ def session_json(
         "startedAt": _iso(row.started_at),
         "terminationTime": _iso(row.terminated_at),
         "dependencies": [str(d) for d in dependencies],
-        "servicePorts": service_ports_from_environ(row.environ),
+        "servicePorts": app_services(row.environ, _reported_ports(kernels)),
     }
     if kernels:
         body["kernels"] = [

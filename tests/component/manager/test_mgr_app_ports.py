@@ -8,6 +8,7 @@ session's port goes back to the range.
 
 from __future__ import annotations
 
+import json
 import shlex
 import socket
 from collections.abc import AsyncIterator
@@ -93,6 +94,18 @@ async def test_two_sessions_same_declared_port_each_served(admin: httpx.AsyncCli
         assert [(a["name"], a["port"]) for a in apps] == [("web", 8888)]
         host_ports.append(apps[0]["hostPort"])
     assert sorted(host_ports) == [LOW, LOW + 1]
+    for sid, host_port in zip(sids, host_ports, strict=True):
+        # The session itself shows the same host port (REST and GraphQL).
+        shown = (await owner.get(f"/session/{sid}")).json()["servicePorts"]
+        assert shown == [{"name": "web", "protocol": "http", "port": 8888, "hostPort": host_port}]
+        gql = await admin.post(
+            "/admin/gql",
+            json={
+                "query": "query($id: UUID!) { compute_session(id: $id) { service_ports } }",
+                "variables": {"id": sid},
+            },
+        )
+        assert json.loads(gql.json()["data"]["compute_session"]["service_ports"]) == shown
 
     for sid, host_port in zip(sids, host_ports, strict=True):
 

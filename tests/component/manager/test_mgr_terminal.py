@@ -180,10 +180,16 @@ async def test_app_service_proxied_for_its_owner_only(admin: httpx.AsyncClient) 
     }
     created = await owner.post("/session", json=body)
     assert created.status_code == 201, created.text
-    assert created.json()["servicePorts"][2] == {"name": "web", "protocol": "http", "port": port}
     sid = created.json()["sessionId"]
     apps = (await owner.get(f"/session/{sid}/apps")).json()
     assert apps["apps"][2]["url"].endswith(f"/session/{sid}/apps/web/")
+    # The create answer (RUNNING) shows the host port the apps list does.
+    assert created.json()["servicePorts"][2] == {
+        "name": "web",
+        "protocol": "http",
+        "port": port,
+        "hostPort": apps["apps"][2]["hostPort"],
+    }
 
     async def page() -> httpx.Response:
         return await owner.get(f"/session/{sid}/apps/web/")

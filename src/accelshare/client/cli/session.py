@@ -358,6 +358,15 @@ def info_command(ref: RefArg, as_json: JsonOption = False) -> None:
     out.print(grid)
     for line in _kernel_lines(info):
         out.print(line)
+    if info.service_ports:
+        out.print("[bold]apps[/bold]")
+        for service in info.service_ports:
+            host_port = service.get("hostPort")
+            out.print(
+                f"  {service.get('name')} ({service.get('protocol', 'http')}, port"
+                f" {service.get('port')}, host port {host_port if host_port else '-'})",
+                markup=False,
+            )
     if info.status_history:
         out.print("[bold]history[/bold]")
         for change in info.status_history:
