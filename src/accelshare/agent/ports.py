@@ -12,7 +12,9 @@ port from ``[container] port-range``::
 The process runtime tells the kernel to listen on the host port (the variable is
 rewritten); the docker runtime publishes container port -> host port (or, on the host
 network, rewrites the variable as well).  The mapping is kept in the kernel's meta file,
-so that an agent restart re-reserves the same ports (:meth:`HostPortPool.reserve`), and
+so that an agent restart re-reserves the same ports (:meth:`HostPortPool.reserve`), also
+for a kernel re-adopted with an unknown allocation (its meta file, or for an orphan
+whose scratch dir is gone, its processes' environment: :func:`ports_in_environ`), and
 reported to the manager (:attr:`~accelshare.agent.wire.KernelReport.service_ports`),
 whose app proxy connects to the agent host's port.
 """
@@ -34,6 +36,7 @@ __all__ = [
     "declared_services",
     "mappings_from_json",
     "port_is_free",
+    "ports_in_environ",
 ]
 
 SERVICE_PORT_ENV_PREFIX = "BACKENDAI_SERVICE_PORT_"
@@ -73,6 +76,34 @@ def port_is_free(port: int) -> bool:
         except OSError:
             return False
     return True
+
+
+def ports_in_environ(pids: Iterable[int], port_range: tuple[int, int]) -> list[int]:
+    """The host ports of ``port_range`` that the processes ``pids`` were told to listen on.
+
+    For a re-adopted kernel whose meta file is gone (an orphan): the process runtime
+    rewrites each ``BACKENDAI_SERVICE_PORT_<NAME>`` to the kernel's host port, so its
+    processes' environments (``/proc/<pid>/environ``) still say which ports it uses.
+    Unreadable processes are skipped.
+
+    >>> ports_in_environ([], (30000, 30010))
+    []
+    """
+    low, high = port_range
+    found: set[int] = set()
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                raw = f.read()
+        except OSError:
+            continue
+        environ = {}
+        for item in raw.split(b"\0"):
+            key, sep, value = item.decode(errors="replace").partition("=")
+            if sep:
+                environ[key] = value
+        found.update(p for _, p in declared_services(environ) if low <= p <= high)
+    return sorted(found)
 
 
 def mappings_from_json(value: Any) -> list[ServicePortMapping]:

@@ -38,7 +38,7 @@ import logging
 import os
 import time
 import weakref
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from decimal import Decimal
@@ -74,6 +74,7 @@ from .ports import (
     PortRangeExhausted,
     declared_services,
     mappings_from_json,
+    ports_in_environ,
 )
 from .recovery import discover_kernels
 from .requests import KernelRequestError, parse_requested_slots
@@ -111,6 +112,7 @@ from .wire import (
     KernelStats,
     KernelStatus,
     NodeStats,
+    ServicePortMapping,
 )
 
 __all__ = ["AgentService", "resolve_scratch_root"]
@@ -433,7 +435,11 @@ class AgentService:
         metas = await asyncio.to_thread(
             lambda: {
                 info.kernel_id: read_kernel_meta(info.scratch_dir)
-                for info in [*(k.info for k in report.live), *report.exited]
+                for info in [
+                    *(k.info for k in report.live),
+                    *report.exited,
+                    *(u.info for u in report.unrecoverable),
+                ]
             }
         )
         for kernel in report.live:
@@ -442,15 +448,7 @@ class AgentService:
             record.allocations = ledger.recorded(kernel.kernel_id)
             record.requested_slots = dict(kernel.resources.slots.to_json())
             record.mark_running(cid=kernel.info.cid, pids=kernel.info.pids, at=time.time())
-            clashes = self.ports.reserve(
-                kernel.kernel_id, [m.host_port for m in record.service_ports]
-            )
-            if clashes:
-                log.warning(
-                    "restart recovery: kernel %s: host port(s) %s also held by another kernel",
-                    kernel.kernel_id,
-                    clashes,
-                )
+            self._reserve_recovered_ports(kernel.kernel_id, record.service_ports)
             self.registry.add(record)
             self._watch(kernel.kernel_id)
         for info in report.exited:
@@ -462,9 +460,19 @@ class AgentService:
             self.registry.add(record)
             self._emit(record, KernelEventType.EXITED)
         for bad in report.unrecoverable:
-            record = KernelRecord(bad.info.kernel_id, status=KernelStatus.RUNNING)
+            # Its allocation is unknown, but its app ports must stay its own: from its
+            # meta file where its scratch dir is left, else (an orphan) from what its
+            # processes were told to listen on.
+            meta = metas.get(bad.info.kernel_id, {})
+            record = self._record_from_meta(bad.info.kernel_id, meta, KernelStatus.RUNNING)
             record.reason = f"allocation unknown: {bad.reason}"
             record.mark_running(cid=bad.info.cid, pids=bad.info.pids, at=time.time())
+            ports = [m.host_port for m in record.service_ports]
+            if not ports:
+                ports = await asyncio.to_thread(
+                    ports_in_environ, bad.info.pids, self.ports.port_range
+                )
+            self._reserve_recovered_ports(bad.info.kernel_id, record.service_ports, ports)
             self.registry.add(record)
             self._watch(bad.info.kernel_id)
         log.info(
@@ -475,6 +483,24 @@ class AgentService:
             len(report.exited),
             len(report.unrecoverable),
         )
+
+    def _reserve_recovered_ports(
+        self,
+        kernel_id: str,
+        mapped: Sequence[ServicePortMapping],
+        ports: Sequence[int] | None = None,
+    ) -> None:
+        """Hold a re-adopted kernel's host ports, so no new kernel is given one."""
+        held = [m.host_port for m in mapped] if ports is None else list(ports)
+        clashes = self.ports.reserve(kernel_id, held)
+        if held:
+            log.info("restart recovery: kernel %s keeps host port(s) %s", kernel_id, held)
+        if clashes:
+            log.warning(
+                "restart recovery: kernel %s: host port(s) %s also held by another kernel",
+                kernel_id,
+                clashes,
+            )
 
     @staticmethod
     def _record_from_meta(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import shutil
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -104,3 +105,41 @@ async def test_a_create_answered_before_the_start_reports_the_host_ports(
     assert env["BACKENDAI_SERVICE_PORT_WEB"] == str(low)
     await agent.client.delete(f"/v1/kernels/{kernel_id}")
     assert agent.service.ports.ports_of(kernel_id) == []
+
+
+async def test_kernels_with_an_unknown_allocation_keep_their_ports_over_a_restart(
+    agent_toml: Factory, start_agent: Factory, scratch_root: Path
+) -> None:
+    """A re-adopted kernel whose allocation is unknown still uses its app ports: a new
+    kernel must never be given one (its app may just not be listening right now)."""
+    low = _low()
+    path = agent_toml(container={"port-range": [low, low + 2]})
+    first = await start_agent(path)
+    k1, k2, k3 = (f"p-{uuid.uuid4().hex[:8]}" for _ in range(3))
+    two = {"BACKENDAI_SERVICE_PORT_WEB": "8888", "BACKENDAI_SERVICE_PORT_LAB": "8889"}
+    r1 = await _create(first, k1, two)
+    r2 = await _create(first, k2, {"BACKENDAI_SERVICE_PORT_WEB": "8888"})
+    assert [m["host_port"] for m in r1["service_ports"]] == [low, low + 1]
+    assert [m["host_port"] for m in r2["service_ports"]] == [low + 2]
+    await first.service.stop()
+    # k1: its resource.txt unreadable (its meta file is left); k2: an orphan, its
+    # scratch dir gone (only its process's environment tells its port).
+    (scratch_root / k1 / "config" / "resource.txt").write_bytes(b"\xff\xfe not text")
+    shutil.rmtree(scratch_root / k2)
+
+    second = await start_agent(path)
+    listed = {k["kernel_id"]: k for k in (await second.client.get("/v1/kernels")).json()["kernels"]}
+    assert "allocation unknown" in listed[k1]["reason"], listed[k1]
+    assert "allocation unknown" in listed[k2]["reason"], listed[k2]
+    assert listed[k1]["service_ports"] == r1["service_ports"]
+    assert second.service.ports.ports_of(k1) == [low, low + 1]
+    assert second.service.ports.ports_of(k2) == [low + 2]
+    # Nothing listens on them (the kernels are shells), yet no new kernel gets one.
+    failed = await _create(second, k3, {"BACKENDAI_SERVICE_PORT_WEB": "8888"})
+    assert failed["status"] == "FAILED", failed
+    assert f"port range [{low}, {low + 2}]" in failed["reason"]
+
+    for kernel_id in (k1, k2):
+        await second.client.delete(f"/v1/kernels/{kernel_id}")
+        assert second.service.ports.ports_of(kernel_id) == []
+    assert second.service.ports.held == {}

@@ -487,8 +487,12 @@ class ProcessRuntime:
         return infos
 
     def _ensure_cid(self, scratch: ScratchDir, cid: str) -> None:
-        """Add ``CID`` if the agent died between start and writing it (never twice)."""
-        with contextlib.suppress(OSError):
+        """Add ``CID`` if the agent died between start and writing it (never twice).
+
+        An unreadable ``resource.txt`` (garbage bytes too) is left as it is: recovery
+        reports the kernel as having an unknown allocation rather than the scan failing.
+        """
+        with contextlib.suppress(OSError, UnicodeDecodeError):
             text = scratch.read_resource_txt()
             updated = with_container_id(text, cid)
             if updated != text:
