@@ -43,6 +43,7 @@ from accelshare.config import (
     open_config_store,
 )
 from accelshare.config.settings import DEFAULT_EMBEDDED_PATH
+from accelshare.manager.app_tokens import DbUsedTokens
 from accelshare.manager.bootstrap import bootstrap, load_or_create_secret
 from accelshare.manager.clock import Clock, utcnow
 from accelshare.manager.config import ENV_CLUSTER_SECRET, ManagerConfig, parse_host_port
@@ -101,6 +102,9 @@ def create_app(
     app.state.manager = manager
     app.state.apps = apps
     if apps is not None:
+        if db is not None and apps.used_tokens is None:
+            # single-use hand-off tokens across the replicas sharing the database
+            apps.used_tokens = DbUsedTokens(db)
         app.add_middleware(AppsOriginMiddleware, apps=apps)
     install_problem_handlers(app)
     install_body_limit(app)  # 413 over 1 MiB (docs/reliability.md)

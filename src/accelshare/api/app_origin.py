@@ -16,7 +16,9 @@ host name of their own, ``origin``):
 * a browser gets it by a hand-off: a navigation on the console's origin to
   ``/session/{id}/apps/{name}/...`` with the login cookie is answered ``303`` to
   ``<apps origin>/_apps/auth?token=...``: a token for that session, valid
-  ``token-ttl`` seconds and once, which the apps origin exchanges for its cookie before
+  ``token-ttl`` seconds and once (on every manager replica sharing the database: the
+  used ones are recorded in ``used_app_tokens``, :mod:`accelshare.manager.app_tokens`),
+  which the apps origin exchanges for its cookie before
   a ``303`` to the app's page.  Anything else with the login cookie on the console's app
   routes (``fetch``, other methods, WebSockets) is refused: 403 / 4403;
 * signed requests (the CLI, API clients) keep using the app routes on the API origin.
@@ -40,7 +42,7 @@ import secrets
 import time
 from collections.abc import Awaitable, Callable, MutableMapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 from urllib.parse import urlsplit
 
 __all__ = [
@@ -79,6 +81,15 @@ class AppTokenError(ValueError):
     session."""
 
 
+class UsedTokens(Protocol):
+    """The record of used hand-off tokens that several manager replicas share."""
+
+    async def claim(self, nonce: str, expires_at: float) -> bool:
+        """Record ``nonce`` (valid until ``expires_at``, epoch seconds) as used;
+        False when it already was."""
+        ...
+
+
 @dataclass(frozen=True, slots=True)
 class HandOff:
     session_id: str
@@ -110,6 +121,10 @@ class AppOrigin:
     cookie_max_age_s: int = 8 * 3600
     secure_cookie: bool = False
     clock: Callable[[], float] = time.time
+    #: Where the used hand-off tokens are recorded for all replicas (the manager's
+    #: database: :class:`accelshare.manager.app_tokens.DbUsedTokens`); None: this
+    #: process only.
+    used_tokens: UsedTokens | None = None
     _used: dict[str, float] = field(default_factory=dict)  # hand-off nonce -> expiry
 
     @classmethod
@@ -183,8 +198,9 @@ class AppOrigin:
             }
         )
 
-    def redeem(self, token: str) -> HandOff:
-        """The hand-off of ``token``, once (a second use raises)."""
+    async def redeem(self, token: str) -> HandOff:
+        """The hand-off of ``token``, once (a second use raises), on every replica
+        sharing :attr:`used_tokens`."""
         payload = self._verify(token, "h")
         path, nonce = payload.get("p"), payload.get("n")
         prefix = f"/session/{payload['sid']}/apps/"
@@ -196,6 +212,10 @@ class AppOrigin:
         if nonce in self._used:
             raise AppTokenError("already used")
         self._used[nonce] = float(payload["exp"])
+        if self.used_tokens is not None and not await self.used_tokens.claim(
+            nonce, float(payload["exp"])
+        ):
+            raise AppTokenError("already used")
         return HandOff(payload["sid"], payload["ak"], payload["uid"], path)
 
     def cookie_value(self, handoff: HandOff) -> str:

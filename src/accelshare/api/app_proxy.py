@@ -238,7 +238,7 @@ async def apps_auth(request: Request, token: str = "") -> Response:
     if apps is None or not is_apps_request(request.scope):
         raise NotFound("Not found: the apps origin's hand-off is served there only")
     try:
-        handoff = apps.redeem(token)
+        handoff = await apps.redeem(token)
     except AppTokenError as e:
         raise Unauthorized(
             f"The app token is not valid ({e}); open the app from the console again",

@@ -26,41 +26,41 @@ def handoff(path: str = f"/session/{SID}/apps/web/") -> HandOff:
     return HandOff(SID, "AKIAOWNER", "user-1", path)
 
 
-def test_hand_off_once_within_its_ttl() -> None:
+async def test_hand_off_once_within_its_ttl() -> None:
     clock = Clock()
     apps = origin(clock)
     token = apps.hand_off(handoff())
-    assert apps.redeem(token) == handoff()
+    assert await apps.redeem(token) == handoff()
     with pytest.raises(AppTokenError, match="already used"):
-        apps.redeem(token)
+        await apps.redeem(token)
     late = apps.hand_off(handoff())
     clock.now += 31
     with pytest.raises(AppTokenError, match="expired"):
-        apps.redeem(late)
+        await apps.redeem(late)
 
 
-def test_forged_or_foreign_tokens_are_refused() -> None:
+async def test_forged_or_foreign_tokens_are_refused() -> None:
     clock = Clock()
     apps = origin(clock)
     token = apps.hand_off(handoff())
     body, _, mac = token.partition(".")
     with pytest.raises(AppTokenError, match="bad signature"):
-        apps.redeem(f"{body}.{mac[:-2]}AA")
+        await apps.redeem(f"{body}.{mac[:-2]}AA")
     other_key = AppOrigin.from_secret(b"t" * 32, clock=clock)
     with pytest.raises(AppTokenError, match="bad signature"):
-        other_key.redeem(token)
+        await other_key.redeem(token)
     with pytest.raises(AppTokenError, match="malformed"):
-        apps.redeem("nonsense")
+        await apps.redeem("nonsense")
     # A cookie is not a hand-off token, nor the other way round.
     cookie = apps.cookie_value(handoff())
     with pytest.raises(AppTokenError, match="kind"):
-        apps.redeem(cookie)
+        await apps.redeem(cookie)
     with pytest.raises(AppTokenError, match="kind"):
         apps.read_cookie(token, SID)
     # A hand-off cannot send the browser outside its session's apps.
     outside = apps.hand_off(handoff("/sessions"))
     with pytest.raises(AppTokenError, match="malformed"):
-        apps.redeem(outside)
+        await apps.redeem(outside)
 
 
 def test_cookie_for_one_session_until_it_expires() -> None:

@@ -13,6 +13,7 @@ from .agents import (
     AgentStatus,
     ScalingGroup,
 )
+from .app_tokens import UsedAppToken
 from .base import NAMING_CONVENTION, Base, JSONDocument, ResourceSlotJSON, UTCDateTime
 from .identity import (
     ACCESS_KEY_LENGTH,
@@ -63,6 +64,7 @@ __all__ = [
     "SessionDependency",
     "SessionStatusHistory",
     "UTCDateTime",
+    "UsedAppToken",
     "User",
     "UserRole",
     "UserStatus",
