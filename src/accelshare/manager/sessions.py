@@ -129,13 +129,36 @@ def _reported_ports(kernels: Sequence[Kernel]) -> list[Any] | None:
     return next((k.service_ports for k in kernels if k.service_ports), None)
 
 
+async def _reported_ports_of(
+    db: AsyncSession, session_ids: Sequence[uuid.UUID]
+) -> dict[uuid.UUID, list[Any]]:
+    """:func:`_reported_ports` of many sessions in one query (session lists)."""
+    if not session_ids:
+        return {}
+    found: dict[uuid.UUID, list[Any]] = {}
+    result = await db.execute(
+        sa.select(Kernel.session_id, Kernel.service_ports)
+        .where(Kernel.session_id.in_(session_ids))
+        .order_by(Kernel.session_id, Kernel.cluster_idx)
+    )
+    for session_id, service_ports in result:
+        if service_ports and session_id not in found:
+            found[session_id] = service_ports
+    return found
+
+
 def session_json(
     row: Session,
     kernels: Sequence[Kernel] = (),
     history: Sequence[SessionStatusHistory] = (),
     dependencies: Sequence[uuid.UUID] = (),
+    *,
+    reported_ports: Sequence[Any] | None = None,
 ) -> dict[str, Any]:
-    """The REST shape of a session (Backend.AI's names where it has them)."""
+    """The REST shape of a session (Backend.AI's names where it has them).
+
+    ``servicePorts`` carry each app's ``hostPort`` from the kernels (or, for lists,
+    ``reported_ports``: the kernels' ports fetched in one query)."""
     occupied = row.occupied_slots.to_json()
     body: dict[str, Any] = {
         "sessionId": str(row.id),
@@ -168,7 +191,9 @@ def session_json(
         "startedAt": _iso(row.started_at),
         "terminationTime": _iso(row.terminated_at),
         "dependencies": [str(d) for d in dependencies],
-        "servicePorts": app_services(row.environ, _reported_ports(kernels)),
+        "servicePorts": app_services(
+            row.environ, reported_ports if reported_ports is not None else _reported_ports(kernels)
+        ),
     }
     if kernels:
         body["kernels"] = [
@@ -345,15 +370,16 @@ class SessionService:
                 await db.execute(sa.select(sa.func.count()).select_from(Session).where(*where))
             ).scalar_one()
             rows = (
-                await db.execute(
+                await db.scalars(
                     sa.select(Session)
                     .where(*where)
                     .order_by(Session.created_at, Session.id)
                     .limit(limit)
                     .offset(offset)
                 )
-            ).scalars()
-            items = [session_json(r) for r in rows]
+            ).all()
+            ports = await _reported_ports_of(db, [r.id for r in rows])
+            items = [session_json(r, reported_ports=ports.get(r.id)) for r in rows]
         return {"items": items, "total": total, "limit": limit, "offset": offset}
 
     # -- enqueue ----------------------------------------------------------------------------

@@ -106,6 +106,10 @@ async def test_two_sessions_same_declared_port_each_served(admin: httpx.AsyncCli
             },
         )
         assert json.loads(gql.json()["data"]["compute_session"]["service_ports"]) == shown
+    listed = {
+        s["sessionId"]: s["servicePorts"] for s in (await owner.get("/sessions")).json()["items"]
+    }
+    assert [listed[sid][0]["hostPort"] for sid in sids] == host_ports  # lists too
 
     for sid, host_port in zip(sids, host_ports, strict=True):
 
