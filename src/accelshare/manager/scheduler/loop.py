@@ -49,7 +49,7 @@ from ..slots import KnownSlots, current_known_slots, use_known_slots
 from ..transitions import change_status
 from .apply import BindJob, apply_plan, write_failures
 from .binding import BINDABLE, Binder
-from .snapshot import load_snapshot
+from .snapshot import SnapshotCache, load_snapshot
 
 __all__ = ["PassResult", "Scheduler", "advisory_key"]
 
@@ -99,6 +99,9 @@ class Scheduler:
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self.passes_completed = 0
+        # per scaling group: parses of rows between passes (never their values: the
+        # snapshot reads every row each pass and reuses a parse only for identical text)
+        self.snapshot_caches: dict[str, SnapshotCache] = {}
 
     # -- triggers and the loop ----------------------------------------------------------
     def trigger(self) -> None:
@@ -151,8 +154,11 @@ class Scheduler:
             known = await self.known_slots.load()
             results: list[PassResult] = []
             with use_known_slots(known):
-                for sgroup in await self._groups_with_pending():
+                groups = await self._groups_with_pending()
+                for sgroup in groups:
                     results.append(await self._pass(sgroup))
+            for gone in set(self.snapshot_caches) - set(groups):  # nothing pending there
+                del self.snapshot_caches[gone]
             self.passes_completed += 1
         self.hub.publish()
         for result in results:  # their binds were submitted by the pass itself
@@ -275,6 +281,7 @@ class Scheduler:
                     known=known,
                     options=options,
                     last_roundrobin_agent=last_rr or None,
+                    cache=self.snapshot_caches.setdefault(sgroup_name, SnapshotCache()),
                 )
             # pure and CPU-bound: in a worker thread, so that binds, heartbeats and the
             # API keep being served while a large pass is planned (the GIL is shared,

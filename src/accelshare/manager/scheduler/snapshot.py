@@ -13,16 +13,25 @@ transaction, so counters cannot drift (spec 05):
 * the predicates' counters: concurrent sessions per access key, occupancy per
   keypair / user / group / domain (over every scaling group), the keypairs' policy
   limits and the user / group / domain quotas, and the dependencies' states.
+
+What is *derived* from rows is cached between passes (:class:`SnapshotCache`, one per
+scaling group, in the scheduler's process) but never what is *read*: every pass still
+reads every row it uses in its transaction, JSON columns as their stored text, and a
+cached parse is reused only when that text (and every other input of the parse) is
+exactly the one the entry was built from.  A changed row is a changed key: it is parsed
+again, whoever wrote it and whether or not a revision was bumped.  Entries of rows no
+longer read (agents gone, sessions no longer pending) are dropped at the end of the pass.
 """
 
 from __future__ import annotations
 
+import json
 import uuid
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from decimal import Decimal
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 import sqlalchemy as sa
 from pydantic import ValidationError
@@ -54,10 +63,82 @@ from ..models import (
 )
 from ..transitions import OCCUPYING
 
-__all__ = ["LoadedSnapshot", "load_snapshot", "map_states_from_views", "parse_views"]
+__all__ = [
+    "LoadedSnapshot",
+    "SnapshotCache",
+    "load_snapshot",
+    "map_states_from_views",
+    "parse_views",
+]
 
 _ZERO = Decimal(0)
 _INFINITY = Decimal("Infinity")
+_T = TypeVar("_T")
+
+
+@dataclass(slots=True)
+class SnapshotCache:
+    """What a scaling group's passes derived from rows, keyed by those rows' stored text.
+
+    * ``agents``: agent id -> (key, :class:`AgentSnapshot`); the key is the agent's
+      columns the snapshot reads (JSON as stored text), its resource-occupying kernels'
+      ids / slots / per-device allocations (stored text) and which of the kernels its
+      heartbeat reports the manager has rows for;
+    * ``pending``: session id -> (key, :class:`PendingSession`); the key is the row's
+      columns (JSON as stored text) but ``retries``, its dependencies and its image's
+      requirement;
+    * ``texts``: stored JSON text -> parsed value (``ResourceSlot``, allocations, views),
+      rebuilt every pass from the texts that pass used.
+
+    Never a source of truth: the rows are read every pass, a key that differs is parsed
+    again, and entries of rows that were not read are dropped (memory bounded by the
+    group's live rows).
+    """
+
+    agents: dict[str, tuple[tuple[Any, ...], AgentSnapshot]] = field(default_factory=dict)
+    pending: dict[uuid.UUID, tuple[tuple[Any, ...], PendingSession]] = field(default_factory=dict)
+    texts: dict[tuple[str, str], Any] = field(default_factory=dict)
+    hits: int = 0
+    misses: int = 0
+
+    def clear(self) -> None:
+        self.agents.clear()
+        self.pending.clear()
+        self.texts.clear()
+
+
+class _Texts:
+    """Parses of stored JSON texts for one pass: reused from the previous pass's, kept
+    for the next one only if this pass used them."""
+
+    def __init__(self, previous: Mapping[tuple[str, str], Any]) -> None:
+        self.previous = previous
+        self.used: dict[tuple[str, str], Any] = {}
+
+    def get(self, kind: str, text: str | None, parse: Callable[[Any], _T]) -> _T:
+        key = (kind, text or "null")
+        try:
+            return cast(_T, self.used[key])
+        except KeyError:
+            pass
+        value = self.previous[key] if key in self.previous else parse(json.loads(key[1]))
+        self.used[key] = value
+        return cast(_T, value)
+
+
+def _text(column: Any) -> sa.ColumnElement[str]:
+    """A JSON column as its stored text (PostgreSQL: ``jsonb::text``, canonical)."""
+    return sa.cast(column, sa.Text())
+
+
+def _slots(obj: Any) -> ResourceSlot:
+    return ResourceSlot.from_json(obj or {})
+
+
+def _alloc(obj: Any) -> dict[str, dict[str, Decimal]]:
+    total: dict[str, dict[str, Decimal]] = {}
+    _add_alloc(total, obj if isinstance(obj, Mapping) else {})
+    return total
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,19 +256,19 @@ def _keypair_quota(
 
 
 async def _agents(
-    db: AsyncSession, sgroup: str
+    db: AsyncSession, sgroup: str, cache: SnapshotCache, texts: _Texts
 ) -> tuple[list[AgentSnapshot], dict[str, int], dict[str, str]]:
-    # Core rows with only the columns the pass reads: no ORM identity map, no
-    # attribute instrumentation (10x cheaper than ORM objects for large groups)
+    # Core rows with only the columns the pass reads, JSON as its stored text: the
+    # text is the cache key, and parsed (views validated) only when it changed
     agents = list(
         await db.execute(
             sa.select(
                 Agent.id,
-                Agent.available_slots,
+                _text(Agent.available_slots),
                 Agent.runtime,
                 Agent.architecture,
-                Agent.images,
-                Agent.device_allocs,
+                _text(Agent.images),
+                _text(Agent.device_allocs),
                 Agent.occupancy_revision,
                 Agent.address,
             )
@@ -200,12 +281,17 @@ async def _agents(
         )
     )
     if not agents:
+        cache.agents.clear()
         return [], {}, {}
-    occupied: dict[str, ResourceSlot] = {}
-    allocs: dict[str, dict[str, dict[str, Decimal]]] = {}
+    kernels: dict[str, list[tuple[str, str, str]]] = {}
     # the group's agents by a join, not an IN list of (up to thousands of) ids
     rows = await db.execute(
-        sa.select(Kernel.agent_id, Kernel.occupied_slots, Kernel.device_allocs)
+        sa.select(
+            Kernel.agent_id,
+            Kernel.id,
+            _text(Kernel.occupied_slots),
+            _text(Kernel.device_allocs),
+        )
         .join(Agent, Agent.id == Kernel.agent_id)
         .where(
             Agent.scaling_group == sgroup,
@@ -214,12 +300,12 @@ async def _agents(
             Kernel.status.in_(OCCUPYING),
         )
     )
-    for agent_id, slots, device_allocs in rows:
+    for agent_id, kernel_id, slots_text, allocs_text in rows:
         assert agent_id is not None
-        occupied[agent_id] = occupied.get(agent_id, ResourceSlot()) + slots
-        _add_alloc(allocs.setdefault(agent_id, {}), device_allocs)
-    views = {a.id: parse_views(a.device_allocs) for a in agents}
-    reported = {k for v in views.values() for k in _reported_kernel_ids(v.values())}
+        kernels.setdefault(agent_id, []).append((str(kernel_id), slots_text, allocs_text))
+    views = {a.id: texts.get("views", a[5], parse_views) for a in agents}
+    reported_by = {a_id: _reported_kernel_ids(v.values()) for a_id, v in views.items()}
+    reported = {k for ids in reported_by.values() for k in ids}
     reported_uuids = [u for u in map(_as_uuid, reported) if u is not None]
     known: set[str] = set()
     for start in range(0, len(reported_uuids), 500):
@@ -228,21 +314,45 @@ async def _agents(
             str(k) for (k,) in await db.execute(sa.select(Kernel.id).where(Kernel.id.in_(chunk)))
         )
     known_kernels = frozenset(known)
-    snapshots = [
-        AgentSnapshot(
-            AgentState(
-                a.id,
-                a.available_slots,
-                occupied.get(a.id, ResourceSlot()),
-                sgroup,
-                runtime=a.runtime or "process",
-                architecture=a.architecture,
-                images=frozenset(a.images or ()),
-            ),
-            map_states_from_views(views[a.id], allocs.get(a.id, {}), known_kernels),
+    snapshots = []
+    previous = cache.agents
+    cache.agents = {}
+    for agent_id, slots_text, runtime, architecture, images_text, views_text, _, _ in agents:
+        held = tuple(sorted(kernels.get(agent_id, ())))
+        key = (
+            slots_text,
+            runtime,
+            architecture,
+            images_text,
+            views_text,
+            held,
+            reported_by[agent_id] & known_kernels,
         )
-        for a in agents
-    ]
+        entry = previous.get(agent_id)
+        if entry is not None and entry[0] == key:
+            cache.hits += 1
+            snapshot = entry[1]
+        else:
+            cache.misses += 1
+            occupied = ResourceSlot()
+            allocs: dict[str, dict[str, Decimal]] = {}
+            for _, k_slots, k_allocs in held:
+                occupied = occupied + texts.get("slots", k_slots, _slots)
+                _add_alloc(allocs, texts.get("alloc", k_allocs, _alloc))
+            snapshot = AgentSnapshot(
+                AgentState(
+                    agent_id,
+                    texts.get("slots", slots_text, _slots),
+                    occupied,
+                    sgroup,
+                    runtime=runtime or "process",
+                    architecture=architecture,
+                    images=frozenset(json.loads(images_text or "null") or ()),
+                ),
+                map_states_from_views(views[agent_id], allocs, known_kernels),
+            )
+        cache.agents[agent_id] = (key, snapshot)
+        snapshots.append(snapshot)
     return (
         snapshots,
         {a.id: a.occupancy_revision for a in agents},
@@ -250,18 +360,22 @@ async def _agents(
     )
 
 
-async def _pending(db: AsyncSession, sgroup: ScalingGroup) -> list[PendingSession]:
+async def _pending(
+    db: AsyncSession, sgroup: ScalingGroup, cache: SnapshotCache, texts: _Texts
+) -> list[PendingSession]:
     # Core on the session's connection (no ORM row processing); of ``status_data`` only
     # ``scheduler.retries`` is read, by the database: the failures' write replaces the
-    # ``scheduler`` key in SQL, so the (large) documents are neither parsed nor re-encoded
+    # ``scheduler`` key in SQL, so the (large) documents are neither parsed nor re-encoded.
+    # JSON columns come as their stored text (the cache key; parsed only when new).
     t = cast(sa.Table, Session.__table__)
     conn = await db.connection()
     rows = list(
         await conn.execute(
             sa.select(
                 t.c.id,
+                t.c.status_data[("scheduler", "retries")].as_integer(),
                 t.c.access_key,
-                t.c.requested_slots,
+                _text(t.c.requested_slots),
                 t.c.created_at,
                 t.c.user_id,
                 t.c.group_id,
@@ -270,8 +384,7 @@ async def _pending(db: AsyncSession, sgroup: ScalingGroup) -> list[PendingSessio
                 t.c.priority,
                 t.c.session_type,
                 t.c.starts_at,
-                t.c.status_data[("scheduler", "retries")].as_integer(),
-                t.c.resource_opts,
+                _text(t.c.resource_opts),
                 t.c.designated_agent_id,
                 t.c.image,
             )
@@ -299,8 +412,38 @@ async def _pending(db: AsyncSession, sgroup: ScalingGroup) -> list[PendingSessio
         for image in (await db.execute(sa.select(Image).where(Image.ref.in_(wanted)))).scalars():
             catalogue[image.ref] = requirement_of(image)
     pending = []
-    for (
+    previous = cache.pending
+    cache.pending = {}
+    for row in rows:
+        sid, retries = row[0], int(row[1] or 0)
+        requirement = catalogue.get(row[-1])
+        dependencies = tuple(sorted(deps.get(sid, ())))
+        key = (*row[2:], dependencies, requirement, default_frag)
+        entry = previous.get(sid)
+        if entry is not None and entry[0] == key:
+            cache.hits += 1
+            session = entry[1]
+            if session.retries != retries:
+                session = replace(session, retries=retries)
+        else:
+            cache.misses += 1
+            session = _pending_session(row, retries, dependencies, requirement, default_frag, texts)
+        cache.pending[sid] = (key, session)
+        pending.append(session)
+    return pending
+
+
+def _pending_session(
+    row: Any,
+    retries: int,
+    dependencies: tuple[str, ...],
+    image: ImageRequirement | None,
+    default_frag: bool,
+    texts: _Texts,
+) -> PendingSession:
+    (
         sid,
+        _,
         access_key,
         requested,
         created_at,
@@ -311,33 +454,32 @@ async def _pending(db: AsyncSession, sgroup: ScalingGroup) -> list[PendingSessio
         priority,
         session_type,
         starts_at,
-        retries,
         opts,
         designated,
-        image_ref,
-    ) in rows:
-        frag = (opts or {}).get("allow_fractional_resource_fragmentation", default_frag)
-        pending.append(
-            PendingSession(
-                id=str(sid),
-                access_key=access_key,
-                requested_slots=requested,
-                created_at=created_at,
-                user_id=str(user_id),
-                group_id=str(group_id),
-                domain_name=domain_name,
-                name=name,
-                priority=priority,
-                session_type=session_type,
-                starts_at=starts_at,
-                dependencies=tuple(sorted(deps.get(sid, ()))),
-                retries=int(retries or 0),
-                allow_fragmentation=bool(frag),
-                designated_agent=designated,
-                image=catalogue.get(image_ref),
-            )
-        )
-    return pending
+        _,
+    ) = row
+    opts_doc = json.loads(opts or "null")
+    frag = (opts_doc if isinstance(opts_doc, dict) else {}).get(
+        "allow_fractional_resource_fragmentation", default_frag
+    )
+    return PendingSession(
+        id=str(sid),
+        access_key=access_key,
+        requested_slots=texts.get("slots", requested, _slots),
+        created_at=created_at,
+        user_id=str(user_id),
+        group_id=str(group_id),
+        domain_name=domain_name,
+        name=name,
+        priority=priority,
+        session_type=session_type,
+        starts_at=starts_at,
+        dependencies=dependencies,
+        retries=retries,
+        allow_fragmentation=bool(frag),
+        designated_agent=designated,
+        image=image,
+    )
 
 
 async def _predicate_context(
@@ -345,22 +487,26 @@ async def _predicate_context(
     pending: list[PendingSession],
     now: datetime,
     known: Mapping[str, SlotTypes],
+    texts: _Texts,
 ) -> tuple[PredicateContext, dict[str, ResourceSlot]]:
     concurrent: dict[str, int] = {}
     occupancy: dict[tuple[str, str], ResourceSlot] = {}
     by_key: dict[str, ResourceSlot] = {}
+    # every pass, in this transaction (no drifting counters); only the parse of the
+    # slots' stored text is shared
     rows = await db.execute(
         sa.select(
             Session.access_key,
             Session.user_id,
             Session.group_id,
             Session.domain_name,
-            Session.occupied_slots,
-            Session.requested_slots,
+            _text(Session.occupied_slots),
+            _text(Session.requested_slots),
         ).where(Session.status.in_(OCCUPYING))
     )
-    for access_key, user_id, group_id, domain, occupied, requested in rows:
-        slots = occupied if len(occupied.nonzero()) else requested
+    for access_key, user_id, group_id, domain, occupied_text, requested_text in rows:
+        occupied = texts.get("slots", occupied_text, _slots)
+        slots = occupied if len(occupied.nonzero()) else texts.get("slots", requested_text, _slots)
         concurrent[access_key] = concurrent.get(access_key, 0) + 1
         by_key[access_key] = by_key.get(access_key, ResourceSlot()) + slots
         for scope in (
@@ -436,10 +582,16 @@ async def load_snapshot(
     known: Mapping[str, SlotTypes],
     options: SchedulerOptions,
     last_roundrobin_agent: str | None = None,
+    cache: SnapshotCache | None = None,
 ) -> LoadedSnapshot:
-    agents, revisions, urls = await _agents(db, sgroup.name)
-    pending = await _pending(db, sgroup)
-    ctx, by_key = await _predicate_context(db, pending, now, known)
+    """The group's snapshot; ``cache`` (the group's, kept by the caller between passes)
+    saves re-parsing rows whose stored text did not change (see the module docstring)."""
+    cache = cache if cache is not None else SnapshotCache()
+    texts = _Texts(cache.texts)
+    agents, revisions, urls = await _agents(db, sgroup.name, cache, texts)
+    pending = await _pending(db, sgroup, cache, texts)
+    ctx, by_key = await _predicate_context(db, pending, now, known, texts)
+    cache.texts = texts.used
     snapshot = SchedulingSnapshot(
         scaling_group=sgroup.name,
         now=now,

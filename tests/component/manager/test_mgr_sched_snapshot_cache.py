@@ -1,0 +1,139 @@
+"""The snapshot caches (parses of rows kept between passes) never serve stale data: every
+pass's snapshot equals one built from scratch, whatever changed between passes, and
+entries of rows no longer read are dropped."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+
+from accelshare.common import ResourceSlot
+from accelshare.manager.clock import FrozenClock
+from accelshare.manager.models import Agent, Session
+from accelshare.manager.scheduler import loop
+from accelshare.manager.scheduler.snapshot import LoadedSnapshot, SnapshotCache
+
+from .cluster import Cluster, running_cluster
+
+
+@pytest.fixture
+async def cluster(db_url: str, tmp_path: Path) -> AsyncIterator[Cluster]:
+    # a frozen clock: heartbeats and writes between passes leave every timestamp as it
+    # was, so only the rows' contents can tell the cache that they changed
+    clock = FrozenClock(datetime.now(UTC))
+    async with running_cluster(db_url, tmp_path / "state", clock=clock, background=False) as c:
+        yield c
+
+
+@pytest.fixture
+def checked(monkeypatch: pytest.MonkeyPatch) -> list[LoadedSnapshot]:
+    """Every pass's snapshot is also built without a cache, in the same transaction;
+    the two must be equal.  The cached ones are collected."""
+    load_snapshot = loop.load_snapshot
+    seen: list[LoadedSnapshot] = []
+
+    async def both(db: Any, *args: Any, **kwargs: Any) -> LoadedSnapshot:
+        cached = await load_snapshot(db, *args, **kwargs)
+        fresh = await load_snapshot(db, *args, **{**kwargs, "cache": SnapshotCache()})
+        assert cached.snapshot.agents == fresh.snapshot.agents
+        assert cached.snapshot.pending == fresh.snapshot.pending
+        assert cached.snapshot.predicate_context == fresh.snapshot.predicate_context
+        assert cached.agent_revisions == fresh.agent_revisions
+        seen.append(cached)
+        return cached
+
+    monkeypatch.setattr(loop, "load_snapshot", both)
+    return seen
+
+
+def cache_of(cluster: Cluster) -> SnapshotCache:
+    return cluster.manager.scheduler.snapshot_caches["default"]
+
+
+async def test_unchanged_rows_are_reused_and_changed_ones_reread(
+    cluster: Cluster, checked: list[LoadedSnapshot]
+) -> None:
+    await cluster.add_agent("i-node01")
+    # too large for the agent: stays pending, pass after pass
+    big = await cluster.create({"cuda.shares": "100"}, name="big", enqueueOnly=True)
+    assert big.status_code == 201, big.text
+    await cluster.manager.scheduler.run_once()
+    cache = cache_of(cluster)
+    [(_, first_agent)] = cache.agents.values()
+    [(_, first_pending)] = cache.pending.values()
+    await cluster.manager.scheduler.run_once()
+    [(_, agent)] = cache.agents.values()
+    [(_, pending)] = cache.pending.values()
+    assert agent is first_agent  # nothing changed: the same objects, not parsed again
+    assert pending.retries == first_pending.retries + 1  # retries still from the row
+    assert pending.requested_slots is first_pending.requested_slots
+
+    # the agent's stored heartbeat view and slots change (same heartbeat time, same
+    # occupancy revision): re-read
+    async with cluster.manager.db.begin(write=True) as db:
+        row = await db.get(Agent, "i-node01")
+        assert row is not None
+        views = {k: dict(v) for k, v in row.device_allocs.items()}
+        key = next(iter(views))
+        devices = [dict(d) for d in views[key]["devices"]]
+        devices[0]["allocated"] = devices[0]["capacity"]  # a device taken outside
+        views[key] = {**views[key], "devices": devices}
+        row.device_allocs = views
+        row.available_slots = ResourceSlot({**row.available_slots, "cpu": 3})
+    await cluster.manager.scheduler.run_once()
+    [(_, agent)] = cache.agents.values()
+    assert agent is not first_agent
+    assert agent.state.available_slots["cpu"] == 3
+    [state] = [m for m in agent.maps if m.key == key]
+    assert state.devices[0].allocated == state.devices[0].capacity
+
+    # the pending session's request changes (no status change): re-read, and placed
+    async with cluster.manager.db.begin(write=True) as db:
+        await db.execute(
+            sa.update(Session)
+            .where(Session.name == "big")
+            .values(requested_slots=ResourceSlot({"cpu": 1, "mem": 2**30, "cuda.shares": 1}))
+        )
+    [result] = await cluster.manager.scheduler.run_once()
+    assert len(result.jobs) == 1
+    assert checked[-1].snapshot.pending[0].requested_slots["cuda.shares"] == 1
+    await cluster.wait_status("big", "RUNNING")
+
+
+async def test_new_and_cancelled_pending_sessions_and_the_memory_bound(
+    cluster: Cluster, checked: list[LoadedSnapshot]
+) -> None:
+    await cluster.add_agent("i-node01")
+    first = await cluster.create({"cuda.shares": "100"}, name="a", enqueueOnly=True)
+    assert first.status_code == 201, first.text
+    await cluster.manager.scheduler.run_once()
+    cache = cache_of(cluster)
+    assert len(cache.pending) == 1
+    second = await cluster.create({"cuda.shares": "100"}, name="b", enqueueOnly=True)
+    assert second.status_code == 201, second.text
+    await cluster.manager.scheduler.run_once()
+    assert {p.name for p in checked[-1].snapshot.pending} == {"a", "b"}
+    assert len(cache.pending) == 2
+    # cancelled: gone from the next snapshot and from the cache
+    deleted = await cluster.admin.delete(f"/session/{first.json()['sessionId']}")
+    assert deleted.status_code < 300, deleted.text
+    await cluster.manager.scheduler.run_once()
+    assert [p.name for p in checked[-1].snapshot.pending] == ["b"]
+    assert set(cache.pending) == {uuid.UUID(second.json()["sessionId"])}
+    # the agent leaves the group's schedulable set: its entry goes too
+    async with cluster.manager.db.begin(write=True) as db:
+        await db.execute(sa.update(Agent).values(is_schedulable=False))
+    await cluster.manager.scheduler.run_once()
+    assert checked[-1].snapshot.agents == ()
+    assert cache.agents == {}
+    # nothing pending in the group: its cache is dropped
+    deleted = await cluster.admin.delete(f"/session/{second.json()['sessionId']}")
+    assert deleted.status_code < 300, deleted.text
+    await cluster.manager.scheduler.run_once()
+    assert cluster.manager.scheduler.snapshot_caches == {}
