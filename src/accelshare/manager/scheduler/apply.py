@@ -282,23 +282,34 @@ def _with_scheduler(dialect: str, column: sa.Column[Any]) -> sa.ColumnElement[An
 
 
 async def write_failures(db: AsyncSession, plan: SchedulingPlan, now: datetime) -> int:
-    """``status_info`` and ``status_data.scheduler`` of the sessions left pending, in one
-    ``executemany`` guarded by ``status = 'PENDING'`` (a session placed, cancelled or
-    destroyed meanwhile keeps what it has).  Only the ``scheduler`` key is replaced (by
-    the database: the rest of each document is neither read nor re-encoded here).
+    """``status_info`` and ``status_data.scheduler`` of the sessions left pending, guarded
+    by ``status = 'PENDING'`` (a session placed, cancelled or destroyed meanwhile keeps
+    what it has).  Only the ``scheduler`` key is replaced (by the database: the rest of
+    each document is neither read nor re-encoded here).  PostgreSQL: one ``UPDATE ...
+    FROM unnest(<three arrays>)`` for all of them (three parameters, one round trip);
+    SQLite: one prepared ``UPDATE`` run over all of them (``executemany``, in process).
     Returns how many were written."""
     if not plan.failures:
         return 0
-    params = [
-        {
-            "b_id": uuid.UUID(failure.session_id),
-            "b_info": _clip(failure.msg),
-            "b_sched": json.dumps(failure.scheduler_data(now)),
-        }
-        for failure in plan.failures
-    ]
+    ids = [uuid.UUID(failure.session_id) for failure in plan.failures]
+    infos = [_clip(failure.msg) for failure in plan.failures]
+    scheds = [json.dumps(failure.scheduler_data(now)) for failure in plan.failures]
     table = _sessions()
     conn = await db.connection()
+    if conn.dialect.name == "postgresql":
+        await conn.execute(
+            sa.text(
+                "UPDATE sessions SET status_info = v.info,"
+                " status_data = jsonb_set(CASE WHEN jsonb_typeof(sessions.status_data) ="
+                " 'object' THEN sessions.status_data ELSE '{}'::jsonb END,"
+                " '{scheduler}', v.sched::jsonb)"
+                " FROM unnest(CAST(:ids AS uuid[]), CAST(:infos AS text[]),"
+                " CAST(:scheds AS text[])) AS v(id, info, sched)"
+                " WHERE sessions.id = v.id AND sessions.status = :pending"
+            ),
+            {"ids": ids, "infos": infos, "scheds": scheds, "pending": SessionStatus.PENDING.value},
+        )
+        return len(ids)
     await conn.execute(
         sa.update(table)
         .where(table.c.id == sa.bindparam("b_id"), table.c.status == SessionStatus.PENDING)
@@ -306,6 +317,9 @@ async def write_failures(db: AsyncSession, plan: SchedulingPlan, now: datetime) 
             status_info=sa.bindparam("b_info"),
             status_data=_with_scheduler(conn.dialect.name, table.c.status_data),
         ),
-        params,
+        [
+            {"b_id": sid, "b_info": info, "b_sched": sched}
+            for sid, info, sched in zip(ids, infos, scheds, strict=True)
+        ],
     )
-    return len(params)
+    return len(ids)
