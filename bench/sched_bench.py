@@ -38,9 +38,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import cProfile
 import logging
 import os
 import platform
+import pstats
 import random
 import sys
 import tempfile
@@ -222,6 +224,7 @@ async def insert_pending(manager: Manager, access_key: str, count: int, seed: in
 
 
 APPLY_ENDS: list[float] = []  # when each timed apply returned (binds start then)
+PROFILE_PARTS: set[str] = set()  # parts cProfiled every pass (--profile-snapshot)
 
 
 def instrument(manager: Manager, records: list[PassRecord]) -> Callable[[], None]:
@@ -241,9 +244,16 @@ def instrument(manager: Manager, records: list[PassRecord]) -> Callable[[], None
 
             async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
                 start = time.perf_counter()
+                profiler = cProfile.Profile() if name in PROFILE_PARTS else None
                 try:
+                    if profiler is not None:  # the event loop's thread, other tasks too
+                        profiler.enable()
                     return await fn(*args, **kwargs)
                 finally:
+                    if profiler is not None:
+                        profiler.disable()
+                        print(f"--- cProfile of one {name} (top 12 by own time)")
+                        pstats.Stats(profiler).sort_stats("tottime").print_stats(12)
                     end = time.perf_counter()
                     parts[name] = parts.get(name, 0.0) + end - start
                     if name == "apply":
@@ -606,11 +616,18 @@ async def main() -> None:
     parser.add_argument("--verbose", action="store_true", help="print every pass")
     parser.add_argument("--profile", action="store_true", help="cProfile the pure planner")
     parser.add_argument(
+        "--profile-snapshot",
+        action="store_true",
+        help="cProfile every snapshot load (the event loop's thread; binds show up too)",
+    )
+    parser.add_argument(
         "--profile-manager",
         action="store_true",
         help="cProfile the manager's event loop (snapshot, apply, binds, RPCs) during the fill",
     )
     args = parser.parse_args()
+    if args.profile_snapshot:
+        PROFILE_PARTS.add("snapshot")
     if args.quick:
         args.agents, args.pending, args.releases = "10,100", 2000, 10
     logging.basicConfig(level=logging.WARNING)

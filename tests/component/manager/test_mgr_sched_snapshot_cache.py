@@ -4,7 +4,6 @@ entries of rows no longer read are dropped."""
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -125,7 +124,7 @@ async def test_new_and_cancelled_pending_sessions_and_the_memory_bound(
     assert deleted.status_code < 300, deleted.text
     await cluster.manager.scheduler.run_once()
     assert [p.name for p in checked[-1].snapshot.pending] == ["b"]
-    assert set(cache.pending) == {uuid.UUID(second.json()["sessionId"])}
+    assert [p.id for _, p in cache.pending.values()] == [second.json()["sessionId"]]
     # the agent leaves the group's schedulable set: its entry goes too
     async with cluster.manager.db.begin(write=True) as db:
         await db.execute(sa.update(Agent).values(is_schedulable=False))

@@ -28,7 +28,7 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import Decimal
 from typing import Any, TypeVar, cast
@@ -96,7 +96,7 @@ class SnapshotCache:
     """
 
     agents: dict[str, tuple[tuple[Any, ...], AgentSnapshot]] = field(default_factory=dict)
-    pending: dict[uuid.UUID, tuple[tuple[Any, ...], PendingSession]] = field(default_factory=dict)
+    pending: dict[Any, tuple[tuple[Any, ...], PendingSession]] = field(default_factory=dict)
     texts: dict[tuple[str, str], Any] = field(default_factory=dict)
     hits: int = 0
     misses: int = 0
@@ -366,19 +366,20 @@ async def _pending(
     # Core on the session's connection (no ORM row processing); of ``status_data`` only
     # ``scheduler.retries`` is read, by the database: the failures' write replaces the
     # ``scheduler`` key in SQL, so the (large) documents are neither parsed nor re-encoded.
-    # JSON columns come as their stored text (the cache key; parsed only when new).
+    # JSON columns come as their stored text and ids as stored (SQLite: hex strings), the
+    # cache key: parsed (``uuid.UUID``, ``ResourceSlot``) only for a row not seen as is.
     t = cast(sa.Table, Session.__table__)
     conn = await db.connection()
     rows = list(
         await conn.execute(
             sa.select(
-                t.c.id,
+                _raw(t.c.id),
                 t.c.status_data[("scheduler", "retries")].as_integer(),
                 t.c.access_key,
                 _text(t.c.requested_slots),
                 t.c.created_at,
-                t.c.user_id,
-                t.c.group_id,
+                _raw(t.c.user_id),
+                _raw(t.c.group_id),
                 t.c.domain_name,
                 t.c.name,
                 t.c.priority,
@@ -392,17 +393,19 @@ async def _pending(
             .order_by(t.c.created_at, t.c.id)
         )
     )
-    deps: dict[uuid.UUID, list[str]] = {}
-    if rows:
-        ids = [r[0] for r in rows]
-        for start in range(0, len(ids), 500):
-            dep_rows = await conn.execute(
-                sa.select(SessionDependency.session_id, SessionDependency.depends_on).where(
-                    SessionDependency.session_id.in_(ids[start : start + 500])
+    deps: dict[Any, list[str]] = {}
+    if rows:  # the pending sessions' by a subquery, not IN lists of thousands of ids
+        dep_rows = await conn.execute(
+            sa.select(_raw(SessionDependency.session_id), SessionDependency.depends_on).where(
+                SessionDependency.session_id.in_(
+                    sa.select(t.c.id).where(
+                        t.c.scaling_group == sgroup.name, t.c.status == SessionStatus.PENDING
+                    )
                 )
             )
-            for sid, dep in dep_rows:
-                deps.setdefault(sid, []).append(str(dep))
+        )
+        for sid, dep in dep_rows:
+            deps.setdefault(sid, []).append(str(dep))
     default_frag = bool(
         (sgroup.scheduler_opts or {}).get("allow_fractional_resource_fragmentation", True)
     )
@@ -424,13 +427,44 @@ async def _pending(
             cache.hits += 1
             session = entry[1]
             if session.retries != retries:
-                session = replace(session, retries=retries)
+                session = _with_retries(session, retries)
         else:
             cache.misses += 1
             session = _pending_session(row, retries, dependencies, requirement, default_frag, texts)
         cache.pending[sid] = (key, session)
         pending.append(session)
     return pending
+
+
+def _raw(column: Any) -> sa.ColumnElement[Any]:
+    """A UUID column as the driver returns it (SQLite: hex text; no ``uuid.UUID`` built)."""
+    return sa.type_coerce(column, sa.String())
+
+
+def _uuid(raw: Any) -> uuid.UUID:
+    return raw if isinstance(raw, uuid.UUID) else uuid.UUID(str(raw))
+
+
+def _with_retries(s: PendingSession, retries: int) -> PendingSession:
+    # positional, not dataclasses.replace (which introspects the fields: 5x slower)
+    return PendingSession(
+        s.id,
+        s.access_key,
+        s.requested_slots,
+        s.created_at,
+        s.user_id,
+        s.group_id,
+        s.domain_name,
+        s.name,
+        s.priority,
+        s.session_type,
+        s.starts_at,
+        s.dependencies,
+        retries,
+        s.allow_fragmentation,
+        s.designated_agent,
+        s.image,
+    )
 
 
 def _pending_session(
@@ -463,12 +497,12 @@ def _pending_session(
         "allow_fractional_resource_fragmentation", default_frag
     )
     return PendingSession(
-        id=str(sid),
+        id=str(_uuid(sid)),
         access_key=access_key,
         requested_slots=texts.get("slots", requested, _slots),
         created_at=created_at,
-        user_id=str(user_id),
-        group_id=str(group_id),
+        user_id=str(_uuid(user_id)),
+        group_id=str(_uuid(group_id)),
         domain_name=domain_name,
         name=name,
         priority=priority,
