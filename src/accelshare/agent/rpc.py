@@ -4,6 +4,9 @@
 
     POST   /v1/kernels                  CreateKernelRequest -> KernelReport (RUNNING or FAILED;
                                         PREPARING with [container] start-in-background)
+    POST   /v1/kernels/batch            [CreateKernelRequest] -> [KernelReport] (each kernel
+                                        created as by POST /v1/kernels, concurrently; one
+                                        report per request, in order)
     DELETE /v1/kernels/{kernel_id}      -> KernelReport (EXITED; unknown id: reason not-found)
     GET    /v1/kernels                  -> KernelList
     GET    /v1/kernels/{kernel_id}/logs -> text/plain  (?tail_bytes=N)
@@ -27,6 +30,7 @@ whole (:mod:`accelshare.body_limit`).
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import logging
 from typing import Annotated, Any, Literal
@@ -34,6 +38,7 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Depends, FastAPI, Query, Request, WebSocket
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
+from pydantic import ValidationError
 
 from accelshare.body_limit import BodySizeLimit, BodyTooLarge
 from accelshare.body_limit import problem_response as body_problem_response
@@ -42,7 +47,14 @@ from .metrics import CONTENT_TYPE
 from .runtime import KernelNotFound, KernelRuntimeError
 from .service import AgentService
 from .terminal_ws import relay_terminal
-from .wire import CLUSTER_SECRET_HEADER, CreateKernelRequest
+from .wire import (
+    CLUSTER_SECRET_HEADER,
+    CreateKernelBatch,
+    CreateKernelRequest,
+    KernelReport,
+    KernelReports,
+    KernelStatus,
+)
 
 __all__ = ["PROBLEM_MEDIA_TYPE", "RpcProblem", "create_rpc_app"]
 
@@ -89,6 +101,16 @@ def _secret_checker(secret: str | None) -> Any:
             raise RpcProblem(401, "unauthorized", "Unauthorized", "wrong cluster secret")
 
     return check
+
+
+def _failed(request: CreateKernelRequest, reason: str) -> KernelReport:
+    return KernelReport(
+        kernel_id=request.kernel_id,
+        session_id=request.session_id,
+        status=KernelStatus.FAILED,
+        image=request.image,
+        reason=reason,
+    )
 
 
 def _json(model: Any) -> Response:
@@ -148,6 +170,33 @@ def create_rpc_app(
     @router.post("/kernels")
     async def create_kernel(body: CreateKernelRequest) -> Response:
         return _json(await service.create_kernel(body))
+
+    @router.post("/kernels/batch")
+    async def create_kernels(request: Request) -> Response:
+        try:
+            bodies = CreateKernelBatch.validate_json(await request.body())
+        except ValidationError as e:
+            errors = e.errors()
+            where = ".".join(str(part) for part in errors[0]["loc"]) if errors else ""
+            detail = f"{where}: {errors[0]['msg'] if errors else 'invalid request'}"
+            raise RpcProblem(400, "invalid-api-params", "Invalid API parameters", detail) from e
+        # Started in order (each allocates before its first wait, so the agent
+        # allocates in the manager's plan order), then awaited together.
+        # A runtime error fails its own kernel (as its single create's 500 would), not
+        # the batch.
+        results = await asyncio.gather(
+            *(service.create_kernel(body) for body in bodies), return_exceptions=True
+        )
+        reports: list[KernelReport] = []
+        for body, result in zip(bodies, results, strict=True):
+            if isinstance(result, KernelReport):
+                reports.append(result)
+            elif isinstance(result, KernelRuntimeError):
+                log.error("runtime error: %s", result)
+                reports.append(_failed(body, f"kernel runtime error: {result}"))
+            else:
+                raise result
+        return Response(KernelReports.dump_json(reports), media_type="application/json")
 
     @router.delete("/kernels/{kernel_id}")
     async def destroy_kernel(kernel_id: str) -> Response:

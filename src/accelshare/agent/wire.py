@@ -4,6 +4,9 @@ Agent RPC (served by the agent, called by the manager; every request carries the
 shared cluster secret in ``X-Accelshare-Cluster-Secret``)::
 
     POST   /v1/kernels                  CreateKernelRequest -> KernelReport  (idempotent by kernel_id)
+    POST   /v1/kernels/batch            [CreateKernelRequest] -> [KernelReport]  (one report per
+                                        request, in order; at most MAX_CREATE_BATCH; an older
+                                        agent answers 404/405 and gets single creates)
     DELETE /v1/kernels/{kernel_id}      -> KernelReport                       (idempotent)
     GET    /v1/kernels                  -> KernelList
     GET    /v1/kernels/{kernel_id}/logs -> text/plain
@@ -38,7 +41,7 @@ from datetime import datetime
 from decimal import Decimal, InvalidOperation
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, TypeAdapter, model_validator
 from pydantic_core import PydanticCustomError
 
 from accelshare.common import SlotName, SlotTypes
@@ -47,7 +50,9 @@ from accelshare.common.resource_slot import MAX_AMOUNT_EXPONENT
 
 __all__ = [
     "CLUSTER_SECRET_HEADER",
+    "MAX_CREATE_BATCH",
     "AllocMapView",
+    "CreateKernelBatch",
     "CreateKernelRequest",
     "DeviceView",
     "Heartbeat",
@@ -57,6 +62,7 @@ __all__ = [
     "KernelEventType",
     "KernelList",
     "KernelReport",
+    "KernelReports",
     "KernelStats",
     "KernelStatus",
     "MetricValue",
@@ -70,6 +76,7 @@ CLUSTER_SECRET_HEADER = "X-Accelshare-Cluster-Secret"
 
 Amount = str  # a decimal string; parse with Decimal(), never float()
 INT32_MAX = 2**31 - 1
+MAX_CREATE_BATCH = 256  # requests in one POST /v1/kernels/batch
 
 
 def _invalid(expected: str, value: Any) -> PydanticCustomError:
@@ -275,6 +282,15 @@ class KernelReport(_Wire):
 
 class KernelList(_Wire):
     kernels: list[KernelReport]
+
+
+CreateKernelBatch = TypeAdapter(
+    Annotated[list[CreateKernelRequest], Field(max_length=MAX_CREATE_BATCH)]
+)
+"""The body of ``POST /v1/kernels/batch``: a JSON list of create requests."""
+
+KernelReports = TypeAdapter(list[KernelReport])
+"""Its answer: a JSON list of reports, one per request, in order."""
 
 
 class KernelEventType(enum.StrEnum):
