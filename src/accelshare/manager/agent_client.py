@@ -20,6 +20,7 @@ from accelshare.agent.wire import (
     CreateKernelRequest,
     KernelList,
     KernelReport,
+    KernelReports,
     NodeStats,
 )
 
@@ -38,6 +39,11 @@ class AgentRPCError(Exception):
     def is_refusal(self) -> bool:
         """The agent answered (4xx/5xx), as opposed to not being reachable."""
         return self.status_code is not None
+
+    @property
+    def is_unsupported(self) -> bool:
+        """The agent has no such route (404, or 405 where another method matches)."""
+        return self.status_code in (404, 405)
 
 
 def _detail(response: httpx.Response) -> str:
@@ -105,6 +111,33 @@ class AgentClient:
         )
         report: KernelReport = self._parse(base_url, KernelReport, response)
         return report
+
+    async def create_kernels(
+        self, base_url: str, requests: list[CreateKernelRequest]
+    ) -> list[KernelReport]:
+        """``POST /v1/kernels/batch``: one report per request, in order.  An agent
+        without the route (older than the batch) answers 404 or 405: see
+        :meth:`AgentRPCError.is_unsupported`."""
+        body = b"[" + b",".join(r.model_dump_json().encode() for r in requests) + b"]"
+        response = await self._request(
+            "POST",
+            base_url,
+            "/v1/kernels/batch",
+            content=body,
+            headers={"Content-Type": "application/json"},
+        )
+        try:
+            reports = KernelReports.validate_json(response.content)
+        except ValidationError as e:
+            raise AgentRPCError(base_url, f"the agent sent an unexpected answer: {e}") from e
+        if len(reports) != len(requests) or any(
+            report.kernel_id != request.kernel_id
+            for report, request in zip(reports, requests, strict=True)
+        ):
+            raise AgentRPCError(
+                base_url, "the agent's batch answer does not match its requests one by one"
+            )
+        return reports
 
     async def destroy_kernel(self, base_url: str, kernel_id: str) -> KernelReport:
         response = await self._request("DELETE", base_url, f"/v1/kernels/{kernel_id}")

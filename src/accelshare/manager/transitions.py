@@ -16,6 +16,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Sequence
 from datetime import datetime
+from typing import cast
 
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -35,8 +36,11 @@ from .models import Agent, Kernel, Session, SessionStatusHistory
 __all__ = [
     "FORWARD_CHAIN",
     "OCCUPYING",
+    "Step",
     "agent_addresses",
     "change_status",
+    "change_status_many",
+    "forward_steps",
     "lock_session",
     "recompute_agent_occupancy",
     "session_kernels",
@@ -140,6 +144,107 @@ async def change_status(
         )
         for agent_id in sorted(agents):
             await recompute_agent_occupancy(db, agent_id)
+
+
+Step = tuple[SessionStatus, SessionStatus, str]
+"""One status change of a session: ``(from, to, reason)``."""
+
+_BULK_TARGETS = frozenset(
+    {
+        SessionStatus.PREPARING,
+        SessionStatus.PULLING,
+        SessionStatus.PREPARED,
+        SessionStatus.CREATING,
+        SessionStatus.RUNNING,
+    }
+)
+_S = cast(sa.Table, Session.__table__)
+_K = cast(sa.Table, Kernel.__table__)
+_H = cast(sa.Table, SessionStatusHistory.__table__)
+
+
+def forward_steps(current: SessionStatus, target: SessionStatus, reason: str) -> list[Step]:
+    """The steps :func:`walk_forward` takes from ``current`` up to ``target`` (checked)."""
+    start_at = SessionStatus.PREPARING if current is SessionStatus.PULLING else current
+    if start_at not in FORWARD_CHAIN:
+        return []
+    start, end = FORWARD_CHAIN.index(start_at), FORWARD_CHAIN.index(target)
+    steps: list[Step] = []
+    before = current
+    for status in FORWARD_CHAIN[start + 1 : end + 1]:
+        check_transition(before, status)
+        steps.append((before, status, reason))
+        before = status
+    return steps
+
+
+async def change_status_many(
+    db: AsyncSession, moves: Sequence[tuple[uuid.UUID, Sequence[Step]]], *, now: datetime
+) -> None:
+    """:func:`change_status` for many sessions at once, each through its ``steps`` (in
+    order), with multi-row statements: one INSERT of every history row, one UPDATE
+    (executemany) of the sessions, one of their kernels.  Only the binder's forward
+    moves (to PREPARING, PULLING, PREPARED, CREATING, RUNNING: nothing is released);
+    the sessions must be locked by the caller and not loaded as ORM objects in ``db``.
+    """
+    history: list[dict[str, object]] = []
+    updates: list[dict[str, object]] = []
+    for session_id, steps in moves:
+        if not steps:
+            continue
+        for before, to, reason in steps:
+            check_transition(before, to)
+            if to not in _BULK_TARGETS:
+                raise ValueError(f"change_status_many cannot move a session to {to}")
+            history.append(
+                {
+                    "session_id": session_id,
+                    "from_status": before,
+                    "to_status": to,
+                    "reason": _clip(reason),
+                    "changed_at": now,
+                }
+            )
+        running = any(to is SessionStatus.RUNNING for _, to, _ in steps)
+        updates.append(
+            {
+                "b_id": session_id,
+                "b_status": steps[-1][1],
+                "b_info": _clip(steps[-1][2]),
+                "b_started": now if running else None,
+            }
+        )
+    if not updates:
+        return
+    await db.execute(sa.insert(_H), history)
+    await db.execute(
+        sa.update(_S)
+        .where(_S.c.id == sa.bindparam("b_id"))
+        .values(
+            status=sa.bindparam("b_status", type_=_S.c.status.type),
+            status_changed_at=now,
+            status_info=sa.bindparam("b_info"),
+            started_at=sa.func.coalesce(
+                sa.bindparam("b_started", type_=_S.c.started_at.type), _S.c.started_at
+            ),
+        )
+        .execution_options(synchronize_session=False),
+        updates,
+    )
+    await db.execute(
+        sa.update(_K)
+        .where(_K.c.session_id == sa.bindparam("b_id"))
+        .values(
+            status=sa.bindparam("b_status", type_=_K.c.status.type),
+            status_changed_at=now,
+            status_info=sa.bindparam("b_info"),
+            started_at=sa.func.coalesce(
+                _K.c.started_at, sa.bindparam("b_started", type_=_K.c.started_at.type)
+            ),
+        )
+        .execution_options(synchronize_session=False),
+        updates,
+    )
 
 
 async def walk_forward(

@@ -10,19 +10,27 @@ resumed after an agent moved reaches it.  Per session::
     SCHEDULED -> PREPARING            (before the RPC; PULLING instead when the agent is
                                        a docker agent whose engine lacks the image:
                                        the create RPC pulls it first, docs/images.md)
-    POST <agent>/v1/kernels           (CreateKernelRequest; idempotent by kernel_id)
+    POST <agent>/v1/kernels/batch     (the batch's CreateKernelRequests, one KernelReport
+                                       each; idempotent by kernel_id.  An agent without
+                                       the route answers 404/405: POST <agent>/v1/kernels
+                                       per kernel from then on)
       refused / unreachable / FAILED  -> CANCELLED with the reason, resources released
       accepted                        -> PREPARED -> CREATING (the agent's real
                                          per-device allocation replaces the planned one)
       report RUNNING (or the agent's "started" event, whichever comes first) -> RUNNING
 
 Binds to one agent go in batches of up to :data:`BIND_BATCH` sessions: one step moves
-the whole batch to PREPARING, the create RPCs follow one by one in plan order, and one
-step records every accepted kernel (per session the transitions are exactly the ones
-above).  The two database steps are *group-committed across agents*: the batches of
-every agent that reach a step while the previous transaction of that step runs are
-handled together in the next one, with multi-row statements (one ``SELECT ... FOR
-UPDATE`` of the sessions, one of their kernels, one of the agents, one flush).  So a
+the whole batch to PREPARING, one batched create RPC follows (the agent creates the
+kernels concurrently, allocating in plan order), and one step records every accepted
+kernel (per session the transitions are exactly the ones above).  The two database
+steps are *group-committed across agents*: the batches of every agent that reach a
+step while the previous transaction of that step runs are handled together in the
+next one, with multi-row Core statements, no ORM objects (one ``SELECT ... FOR
+UPDATE`` of the sessions, one of their kernels, one of the agents; one executemany
+UPDATE of the kernels' reported columns, and :func:`change_status_many`: one
+multi-row INSERT of the history rows, one executemany UPDATE of the sessions, one of
+their kernels).  A kernel reported EXITED already (its session ends and releases its
+resources) is recorded through the ORM path of :func:`change_status` instead.  So a
 pass that placed 8,850 sessions on 1,000 agents costs a few dozen transactions, not
 thousands, while the RPCs of up to :data:`MAX_CONCURRENT_AGENTS` agents are in flight
 at once.  Should a grouped transaction fail, each batch is bound again session by
@@ -41,9 +49,10 @@ import functools
 import logging
 import uuid
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar, cast
 
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -60,7 +69,15 @@ from ..db import Database
 from ..hub import ChangeHub
 from ..metrics import ManagerMetrics
 from ..models import Agent, Kernel, Session
-from ..transitions import change_status, lock_session, session_kernels, walk_forward
+from ..transitions import (
+    Step,
+    change_status,
+    change_status_many,
+    forward_steps,
+    lock_session,
+    session_kernels,
+    walk_forward,
+)
 from .apply import BindJob
 
 __all__ = [
@@ -89,7 +106,12 @@ BINDABLE = frozenset(
 )
 
 
-def kernel_request(job: BindJob, row: Session) -> CreateKernelRequest:
+_SESSIONS = cast(sa.Table, Session.__table__)
+_KERNELS = cast(sa.Table, Kernel.__table__)
+_AGENTS = cast(sa.Table, Agent.__table__)
+
+
+def kernel_request(job: BindJob, row: Session | sa.Row[Any]) -> CreateKernelRequest:
     """The agent's create request for ``row``'s kernel.
 
     A batch session's ``startupCommand`` goes as ``startup_command``, whole: the agent's
@@ -122,6 +144,32 @@ def kernel_request(job: BindJob, row: Session) -> CreateKernelRequest:
     )
 
 
+_KERNEL_REPORT_UPDATE = (
+    sa.update(_KERNELS)
+    .where(_KERNELS.c.id == sa.bindparam("b_id"))
+    .values(
+        device_allocs=sa.bindparam("b_allocs", type_=_KERNELS.c.device_allocs.type),
+        container_id=sa.bindparam("b_container"),
+        service_ports=sa.bindparam("b_ports", type_=_KERNELS.c.service_ports.type),
+    )
+)
+
+
+def _kernel_columns(kernel: sa.Row[Any], report: KernelReport) -> dict[str, Any]:
+    """``_KERNEL_REPORT_UPDATE``'s parameters: what the report says about the kernel
+    (its allocation, container id and service ports), else what the row has."""
+    return {
+        "b_id": kernel.id,
+        "b_allocs": allocations_json(report) if report.allocations else kernel.device_allocs,
+        "b_container": report.container_id or kernel.container_id,
+        "b_ports": (
+            [m.model_dump(mode="json") for m in report.service_ports]
+            if report.service_ports
+            else kernel.service_ports
+        ),
+    }
+
+
 def allocations_json(report: KernelReport) -> dict[str, dict[str, str]]:
     return {
         slot: {d: canonical_decimal(Decimal(v)) for d, v in per.items()}
@@ -129,42 +177,74 @@ def allocations_json(report: KernelReport) -> dict[str, dict[str, str]]:
     }
 
 
-def _pulls(agent: Agent, image: str) -> bool:
+def _pulls(agent: Agent | sa.Row[Any], image: str) -> bool:
     """Whether creating a kernel of ``image`` on ``agent`` starts with a pull: a docker
     agent whose last heartbeat did not list the image (its engine's repo tags)."""
     return agent.runtime == "docker" and image not in (agent.images or ())
 
 
 _Prepared = tuple[CreateKernelRequest, str | None]
-_Rows = dict[uuid.UUID, Session]
-_Kernels = dict[uuid.UUID, list[Kernel]]
-_Agents = dict[str, Agent]
 _CHUNK = 500  # ids per IN list (SQLite and asyncpg bind-parameter limits)
+_SESSION_COLUMNS = [
+    _SESSIONS.c[name]
+    for name in (
+        "id",
+        "status",
+        "name",
+        "session_type",
+        "image",
+        "requested_slots",
+        "resource_opts",
+        "environ",
+        "startup_command",
+        "access_key",
+    )
+]
+_KERNEL_COLUMNS = [
+    _KERNELS.c[name]
+    for name in ("id", "session_id", "device_allocs", "container_id", "service_ports")
+]
+_AGENT_COLUMNS = [_AGENTS.c[name] for name in ("id", "address", "runtime", "images")]
 
 
-async def _load_many(db: AsyncSession, jobs: list[BindJob]) -> tuple[_Rows, _Kernels, _Agents]:
+@dataclass(slots=True)
+class _Loaded:
+    """What a grouped step reads (Core rows, no ORM objects): the sessions (locked),
+    their kernels and their agents."""
+
+    rows: dict[uuid.UUID, sa.Row[Any]]
+    kernels: dict[uuid.UUID, list[sa.Row[Any]]]
+    agents: dict[str, sa.Row[Any]]
+
+
+async def _load_many(db: AsyncSession, jobs: list[BindJob]) -> _Loaded:
     """The jobs' sessions (locked, ``SELECT ... FOR UPDATE``, in id order so that two
     transactions never lock in opposite orders), their kernels and their agents."""
     ids = sorted({job.session_id for job in jobs})
-    rows: _Rows = {}
-    kernels: _Kernels = {}
+    loaded = _Loaded({}, {}, {})
     for start in range(0, len(ids), _CHUNK):
         chunk = ids[start : start + _CHUNK]
-        query = sa.select(Session).where(Session.id.in_(chunk)).order_by(Session.id)
-        rows.update((r.id, r) for r in (await db.execute(query.with_for_update())).scalars())
-        kernel_query = (
-            sa.select(Kernel)
-            .where(Kernel.session_id.in_(chunk))
-            .order_by(Kernel.session_id, Kernel.cluster_idx)
+        query = (
+            sa.select(*_SESSION_COLUMNS)
+            .where(_SESSIONS.c.id.in_(chunk))
+            .order_by(_SESSIONS.c.id)
+            .with_for_update()
         )
-        for kernel in (await db.execute(kernel_query)).scalars():
-            kernels.setdefault(kernel.session_id, []).append(kernel)
+        loaded.rows.update((r.id, r) for r in await db.execute(query))
+        kernel_query = (
+            sa.select(*_KERNEL_COLUMNS)
+            .where(_KERNELS.c.session_id.in_(chunk))
+            .order_by(_KERNELS.c.session_id, _KERNELS.c.cluster_idx)
+        )
+        for kernel in await db.execute(kernel_query):
+            loaded.kernels.setdefault(kernel.session_id, []).append(kernel)
     agent_ids = sorted({job.agent_id for job in jobs})
-    agents: _Agents = {}
     for start in range(0, len(agent_ids), _CHUNK):
-        agent_query = sa.select(Agent).where(Agent.id.in_(agent_ids[start : start + _CHUNK]))
-        agents.update((a.id, a) for a in (await db.execute(agent_query)).scalars())
-    return rows, kernels, agents
+        agent_query = sa.select(*_AGENT_COLUMNS).where(
+            _AGENTS.c.id.in_(agent_ids[start : start + _CHUNK])
+        )
+        loaded.agents.update((a.id, a) for a in await db.execute(agent_query))
+    return loaded
 
 
 _Req = TypeVar("_Req")
@@ -251,6 +331,8 @@ class Binder:
         self._accept_group: _GroupCommit[tuple[BindJob, KernelReport], tuple[bool, str | None]] = (
             _GroupCommit(self._accept_step)
         )
+        # agent addresses that answered POST /v1/kernels/batch with 404/405 (older agents)
+        self._single_creates: set[str] = set()
         # sessions this process is binding now (a stale-bind rescue leaves them alone)
         self.in_flight: set[uuid.UUID] = set()
 
@@ -305,13 +387,8 @@ class Binder:
         """Bind ``jobs`` (one agent, plan order): see the module docstring."""
         prepared = await self._prepare_group(jobs)
         self.hub.publish()
-        reports: list[tuple[BindJob, KernelReport]] = []
-        for job, ready in zip(jobs, prepared, strict=True):
-            if ready is None:
-                continue
-            report = await self._create(job, *ready)
-            if report is not None:
-                reports.append((job, report))
+        ready = [(job, p) for job, p in zip(jobs, prepared, strict=True) if p is not None]
+        reports = await self._create_many(ready)
         if not reports:
             return
         outcomes = await self._accept_group(reports)
@@ -323,23 +400,82 @@ class Binder:
                 await self._destroy_quietly(job, destroy_at)
 
     async def _prepare_step(self, jobs: list[BindJob]) -> list[_Prepared | None]:
-        """PREPARING for many sessions (any agents) in one transaction."""
+        """PREPARING (or PULLING) for many sessions (any agents) in one transaction:
+        Core reads, then :func:`change_status_many` (multi-row statements)."""
         async with self.db.begin_queued_write() as db:
             now = self.clock()
-            rows, kernels, agents = await _load_many(db, jobs)
-            return [await self._prepare_in(db, job, now, rows, kernels, agents) for job in jobs]
+            loaded = await _load_many(db, jobs)
+            status = {sid: row.status for sid, row in loaded.rows.items()}
+            moves: list[tuple[uuid.UUID, list[Step]]] = []
+            results: list[_Prepared | None] = []
+            for job in jobs:
+                row = loaded.rows.get(job.session_id)
+                if row is None or status[row.id] not in BINDABLE:
+                    results.append(None)
+                    continue
+                agent = loaded.agents.get(job.agent_id)
+                if status[row.id] is SessionStatus.SCHEDULED:
+                    if agent is not None and _pulls(agent, row.image):
+                        to = SessionStatus.PULLING
+                        reason = f"agent {job.agent_id} pulls image {row.image}"
+                    else:
+                        to = SessionStatus.PREPARING
+                        reason = f"creating the kernel on agent {job.agent_id}"
+                    moves.append((row.id, [(SessionStatus.SCHEDULED, to, reason)]))
+                    status[row.id] = to
+                results.append((kernel_request(job, row), agent.address if agent else None))
+            await change_status_many(db, moves, now=now)
+            return results
 
     async def _accept_step(
         self, reports: list[tuple[BindJob, KernelReport]]
     ) -> list[tuple[bool, str | None]]:
-        """Record many accepted kernels (any agents) in one transaction."""
+        """Record many accepted kernels (any agents) in one transaction: Core reads, the
+        reports' kernel columns in one executemany, the transitions through
+        :func:`change_status_many`.  A kernel that already EXITED (its session ends,
+        resources are released) is recorded by :meth:`_accepted_in` after them."""
         async with self.db.begin_queued_write() as db:
             now = self.clock()
-            rows, kernels, agents = await _load_many(db, [job for job, _ in reports])
-            return [
-                await self._accepted_in(db, job, report, now, rows, kernels, agents)
-                for job, report in reports
-            ]
+            loaded = await _load_many(db, [job for job, _ in reports])
+            status = {sid: row.status for sid, row in loaded.rows.items()}
+            moves: list[tuple[uuid.UUID, list[Step]]] = []
+            kernel_params: list[dict[str, Any]] = []
+            exited: list[int] = []
+            results: list[tuple[bool, str | None]] = []
+            for i, (job, report) in enumerate(reports):
+                row = loaded.rows.get(job.session_id)
+                if row is None:
+                    results.append((False, None))
+                    continue
+                current = status[row.id]
+                if current not in BINDABLE and current is not SessionStatus.RUNNING:
+                    # destroyed or cancelled while the bind was in flight
+                    agent = loaded.agents.get(job.agent_id)
+                    results.append((False, agent.address if agent is not None else None))
+                    continue
+                results.append((False, None))
+                if report.status is KernelStatus.EXITED:
+                    exited.append(i)
+                    continue
+                for kernel in loaded.kernels.get(row.id, []):
+                    if kernel.id == job.kernel_id:
+                        kernel_params.append(_kernel_columns(kernel, report))
+                steps = forward_steps(
+                    current, SessionStatus.CREATING, f"kernel accepted by agent {job.agent_id}"
+                )
+                if report.status is KernelStatus.RUNNING:
+                    after = steps[-1][1] if steps else current
+                    steps += forward_steps(after, SessionStatus.RUNNING, "the kernel is running")
+                if steps:
+                    moves.append((row.id, steps))
+                    status[row.id] = steps[-1][1]
+            if kernel_params:
+                await db.execute(_KERNEL_REPORT_UPDATE, kernel_params)
+            await change_status_many(db, moves, now=now)
+            for i in exited:  # rare: the ORM path (it releases resources)
+                job, report = reports[i]
+                results[i] = await self._accepted_in(db, job, report, now)
+            return results
 
     async def bind(self, job: BindJob) -> None:
         """Bind one session (the batch's steps, each in its own transaction)."""
@@ -359,6 +495,44 @@ class Binder:
             self.on_release()
         if destroy_at is not None:
             await self._destroy_quietly(job, destroy_at)
+
+    async def _create_many(
+        self, ready: list[tuple[BindJob, _Prepared]]
+    ) -> list[tuple[BindJob, KernelReport]]:
+        """The create RPCs of one agent's batch: one ``POST /v1/kernels/batch`` per agent
+        address (single creates, in order, for an agent that answered it with 404/405);
+        the accepted kernels' reports, the others cancelled as by :meth:`_create`."""
+        accepted: list[tuple[BindJob, KernelReport]] = []
+        batches: dict[str, list[tuple[BindJob, CreateKernelRequest]]] = {}
+        for job, (request, url) in ready:
+            if url is None or url in self._single_creates:
+                report = await self._create(job, request, url)
+                if report is not None:
+                    accepted.append((job, report))
+            else:
+                batches.setdefault(url, []).append((job, request))
+        for url, items in batches.items():
+            try:
+                reports = await self.client.create_kernels(url, [r for _, r in items])
+            except AgentRPCError as e:
+                if not e.is_unsupported:
+                    for job, _ in items:
+                        await self._cancel(job, f"the kernel could not be created: {e}")
+                    continue
+                log.info("agent %s has no batch create; creating one by one", url)
+                self._single_creates.add(url)
+                for job, request in items:
+                    report = await self._create(job, request, url)
+                    if report is not None:
+                        accepted.append((job, report))
+                continue
+            for (job, _), report in zip(items, reports, strict=True):
+                if report.status is KernelStatus.FAILED:
+                    reason = report.reason or "no reason"
+                    await self._cancel(job, f"the kernel failed to start: {reason}")
+                else:
+                    accepted.append((job, report))
+        return accepted
 
     async def _create(
         self, job: BindJob, request: CreateKernelRequest, agent_url: str | None
@@ -382,26 +556,14 @@ class Binder:
         db: AsyncSession,
         job: BindJob,
         now: datetime,
-        rows: _Rows | None = None,
-        all_kernels: _Kernels | None = None,
-        agents: _Agents | None = None,
     ) -> _Prepared | None:
         """PREPARING, and the request with the agent's current address (None: unknown
-        agent); None when the session is no longer to be bound.  ``rows``, ``all_kernels``
-        and ``agents``: preloaded by :func:`_load_many` (locked), else loaded here."""
-        if rows is None or all_kernels is None or agents is None:
-            row = await lock_session(db, job.session_id)
-        else:
-            row = rows.get(job.session_id)
+        agent); None when the session is no longer to be bound (one session, ORM)."""
+        row = await lock_session(db, job.session_id)
         if row is None or row.status not in BINDABLE:
             return None
-        if all_kernels is None:
-            kernels = await session_kernels(db, row.id)
-        else:
-            kernels = all_kernels.get(row.id, [])
-        agent = (
-            agents.get(job.agent_id) if agents is not None else await db.get(Agent, job.agent_id)
-        )
+        kernels = await session_kernels(db, row.id)
+        agent = await db.get(Agent, job.agent_id)
         if row.status is SessionStatus.SCHEDULED:
             if agent is not None and _pulls(agent, row.image):
                 to, reason = SessionStatus.PULLING, f"agent {job.agent_id} pulls image {row.image}"
@@ -428,28 +590,16 @@ class Binder:
         job: BindJob,
         report: KernelReport,
         now: datetime,
-        rows: _Rows | None = None,
-        all_kernels: _Kernels | None = None,
-        agents: _Agents | None = None,
     ) -> tuple[bool, str | None]:
-        """Record an accepted kernel: ``(resources released, address to destroy it at)``.
-        ``rows``, ``all_kernels``, ``agents``: as for :meth:`_prepare_in`."""
-        if rows is None or all_kernels is None or agents is None:
-            row = await lock_session(db, job.session_id)
-        else:
-            row = rows.get(job.session_id)
+        """Record an accepted kernel: ``(resources released, address to destroy it at)``
+        (one session, ORM)."""
+        row = await lock_session(db, job.session_id)
         if row is None:
             return False, None
-        if all_kernels is None:
-            kernels = await session_kernels(db, row.id)
-        else:
-            kernels = all_kernels.get(row.id, [])
+        kernels = await session_kernels(db, row.id)
         if row.status not in BINDABLE and row.status is not SessionStatus.RUNNING:
             # destroyed or cancelled while the bind was in flight
-            if agents is not None:
-                agent = agents.get(job.agent_id)
-            else:
-                agent = await db.get(Agent, job.agent_id)
+            agent = await db.get(Agent, job.agent_id)
             return False, agent.address if agent is not None else None
         for kernel in kernels:
             if kernel.id == job.kernel_id:

@@ -47,6 +47,7 @@ from accelshare.accel.types import AllocationMode
 from accelshare.agent.wire import (
     CLUSTER_SECRET_HEADER,
     AllocMapView,
+    CreateKernelBatch,
     CreateKernelRequest,
     DeviceView,
     Heartbeat,
@@ -56,6 +57,7 @@ from accelshare.agent.wire import (
     KernelEventType,
     KernelList,
     KernelReport,
+    KernelReports,
     KernelStatus,
     PluginMapView,
     SlotCapacity,
@@ -204,6 +206,8 @@ class HollowAgent:
         self.images: list[str] = []  # what its heartbeat reports (process environments)
         self.runtime = "process"  # or "docker": what its heartbeat says it runs
         self.created = 0
+        self.batch_route = True  # False: POST /v1/kernels/batch is a 404 (an older agent)
+        self.batch_creates = 0  # batch requests received
         self.destroy_requests: list[str] = []
         self.acks: list[HeartbeatAck] = []
         self._tasks: set[asyncio.Task[None]] = set()
@@ -382,6 +386,17 @@ class HollowAgent:
         async def create(body: CreateKernelRequest) -> Any:
             return await self._create(body)
 
+        @app.post("/v1/kernels/batch")
+        async def create_batch(request: Request) -> Any:
+            self.batch_creates += 1
+            if not self.batch_route:
+                return _problem(404, "not found")
+            bodies = CreateKernelBatch.validate_json(await request.body())
+            if self.refuse_creates is not None:
+                return _problem(409, self.refuse_creates)
+            reports = [await self._create_report(body) for body in bodies]
+            return JSONResponse(KernelReports.dump_python(reports, mode="json"))
+
         @app.delete("/v1/kernels/{kernel_id}")
         async def destroy(kernel_id: str) -> Any:
             self.destroy_requests.append(kernel_id)
@@ -419,12 +434,23 @@ class HollowAgent:
         return app
 
     async def _create(self, body: CreateKernelRequest) -> Any:
+        if self.refuse_creates is not None:
+            async with self._lock:
+                existing = self.kernels.get(body.kernel_id)
+            if existing is None:
+                return _problem(409, self.refuse_creates)
+        report = await self._create_report(body)
+        if report.status is KernelStatus.FAILED:  # a single create refuses with 412
+            error, _, detail = report.reason.partition(": ")
+            return _problem(412, detail, error=error)
+        return report.model_dump(mode="json")
+
+    async def _create_report(self, body: CreateKernelRequest) -> KernelReport:
+        """Create (idempotent by kernel id); a FAILED report when it does not fit."""
         async with self._lock:
             existing = self.kernels.get(body.kernel_id)
             if existing is not None:  # idempotent by kernel id
-                return existing.report().model_dump(mode="json")
-            if self.refuse_creates is not None:
-                return _problem(409, self.refuse_creates)
+                return existing.report()
             request = {slot: Decimal(amount) for slot, amount in body.requested_slots.items()}
             try:
                 allocation = allocate_kernel(
@@ -434,7 +460,13 @@ class HollowAgent:
                     context_tag=body.kernel_id,
                 )
             except ResourceError as e:
-                return _problem(412, str(e), error=type(e).__name__)
+                return KernelReport(
+                    kernel_id=body.kernel_id,
+                    session_id=body.session_id,
+                    status=KernelStatus.FAILED,
+                    image=body.image,
+                    reason=f"{type(e).__name__}: {e}",
+                )
             status = KernelStatus.RUNNING if self.start_running else KernelStatus.PREPARING
             kernel = _Kernel(
                 body,
@@ -447,7 +479,7 @@ class HollowAgent:
             self.created += 1
         if status is KernelStatus.RUNNING:
             self._emit(self._event(kernel, KernelEventType.STARTED))
-        return kernel.report().model_dump(mode="json")
+        return kernel.report()
 
 
 class HollowCluster:
