@@ -319,6 +319,50 @@ async def test_namespace_isolation(
     assert info.exit.reason is ExitReason.DESTROYED
 
 
+async def test_an_isolated_kernels_terminal_runs_in_its_namespaces(
+    make_runtime: RuntimeFactory, namespace_support: str | None, eventually: Eventually
+) -> None:
+    """The shell sees the kernel's PID namespace and /proc, not the host's: it cannot
+    find (or signal) the agent or other sessions' processes."""
+    if namespace_support is not None:
+        pytest.skip(namespace_support)
+    runtime = make_runtime(isolate_namespaces=True)
+    kernel = spec(("exec sleep 60",))
+    await runtime.create_kernel(kernel)
+    terminal = await runtime.open_terminal(kernel.kernel_id, cols=80, rows=24)
+    try:
+        await terminal.write(
+            f"echo pid=$$ procs=$(ls /proc | grep -c '^[0-9]') "
+            f"agent=$(test -e /proc/{os.getpid()}/status && echo seen || echo unseen)\r".encode()
+        )
+        output = b""
+
+        async def answered() -> re.Match[bytes] | None:
+            nonlocal output
+            output += await terminal.read()
+            return re.search(rb"pid=(\d+) procs=(\d+) agent=(\w+)", output)
+
+        found = await eventually(answered)
+        assert int(found.group(1)) < 20, output  # a low pid: the kernel's namespace
+        assert int(found.group(2)) <= 8, output  # sleep, the shell, its helpers; not the host
+        assert found.group(3) == b"unseen", output
+        # Ctrl-C reaches the shell's foreground job, not the helper waiting outside
+        await terminal.write(b"sleep 30\r")
+        await terminal.write(b"\x03")
+        await terminal.write(b"echo still=$((6 * 7))\r")
+        output = b""
+
+        async def still_there() -> bool:
+            nonlocal output
+            output += await terminal.read()
+            return b"still=42" in output
+
+        await eventually(still_there)
+    finally:
+        await terminal.close()
+    await runtime.destroy_kernel(kernel.kernel_id, grace_s=0.5)
+
+
 def _fields(kernel: KernelSpec) -> dict[str, object]:
     return {name: getattr(kernel, name) for name in KernelSpec.__slots__}
 

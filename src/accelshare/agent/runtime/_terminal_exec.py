@@ -7,7 +7,9 @@ stdout and stderr on the slave side of a fresh pty and in a new session
 cgroups (the ``procs_files`` of ``launch.json``) *before* it execs the shell, applies
 the kernel's rlimits and CPU affinity (all three through ``_launcher.py``'s
 ``enter_kernel_limits``, loaded by path: one implementation for kernels and
-terminals), changes to the kernel's cwd and execs the shell
+terminals), with a third argument (a pid in an ``isolate-namespaces`` kernel's
+namespaces) enters the kernel's PID and mount namespaces and forks (the shell runs there,
+this process waits and exits as it did), changes to the kernel's cwd and execs the shell
 with the kernel's environment (so the plugins' tools, such as the mock ``nvidia-smi``
 in ``config/bin``, are on PATH) and ``TERM=xterm-256color``.  Any failure is written
 to stderr (the terminal) and the exit code is 127.
@@ -15,6 +17,7 @@ to stderr (the terminal) and the exit code is 127.
 
 from __future__ import annotations
 
+import ctypes
 import fcntl
 import importlib.util
 import json
@@ -41,13 +44,48 @@ def load_launcher() -> ModuleType:
     return module
 
 
+def enter_namespaces(pid: int) -> None:
+    """Join the PID and mount namespaces of ``pid`` (``setns(2)`` through libc: Python
+    3.11 has no ``os.setns``).  The PID namespace applies to children only: the caller
+    must fork.  Both files are opened before either is entered (the mount namespace
+    brings its own ``/proc``)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    fds = [os.open(f"/proc/{pid}/ns/{kind}", os.O_RDONLY) for kind in ("pid", "mnt")]
+    try:
+        for fd, kind in zip(fds, ("pid", "mnt"), strict=True):
+            if libc.setns(fd, 0) != 0:
+                err = ctypes.get_errno()
+                raise OSError(err, f"setns({kind} of {pid}): {os.strerror(err)}")
+    finally:
+        for fd in fds:
+            os.close(fd)
+
+
+def relay_exit(child: int) -> int:
+    """Wait for the shell forked into the namespaces and exit as it did.  The pty stays
+    the shell's: this process closes its side, ignores the terminal's job-control keys
+    (it is in the foreground group) and dies with the group on SIGHUP."""
+    for fd in (0, 1, 2):
+        os.close(fd)
+    for signum in (signal.SIGINT, signal.SIGQUIT, signal.SIGTSTP):
+        signal.signal(signum, signal.SIG_IGN)
+    _, status = os.waitpid(child, 0)
+    return os.waitstatus_to_exitcode(status) & 0xFF
+
+
 def main(argv: list[str]) -> int:
     launch_file, shell = argv[1], argv[2]
+    namespace_pid = int(argv[3]) if len(argv) > 3 else None
     try:
         with open(launch_file, encoding="utf-8") as f:
             cfg = json.load(f)
         fcntl.ioctl(0, termios.TIOCSCTTY, 0)
         load_launcher().enter_kernel_limits(cfg)
+        if namespace_pid is not None:
+            enter_namespaces(namespace_pid)
+            child = os.fork()  # the child is in the kernel's PID namespace
+            if child:
+                return relay_exit(child)
         os.chdir(cfg["cwd"])
         for signum in (signal.SIGPIPE, signal.SIGXFSZ, signal.SIGINT, signal.SIGQUIT):
             signal.signal(signum, signal.SIG_DFL)

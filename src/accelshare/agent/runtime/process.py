@@ -731,8 +731,19 @@ class ProcessRuntime:
         scratch = self._scratch(kernel_id)
         if info.state is not KernelState.RUNNING or not scratch.launch_file.exists():
             raise KernelNotFound(kernel_id)
+        namespace_pid = None
+        if self._unshare is not None:
+            # the kernel's pid is `unshare`'s; its child is PID 1 of the kernel's namespaces
+            namespace_pid = _first_child(int(info.cid), self._proc_root) if info.cid else None
+            if namespace_pid is None:
+                raise KernelNotFound(kernel_id)
         terminal = await asyncio.to_thread(
-            ProcessTerminal.spawn, scratch.launch_file, cols=cols, rows=rows, shell=pick_shell()
+            ProcessTerminal.spawn,
+            scratch.launch_file,
+            cols=cols,
+            rows=rows,
+            shell=pick_shell(),
+            namespace_pid=namespace_pid,
         )
         open_ = self._terminals.setdefault(kernel_id, set())
         open_.add(terminal)
@@ -834,3 +845,12 @@ def _read_status(fd: int, timeout_s: float) -> dict[str, Any]:
     if not isinstance(status, dict):
         return {"ok": False, "error": "the launcher exited without reporting (see launcher.log)"}
     return status
+
+
+def _first_child(pid: int, proc_root: Path) -> int | None:
+    """The oldest child of ``pid`` (``/proc/PID/task/PID/children``), or None."""
+    try:
+        children = (proc_root / str(pid) / "task" / str(pid) / "children").read_text().split()
+    except OSError:
+        return None
+    return min((int(c) for c in children if c.isdigit()), default=None)

@@ -16,8 +16,10 @@ Process runtime (:class:`ProcessTerminal`): the user's shell (``/bin/bash``, els
 so what runs in the terminal counts against the session's limits exactly like the
 kernel's own processes.  Docker runtime (:class:`DockerTerminal`): ``exec`` with a tty in
 the kernel's container (its cgroup, namespaces and environment), ``/home/config/bin``
-first on PATH, cwd ``/home/work``, bash when the image has it.  A kernel started with ``isolate-namespaces`` still gets its
-terminal in the host's PID namespace (not entered: documented in agent-runtimes.md).
+first on PATH, cwd ``/home/work``, bash when the image has it.  A process kernel started
+with ``isolate-namespaces`` gets its terminal inside its PID and mount namespaces (the
+helper enters them and forks the shell there), so the shell sees and can signal only
+the kernel's processes.
 """
 
 from __future__ import annotations
@@ -100,13 +102,26 @@ class ProcessTerminal:
         self._waiters: set[asyncio.Future[None]] = set()
 
     @classmethod
-    def spawn(cls, launch_file: Path, *, cols: int, rows: int, shell: str) -> ProcessTerminal:
+    def spawn(
+        cls,
+        launch_file: Path,
+        *,
+        cols: int,
+        rows: int,
+        shell: str,
+        namespace_pid: int | None = None,
+    ) -> ProcessTerminal:
+        """``namespace_pid``: a process in the kernel's PID + mount namespaces
+        (``isolate-namespaces``); the shell is started inside them."""
         check_size(cols, rows)
+        argv = [sys.executable, "-I", "-S", str(_EXEC_HELPER), str(launch_file), shell]
+        if namespace_pid is not None:
+            argv.append(str(namespace_pid))
         master, slave = os.openpty()
         try:
             _set_size(slave, cols, rows)
             process = subprocess.Popen(
-                [sys.executable, "-I", "-S", str(_EXEC_HELPER), str(launch_file), shell],
+                argv,
                 stdin=slave,
                 stdout=slave,
                 stderr=slave,
