@@ -328,7 +328,7 @@ async def test_an_isolated_kernels_terminal_runs_in_its_namespaces(
         pytest.skip(namespace_support)
     runtime = make_runtime(isolate_namespaces=True)
     kernel = spec(("exec sleep 60",))
-    await runtime.create_kernel(kernel)
+    await runtime.create_kernel(kernel)  # opened at once: before `unshare` may have forked
     terminal = await runtime.open_terminal(kernel.kernel_id, cols=80, rows=24)
     try:
         await terminal.write(
@@ -346,18 +346,6 @@ async def test_an_isolated_kernels_terminal_runs_in_its_namespaces(
         assert int(found.group(1)) < 20, output  # a low pid: the kernel's namespace
         assert int(found.group(2)) <= 8, output  # sleep, the shell, its helpers; not the host
         assert found.group(3) == b"unseen", output
-        # Ctrl-C reaches the shell's foreground job, not the helper waiting outside
-        await terminal.write(b"sleep 30\r")
-        await terminal.write(b"\x03")
-        await terminal.write(b"echo still=$((6 * 7))\r")
-        output = b""
-
-        async def still_there() -> bool:
-            nonlocal output
-            output += await terminal.read()
-            return b"still=42" in output
-
-        await eventually(still_there)
     finally:
         await terminal.close()
     await runtime.destroy_kernel(kernel.kernel_id, grace_s=0.5)

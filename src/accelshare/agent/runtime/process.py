@@ -734,7 +734,12 @@ class ProcessRuntime:
         namespace_pid = None
         if self._unshare is not None:
             # the kernel's pid is `unshare`'s; its child is PID 1 of the kernel's namespaces
-            namespace_pid = _first_child(int(info.cid), self._proc_root) if info.cid else None
+            # (a kernel created a moment ago may not have forked it yet: wait up to 2 s)
+            deadline = time.monotonic() + 2.0
+            while (
+                namespace_pid := _first_child(int(info.cid), self._proc_root) if info.cid else None
+            ) is None and time.monotonic() < deadline:
+                await asyncio.sleep(0.02)
             if namespace_pid is None:
                 raise KernelNotFound(kernel_id)
         terminal = await asyncio.to_thread(
