@@ -13,7 +13,7 @@ No operation mutates an operand: ``a + b`` returns a new slot.
 from __future__ import annotations
 
 import enum
-from collections.abc import ItemsView, Iterator, KeysView, Mapping, ValuesView
+from collections.abc import ItemsView, Iterable, Iterator, KeysView, Mapping, ValuesView
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
@@ -206,6 +206,26 @@ class ResourceSlot(Mapping[str, Decimal]):
         return ResourceSlot._trusted(
             {k: mine.get(k, _ZERO) - theirs.get(k, _ZERO) for k in self._keys_with(rhs)}
         )
+
+    @classmethod
+    def sum_of(cls, terms: Iterable[tuple[ResourceSlot, int]]) -> ResourceSlot:
+        """The sum of each slot taken ``count`` times: ``sum_of([(a, 2), (b, 1)]) == a + a + b``.
+
+        For totals over many rows holding few distinct amounts (kernels of one shape):
+        one multiplication per distinct amount instead of one addition per row, and no
+        intermediate slots.  Keys keep the order of their first appearance; a count of
+        zero contributes zero (also for an infinite amount).
+
+        >>> ResourceSlot.sum_of([(ResourceSlot({"cpu": "0.5"}), 3)])
+        ResourceSlot({'cpu': 1.5})
+        """
+        total: dict[str, Decimal] = {}
+        for slot, count in terms:
+            if not isinstance(count, int) or isinstance(count, bool) or count < 0:
+                raise ValueError(f"count: expected an integer >= 0, got {count!r}")
+            for key, amount in slot._data.items():
+                total[key] = total.get(key, _ZERO) + (amount * count if count else _ZERO)
+        return cls._trusted(total)
 
     def __neg__(self) -> ResourceSlot:
         return ResourceSlot._trusted({k: -v for k, v in self._data.items()})

@@ -13,6 +13,7 @@ PostgreSQL; SQLite's ``BEGIN IMMEDIATE`` already serialises writers), so two han
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import Sequence
 from datetime import datetime
@@ -42,6 +43,7 @@ __all__ = [
     "change_status_many",
     "forward_steps",
     "lock_session",
+    "occupied_by_agent",
     "recompute_agent_occupancy",
     "session_kernels",
     "walk_forward",
@@ -275,6 +277,35 @@ async def walk_forward(
     return entered
 
 
+async def occupied_by_agent(db: AsyncSession, agent_ids: Sequence[str]) -> dict[str, ResourceSlot]:
+    """Per agent, the sum of its resource-occupying kernels' ``occupied_slots``.
+
+    Summed by the distinct stored amounts (``GROUP BY`` the column's text, with a
+    count): an agent running hundreds of kernels of a few shapes costs a few rows and
+    multiplications, not one decoded document and one addition per kernel.  Exact
+    (Decimal), the same as adding them one by one.
+    """
+    totals: dict[str, list[tuple[ResourceSlot, int]]] = {a: [] for a in agent_ids}
+    parsed: dict[str, ResourceSlot] = {}
+    text = sa.cast(Kernel.occupied_slots, sa.Text())
+    ids = sorted(set(agent_ids))
+    for start in range(0, len(ids), 500):
+        rows = await db.execute(
+            sa.select(Kernel.agent_id, text, sa.func.count())
+            .where(Kernel.agent_id.in_(ids[start : start + 500]), Kernel.status.in_(OCCUPYING))
+            .group_by(Kernel.agent_id, text)
+        )
+        for agent_id, slots_text, count in rows:
+            assert agent_id is not None  # selected by agent id
+            slots = parsed.get(slots_text)
+            if slots is None:
+                slots = parsed[slots_text] = ResourceSlot.from_json(
+                    json.loads(slots_text or "{}") or {}
+                )
+            totals[agent_id].append((slots, int(count)))
+    return {agent_id: ResourceSlot.sum_of(terms) for agent_id, terms in totals.items()}
+
+
 async def recompute_agent_occupancy(db: AsyncSession, agent_id: str) -> ResourceSlot | None:
     """``agents.occupied_slots`` = the sum over its resource-occupying kernels, recomputed.
 
@@ -294,14 +325,7 @@ async def recompute_agent_occupancy(db: AsyncSession, agent_id: str) -> Resource
     revision = locked.scalar_one_or_none()
     if revision is None:
         return None
-    rows = await db.execute(
-        sa.select(Kernel.occupied_slots).where(
-            Kernel.agent_id == agent_id, Kernel.status.in_(OCCUPYING)
-        )
-    )
-    total = ResourceSlot()
-    for (slots,) in rows:
-        total = total + slots
+    total = (await occupied_by_agent(db, [agent_id]))[agent_id]
     await db.execute(
         sa.update(Agent)
         .where(Agent.id == agent_id)

@@ -386,3 +386,29 @@ def test_arithmetic_results_are_checked_like_constructed_ones() -> None:
     # Infinity minus Infinity would be NaN: the operation is refused, never stored.
     with pytest.raises(InvalidOperation):
         _ = total - ResourceSlot({"mem": "Infinity"})
+
+
+@given(st.lists(st.tuples(SLOTS, st.integers(min_value=0, max_value=5)), max_size=6))
+def test_sum_of_equals_repeated_addition(terms: list[tuple[ResourceSlot, int]]) -> None:
+    expected = ResourceSlot()
+    for slot, count in terms:
+        for _ in range(count):
+            expected = expected + slot
+    total = ResourceSlot.sum_of(terms)
+    assert total == expected
+    # every key seen is present (zero-count terms add zeros), in first-seen order
+    assert list(total) == list(dict.fromkeys(k for slot, _ in terms for k in slot))
+
+
+def test_sum_of_examples_and_bad_counts() -> None:
+    assert ResourceSlot.sum_of([]) == ResourceSlot()
+    assert dict(ResourceSlot.sum_of([(rs(cpu=1, mem=1024), 3), (rs(cpu="0.5"), 1)])) == {
+        "cpu": D("3.5"),
+        "mem": D(3072),
+    }
+    # an unlimited amount: zero times is zero (not NaN), n times is unlimited
+    assert dict(ResourceSlot.sum_of([(rs(cpu=INF), 0)])) == {"cpu": 0}
+    assert dict(ResourceSlot.sum_of([(rs(cpu=INF), 2)])) == {"cpu": INF}
+    for bad in (-1, 1.5, True, "2"):
+        with pytest.raises(ValueError, match=r"count: expected an integer >= 0, got"):
+            ResourceSlot.sum_of([(rs(cpu=1), bad)])  # type: ignore[list-item]

@@ -43,7 +43,7 @@ from accelshare.sched.lifecycle import SessionStatus
 from accelshare.sched.plan import Assignment, SchedulingPlan
 
 from ..models import Agent, Kernel, Session, SessionStatusHistory
-from ..transitions import OCCUPYING
+from ..transitions import occupied_by_agent
 from .snapshot import LoadedSnapshot
 
 __all__ = ["AppliedPlan", "BindJob", "apply_plan", "write_failures"]
@@ -138,16 +138,7 @@ async def _compare_and_set(db: AsyncSession, seen: Mapping[str, int]) -> set[str
 
 async def _recompute_occupancy(db: AsyncSession, agent_ids: Sequence[str]) -> None:
     """``agents.occupied_slots`` = the sum over their resource-occupying kernels."""
-    kernels = _kernels()
-    totals = {agent_id: ResourceSlot() for agent_id in agent_ids}
-    for chunk in _chunks(sorted(agent_ids)):
-        rows = await db.execute(
-            sa.select(kernels.c.agent_id, kernels.c.occupied_slots).where(
-                kernels.c.agent_id.in_(chunk), kernels.c.status.in_(OCCUPYING)
-            )
-        )
-        for agent_id, slots in rows:
-            totals[agent_id] = totals[agent_id] + slots
+    totals = await occupied_by_agent(db, agent_ids)
     table = cast(sa.Table, Agent.__table__)
     await db.execute(
         sa.update(table)

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import Decimal
@@ -178,7 +178,8 @@ def map_states_from_views(
             capacity = Decimal(d.capacity)
             allocated = merge_device_ledger(
                 Decimal(d.allocated),
-                {k: Decimal(v) for k, v in d.kernels.items()},
+                # only the amounts it can attribute (a kernel it has a row for)
+                {k: Decimal(v) for k, v in d.kernels.items() if k in known_kernels},
                 manager_allocs.get(d.slot_name, {}).get(d.device_id, _ZERO),
                 known_kernels,
             )
@@ -212,16 +213,37 @@ def map_states_from_views(
 
 
 def _add_alloc(
-    total: dict[str, dict[str, Decimal]], alloc: Mapping[str, Mapping[str, Any]]
+    total: dict[str, dict[str, Decimal]], alloc: Mapping[str, Mapping[str, Any]], count: int = 1
 ) -> None:
+    """Adds ``alloc`` (per slot, per device) ``count`` times into ``total``."""
     for slot, per_device in (alloc or {}).items():
         bucket = total.setdefault(slot, {})
         for device, amount in per_device.items():
-            bucket[device] = bucket.get(device, _ZERO) + Decimal(str(amount))
+            bucket[device] = bucket.get(device, _ZERO) + Decimal(str(amount)) * count
 
 
-def _reported_kernel_ids(views: Iterable[PluginMapView]) -> set[str]:
-    return {k for view in views for d in view.devices for k in d.kernels}
+@dataclass(frozen=True, slots=True)
+class _ReportedViews:
+    """An agent's stored heartbeat views, parsed, and the kernel ids they report."""
+
+    views: dict[str, PluginMapView]
+    kernels: frozenset[str]
+
+    @classmethod
+    def parse(cls, device_allocs: Mapping[str, Any] | None) -> _ReportedViews:
+        views = parse_views(device_allocs)
+        return cls(
+            views,
+            frozenset(k for view in views.values() for d in view.devices for k in d.kernels),
+        )
+
+
+def _uuid_text(raw: Any) -> str:
+    """A kernel id as read with :func:`_raw` in the canonical ``str(uuid)`` form (SQLite
+    stores 32 hex digits; PostgreSQL's driver returns a UUID object)."""
+    if isinstance(raw, str) and len(raw) == 32:
+        return f"{raw[:8]}-{raw[8:12]}-{raw[12:16]}-{raw[16:20]}-{raw[20:]}"
+    return str(raw)
 
 
 def _as_uuid(value: str) -> uuid.UUID | None:
@@ -283,12 +305,14 @@ async def _agents(
     if not agents:
         cache.agents.clear()
         return [], {}, {}
-    kernels: dict[str, list[tuple[str, str, str]]] = {}
-    # the group's agents by a join, not an IN list of (up to thousands of) ids
+    # the group's resource-occupying kernels, by a join (not an IN list of thousands of
+    # agent ids); ids as stored (no ``uuid.UUID`` built), amounts as their stored text
+    held: dict[str, dict[tuple[str, str], int]] = {}
+    held_ids: set[str] = set()
     rows = await db.execute(
         sa.select(
             Kernel.agent_id,
-            Kernel.id,
+            _raw(Kernel.id),
             _text(Kernel.occupied_slots),
             _text(Kernel.device_allocs),
         )
@@ -302,14 +326,18 @@ async def _agents(
     )
     for agent_id, kernel_id, slots_text, allocs_text in rows:
         assert agent_id is not None
-        kernels.setdefault(agent_id, []).append((str(kernel_id), slots_text, allocs_text))
-    views = {a.id: texts.get("views", a[5], parse_views) for a in agents}
-    reported_by = {a_id: _reported_kernel_ids(v.values()) for a_id, v in views.items()}
-    reported = {k for ids in reported_by.values() for k in ids}
-    reported_uuids = [u for u in map(_as_uuid, reported) if u is not None]
-    known: set[str] = set()
-    for start in range(0, len(reported_uuids), 500):
-        chunk = reported_uuids[start : start + 500]
+        shapes = held.setdefault(agent_id, {})
+        shape = (slots_text or "null", allocs_text or "null")
+        shapes[shape] = shapes.get(shape, 0) + 1
+        held_ids.add(_uuid_text(kernel_id))
+    views = {a.id: texts.get("views", a[5], _ReportedViews.parse) for a in agents}
+    # which reported kernels the manager has a row for: those it holds (just read) and,
+    # looked up, the others (ended ones, or strangers the agent runs on its own)
+    reported = {k for v in views.values() for k in v.kernels}
+    unheld = sorted(u for u in map(_as_uuid, reported - held_ids) if u is not None)
+    known = reported & held_ids
+    for start in range(0, len(unheld), 500):
+        chunk = unheld[start : start + 500]
         known.update(
             str(k) for (k,) in await db.execute(sa.select(Kernel.id).where(Kernel.id.in_(chunk)))
         )
@@ -318,15 +346,16 @@ async def _agents(
     previous = cache.agents
     cache.agents = {}
     for agent_id, slots_text, runtime, architecture, images_text, views_text, _, _ in agents:
-        held = tuple(sorted(kernels.get(agent_id, ())))
+        shapes = held.get(agent_id, {})
+        parsed = views[agent_id]
         key = (
             slots_text,
             runtime,
             architecture,
             images_text,
             views_text,
-            held,
-            reported_by[agent_id] & known_kernels,
+            frozenset(shapes.items()),
+            parsed.kernels & known_kernels,
         )
         entry = previous.get(agent_id)
         if entry is not None and entry[0] == key:
@@ -334,11 +363,13 @@ async def _agents(
             snapshot = entry[1]
         else:
             cache.misses += 1
-            occupied = ResourceSlot()
             allocs: dict[str, dict[str, Decimal]] = {}
-            for _, k_slots, k_allocs in held:
-                occupied = occupied + texts.get("slots", k_slots, _slots)
-                _add_alloc(allocs, texts.get("alloc", k_allocs, _alloc))
+            for (_, k_allocs), count in shapes.items():
+                _add_alloc(allocs, texts.get("alloc", k_allocs, _alloc), count)
+            occupied = ResourceSlot.sum_of(
+                (texts.get("slots", k_slots, _slots), count)
+                for (k_slots, _), count in shapes.items()
+            )
             snapshot = AgentSnapshot(
                 AgentState(
                     agent_id,
@@ -349,7 +380,7 @@ async def _agents(
                     architecture=architecture,
                     images=frozenset(json.loads(images_text or "null") or ()),
                 ),
-                map_states_from_views(views[agent_id], allocs, known_kernels),
+                map_states_from_views(parsed.views, allocs, known_kernels),
             )
         cache.agents[agent_id] = (key, snapshot)
         snapshots.append(snapshot)
@@ -524,32 +555,38 @@ async def _predicate_context(
     texts: _Texts,
 ) -> tuple[PredicateContext, dict[str, ResourceSlot]]:
     concurrent: dict[str, int] = {}
-    occupancy: dict[tuple[str, str], ResourceSlot] = {}
-    by_key: dict[str, ResourceSlot] = {}
-    # every pass, in this transaction (no drifting counters); only the parse of the
-    # slots' stored text is shared
-    rows = await db.execute(
-        sa.select(
-            Session.access_key,
-            Session.user_id,
-            Session.group_id,
-            Session.domain_name,
-            _text(Session.occupied_slots),
-            _text(Session.requested_slots),
-        ).where(Session.status.in_(OCCUPYING))
+    terms: dict[tuple[str, str], list[tuple[ResourceSlot, int]]] = {}
+    by_key_terms: dict[str, list[tuple[ResourceSlot, int]]] = {}
+    # every pass, in this transaction (no drifting counters): grouped by owner and the
+    # amounts' stored text with a count, so hundreds of sessions of a few shapes are a
+    # few rows and multiplications (exact, the same sums as row by row); only the parse
+    # of the slots' stored text is shared between passes
+    columns = (
+        Session.access_key,
+        Session.user_id,
+        Session.group_id,
+        Session.domain_name,
+        _text(Session.occupied_slots),
+        _text(Session.requested_slots),
     )
-    for access_key, user_id, group_id, domain, occupied_text, requested_text in rows:
+    rows = await db.execute(
+        sa.select(*columns, sa.func.count()).where(Session.status.in_(OCCUPYING)).group_by(*columns)
+    )
+    for access_key, user_id, group_id, domain, occupied_text, requested_text, n in rows:
+        count = int(n)
         occupied = texts.get("slots", occupied_text, _slots)
         slots = occupied if len(occupied.nonzero()) else texts.get("slots", requested_text, _slots)
-        concurrent[access_key] = concurrent.get(access_key, 0) + 1
-        by_key[access_key] = by_key.get(access_key, ResourceSlot()) + slots
+        concurrent[access_key] = concurrent.get(access_key, 0) + count
+        by_key_terms.setdefault(access_key, []).append((slots, count))
         for scope in (
             ("keypair", access_key),
             ("user", str(user_id)),
             ("group", str(group_id)),
             ("domain", domain),
         ):
-            occupancy[scope] = occupancy.get(scope, ResourceSlot()) + slots
+            terms.setdefault(scope, []).append((slots, count))
+    occupancy = {scope: ResourceSlot.sum_of(t) for scope, t in terms.items()}
+    by_key = {key: ResourceSlot.sum_of(t) for key, t in by_key_terms.items()}
     limits: dict[str, KeypairLimits] = {}
     quotas: dict[tuple[str, str], ResourceSlot] = {}
     dependencies: dict[str, DependencyState] = {}
