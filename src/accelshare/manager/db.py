@@ -36,12 +36,13 @@ import asyncio
 import contextlib
 import logging
 import weakref
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
 from sqlalchemy import event, text
+from sqlalchemy.dialects.sqlite.aiosqlite import SQLiteDialect_aiosqlite
 from sqlalchemy.engine import URL, Connection, make_url
 from sqlalchemy.ext.asyncio import (
     AsyncConnection,
@@ -53,6 +54,7 @@ from sqlalchemy.pool import StaticPool
 
 from .config import ManagerConfig, normalize_db_url
 from .private_files import prepare_sqlite_file
+from .sqlite_inline import InlineConnection, connect_inline
 
 __all__ = ["Database", "is_memory_sqlite"]
 
@@ -65,6 +67,18 @@ def is_memory_sqlite(url: URL) -> bool:
     return url.get_backend_name() == "sqlite" and url.database in (None, "", ":memory:")
 
 
+def _inline_creator(url: URL, busy_timeout_ms: int) -> Callable[[], Awaitable[Any]]:
+    """``async_creator`` for the engine: an :class:`InlineConnection` to ``url``'s
+    database (file name or SQLite URI, as SQLAlchemy's own dialect reads the URL)."""
+    args, params = SQLiteDialect_aiosqlite().create_connect_args(url)
+    database, uri = str(args[0]), bool(params.get("uri", False))
+
+    async def create() -> InlineConnection:
+        return await connect_inline(database, busy_timeout_ms=busy_timeout_ms, uri=uri)
+
+    return create
+
+
 def _install_sqlite_pragmas(engine: AsyncEngine, *, busy_timeout_ms: int, wal: bool) -> None:
     @event.listens_for(engine.sync_engine, "connect")
     def _on_connect(dbapi_connection: Any, _record: Any) -> None:
@@ -75,7 +89,12 @@ def _install_sqlite_pragmas(engine: AsyncEngine, *, busy_timeout_ms: int, wal: b
                 cursor.execute("PRAGMA journal_mode=WAL")
             cursor.execute("PRAGMA foreign_keys=ON")
             cursor.execute("PRAGMA synchronous=NORMAL")
-            cursor.execute(f"PRAGMA busy_timeout={busy_timeout_ms:d}")
+            # 0 on the inline connection: a busy statement is retried in its worker
+            # thread with the timeout (.sqlite_inline), never waited for on the loop
+            inline = isinstance(
+                getattr(dbapi_connection, "driver_connection", None), InlineConnection
+            )
+            cursor.execute(f"PRAGMA busy_timeout={0 if inline else busy_timeout_ms:d}")
         finally:
             cursor.close()
 
@@ -120,7 +139,8 @@ class Database:
                 # The database holds every secret key: 0600 in a 0700 directory when
                 # created, tightened (with a warning) when found open to others.
                 prepare_sqlite_file(Path(str(url.database)).expanduser())
-            kwargs["connect_args"] = {"timeout": busy_timeout_s}
+            # statements run on the loop's thread; busy waits in a worker (.sqlite_inline)
+            kwargs["async_creator"] = _inline_creator(url, int(busy_timeout_s * 1000))
             # aiosqlite logs every statement *with its parameters* at DEBUG, which
             # defeats hide_parameters under --log-level debug; keep it at INFO unless
             # someone set its level on purpose (docs/reliability.md, bug 2).

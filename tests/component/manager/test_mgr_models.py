@@ -29,6 +29,7 @@ from accelshare.manager.models import (
     User,
 )
 from accelshare.manager.schema import upgrade_schema
+from accelshare.manager.sqlite_inline import InlineConnection
 from accelshare.sched.lifecycle import SessionStatus, check_transition
 from accelshare.sched.model import SessionType
 
@@ -219,7 +220,12 @@ async def test_sqlite_pragmas(db: Database) -> None:
         mode = (await conn.execute(sa.text("PRAGMA journal_mode"))).scalar_one()
         fks = (await conn.execute(sa.text("PRAGMA foreign_keys"))).scalar_one()
         timeout = (await conn.execute(sa.text("PRAGMA busy_timeout"))).scalar_one()
-    assert (mode, fks, timeout) == ("wal", 1, 10000)
+        driver = (await conn.get_raw_connection()).driver_connection
+    # the connection's own timeout is 0: a busy statement is retried in its worker thread
+    # with [db] busy-timeout (10 s), never waited for on the loop (test_mgr_sqlite_inline)
+    assert (mode, fks, timeout) == ("wal", 1, 0)
+    assert isinstance(driver, InlineConnection)
+    assert driver.busy_timeout_ms == 10000
 
 
 async def test_write_transactions_serialise_on_sqlite(db: Database) -> None:

@@ -1,0 +1,99 @@
+"""SQLite statements on the event loop's thread (aiosqlite without the thread hop).
+
+aiosqlite runs every call (``execute``, each ``fetch``, ``close`` of a cursor,
+``commit``) in a worker thread and hands the result back through the event loop: a
+queue put, a thread wake-up and a ``call_soon_threadsafe`` per call, three or more per
+statement.  For the manager's statements (index lookups of microseconds) that hand-off
+*was* the cost: measured 384 µs of CPU per ``SELECT`` through SQLAlchemy's asyncio
+layer against 12 µs with the synchronous driver, and at 90 statements per session it
+was about half of the manager's CPU (``docs/performance.md``).
+
+:class:`InlineConnection` is an ``aiosqlite.Connection`` whose calls run at once on
+the calling (event loop) thread.  The worker thread is kept for what may wait:
+
+* opening the connection (file creation, WAL recovery);
+* a statement SQLite refuses as *busy* — another connection (another process, say
+  ``mgr dbschema``) holds the write lock.  The connection's own busy timeout is 0, so
+  the first try fails at once instead of sleeping on the loop's thread; the same call
+  is then made again in the worker thread with ``[db] busy-timeout`` in force, and the
+  loop keeps serving meanwhile.  Retrying is safe: a busy statement did nothing
+  (``BEGIN IMMEDIATE`` did not take the lock; a write step was refused before it
+  changed a page; a refused ``COMMIT`` leaves the transaction open, to be retried).
+
+The price: a long statement (a scan of 10,000 pending sessions) holds the loop for its
+duration instead of letting other tasks run while SQLite's C code works.  The manager's
+statements are short and indexed, so this is the better trade for the embedded setup.
+The SQLite connection is created with ``check_same_thread=False``: it is used by one
+task at a time (the pool's checkout) but from the loop's thread and, for busy waits,
+the worker's.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Callable
+from functools import partial
+from typing import Any
+
+import aiosqlite
+
+__all__ = ["InlineConnection", "connect_inline"]
+
+_SQLITE_BUSY = 5
+_SQLITE_LOCKED = 6
+
+
+def _is_busy(error: sqlite3.OperationalError) -> bool:
+    code = getattr(error, "sqlite_errorcode", None)
+    if code is None:  # pragma: no cover - Python < 3.11 has no error codes
+        return "locked" in str(error)
+    return (code & 0xFF) in (_SQLITE_BUSY, _SQLITE_LOCKED)
+
+
+class InlineConnection(aiosqlite.Connection):
+    """``aiosqlite.Connection`` running its calls on the caller's thread (module doc)."""
+
+    def __init__(
+        self, connector: Callable[[], sqlite3.Connection], *, busy_timeout_ms: int
+    ) -> None:
+        super().__init__(connector, iter_chunk_size=64)
+        self._thread.daemon = True  # as SQLAlchemy does for aiosqlite's own thread
+        self.busy_timeout_ms = busy_timeout_ms
+        self.busy_waits = 0  # calls that had to wait in the worker thread
+
+    async def _execute(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        if not self._running or not self._connection:
+            raise ValueError("Connection closed")
+        try:
+            return fn(*args, **kwargs)
+        except sqlite3.OperationalError as e:
+            if not _is_busy(e):
+                raise
+        self.busy_waits += 1
+        retry = partial(self._with_busy_timeout, fn, args, kwargs)
+        return await super()._execute(retry)  # type: ignore[no-untyped-call]
+
+    def _with_busy_timeout(
+        self, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> Any:
+        """In the worker thread: ``fn`` again, waiting up to the busy timeout."""
+        conn = self._conn
+        conn.execute(f"PRAGMA busy_timeout={self.busy_timeout_ms:d}")
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            conn.execute("PRAGMA busy_timeout=0")
+
+
+async def connect_inline(
+    database: str, *, busy_timeout_ms: int, uri: bool = False
+) -> InlineConnection:
+    """An open :class:`InlineConnection` to ``database`` (busy timeout 0 on the
+    connection itself: waits happen in the worker thread, see the module docstring)."""
+
+    def connector() -> sqlite3.Connection:
+        return sqlite3.connect(database, timeout=0, check_same_thread=False, uri=uri)
+
+    connection = InlineConnection(connector, busy_timeout_ms=busy_timeout_ms)
+    await connection
+    return connection

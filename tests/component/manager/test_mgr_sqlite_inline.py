@@ -1,0 +1,142 @@
+"""SQLite statements run on the event loop's thread; busy waits happen in a worker.
+
+The manager's SQLite connections are :class:`~accelshare.manager.sqlite_inline.InlineConnection`:
+a statement runs at once on the loop's thread (no thread hop per call), and one that
+SQLite refuses as busy (another connection holds the write lock) is made again in the
+connection's worker thread with the busy timeout, so the loop keeps serving meanwhile.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+from sqlalchemy import exc as sa_exc
+
+from accelshare.manager.db import Database
+from accelshare.manager.sqlite_inline import InlineConnection
+
+
+async def _setup(path: Path, busy_timeout_s: float = 10.0) -> Database:
+    db = Database.from_url(f"sqlite+aiosqlite:///{path}", busy_timeout_s=busy_timeout_s)
+    async with db.engine.begin() as conn:
+        await conn.execute(sa.text("CREATE TABLE t (id INTEGER PRIMARY KEY, v TEXT)"))
+    return db
+
+
+async def _driver(db: Database) -> InlineConnection:
+    async with db.engine.connect() as conn:
+        raw = await conn.get_raw_connection()
+        driver = raw.driver_connection
+    assert isinstance(driver, InlineConnection)
+    return driver
+
+
+async def test_statements_run_on_the_loops_thread(tmp_path: Path) -> None:
+    db = await _setup(tmp_path / "a.db")
+    try:
+        seen: list[str] = []
+        async with db.engine.connect() as conn:
+            raw = await conn.get_raw_connection()
+            sqlite_conn = raw.driver_connection._conn  # type: ignore[union-attr]
+            sqlite_conn.create_function(
+                "whose_thread", 0, lambda: seen.append(threading.current_thread().name) or 1
+            )
+            assert (await conn.execute(sa.text("SELECT whose_thread()"))).scalar_one() == 1
+            # the connection's own busy timeout is 0 (waits go to the worker thread)
+            assert (await conn.execute(sa.text("PRAGMA busy_timeout"))).scalar_one() == 0
+            assert (await conn.execute(sa.text("PRAGMA journal_mode"))).scalar_one() == "wal"
+        assert seen == [threading.current_thread().name]
+    finally:
+        await db.engine.dispose()
+
+
+async def test_a_busy_write_waits_in_the_worker_while_the_loop_serves(tmp_path: Path) -> None:
+    path = tmp_path / "b.db"
+    db = await _setup(path)
+    try:
+        driver = await _driver(db)
+        waits_before = driver.busy_waits
+        other = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+        other.execute("BEGIN IMMEDIATE")  # another connection holds the write lock
+        other.execute("INSERT INTO t VALUES (1, 'other')")
+
+        async def write() -> float:
+            start = time.monotonic()
+            async with db.begin(write=True) as session:
+                await session.execute(sa.text("INSERT INTO t VALUES (2, 'mine')"))
+            return time.monotonic() - start
+
+        task = asyncio.create_task(write())
+        start = time.monotonic()
+        for _ in range(20):  # the loop keeps running while the write waits
+            await asyncio.sleep(0.01)
+        # a wait on the loop's thread would have held it for the busy timeout (10 s)
+        assert time.monotonic() - start < 2.0
+        assert not task.done()
+        other.execute("COMMIT")
+        waited = await asyncio.wait_for(task, 10)
+        assert waited >= 0.2
+        assert driver.busy_waits > waits_before
+        async with db.begin() as session:
+            rows = (await session.execute(sa.text("SELECT id, v FROM t ORDER BY id"))).all()
+        assert [tuple(r) for r in rows] == [(1, "other"), (2, "mine")]
+        other.close()
+    finally:
+        await db.engine.dispose()
+
+
+async def test_a_lock_held_past_the_busy_timeout_is_an_error_and_nothing_written(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "c.db"
+    db = await _setup(path, busy_timeout_s=0.3)
+    other = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    try:
+        other.execute("BEGIN IMMEDIATE")
+        start = time.monotonic()
+        with pytest.raises(sa_exc.OperationalError, match="database is locked"):
+            async with db.begin(write=True) as session:
+                await session.execute(sa.text("INSERT INTO t VALUES (3, 'x')"))
+        assert time.monotonic() - start >= 0.25  # waited the busy timeout, then gave up
+        other.execute("ROLLBACK")
+        async with db.begin() as session:
+            count = (await session.execute(sa.text("SELECT count(*) FROM t"))).scalar_one()
+        assert count == 0
+    finally:
+        other.close()
+        await db.engine.dispose()
+
+
+async def test_other_errors_are_raised_as_they_are(tmp_path: Path) -> None:
+    db = await _setup(tmp_path / "d.db")
+    try:
+        driver = await _driver(db)
+        waits_before = driver.busy_waits
+        with pytest.raises(sa_exc.OperationalError, match="no such table: missing"):
+            async with db.begin() as session:
+                await session.execute(sa.text("SELECT * FROM missing"))
+        with pytest.raises(sa_exc.IntegrityError):
+            async with db.begin(write=True) as session:
+                await session.execute(sa.text("INSERT INTO t VALUES (1, 'a'), (1, 'b')"))
+        assert driver.busy_waits == waits_before  # not mistaken for busy
+    finally:
+        await db.engine.dispose()
+
+
+async def test_a_closed_connection_refuses_calls(tmp_path: Path) -> None:
+    from accelshare.manager.sqlite_inline import connect_inline
+
+    conn = await connect_inline(str(tmp_path / "e.db"), busy_timeout_ms=100)
+    cursor = await conn.execute("SELECT 1")
+    assert await cursor.fetchone() == (1,)
+    await conn.close()
+    with pytest.raises(ValueError, match="no active connection"):
+        await conn.execute("SELECT 1")
+    with pytest.raises(ValueError, match="Connection closed"):
+        await conn._execute(len, "x")
