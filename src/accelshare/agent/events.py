@@ -17,10 +17,10 @@ from __future__ import annotations
 import hashlib
 import logging
 from collections import OrderedDict
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from datetime import datetime
 
-from .wire import KernelEvent, KernelEventType
+from .wire import KernelEvent, KernelEventType, ServicePortMapping
 
 __all__ = ["EventOutbox", "event_id"]
 
@@ -57,6 +57,7 @@ class EventOutbox:
         at: datetime,
         exit_code: int | None = None,
         reason: str = "",
+        service_ports: Sequence[ServicePortMapping] = (),
     ) -> KernelEvent | None:
         """Queue an event; None when the same event is already queued or acknowledged."""
         eid = event_id(kernel_id, event)
@@ -70,6 +71,7 @@ class EventOutbox:
             exit_code=exit_code,
             reason=reason,
             at=at,
+            service_ports=list(service_ports),
         )
         self._pending[eid] = item
         if len(self._pending) > self._max_pending:

@@ -804,6 +804,7 @@ class AgentService:
             at=_now(),
             exit_code=record.exit_code if event is KernelEventType.EXITED else None,
             reason=record.reason,
+            service_ports=record.service_ports if event is KernelEventType.STARTED else (),
         )
         if self._link is not None:
             self._link.notify_events()

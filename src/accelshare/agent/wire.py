@@ -307,6 +307,10 @@ class KernelEvent(_Wire):
     exit_code: Annotated[int, Field(ge=-INT32_MAX - 1, le=INT32_MAX)] | None = None
     reason: str = ""
     at: datetime
+    # "started": the kernel's app services and their host ports, so that a session the
+    # event moves to RUNNING before the create's answer is recorded has them at once
+    # (empty from older agents and for other events).
+    service_ports: list[ServicePortMapping] = Field(default_factory=list)
 
 
 class KernelEventBatch(_Checked):

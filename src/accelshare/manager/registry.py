@@ -427,6 +427,17 @@ class AgentRegistry:
             now = self.clock()
             if event.event is KernelEventType.STARTED:
                 row = await lock_session(db, session_id)
+                if row is not None and event.service_ports and row.status in BINDABLE:
+                    # the create's answer may be recorded after this event moved the
+                    # session to RUNNING: its apps' host ports must be known by then
+                    await db.execute(
+                        sa.update(Kernel)
+                        .where(Kernel.id == kernel_uuid)
+                        .values(
+                            service_ports=[m.model_dump(mode="json") for m in event.service_ports]
+                        )
+                        .execution_options(synchronize_session=False)
+                    )
                 if row is not None:
                     await walk_forward(
                         db, row, SessionStatus.RUNNING, reason="the kernel started", now=now

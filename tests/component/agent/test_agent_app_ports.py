@@ -103,6 +103,15 @@ async def test_a_create_answered_before_the_start_reports_the_host_ports(
     assert listed["status"] == "RUNNING", listed
     env = _kernel_environ(int(listed["container_id"]))
     assert env["BACKENDAI_SERVICE_PORT_WEB"] == str(low)
+    # the "started" event carries them too (it may reach the manager before the answer)
+    for _ in range(200):
+        started = [e for e in agent.manager.events_of(kernel_id) if e["event"] == "started"]
+        if started:
+            break
+        await asyncio.sleep(0.05)
+    assert [e["service_ports"] for e in started] == [
+        [{"name": "web", "protocol": "http", "container_port": 8888, "host_port": low}]
+    ]
     await agent.client.delete(f"/v1/kernels/{kernel_id}")
     assert agent.service.ports.ports_of(kernel_id) == []
 

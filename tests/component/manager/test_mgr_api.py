@@ -8,7 +8,13 @@ from typing import Any
 import httpx
 import pytest
 
-from accelshare.agent.wire import CreateKernelRequest, KernelEventBatch, KernelEventType
+from accelshare.agent.wire import (
+    CreateKernelRequest,
+    KernelEventBatch,
+    KernelEventType,
+    KernelStatus,
+    ServicePortMapping,
+)
 from accelshare.manager.clock import FrozenClock, utcnow
 
 from .cluster import SECRET, Cluster, Signer
@@ -293,6 +299,32 @@ async def test_events_started_exited_and_deduplicated(cluster: Cluster) -> None:
         KernelEventBatch(agent_id="i-node01", events=[exited])
     )
     assert applied == 0
+
+
+async def test_a_started_event_brings_the_apps_host_ports(cluster: Cluster) -> None:
+    """An agent starting kernels in the background can have its "started" event applied
+    before the create's answer is recorded: the session is RUNNING then, and the host
+    port of its app must already be known (else the app proxy uses the declared port)."""
+    agent = await cluster.add_agent("i-node01", start_running=False)
+    payload = {
+        "image": "python:3.11",
+        "name": "web",
+        "enqueueOnly": True,
+        "config": {
+            "resources": {"cuda.shares": "1"},
+            "service_ports": [{"name": "web", "protocol": "http", "port": 8888}],
+        },
+    }
+    assert (await cluster.admin.post("/session", json=payload)).status_code == 201
+    await cluster.wait_status("web", "CREATING")
+    (kernel_id,) = agent.kernels
+    kernel = agent.kernels[kernel_id]
+    kernel.status = KernelStatus.RUNNING
+    mapping = ServicePortMapping(name="web", container_port=8888, host_port=30123)
+    await agent.send(agent._event(kernel, KernelEventType.STARTED, service_ports=[mapping]))
+    body = await cluster.wait_status("web", "RUNNING")
+    apps = (await cluster.admin.get(f"/session/{body['sessionId']}/apps")).json()["apps"]
+    assert [(a["name"], a["port"], a.get("hostPort")) for a in apps] == [("web", 8888, 30123)]
 
 
 @pytest.fixture
