@@ -33,6 +33,8 @@ import tempfile
 import time
 from pathlib import Path
 
+import httpx
+
 from accelshare.client import AccelshareClient
 from accelshare.devcluster import DevClusterOptions, LocalCluster, free_port
 
@@ -104,6 +106,34 @@ def manager_stats(directory: str | None) -> dict[str, float]:
     return {}
 
 
+def scheduler_stats(endpoint: str) -> dict[str, float]:
+    """The manager's pass count, pass seconds and placements (``/metrics``)."""
+    text = httpx.get(f"{endpoint}/metrics", timeout=10).text
+    wanted = {
+        "accelshare_scheduler_pass_seconds_count": "passes",
+        "accelshare_scheduler_pass_seconds_sum": "pass_s",
+        "accelshare_scheduler_placements_total": "placed",
+    }
+    found: dict[str, float] = {}
+    for line in text.splitlines():
+        name, _, value = line.partition(" ")
+        key = wanted.get(name.split("{")[0])
+        if key is not None:
+            found[key] = found.get(key, 0.0) + float(value)
+    return found
+
+
+def print_passes(title: str, before: dict[str, float], after: dict[str, float]) -> None:
+    passes = after.get("passes", 0) - before.get("passes", 0)
+    placed = after.get("placed", 0) - before.get("placed", 0)
+    seconds = after.get("pass_s", 0) - before.get("pass_s", 0)
+    if passes:
+        print(
+            f"scheduler, {title}: {passes:.0f} passes, {placed / passes:.2f} placements"
+            f" per pass, {seconds / passes * 1000:.1f} ms per pass (wall, lock held)"
+        )
+
+
 def print_stats(title: str, before: dict[str, float], after: dict[str, float], n: int) -> None:
     """Per session: statements by kind, transactions, the manager's CPU."""
     if not after or n == 0:
@@ -128,13 +158,16 @@ async def measure(cluster: LocalCluster, args: argparse.Namespace) -> None:
     async with AccelshareClient(cluster.client_config(), timeout_s=180) as client:
         # warm-up: imports, first DB pages, the agent's first kernel
         await latency(client, 3)
-        s0 = manager_stats(stats)
+        s0, p0 = manager_stats(stats), scheduler_stats(cluster.endpoint)
         lat = await latency(client, args.samples)
-        s1 = manager_stats(stats)
+        s1, p1 = manager_stats(stats), scheduler_stats(cluster.endpoint)
         create_s, destroy_s, per_call, ids = await throughput(
             client, args.sessions, args.concurrency
         )
-        s2 = manager_stats(stats)
+        s2, p2 = manager_stats(stats), scheduler_stats(cluster.endpoint)
+    print()
+    print_passes("one at a time", p0, p1)
+    print_passes(f"{args.concurrency} clients", p1, p2)
     print_stats("one at a time (create + destroy)", s0, s1, args.samples)
     print_stats(f"{args.concurrency} clients (create + destroy)", s1, s2, len(ids))
     rate = len(ids) / create_s
@@ -187,7 +220,14 @@ def main() -> None:
         action="store_true",
         help="count the manager's SQL statements and CPU per session (bench/sqlstats)",
     )
+    parser.add_argument(
+        "--sql-callers",
+        action="store_true",
+        help="with --sql-stats: key each statement by the accelshare function that ran it",
+    )
     args = parser.parse_args()
+    if args.sql_callers:
+        os.environ["ACCELSHARE_SQL_STATS_CALLERS"] = "1"
     with tempfile.TemporaryDirectory(prefix="accelshare-bench-") as tmp:
         if args.sql_stats:
             stats_dir = Path(tmp) / "sql-stats"

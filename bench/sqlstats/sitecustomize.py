@@ -32,17 +32,45 @@ def _key(statement: str) -> str:
     return f"{verb} {match.group(1) if match else ''}".strip()
 
 
+def _caller() -> str:
+    """The innermost accelshare function on the stack, but the database helpers."""
+    frames: list[Any] = [sys._getframe(2)]
+    try:  # SQLAlchemy's asyncio layer runs the statement in a greenlet: the awaiting
+        import greenlet  # code is the parent greenlet's (suspended) stack
+
+        parent = greenlet.getcurrent().parent
+        if parent is not None and parent.gr_frame is not None:
+            frames.append(parent.gr_frame)
+    except ImportError:
+        pass
+    for innermost in frames:
+        frame = innermost
+        while frame is not None:
+            filename = frame.f_code.co_filename
+            if "/accelshare/" in filename and not filename.endswith(
+                ("/db.py", "/sitecustomize.py")
+            ):
+                module = filename.rsplit("/", 1)[-1].removesuffix(".py")
+                return f"{module}.{frame.f_code.co_name}"
+            frame = frame.f_back
+    return "?"
+
+
 def _install(directory: str) -> None:
     from sqlalchemy import event
     from sqlalchemy.engine import Engine
 
     counts: Counter[str] = Counter()
     lock = threading.Lock()
+    callers = os.environ.get("ACCELSHARE_SQL_STATS_CALLERS") == "1"
 
     @event.listens_for(Engine, "before_cursor_execute")
     def _count(_conn: Any, _cursor: Any, statement: str, *_args: Any) -> None:
+        key = _key(statement)
+        if callers:
+            key = f"{key} <- {_caller()}"
         with lock:
-            counts[_key(statement)] += 1
+            counts[key] += 1
 
     @event.listens_for(Engine, "commit")
     def _commit(_conn: Any) -> None:
