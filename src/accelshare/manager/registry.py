@@ -71,7 +71,15 @@ from .hub import ChangeHub
 from .models import Agent, AgentStatus, Kernel, KernelEventRecord, ScalingGroup, Session
 from .scheduler.binding import BINDABLE, allocations_json
 from .slots import KnownSlots
-from .transitions import OCCUPYING, change_status, lock_session, session_kernels, walk_forward
+from .transitions import (
+    OCCUPYING,
+    change_status,
+    change_status_many,
+    forward_steps,
+    lock_session,
+    session_kernels,
+    walk_forward,
+)
 
 __all__ = ["AgentRegistry", "UnknownScalingGroup"]
 
@@ -426,26 +434,38 @@ class AgentRegistry:
                 return False
             now = self.clock()
             if event.event is KernelEventType.STARTED:
-                row = await lock_session(db, session_id)
-                if row is not None and event.service_ports and row.status in BINDABLE:
-                    # the create's answer may be recorded after this event moved the
-                    # session to RUNNING: its apps' host ports must be known by then
-                    await db.execute(
-                        sa.update(Kernel)
-                        .where(Kernel.id == kernel_uuid)
-                        .values(
-                            service_ports=[m.model_dump(mode="json") for m in event.service_ports]
-                        )
-                        .execution_options(synchronize_session=False)
-                    )
-                if row is not None:
-                    await walk_forward(
-                        db, row, SessionStatus.RUNNING, reason="the kernel started", now=now
-                    )
+                await self._started(db, session_id, kernel_uuid, event, now)
                 return False
             if event.event is KernelEventType.EXITED:
                 return await self._ended(db, session_id, event.exit_code, event.reason, now)
             return await self._failed(db, session_id, event.reason, now)
+
+    async def _started(
+        self,
+        db: AsyncSession,
+        session_id: uuid.UUID,
+        kernel_id: uuid.UUID | None,
+        event: KernelEvent,
+        now: datetime,
+    ) -> None:
+        """A kernel started: its session walks forward to RUNNING (Core statements: the
+        session's status, locked, and :func:`change_status_many`; nothing is released)."""
+        status = await db.scalar(
+            sa.select(Session.status).where(Session.id == session_id).with_for_update()
+        )
+        if status not in BINDABLE:  # already RUNNING, or ended meanwhile
+            return
+        if event.service_ports and kernel_id is not None:
+            # the create's answer may be recorded after this event moved the session to
+            # RUNNING: its apps' host ports must be known by then
+            await db.execute(
+                sa.update(Kernel)
+                .where(Kernel.id == kernel_id)
+                .values(service_ports=[m.model_dump(mode="json") for m in event.service_ports])
+                .execution_options(synchronize_session=False)
+            )
+        steps = forward_steps(status, SessionStatus.RUNNING, "the kernel started")
+        await change_status_many(db, [(session_id, steps)], now=now)
 
     async def _ended(
         self,
