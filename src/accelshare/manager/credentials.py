@@ -85,8 +85,21 @@ class DBCredentialStore:
         self.db = db
 
     async def get_credential(self, access_key: str) -> Credential | None:
+        # Core, only the columns used (every signed request reads this): loading the two
+        # ORM entities decoded every column, the users' JSON quotas included
         query = (
-            sa.select(Keypair, User)
+            sa.select(
+                Keypair.access_key,
+                Keypair.secret_key,
+                Keypair.is_active,
+                Keypair.is_admin,
+                Keypair.resource_policy,
+                User.id,
+                User.email,
+                User.role,
+                User.status,
+                User.domain_name,
+            )
             .join(User, User.id == Keypair.user_id)
             .where(Keypair.access_key == access_key)
         )
@@ -94,18 +107,17 @@ class DBCredentialStore:
             row = (await session.execute(query)).first()
         if row is None:
             return None
-        keypair, user = row
         return Credential(
-            access_key=keypair.access_key,
-            secret_key=keypair.secret_key,
-            is_key_active=keypair.is_active,
-            is_admin_key=keypair.is_admin,
-            resource_policy=keypair.resource_policy,
-            user_id=user.id,
-            email=user.email,
-            role=user.role,
-            user_status=user.status,
-            domain_name=user.domain_name,
+            access_key=row[0],
+            secret_key=row[1],
+            is_key_active=row[2],
+            is_admin_key=row[3],
+            resource_policy=row[4],
+            user_id=row[5],
+            email=row[6],
+            role=row[7],
+            user_status=row[8],
+            domain_name=row[9],
         )
 
     async def get_login(self, email: str) -> LoginRecord | None:

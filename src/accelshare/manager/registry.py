@@ -467,6 +467,16 @@ class AgentRegistry:
         steps = forward_steps(status, SessionStatus.RUNNING, "the kernel started")
         await change_status_many(db, [(session_id, steps)], now=now)
 
+    @staticmethod
+    async def _has_ended(db: AsyncSession, session_id: uuid.UUID) -> bool:
+        """Whether the session is gone or final, by its status alone (locked): a kernel's
+        end usually arrives after its session was destroyed, and then the full ORM row
+        need not be loaded."""
+        status = await db.scalar(
+            sa.select(Session.status).where(Session.id == session_id).with_for_update()
+        )
+        return status is None or status in FINAL_STATUSES
+
     async def _ended(
         self,
         db: AsyncSession,
@@ -475,6 +485,8 @@ class AgentRegistry:
         reason: str,
         now: datetime,
     ) -> bool:
+        if await self._has_ended(db, session_id):
+            return False
         row = await lock_session(db, session_id)
         if row is None or row.status in FINAL_STATUSES:
             return False
@@ -508,6 +520,8 @@ class AgentRegistry:
     async def _failed(
         self, db: AsyncSession, session_id: uuid.UUID, reason: str, now: datetime
     ) -> bool:
+        if await self._has_ended(db, session_id):
+            return False
         row = await lock_session(db, session_id)
         if row is None or row.status in FINAL_STATUSES:
             return False
