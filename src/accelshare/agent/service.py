@@ -362,6 +362,7 @@ class AgentService:
                 isolate_namespaces=container.isolate_namespaces,
                 stop_grace_s=container.stop_grace_s,
                 prespawn_launchers=container.prespawn_launchers,
+                fork_server=container.launcher_fork_server,
             )
         )
 

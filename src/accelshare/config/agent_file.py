@@ -36,7 +36,8 @@ Keys the daemon adds (docs/agent.md has the full table)::
     cgroup-parent = "accelshare"
     isolate-namespaces = false
     rlimit-memory = "data"            # or "as"
-    prespawn-launchers = 2            # kernel launchers started ahead (faster creates)
+    launcher-fork-server = true       # process runtime: creates fork one kept launcher
+    prespawn-launchers = 2            # kernel launchers started ahead (when it is off)
     start-in-background = false       # answer creates once allocated (events report)
     docker-url = "unix:///run/docker.sock"
     docker-network = "bridge"         # or "host", "none", "container:NAME", a network name
@@ -229,7 +230,9 @@ class ContainerSection(_Section):
     cgroup_parent: str = Field("accelshare", alias="cgroup-parent")
     isolate_namespaces: bool = Field(False, alias="isolate-namespaces")
     rlimit_memory: Literal["data", "as"] = Field("data", alias="rlimit-memory")
-    # Kernel launchers started ahead (saves the Python start on each create); 0: none.
+    # Process runtime: one launcher kept up as a fork server, forked per create (saves
+    # the Python start on each create); false: spare launchers started ahead (0: none).
+    launcher_fork_server: bool = Field(True, alias="launcher-fork-server")
     prespawn_launchers: int = Field(2, alias="prespawn-launchers", ge=0, le=16)
     # Answer a create RPC once the kernel's resources are allocated and start it in the
     # background (its started/failed event reports the outcome); false: the answer
@@ -429,6 +432,7 @@ EXPECTED: dict[str, str] = {
     "container.cgroup-parent": 'a cgroup path such as "accelshare" or "/accelshare"',
     "container.isolate-namespaces": _TRUE_FALSE,
     "container.rlimit-memory": '"data" or "as"',
+    "container.launcher-fork-server": _TRUE_FALSE,
     "container.prespawn-launchers": "an integer from 0 to 16",
     "container.port-range": "[low, high] with 1024 <= low <= high <= 65535, such as [30000, 31000]",
     "container.start-in-background": _TRUE_FALSE,

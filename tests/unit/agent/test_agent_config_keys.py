@@ -23,6 +23,7 @@ def test_defaults() -> None:
     assert config.container.use_cgroups is True
     assert config.container.cgroup_parent == "accelshare"
     assert config.container.prespawn_launchers == 2
+    assert config.container.launcher_fork_server is True
     assert config.container.start_in_background is False
     assert config.container.environments == {}
     assert rpc_url_of(config) == "http://127.0.0.1:6001"
@@ -46,6 +47,7 @@ def test_all_new_keys_parse_and_none_is_unknown(tmp_path: Path) -> None:
             "docker-url": "unix:///run/docker.sock",
             "docker-network": "none",
             "prespawn-launchers": 0,
+            "launcher-fork-server": False,
             "scratch-root": "kernels",
             "environments": {"torch": {"command-prefix": ["/opt/torch/bin/python"]}},
         },
@@ -54,6 +56,7 @@ def test_all_new_keys_parse_and_none_is_unknown(tmp_path: Path) -> None:
     assert config.unknown_keys == ()
     assert config.agent.heartbeat_interval_s == 1.0
     assert config.container.docker_network == "none"
+    assert config.container.launcher_fork_server is False
     assert rpc_url_of(config) == "http://10.0.0.5:6001"
     assert resolve_scratch_root(config) == tmp_path / "kernels"
     environments = _environments(config)
@@ -69,6 +72,7 @@ def test_all_new_keys_parse_and_none_is_unknown(tmp_path: Path) -> None:
         ({"container": {"cgroup-parent": "../x"}}, "container.cgroup-parent"),
         ({"container": {"stop-grace-s": -1}}, "container.stop-grace-s"),
         ({"container": {"prespawn-launchers": 99}}, "container.prespawn-launchers"),
+        ({"container": {"launcher-fork-server": "yes"}}, "container.launcher-fork-server"),
         ({"container": {"environments": {"x": "not a table"}}}, "container.environments.x"),
     ],
 )
