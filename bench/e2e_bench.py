@@ -31,9 +31,11 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import httpx
+import psutil
 
 from accelshare.client import AccelshareClient
 from accelshare.devcluster import DevClusterOptions, LocalCluster, free_port
@@ -65,7 +67,10 @@ async def latency(client: AccelshareClient, samples: int) -> list[float]:
 
 
 async def throughput(
-    client: AccelshareClient, sessions: int, concurrency: int
+    client: AccelshareClient,
+    sessions: int,
+    concurrency: int,
+    on_created: Callable[[], None] | None = None,
 ) -> tuple[float, float, list[float], list[str]]:
     sem = asyncio.Semaphore(concurrency)
     ids: list[str] = []
@@ -83,6 +88,8 @@ async def throughput(
     start = time.perf_counter()
     await asyncio.gather(*(one() for _ in range(sessions)))
     create_s = time.perf_counter() - start
+    if on_created is not None:
+        on_created()
 
     async def destroy(session_id: str) -> None:
         async with sem:
@@ -104,6 +111,43 @@ def manager_stats(directory: str | None) -> dict[str, float]:
         if "manager" in data["argv"]:
             return {**data["counts"], "cpu_s": data["cpu_s"]}
     return {}
+
+
+def cpu_snapshot(cluster: LocalCluster) -> dict[str, float]:
+    """Cumulative CPU seconds by process: the manager, the agents, what the agents reaped
+    (kernels and their supervisors that ended), this client, and the whole machine."""
+
+    def proc_cpu(pid: int | None) -> tuple[float, float]:
+        if pid is None:
+            return 0.0, 0.0
+        try:
+            t = psutil.Process(pid).cpu_times()
+        except psutil.Error:
+            return 0.0, 0.0
+        return t.user + t.system, t.children_user + t.children_system
+
+    manager, _ = proc_cpu(cluster.manager.pid)
+    agents = reaped = 0.0
+    for daemon in cluster.agents:
+        own, children = proc_cpu(daemon.pid)
+        agents += own
+        reaped += children
+    machine = psutil.cpu_times()
+    busy = machine.user + machine.nice + machine.system + machine.irq + machine.softirq
+    return {
+        "manager": manager,
+        "agents": agents,
+        "kernels (reaped by the agents)": reaped,
+        "this client": time.process_time(),
+        "machine (all processes)": busy,
+    }
+
+
+def print_cpu(title: str, before: dict[str, float], after: dict[str, float], n: int) -> None:
+    if n == 0:
+        return
+    parts = ", ".join(f"{k} {(after[k] - before[k]) / n * 1000:.1f}" for k in after)
+    print(f"CPU per session, {title} (ms): {parts}")
 
 
 def scheduler_stats(endpoint: str) -> dict[str, float]:
@@ -159,15 +203,27 @@ async def measure(cluster: LocalCluster, args: argparse.Namespace) -> None:
         # warm-up: imports, first DB pages, the agent's first kernel
         await latency(client, 3)
         s0, p0 = manager_stats(stats), scheduler_stats(cluster.endpoint)
+        c0 = cpu_snapshot(cluster)
         lat = await latency(client, args.samples)
+        await asyncio.sleep(1.0)  # let the last kernels' ends be reaped
         s1, p1 = manager_stats(stats), scheduler_stats(cluster.endpoint)
+        c1 = cpu_snapshot(cluster)
+        created_cpu: list[dict[str, float]] = []
         create_s, destroy_s, per_call, ids = await throughput(
-            client, args.sessions, args.concurrency
+            client,
+            args.sessions,
+            args.concurrency,
+            on_created=lambda: created_cpu.append(cpu_snapshot(cluster)),
         )
+        await asyncio.sleep(1.0)
         s2, p2 = manager_stats(stats), scheduler_stats(cluster.endpoint)
+        c2 = cpu_snapshot(cluster)
     print()
     print_passes("one at a time", p0, p1)
     print_passes(f"{args.concurrency} clients", p1, p2)
+    print_cpu("one at a time (create + destroy)", c0, c1, args.samples)
+    print_cpu(f"{args.concurrency} clients, create phase", c1, created_cpu[0], len(ids))
+    print_cpu(f"{args.concurrency} clients, destroy phase", created_cpu[0], c2, len(ids))
     print_stats("one at a time (create + destroy)", s0, s1, args.samples)
     print_stats(f"{args.concurrency} clients (create + destroy)", s1, s2, len(ids))
     rate = len(ids) / create_s
