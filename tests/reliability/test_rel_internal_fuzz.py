@@ -154,7 +154,7 @@ def reported_place(problem: dict[str, Any]) -> str:
     field = str(problem.get("field", ""))
     assert field, problem
     if field == "body":
-        named = re.search(r"field 'body': (\S+): expected", problem["detail"])
+        named = re.search(r"field 'body': (.+?): expected", problem["detail"], re.DOTALL)
         if named:
             return named.group(1)
     return field

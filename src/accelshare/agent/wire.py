@@ -131,6 +131,10 @@ def _http_url(value: str) -> str:
     return value
 
 
+def _escaped(text: str) -> str:
+    return text.encode("unicode_escape").decode("ascii")
+
+
 def _storable(data: Any, where: str = "body") -> None:
     """Refuse what PostgreSQL cannot store, naming where it is (``slots.cpu``): NUL in
     any string (key or value) and non-finite numbers (``NaN``, ``Infinity``: not JSON,
@@ -148,7 +152,9 @@ def _storable(data: Any, where: str = "body") -> None:
             )  # fmt: skip
     elif isinstance(data, Mapping):
         for key, value in data.items():
-            path = f"{where}.{key}".removeprefix("body.")
+            # a key with control characters is named escaped (\r, \x00), readable
+            shown = key if not isinstance(key, str) or key.isprintable() else _escaped(key)
+            path = f"{where}.{shown}".removeprefix("body.")
             _storable(key, path)
             _storable(value, path)
     elif isinstance(data, Sequence) and not isinstance(data, bytes | bytearray):

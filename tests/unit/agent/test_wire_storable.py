@@ -1,0 +1,44 @@
+"""Wire messages the manager stores refuse NUL and non-finite numbers, naming where."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from pydantic import ValidationError
+
+from accelshare.agent.wire import KernelEventBatch
+
+EVENT = {
+    "event_id": "e1",
+    "kernel_id": "k1",
+    "session_id": "s1",
+    "event": "started",
+    "at": "2026-11-27T08:00:00+00:00",
+}
+
+
+def test_a_clean_batch_passes() -> None:
+    assert KernelEventBatch.model_validate({"agent_id": "i-1", "events": [EVENT]}).events[0].kernel_id == "k1"
+
+
+@pytest.mark.parametrize(
+    ("body", "named"),
+    [
+        pytest.param(
+            {"events": [{**EVENT, "kernel_id": "k\x00"}]}, "events.0.kernel_id", id="value"
+        ),
+        pytest.param({"events": [{**EVENT, "x\x00": 1}]}, "events.0.x\\x00", id="key-escaped"),
+        pytest.param({"events": [{**EVENT, "\r\x00": 1}]}, "events.0.\\r\\x00", id="control-key"),
+        pytest.param(
+            {"events": [{**EVENT, "exit_code": float("nan")}]}, "events.0.exit_code", id="nan"
+        ),
+    ],
+)
+def test_unstorable_input_names_its_place_readably(body: dict[str, Any], named: str) -> None:
+    with pytest.raises(ValidationError) as info:
+        KernelEventBatch.model_validate(body)
+    message = str(info.value)
+    assert f"{named}: expected" in message
+    assert "\x00" not in message
+    assert "\r" not in message
