@@ -68,6 +68,7 @@ from accelshare.config.embedded import EmbeddedBackend
 from accelshare.manager.bootstrap import AdminCredentials
 from accelshare.manager.clock import utcnow
 from accelshare.manager.config import ManagerConfig
+from accelshare.manager.gc_tuning import tune_gc
 from accelshare.manager.models import Group, Keypair, Session, SessionStatusHistory, User
 from accelshare.manager.runtime import Manager
 from accelshare.manager.scheduler import loop as sched_loop
@@ -350,6 +351,7 @@ async def run_case(
             app = await create_manager_app(
                 config, config_store=store, agent_transport=hollow.transport
             )
+            tune_gc()  # as `accelshare server manager` does once its app is built
             creds = AdminCredentials.from_env_file(config.credentials_file)
             try:
                 async with app.router.lifespan_context(app):

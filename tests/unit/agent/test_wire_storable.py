@@ -19,7 +19,8 @@ EVENT = {
 
 
 def test_a_clean_batch_passes() -> None:
-    assert KernelEventBatch.model_validate({"agent_id": "i-1", "events": [EVENT]}).events[0].kernel_id == "k1"
+    batch = KernelEventBatch.model_validate({"agent_id": "i-1", "events": [EVENT]})
+    assert batch.events[0].kernel_id == "k1"
 
 
 @pytest.mark.parametrize(

@@ -75,9 +75,11 @@ async def _serve(config_path: Path | None, log_level: str, *, json_logs: bool = 
 
     from accelshare.api.app import create_manager_app
     from accelshare.manager.config import load_manager_config, parse_host_port
+    from accelshare.manager.gc_tuning import tune_gc
 
     config = load_manager_config(config_path)
     app = await create_manager_app(config)
+    tune_gc()  # the long-lived heap: fewer, cheaper full collections (see the module)
     host, port = config.manager.service_host_port
 
     def server_config(host: str, port: int, *, lifespan: Literal["on", "off"]) -> uvicorn.Config:
