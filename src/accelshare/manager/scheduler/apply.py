@@ -40,7 +40,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from accelshare.common import ResourceSlot, canonical_decimal
 from accelshare.sched.lifecycle import SessionStatus
-from accelshare.sched.plan import Assignment, SchedulingPlan
+from accelshare.sched.plan import Assignment, Failure, SchedulingPlan
 
 from ..models import Agent, Kernel, Session, SessionStatusHistory
 from ..transitions import occupied_by_agent
@@ -272,7 +272,7 @@ def _with_scheduler(dialect: str, column: sa.Column[Any]) -> sa.ColumnElement[An
     return sa.func.json_set(base, "$.scheduler", sa.func.json(sched))
 
 
-async def write_failures(db: AsyncSession, plan: SchedulingPlan, now: datetime) -> int:
+async def write_failures(db: AsyncSession, failures: Sequence[Failure], now: datetime) -> int:
     """``status_info`` and ``status_data.scheduler`` of the sessions left pending, guarded
     by ``status = 'PENDING'`` (a session placed, cancelled or destroyed meanwhile keeps
     what it has).  Only the ``scheduler`` key is replaced (by the database: the rest of
@@ -280,11 +280,11 @@ async def write_failures(db: AsyncSession, plan: SchedulingPlan, now: datetime) 
     FROM unnest(<three arrays>)`` for all of them (three parameters, one round trip);
     SQLite: one prepared ``UPDATE`` run over all of them (``executemany``, in process).
     Returns how many were written."""
-    if not plan.failures:
+    if not failures:
         return 0
-    ids = [uuid.UUID(failure.session_id) for failure in plan.failures]
-    infos = [_clip(failure.msg) for failure in plan.failures]
-    scheds = [json.dumps(failure.scheduler_data(now)) for failure in plan.failures]
+    ids = [uuid.UUID(failure.session_id) for failure in failures]
+    infos = [_clip(failure.msg) for failure in failures]
+    scheds = [json.dumps(failure.scheduler_data(now)) for failure in failures]
     table = _sessions()
     conn = await db.connection()
     if conn.dialect.name == "postgresql":
