@@ -60,6 +60,12 @@ class KeypairLimits:
     max_pending_session_resource_slots: ResourceSlot | None = None
     total_resource_slots: ResourceSlot | None = None  # the keypair quota; None = unlimited
 
+    @property
+    def limits_running(self) -> bool:
+        """Whether a scheduling predicate reads this keypair's running sessions (a
+        concurrency limit or a keypair quota); the pending limits are enqueue checks."""
+        return self.max_concurrent_sessions > 0 or self.total_resource_slots is not None
+
 
 @dataclass(frozen=True, slots=True)
 class AgentState:

@@ -229,9 +229,12 @@ _DEFAULT_PASSED = tuple(
 
 def _passes_trivially(session: PendingSession, ctx: PredicateContext) -> bool:
     """Every default predicate passes without looking further: no start time, no
-    dependencies, no keypair policy (concurrency, keypair quota) and no user, group or
-    domain quota (the common case; a pass asks it for thousands of sessions)."""
-    if session.starts_at is not None or session.dependencies or session.access_key in ctx.limits:
+    dependencies, no keypair concurrency limit or quota and no user, group or domain
+    quota (the common case; a pass asks it for thousands of sessions)."""
+    if session.starts_at is not None or session.dependencies:
+        return False
+    limits = ctx.limits.get(session.access_key)
+    if limits is not None and limits.limits_running:
         return False
     quotas = ctx.quotas
     return not quotas or all(key not in quotas for key in _scope_keys(session)[1:])

@@ -262,3 +262,51 @@ async def test_keypair_quota_stops_a_user_and_resumes(frozen: Frozen) -> None:
         assert "Keypair resource quota exceeded" in why["explanation"]
         await end(cluster, ids["a1"])
         await schedule(cluster, ids["a3"])
+
+
+async def test_running_counters_are_read_only_when_a_limit_or_drf_reads_them(
+    frozen: Frozen, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from accelshare.manager.scheduler import loop
+
+    cluster, _ = frozen
+    await cluster.add_agent("i-node01")
+    contexts: list[Any] = []
+    load_snapshot = loop.load_snapshot
+
+    async def capturing(*args: Any, **kwargs: Any) -> Any:
+        loaded = await load_snapshot(*args, **kwargs)
+        contexts.append(loaded.snapshot)
+        return loaded
+
+    monkeypatch.setattr(loop, "load_snapshot", capturing)
+    await enqueue(frozen, "one", "1")
+    await schedule(cluster, "one")
+    await enqueue(frozen, "waits", "1.5")
+    await schedule(cluster)
+    # the default policy limits nothing on running sessions: no counters read
+    assert contexts[-1].predicate_context.concurrent_sessions == {}
+    assert contexts[-1].predicate_context.occupancy == {}
+
+    policy = await cluster.admin.patch(
+        "/admin/resource-policies/default", json={"max_concurrent_sessions": 5}
+    )
+    assert policy.status_code == 200, policy.text
+    await schedule(cluster)
+    ctx = contexts[-1].predicate_context
+    assert sum(ctx.concurrent_sessions.values()) == 1  # "one" runs
+    assert (
+        sum(o.get_amount("cuda.shares") for (kind, _), o in ctx.occupancy.items() if kind == "user")
+        == 1
+    )
+
+    policy = await cluster.admin.patch(
+        "/admin/resource-policies/default", json={"max_concurrent_sessions": 0}
+    )
+    assert policy.status_code == 200, policy.text
+    sgroup = await cluster.admin.patch("/admin/scaling-groups/default", json={"scheduler": "drf"})
+    assert sgroup.status_code == 200, sgroup.text
+    await schedule(cluster)
+    assert [s.get_amount("cuda.shares") for s in contexts[-1].occupancy_by_access_key.values()] == [
+        1
+    ]

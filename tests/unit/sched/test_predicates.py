@@ -8,6 +8,7 @@ from accelshare.sched.predicates import (
     DependencyState,
     PredicateContext,
     check_enqueue_limits,
+    predicate_results,
     run_predicates,
 )
 
@@ -73,6 +74,26 @@ def test_concurrency_limit_and_in_pass_accounting() -> None:
     c.occupy(first)
     msg = failed_names(session("b", access_key="AK"), c)["concurrency"]
     assert msg == "You cannot run more than 2 concurrent session(s) (2 running)"
+
+
+@pytest.mark.parametrize(
+    ("limits", "trivial"),
+    [
+        pytest.param(KeypairLimits(), True, id="policy-without-limits"),
+        pytest.param(KeypairLimits(max_pending_session_count=3), True, id="pending-limit-only"),
+        pytest.param(KeypairLimits(max_concurrent_sessions=2), False, id="concurrency"),
+        pytest.param(KeypairLimits(total_resource_slots=slots(cpu=4, mem=4096)), False, id="quota"),
+    ],
+)
+def test_only_limits_on_running_sessions_make_predicates_look(
+    limits: KeypairLimits, trivial: bool
+) -> None:
+    # the shared "all passed" tuple means nothing was looked up (running counters unread)
+    c = ctx(limits={"AK": limits})
+    passed, failed = predicate_results(session("a", access_key="AK"), c)
+    assert failed == ()
+    assert (passed is predicate_results(session("b"), ctx())[0]) is trivial
+    assert limits.limits_running is not trivial
 
 
 def test_keypair_quota_names_slot_and_amounts() -> None:

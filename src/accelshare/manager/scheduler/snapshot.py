@@ -43,8 +43,9 @@ from accelshare.sched.fit import DeviceState, MapKind, MapState, merge_device_le
 from accelshare.sched.images import ImageRequirement
 from accelshare.sched.lifecycle import SessionResult, SessionStatus
 from accelshare.sched.model import AgentState, KeypairLimits, PendingSession
+from accelshare.sched.pickers import PickerName
 from accelshare.sched.plan import AgentSnapshot, SchedulerOptions, SchedulingSnapshot
-from accelshare.sched.predicates import DependencyState, PredicateContext
+from accelshare.sched.predicates import DEFAULT_PREDICATES, DependencyState, PredicateContext
 
 from ..images import requirement_of
 from ..models import (
@@ -547,20 +548,18 @@ def _pending_session(
     )
 
 
-async def _predicate_context(
-    db: AsyncSession,
-    pending: list[PendingSession],
-    now: datetime,
-    known: Mapping[str, SlotTypes],
-    texts: _Texts,
-) -> tuple[PredicateContext, dict[str, ResourceSlot]]:
+async def _counters(
+    db: AsyncSession, texts: _Texts
+) -> tuple[dict[str, int], dict[tuple[str, str], ResourceSlot], dict[str, ResourceSlot]]:
+    """Running sessions per access key and occupancy per keypair / user / group / domain
+    (over every scaling group), and per access key for DRF.  Every pass that needs them,
+    in its transaction (no drifting counters): grouped by owner and the amounts' stored
+    text with a count, so hundreds of sessions of a few shapes are a few rows and
+    multiplications (exact, the same sums as row by row); only the parse of the slots'
+    stored text is shared between passes."""
     concurrent: dict[str, int] = {}
     terms: dict[tuple[str, str], list[tuple[ResourceSlot, int]]] = {}
     by_key_terms: dict[str, list[tuple[ResourceSlot, int]]] = {}
-    # every pass, in this transaction (no drifting counters): grouped by owner and the
-    # amounts' stored text with a count, so hundreds of sessions of a few shapes are a
-    # few rows and multiplications (exact, the same sums as row by row); only the parse
-    # of the slots' stored text is shared between passes
     columns = (
         Session.access_key,
         Session.user_id,
@@ -587,6 +586,22 @@ async def _predicate_context(
             terms.setdefault(scope, []).append((slots, count))
     occupancy = {scope: ResourceSlot.sum_of(t) for scope, t in terms.items()}
     by_key = {key: ResourceSlot.sum_of(t) for key, t in by_key_terms.items()}
+    return concurrent, occupancy, by_key
+
+
+async def _predicate_context(
+    db: AsyncSession,
+    pending: list[PendingSession],
+    now: datetime,
+    known: Mapping[str, SlotTypes],
+    texts: _Texts,
+    options: SchedulerOptions,
+) -> tuple[PredicateContext, dict[str, ResourceSlot]]:
+    """The predicates' inputs for ``pending``: the owners' policy limits and quotas, the
+    dependencies' states and, when something reads them (a concurrency limit, a quota,
+    the drf picker, a predicate set other than the default), the counters of
+    :func:`_counters` — skipped otherwise: at thousands of running sessions they are
+    the largest read of a pass, and the common cluster sets no limit."""
     limits: dict[str, KeypairLimits] = {}
     quotas: dict[tuple[str, str], ResourceSlot] = {}
     dependencies: dict[str, DependencyState] = {}
@@ -634,6 +649,16 @@ async def _predicate_context(
                     or (result is SessionResult.UNDEFINED and exit_code in (0, None))
                 )
                 dependencies[str(sid)] = DependencyState(str(status), succeeded)
+    concurrent: dict[str, int] = {}
+    occupancy: dict[tuple[str, str], ResourceSlot] = {}
+    by_key: dict[str, ResourceSlot] = {}
+    if (
+        options.picker is PickerName.DRF
+        or options.predicates is not DEFAULT_PREDICATES
+        or quotas
+        or any(limit.limits_running for limit in limits.values())
+    ):
+        concurrent, occupancy, by_key = await _counters(db, texts)
     ctx = PredicateContext(
         now=now,
         limits=limits,
@@ -661,7 +686,7 @@ async def load_snapshot(
     texts = _Texts(cache.texts)
     agents, revisions, urls = await _agents(db, sgroup.name, cache, texts)
     pending = await _pending(db, sgroup, cache, texts)
-    ctx, by_key = await _predicate_context(db, pending, now, known, texts)
+    ctx, by_key = await _predicate_context(db, pending, now, known, texts, options)
     cache.texts = texts.used
     snapshot = SchedulingSnapshot(
         scaling_group=sgroup.name,
