@@ -422,11 +422,11 @@ async def _run(
     timed_plan = sched_loop.plan_pass
     captured: list[SchedulingSnapshot] = []
 
-    def capture(snapshot: SchedulingSnapshot) -> Any:
+    def capture(snapshot: SchedulingSnapshot, *args: Any) -> Any:
         captured[1:] = [snapshot]
         if not captured:
             captured.append(snapshot)
-        return timed_plan(snapshot)
+        return timed_plan(snapshot, *args)
 
     sched_loop.plan_pass = capture
     changes: list[float] = []  # when the accepted count last grew

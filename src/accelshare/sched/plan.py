@@ -82,6 +82,7 @@ __all__ = [
     "Assignment",
     "Failure",
     "FailureKind",
+    "ReasonMemo",
     "SchedulerOptions",
     "SchedulingPlan",
     "SchedulingSnapshot",
@@ -109,6 +110,24 @@ def _shape(session: PendingSession) -> _ShapeKey:
         session.designated_agent,
         session.image,
     )
+
+
+@dataclass(slots=True)
+class ReasonMemo:
+    """Per-agent reasons kept from one pass to the next (owned by the caller, one per
+    scaling group; only :func:`plan_pass` reads and writes it).
+
+    A shown agent's reason for a shape is a function of the agent's snapshot and the
+    shape alone when the pass placed nothing on it and no waiting session protects
+    anything there; on a full cluster most shown agents stay so pass after pass (a
+    release changes one agent), and working their reasons out again was most of a
+    release pass.  An entry is used only for the *same* :class:`AgentSnapshot` object
+    (the manager's snapshot cache hands an unchanged agent's object again; an equal
+    but new one is explained anew): the entry holds the object, so its id cannot be
+    reused.  Entries a pass did not use are dropped."""
+
+    entries: dict[tuple[_ShapeKey, str], tuple[AgentSnapshot, str]] = field(default_factory=dict)
+    hits: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -371,6 +390,10 @@ class _Pass:
         tuple[int, PendingSession, tuple[PredicateResult, ...], _Fit, dict[str, _Protection]]
     ] = field(default_factory=list)
     _signatures: dict[str, int] | None = None  # agents built alike: same int
+    memo: ReasonMemo | None = None
+    touched: set[str] = field(default_factory=set)  # agents this pass placed on
+    _agents: dict[str, AgentSnapshot] = field(default_factory=dict)
+    _memo_used: dict[tuple[_ShapeKey, str], tuple[AgentSnapshot, str]] = field(default_factory=dict)
     _placed: dict[str, list[ResourceSlot]] = field(default_factory=dict)  # not in states yet
     counts_occupancy: bool = True  # False: no predicate reads the counters occupy() keeps
 
@@ -501,7 +524,9 @@ class _Pass:
                     key = (shape.key, alike, id(protections.get(agent_id)))
                     reason = explained.get(key)
                     if reason is None:
-                        reason = explained[key] = self.reason(session, shape, agent_id, protections)
+                        reason = explained[key] = self.remembered_reason(
+                            session, shape, agent_id, protections
+                        )
                     listed.append(f"{agent_id}: {reason}")
                 if fit.refused > len(shown):
                     listed.append(f"... and {fit.refused - len(shown)} more agent(s)")
@@ -509,6 +534,31 @@ class _Pass:
             failure = self.failure_for(session, passed, replace(fit, reasons=listed))
             made[(id(fit), id(protections), session.priority)] = failure
             self.failures[index] = failure
+
+    def remembered_reason(
+        self,
+        session: PendingSession,
+        shape: _Shape,
+        agent_id: str,
+        protections: dict[str, _Protection],
+    ) -> str:
+        """:meth:`reason`, from the previous pass's :class:`ReasonMemo` where that is
+        exact (see its docstring); what is worked out goes into this pass's memo."""
+        memo = self.memo
+        if memo is None or agent_id in protections or agent_id in self.touched:
+            return self.reason(session, shape, agent_id, protections)
+        if not self._agents:
+            self._agents = {a.state.id: a for a in self.snapshot.agents}
+        agent = self._agents[agent_id]
+        key = (shape.key, agent_id)
+        entry = memo.entries.get(key)
+        if entry is not None and entry[0] is agent:
+            memo.hits += 1
+            reason = entry[1]
+        else:
+            reason = self.reason(session, shape, agent_id, protections)
+        self._memo_used[key] = (agent, reason)
+        return reason
 
     def twin(self, agent_id: str, interned: dict[object, int]) -> int:
         """Agents whose reasons read the same (same totals, image facts and reported
@@ -797,6 +847,7 @@ class _Pass:
         when a predicate can read them) and the DRF shares (only for drf)."""
         requested = session.requested_slots
         agent_id = self.capacity.ids[index]
+        self.touched.add(agent_id)
         self._placed.setdefault(agent_id, []).append(requested)
         self.capacity.commit(index, shape.items)
         if agent_id in self.protections:
@@ -833,8 +884,11 @@ def _signature_ids(agents: Sequence[AgentSnapshot]) -> dict[str, int]:
     return {a.state.id: interned.setdefault(_capacity_signature(a), len(interned)) for a in agents}
 
 
-def plan_pass(snapshot: SchedulingSnapshot) -> SchedulingPlan:
-    """Run one pass (see the module docstring) and return the plan; the snapshot is untouched."""
+def plan_pass(snapshot: SchedulingSnapshot, memo: ReasonMemo | None = None) -> SchedulingPlan:
+    """Run one pass (see the module docstring) and return the plan; the snapshot is
+    untouched.  ``memo`` (the scaling group's, kept by the caller between passes) saves
+    working out again the reasons of agents that did not change; the plan is the same
+    with or without it."""
     states = {a.state.id: a.state for a in snapshot.agents}
     options = snapshot.options
     total = _EMPTY  # only drf reads it
@@ -857,6 +911,7 @@ def plan_pass(snapshot: SchedulingSnapshot) -> SchedulingPlan:
         counts_occupancy=bool(
             options.predicates is not DEFAULT_PREDICATES or ctx.limits or ctx.quotas
         ),
+        memo=memo,
     )
     bands: dict[int, list[PendingSession]] = {}
     for session in snapshot.pending:
@@ -871,6 +926,8 @@ def plan_pass(snapshot: SchedulingSnapshot) -> SchedulingPlan:
         if n + 1 < len(priorities):  # the last band protects nothing: no band follows
             run.add_blockers(waiting)
     run.explain_failures()
+    if memo is not None:
+        memo.entries = run._memo_used
     failures = tuple(f for f in run.failures if f is not None)
     assert len(failures) == len(run.failures)
     return SchedulingPlan(

@@ -42,7 +42,7 @@ import sqlalchemy as sa
 from accelshare.aio import cancel_and_wait
 from accelshare.config import ConfigStore
 from accelshare.sched.lifecycle import SessionStatus
-from accelshare.sched.plan import SchedulerOptions, SchedulingPlan, plan_pass
+from accelshare.sched.plan import ReasonMemo, SchedulerOptions, SchedulingPlan, plan_pass
 
 from ..clock import Clock
 from ..db import Database
@@ -63,8 +63,12 @@ ROUNDROBIN_KEY = "resource-group-states/{sgroup}/agselector.roundrobin"
 PASS_GAP_MAX_S = 0.05
 """The longest rest between back-to-back passes (see ``_run_forever``)."""
 SCHEDULER_PLUGINS_PREFIX = "config/plugins/scheduler"
-FAILURES_CHUNK = 500
+FAILURES_CHUNK = 100
 """Explanations written per transaction (see ``_pass``)."""
+BIND_QUEUE_TURNS = 3
+"""Event-loop turns a pass yields after submitting binds, before writing explanations:
+two let the binder's first write reach the writer lock's queue, one is spare
+(``test_failures_are_written_in_chunks_with_the_binds_between`` checks the order)."""
 
 
 def advisory_key(name: str) -> int:
@@ -110,6 +114,9 @@ class Scheduler:
         # per scaling group: parses of rows between passes (never their values: the
         # snapshot reads every row each pass and reuses a parse only for identical text)
         self.snapshot_caches: dict[str, SnapshotCache] = {}
+        # per scaling group: the shown agents' reasons, reused while an agent's snapshot
+        # is the same object (the snapshot cache's), see sched.plan.ReasonMemo
+        self.reason_memos: dict[str, ReasonMemo] = {}
 
     # -- triggers and the loop ----------------------------------------------------------
     def trigger(self) -> None:
@@ -175,6 +182,8 @@ class Scheduler:
                     results.append(await self._pass(sgroup))
             for gone in set(self.snapshot_caches) - set(groups):  # nothing pending there
                 del self.snapshot_caches[gone]
+            for gone in set(self.reason_memos) - set(groups):
+                del self.reason_memos[gone]
             self.passes_completed += 1
         self.hub.publish()
         for result in results:  # their binds were submitted by the pass itself
@@ -302,7 +311,8 @@ class Scheduler:
             # pure and CPU-bound: in a worker thread, so that binds, heartbeats and the
             # API keep being served while a large pass is planned (the GIL is shared,
             # but the event loop is not frozen for seconds)
-            plan = await asyncio.to_thread(plan_pass, loaded.snapshot)
+            memo = self.reason_memos.setdefault(sgroup_name, ReasonMemo())
+            plan = await asyncio.to_thread(plan_pass, loaded.snapshot, memo)
             async with self.db.begin_queued_write() as db:
                 applied = await apply_plan(db, loaded, plan, now)
             # binds start now: a released room is filled without waiting for the
@@ -311,7 +321,12 @@ class Scheduler:
                 self.binder.submit(list(applied.jobs))
             # in chunks, each its own short write transaction: binds (queued on the
             # writer lock on SQLite) and API writes go between them instead of waiting
-            # for thousands of explanations (~40 us each)
+            # for thousands of explanations (~40 us each).  The binds just submitted
+            # queue for the writer lock (FIFO) ahead of the first chunk: their task and
+            # the binder's group-commit task reach it in two turns of the event loop.
+            if plan.failures and applied.jobs:
+                for _ in range(BIND_QUEUE_TURNS):
+                    await asyncio.sleep(0)
             for start in range(0, len(plan.failures), FAILURES_CHUNK):
                 async with self.db.begin_queued_write() as db:
                     await write_failures(db, plan.failures[start : start + FAILURES_CHUNK], now)

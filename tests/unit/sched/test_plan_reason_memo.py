@@ -1,0 +1,92 @@
+"""The reasons kept between passes (``ReasonMemo``) never change a plan: a pass with the
+previous pass's memo gives exactly the plan of a pass without one, whatever changed in
+between (agents replaced, added or gone, sessions placed or new), and a pass over the
+same agents reuses their reasons."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from accelshare.sched.plan import (
+    MAX_AGENT_REASONS,
+    ReasonMemo,
+    SchedulingPlan,
+    SchedulingSnapshot,
+    plan_pass,
+)
+
+from .builders import T0, gpu_agent, session, slots
+from .test_plan_equivalence import agents, scenarios
+
+
+def assert_identical(with_memo: SchedulingPlan, without: SchedulingPlan) -> None:
+    assert with_memo.assignments == without.assignments
+    assert with_memo.failures == without.failures
+    assert with_memo.last_roundrobin_agent == without.last_roundrobin_agent
+
+
+@st.composite
+def next_snapshots(draw: st.DrawFn, first: SchedulingSnapshot) -> SchedulingSnapshot:
+    """The next pass's snapshot: unchanged agents are the *same* objects (as the
+    manager's snapshot cache hands them), some replaced by new states, some gone, a new
+    one; the pending sessions placed in between are gone, the rest keep their order."""
+    cluster = list(first.agents)
+    for i in draw(st.sets(st.integers(0, len(cluster) - 1), max_size=3)):
+        fresh = draw(agents(i))
+        cluster[i] = replace(fresh, state=replace(fresh.state, id=cluster[i].state.id))
+    if len(cluster) > 1 and draw(st.booleans()):
+        del cluster[draw(st.integers(0, len(cluster) - 1))]
+    if draw(st.booleans()):
+        cluster.append(draw(agents(99)))
+    pending = list(first.pending)
+    for _ in range(draw(st.integers(0, min(3, len(pending) - 1)))):
+        del pending[draw(st.integers(0, len(pending) - 1))]
+    return replace(first, agents=tuple(cluster), pending=tuple(pending))
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.data())
+def test_a_memo_never_changes_the_plan(data: st.DataObject) -> None:
+    first = data.draw(scenarios())
+    memo = ReasonMemo()
+    assert_identical(plan_pass(first, memo), plan_pass(first))
+    for _ in range(2):
+        following = data.draw(next_snapshots(first))
+        assert_identical(plan_pass(following, memo), plan_pass(following))
+        first = following
+
+
+def test_reasons_of_unchanged_agents_are_reused() -> None:
+    # a full cluster: nothing fits, each shown agent explains each of the two shapes
+    # (agents built alike would be explained once in a pass: they differ in cores)
+    cluster = tuple(gpu_agent(f"a{i:02d}", "0.8", "0.9", cpus=8 + i) for i in range(12))
+    pending = tuple(
+        session(f"s{i}", age_s=i, requested_slots=slots(cpu=1, cuda_shares=shares))
+        for i, shares in enumerate(["0.5", "1", "0.5", "1"])
+    )
+    snapshot = SchedulingSnapshot("default", T0, cluster, pending)
+    memo = ReasonMemo()
+    first = plan_pass(snapshot, memo)
+    assert not first.assignments
+    assert first.failures[0].agent_reasons[0].startswith("a00: cuda.shares needs 0.5")
+    assert memo.hits == 0
+    assert len(memo.entries) == 2 * MAX_AGENT_REASONS  # shapes x shown agents
+    assert plan_pass(snapshot, memo).failures == first.failures
+    assert memo.hits == 2 * MAX_AGENT_REASONS  # every reason came from the memo
+    # one agent replaced (a release there): only its reasons are worked out again
+    freed = replace(snapshot, agents=(gpu_agent("a00", "0", "0.9", cpus=8), *cluster[1:]))
+    hits = memo.hits
+    again = plan_pass(freed, memo)
+    assert again == plan_pass(freed)
+    # both 0.5-share sessions fit a00 now; the 1-share ones are explained by the nine
+    # unchanged shown agents from the memo, by a00 anew
+    assert [(a.session_id, a.agent_id) for a in again.assignments] == [("s0", "a00"), ("s2", "a00")]
+    assert memo.hits - hits == MAX_AGENT_REASONS - 1
+    # equal but new objects are explained anew (identity, not equality, is the key)
+    renewed = replace(snapshot, agents=tuple(replace(a) for a in cluster))
+    hits = memo.hits
+    assert plan_pass(renewed, memo).failures == first.failures
+    assert memo.hits == hits
