@@ -110,3 +110,41 @@ async def test_replicas_starting_together_create_the_schema_once(db_url: str) ->
     finally:
         for db in replicas:
             await db.dispose()
+
+
+async def _views_revisions(database: Database) -> list[int]:
+    """Write an agent row, then change it in several ways; its views_revision after each."""
+    from accelshare.manager.models import Agent, ScalingGroup
+
+    async with database.begin(write=True) as db:
+        if await db.get(ScalingGroup, "default") is None:
+            db.add(ScalingGroup(name="default"))
+            await db.flush()
+        db.add(Agent(id="i-rev", status="ALIVE", scaling_group="default", address="http://a"))
+    seen: list[int] = []
+    changes: list[dict[str, Any]] = [
+        {"device_allocs": {"cuda": {"devices": []}}},  # a parsed column changed: +1
+        {"device_allocs": {"cuda": {"devices": []}}},  # the same value again: unchanged
+        {"last_heartbeat_at": sa.func.now(), "occupancy_revision": 7},  # not parsed
+        {"images": ["python"], "runtime": "docker"},  # two at once: +1
+        {"available_slots": {"cpu": "4"}},  # +1
+    ]
+    for values in changes:
+        async with database.begin(write=True) as db:
+            await db.execute(sa.update(Agent).where(Agent.id == "i-rev").values(**values))
+            seen.append(
+                (
+                    await db.execute(sa.select(Agent.views_revision).where(Agent.id == "i-rev"))
+                ).scalar_one()
+            )
+    return seen
+
+
+async def test_the_views_revision_trigger_after_migrations(database: Database) -> None:
+    await upgrade_schema(database)
+    assert await _views_revisions(database) == [1, 1, 1, 2, 3]
+
+
+async def test_the_views_revision_trigger_after_oneshot(database: Database) -> None:
+    await create_schema_oneshot(database)
+    assert await _views_revisions(database) == [1, 1, 1, 2, 3]

@@ -9,6 +9,9 @@ An agent row is the manager's copy of what the agent last reported:
   serialises them), used for the dry-run fit before binding;
 * ``slot_metadata`` (UI metadata and slot types per slot) and ``quanta`` (slot ->
   decimal string) for request validation at enqueue;
+* ``views_revision`` — bumped by a database trigger whenever ``available_slots``,
+  ``runtime``, ``architecture``, ``images`` or ``device_allocs`` change
+  (:mod:`.triggers`): the scheduler re-reads those only for agents whose revision moved;
 * ``occupancy_revision`` — bumped on every reservation/release.  Reservations are a
   compare-and-set: ``UPDATE agents SET occupied_slots=:new, occupancy_revision=:rev+1
   WHERE id=:id AND occupancy_revision=:rev`` — zero rows means someone else moved first.
@@ -18,7 +21,7 @@ from __future__ import annotations
 
 import enum
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 
 import sqlalchemy as sa
 from sqlalchemy.orm import Mapped, mapped_column
@@ -27,6 +30,7 @@ from accelshare.common import ResourceSlot
 from accelshare.manager.clock import utcnow
 
 from .base import Base, JSONDocument, ResourceSlotJSON, UTCDateTime, str_enum
+from .triggers import install as install_triggers
 
 __all__ = [
     "DEFAULT_SCHEDULER_OPTS",
@@ -101,6 +105,10 @@ class Agent(Base):
     available_slots: Mapped[ResourceSlot] = mapped_column(ResourceSlotJSON(), default=ResourceSlot)
     occupied_slots: Mapped[ResourceSlot] = mapped_column(ResourceSlotJSON(), default=ResourceSlot)
     occupancy_revision: Mapped[int] = mapped_column(sa.BigInteger(), default=0)
+    # bumped by the database when a column the scheduler parses changes (.triggers)
+    views_revision: Mapped[int] = mapped_column(
+        sa.BigInteger(), default=0, server_default=sa.text("0")
+    )
     device_allocs: Mapped[dict[str, Any]] = mapped_column(JSONDocument, default=dict)
     slot_metadata: Mapped[dict[str, Any]] = mapped_column(JSONDocument, default=dict)
     quanta: Mapped[dict[str, str]] = mapped_column(JSONDocument, default=dict)
@@ -124,3 +132,6 @@ class Agent(Base):
     @property
     def remaining_slots(self) -> ResourceSlot:
         return self.available_slots - self.occupied_slots
+
+
+install_triggers(cast(sa.Table, Agent.__table__))

@@ -16,18 +16,22 @@ transaction, so counters cannot drift (spec 05):
 
 What is *derived* from rows is cached between passes (:class:`SnapshotCache`, one per
 scaling group, in the scheduler's process) but never what is *read*: every pass still
-reads every row it uses in its transaction, JSON columns as their stored text, and a
-cached parse is reused only when that text (and every other input of the parse) is
-exactly the one the entry was built from.  A changed row is a changed key: it is parsed
-again, whoever wrote it and whether or not a revision was bumped.  Entries of rows no
-longer read (agents gone, sessions no longer pending) are dropped at the end of the pass.
+reads every row it uses in its transaction, JSON columns as their stored text (an
+agent's held kernels as one string the database joins), and a cached parse is reused
+only when that text (and every other input of the parse) is exactly the one the entry
+was built from.  A changed row is a changed key: it is parsed again, whoever wrote it.
+One exception, as exact: an agent's own parsed columns (slots, runtime, architecture,
+images, heartbeat views: 13 kB per agent of 8 GPUs and 64 cores) are read only when its
+``views_revision`` moved, which a database trigger bumps on any change of them
+(:mod:`accelshare.manager.models.triggers`), whoever writes.  Entries of rows no longer
+read (agents gone, sessions no longer pending) are dropped at the end of the pass.
 """
 
 from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import Decimal
@@ -35,6 +39,7 @@ from typing import Any, TypeVar, cast
 
 import sqlalchemy as sa
 from pydantic import ValidationError
+from sqlalchemy.dialects.postgresql import aggregate_order_by
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from accelshare.agent.wire import PluginMapView
@@ -97,6 +102,7 @@ class SnapshotCache:
     """
 
     agents: dict[str, tuple[tuple[Any, ...], AgentSnapshot]] = field(default_factory=dict)
+    inputs: dict[str, tuple[tuple[Any, Any], _AgentColumns]] = field(default_factory=dict)
     pending: dict[Any, tuple[tuple[Any, ...], PendingSession]] = field(default_factory=dict)
     texts: dict[tuple[str, str], Any] = field(default_factory=dict)
     hits: int = 0
@@ -104,6 +110,7 @@ class SnapshotCache:
 
     def clear(self) -> None:
         self.agents.clear()
+        self.inputs.clear()
         self.pending.clear()
         self.texts.clear()
 
@@ -115,6 +122,17 @@ class _Texts:
     def __init__(self, previous: Mapping[tuple[str, str], Any]) -> None:
         self.previous = previous
         self.used: dict[tuple[str, str], Any] = {}
+
+    def get_raw(self, kind: str, text: str, parse: Callable[[str], _T]) -> _T:
+        """:meth:`get` for a text that is not JSON: ``parse`` gets the text itself."""
+        key = (kind, text)
+        try:
+            return cast(_T, self.used[key])
+        except KeyError:
+            pass
+        value = self.previous[key] if key in self.previous else parse(text)
+        self.used[key] = value
+        return cast(_T, value)
 
     def get(self, kind: str, text: str | None, parse: Callable[[Any], _T]) -> _T:
         key = (kind, text or "null")
@@ -239,6 +257,49 @@ class _ReportedViews:
         )
 
 
+_KERNEL_SEP = "\x1e"  # between kernels (never in JSON text: control characters are escaped)
+_FIELD_SEP = "\x1f"  # between a kernel's id, occupied slots and device allocations
+
+
+def _held_text(dialect: str) -> sa.ColumnElement[str]:
+    """One agent's resource-occupying kernels as one string: ``id FS slots FS allocs``
+    per kernel, joined by RS (in id order on PostgreSQL; SQLite's scan order, stable for
+    unchanged rows — another order only costs a parse)."""
+    row = (
+        sa.cast(Kernel.id, sa.Text())
+        + _FIELD_SEP
+        + sa.func.coalesce(_text(Kernel.occupied_slots), "null")
+        + _FIELD_SEP
+        + sa.func.coalesce(_text(Kernel.device_allocs), "null")
+    )
+    if dialect == "postgresql":
+        return sa.func.string_agg(row, aggregate_order_by(sa.literal(_KERNEL_SEP), Kernel.id))
+    return sa.func.aggregate_strings(row, _KERNEL_SEP)
+
+
+@dataclass(frozen=True, slots=True)
+class _Held:
+    """An agent's held kernels parsed from :func:`_held_text`: their ids (canonical
+    ``str(uuid)``) and how many hold each (slots text, allocations text) pair."""
+
+    ids: frozenset[str]
+    shapes: dict[tuple[str, str], int]
+
+    @classmethod
+    def parse(cls, text: str) -> _Held:
+        ids: set[str] = set()
+        shapes: dict[tuple[str, str], int] = {}
+        for kernel in text.split(_KERNEL_SEP):
+            kernel_id, slots_text, allocs_text = kernel.split(_FIELD_SEP)
+            ids.add(_uuid_text(kernel_id))
+            shape = (slots_text, allocs_text)
+            shapes[shape] = shapes.get(shape, 0) + 1
+        return cls(frozenset(ids), shapes)
+
+
+_NO_HELD = _Held(frozenset(), {})
+
+
 def _uuid_text(raw: Any) -> str:
     """A kernel id as read with :func:`_raw` in the canonical ``str(uuid)`` form (SQLite
     stores 32 hex digits; PostgreSQL's driver returns a UUID object)."""
@@ -278,20 +339,73 @@ def _keypair_quota(
     )
 
 
-async def _agents(
-    db: AsyncSession, sgroup: str, cache: SnapshotCache, texts: _Texts
-) -> tuple[list[AgentSnapshot], dict[str, int], dict[str, str]]:
-    # Core rows with only the columns the pass reads, JSON as its stored text: the
-    # text is the cache key, and parsed (views validated) only when it changed
-    agents = list(
-        await db.execute(
+@dataclass(frozen=True, slots=True, eq=False)
+class _AgentColumns:
+    """An agent's parsed columns as of one ``views_revision`` (compared by identity: a
+    new revision is a new object)."""
+
+    available_slots: ResourceSlot
+    runtime: str
+    architecture: str
+    images: frozenset[str]
+    views: _ReportedViews
+
+
+async def _agent_inputs(
+    db: AsyncSession, heads: Sequence[Sequence[Any]], cache: SnapshotCache
+) -> dict[str, _AgentColumns]:
+    """Each agent's :class:`_AgentColumns`: the previous pass's while its
+    ``(views_revision, first_contact_at)`` is the one it was read at, else read and
+    parsed (in chunks of 500 ids, in the snapshot's transaction)."""
+    previous = cache.inputs
+    cache.inputs = {}
+    stale: list[str] = []
+    for head in heads:
+        agent_id, revision_key = head[0], (head[1], head[2])
+        entry = previous.get(agent_id)
+        if entry is not None and entry[0] == revision_key:
+            cache.inputs[agent_id] = entry
+        else:
+            stale.append(agent_id)
+    for start in range(0, len(stale), 500):
+        rows = await db.execute(
             sa.select(
                 Agent.id,
+                Agent.views_revision,
+                _raw(Agent.first_contact_at),
                 _text(Agent.available_slots),
                 Agent.runtime,
                 Agent.architecture,
                 _text(Agent.images),
                 _text(Agent.device_allocs),
+            ).where(Agent.id.in_(stale[start : start + 500]))
+        )
+        for agent_id, revision, first_contact, slots, runtime, arch, images, views in rows:
+            cache.inputs[agent_id] = (
+                (revision, first_contact),
+                _AgentColumns(
+                    _slots(json.loads(slots or "null")),
+                    runtime or "process",
+                    arch,
+                    frozenset(json.loads(images or "null") or ()),
+                    _ReportedViews.parse(json.loads(views or "null")),
+                ),
+            )
+    return {agent_id: entry[1] for agent_id, entry in cache.inputs.items()}
+
+
+async def _agents(
+    db: AsyncSession, sgroup: str, cache: SnapshotCache, texts: _Texts
+) -> tuple[list[AgentSnapshot], dict[str, int], dict[str, str]]:
+    # Every agent's revisions; its parsed columns (13 kB of heartbeat views per agent
+    # of 8 GPUs and 64 cores) only when its views_revision moved: the database bumps it
+    # whenever one of them changes (models.triggers), for any writer.
+    agents = list(
+        await db.execute(
+            sa.select(
+                Agent.id,
+                Agent.views_revision,
+                _raw(Agent.first_contact_at),  # a row deleted and made again differs
                 Agent.occupancy_revision,
                 Agent.address,
             )
@@ -305,18 +419,15 @@ async def _agents(
     )
     if not agents:
         cache.agents.clear()
+        cache.inputs.clear()
         return [], {}, {}
+    inputs = await _agent_inputs(db, agents, cache)
     # the group's resource-occupying kernels, by a join (not an IN list of thousands of
-    # agent ids); ids as stored (no ``uuid.UUID`` built), amounts as their stored text
-    held: dict[str, dict[tuple[str, str], int]] = {}
-    held_ids: set[str] = set()
+    # agent ids), one row per agent: the database joins each kernel's id and stored
+    # texts into one string (:func:`_held_text`), the cache key, parsed only when it
+    # changed (a Python row per kernel was most of the snapshot at 1,000 agents)
     rows = await db.execute(
-        sa.select(
-            Kernel.agent_id,
-            _raw(Kernel.id),
-            _text(Kernel.occupied_slots),
-            _text(Kernel.device_allocs),
-        )
+        sa.select(Kernel.agent_id, _held_text(db.get_bind().dialect.name))
         .join(Agent, Agent.id == Kernel.agent_id)
         .where(
             Agent.scaling_group == sgroup,
@@ -324,19 +435,21 @@ async def _agents(
             Agent.is_schedulable.is_(True),
             Kernel.status.in_(OCCUPYING),
         )
+        .group_by(Kernel.agent_id)
     )
-    for agent_id, kernel_id, slots_text, allocs_text in rows:
-        assert agent_id is not None
-        shapes = held.setdefault(agent_id, {})
-        shape = (slots_text or "null", allocs_text or "null")
-        shapes[shape] = shapes.get(shape, 0) + 1
-        held_ids.add(_uuid_text(kernel_id))
-    views = {a.id: texts.get("views", a[5], _ReportedViews.parse) for a in agents}
-    # which reported kernels the manager has a row for: those it holds (just read) and,
-    # looked up, the others (ended ones, or strangers the agent runs on its own)
-    reported = {k for v in views.values() for k in v.kernels}
-    unheld = sorted(u for u in map(_as_uuid, reported - held_ids) if u is not None)
-    known = reported & held_ids
+    held_texts = {agent_id: text for agent_id, text in rows if agent_id is not None}
+    held = {a: texts.get_raw("held", t, _Held.parse) for a, t in held_texts.items()}
+    views = {a.id: inputs[a.id].views for a in agents}
+    # which reported kernels the manager has a row for: those the agent holds (just
+    # read) and, looked up, the others (ended ones, moved ones, or strangers the agent
+    # runs on its own)
+    known: set[str] = set()
+    unheld_ids: set[str] = set()
+    for agent_id, parsed_views in views.items():
+        holds = held.get(agent_id, _NO_HELD).ids
+        known.update(parsed_views.kernels & holds)
+        unheld_ids.update(parsed_views.kernels - holds)
+    unheld = sorted(u for u in map(_as_uuid, unheld_ids) if u is not None)
     for start in range(0, len(unheld), 500):
         chunk = unheld[start : start + 500]
         known.update(
@@ -346,18 +459,11 @@ async def _agents(
     snapshots = []
     previous = cache.agents
     cache.agents = {}
-    for agent_id, slots_text, runtime, architecture, images_text, views_text, _, _ in agents:
-        shapes = held.get(agent_id, {})
+    for agent_id, *_ in agents:
+        shapes = held.get(agent_id, _NO_HELD).shapes
         parsed = views[agent_id]
-        key = (
-            slots_text,
-            runtime,
-            architecture,
-            images_text,
-            views_text,
-            frozenset(shapes.items()),
-            parsed.kernels & known_kernels,
-        )
+        columns = inputs[agent_id]
+        key = (columns, held_texts.get(agent_id), parsed.kernels & known_kernels)
         entry = previous.get(agent_id)
         if entry is not None and entry[0] == key:
             cache.hits += 1
@@ -374,12 +480,12 @@ async def _agents(
             snapshot = AgentSnapshot(
                 AgentState(
                     agent_id,
-                    texts.get("slots", slots_text, _slots),
+                    columns.available_slots,
                     occupied,
                     sgroup,
-                    runtime=runtime or "process",
-                    architecture=architecture,
-                    images=frozenset(json.loads(images_text or "null") or ()),
+                    runtime=columns.runtime,
+                    architecture=columns.architecture,
+                    images=columns.images,
                 ),
                 map_states_from_views(parsed.views, allocs, known_kernels),
             )

@@ -1,0 +1,37 @@
+"""agents.views_revision and the trigger that bumps it
+
+Revision ID: 0005
+Revises: 0004
+Create Date: 2026-11-27 09:00:00
+"""
+
+from collections.abc import Sequence
+
+import sqlalchemy as sa
+from alembic import op
+
+from accelshare.manager.models.triggers import views_revision_ddl, views_revision_drop_ddl
+
+# revision identifiers, used by Alembic.
+revision: str = "0005"
+down_revision: str | Sequence[str] | None = "0004"
+branch_labels: str | Sequence[str] | None = None
+depends_on: str | Sequence[str] | None = None
+
+
+def upgrade() -> None:
+    with op.batch_alter_table("agents", schema=None) as batch_op:
+        batch_op.add_column(
+            sa.Column(
+                "views_revision", sa.BigInteger(), server_default=sa.text("0"), nullable=False
+            )
+        )
+    for statement in views_revision_ddl(op.get_bind().dialect.name):
+        op.execute(statement)
+
+
+def downgrade() -> None:
+    for statement in views_revision_drop_ddl(op.get_bind().dialect.name):
+        op.execute(statement)
+    with op.batch_alter_table("agents", schema=None) as batch_op:
+        batch_op.drop_column("views_revision")
