@@ -236,7 +236,6 @@ def instrument(manager: Manager, records: list[PassRecord]) -> Callable[[], None
         "snapshot": sched_loop.load_snapshot,
         "plan": sched_loop.plan_pass,
         "apply": sched_loop.apply_plan,
-        "failures": sched_loop.write_failures,
     }
     parts: dict[str, float] = {}
 
@@ -291,14 +290,12 @@ def instrument(manager: Manager, records: list[PassRecord]) -> Callable[[], None
     sched_loop.load_snapshot = timed("snapshot", originals["snapshot"])
     sched_loop.plan_pass = timed("plan", originals["plan"])
     sched_loop.apply_plan = timed("apply", originals["apply"])
-    sched_loop.write_failures = timed("failures", originals["failures"])
     scheduler._pass = timed_pass  # type: ignore[method-assign]
 
     def undo() -> None:
         sched_loop.load_snapshot = originals["snapshot"]  # type: ignore[assignment]
         sched_loop.plan_pass = originals["plan"]
         sched_loop.apply_plan = originals["apply"]  # type: ignore[assignment]
-        sched_loop.write_failures = originals["failures"]  # type: ignore[assignment]
         scheduler._pass = original_pass  # type: ignore[method-assign]
 
     return undo

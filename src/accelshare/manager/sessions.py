@@ -266,7 +266,7 @@ class SessionService:
         clock: Clock,
         trigger: Callable[[], None],
         passes: Callable[[], int],  # a mark for wait_for_pass (Scheduler.next_pass_mark)
-        wait_for_pass: Callable[[int, float], Any],
+        wait_for_pass: Callable[[int, float, str], Any],
         known_slots: KnownSlots,
         default_scaling_group: str = "default",
     ) -> None:
@@ -495,7 +495,7 @@ class SessionService:
         seconds at most), so the answer carries the PENDING reason.  With it: until the
         session is RUNNING or ended, at most that long."""
         if max_wait_s <= 0:
-            await self.wait_for_pass(passes_before, 5.0)
+            await self.wait_for_pass(passes_before, 5.0, str(session_id))
             return
         await self.status_watch.wait_for(session_id, _is_up_or_ended, max_wait_s)
 

@@ -252,6 +252,12 @@ class Failure:
     agent_reasons: tuple[str, ...] = ()
     blocks_lower_priorities: bool = False
 
+    @property
+    def adds_retry(self) -> bool:
+        """Whether this failure counts as a failed attempt (``retries`` + 1): a deferred
+        session was not tried (its ``retries`` stays, see :func:`plan_pass`)."""
+        return self.kind is not FailureKind.DEFERRED
+
     def scheduler_data(self, now: datetime) -> dict[str, Any]:
         """``status_data["scheduler"]`` (Backend.AI's keys, plus ``agents`` and ``kind``)."""
         return {

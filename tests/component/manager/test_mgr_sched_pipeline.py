@@ -16,7 +16,7 @@ import sqlalchemy as sa
 from accelshare.manager.clock import FrozenClock
 from accelshare.manager.db import Database
 from accelshare.manager.models import Agent, Kernel, Session
-from accelshare.manager.scheduler import loop
+from accelshare.manager.scheduler import explanations, loop
 from accelshare.manager.transitions import recompute_agent_occupancy
 
 from .cluster import Cluster, running_cluster
@@ -92,7 +92,7 @@ async def test_binds_start_before_the_failures_are_written_and_retries_count(
         assert created.status_code == 201, created.text
     order: list[str] = []
     binder = cluster.manager.binder
-    submit, write_failures = binder.submit, loop.write_failures
+    submit, write = binder.submit, explanations.write_explanations
 
     def submitting(jobs: Any) -> None:
         order.append("binds")
@@ -100,10 +100,10 @@ async def test_binds_start_before_the_failures_are_written_and_retries_count(
 
     async def writing(*args: Any, **kwargs: Any) -> Any:
         order.append("failures")
-        return await write_failures(*args, **kwargs)
+        return await write(*args, **kwargs)
 
     monkeypatch.setattr(binder, "submit", submitting)
-    monkeypatch.setattr(loop, "write_failures", writing)
+    monkeypatch.setattr(explanations, "write_explanations", writing)
     await cluster.manager.scheduler.run_once()
     assert order == ["binds", "failures"]
     await cluster.wait_status("fits", "RUNNING")
@@ -116,40 +116,6 @@ async def test_binds_start_before_the_failures_are_written_and_retries_count(
     # a placed session's scheduler data is not overwritten by the failures' write
     placed = (await cluster.session("fits"))["statusData"]["scheduler"]
     assert placed["kind"] == "scheduled"
-
-
-async def test_failures_are_written_in_chunks_with_the_binds_between(
-    frozen: Frozen, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    cluster, _clock = frozen
-    await cluster.add_agent("i-node01")  # two GPUs of 1.0 share
-    created = await cluster.create({"cuda.shares": "2"}, name="fits", enqueueOnly=True)
-    assert created.status_code == 201, created.text
-    for n in range(3):
-        created = await cluster.create({"cuda.shares": "3"}, name=f"big{n}", enqueueOnly=True)
-        assert created.status_code == 201, created.text
-    order: list[str] = []
-    binder = cluster.manager.binder
-    write_failures, prepare_step = loop.write_failures, binder._prepare_group._step
-
-    async def writing(db: Any, failures: Any, now: Any) -> Any:
-        order.append(f"failures x{len(failures)}")
-        return await write_failures(db, failures, now)
-
-    async def preparing(jobs: Any) -> Any:
-        order.append("bind")
-        return await prepare_step(jobs)
-
-    monkeypatch.setattr(loop, "FAILURES_CHUNK", 2)
-    monkeypatch.setattr(loop, "write_failures", writing)
-    monkeypatch.setattr(binder._prepare_group, "_step", preparing)
-    await cluster.manager.scheduler.run_once()
-    # the bind's first write went before the explanations
-    assert order == ["bind", "failures x2", "failures x1"]
-    for n in range(3):
-        scheduler = (await cluster.session(f"big{n}"))["statusData"]["scheduler"]
-        assert scheduler["retries"] == 1
-    await cluster.wait_status("fits", "RUNNING")
 
 
 async def test_a_session_cancelled_after_the_snapshot_is_not_placed(

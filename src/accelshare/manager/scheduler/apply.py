@@ -19,14 +19,11 @@ lock too, which the pass takes for the apply only, not while it plans):
    kernels (one query, one ``executemany``).
 
 Sessions left pending get ``status_info`` and ``status_data.scheduler`` from
-:func:`write_failures`, which the loop runs in its own short transaction *after* the
-placements are committed and their binds started, so that a release is not placed
-only once 10,000 explanations are written.
+:mod:`.explanations`, off the pass.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
@@ -35,18 +32,17 @@ from datetime import datetime
 from typing import Any, TypeVar, cast
 
 import sqlalchemy as sa
-from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from accelshare.common import ResourceSlot, canonical_decimal
 from accelshare.sched.lifecycle import SessionStatus
-from accelshare.sched.plan import Assignment, Failure, SchedulingPlan
+from accelshare.sched.plan import Assignment, SchedulingPlan
 
 from ..models import Agent, Kernel, Session, SessionStatusHistory
 from ..transitions import occupied_by_agent
 from .snapshot import LoadedSnapshot
 
-__all__ = ["AppliedPlan", "BindJob", "apply_plan", "write_failures"]
+__all__ = ["AppliedPlan", "BindJob", "apply_plan"]
 
 log = logging.getLogger(__name__)
 
@@ -83,7 +79,8 @@ def _device_allocs_json(assignment: Assignment) -> dict[str, dict[str, str]]:
     }
 
 
-def _clip(text: str) -> str:
+def clip_info(text: str) -> str:
+    """``status_info`` is at most 1,024 characters."""
     return text if len(text) <= _MAX_INFO else text[: _MAX_INFO - 3] + "..."
 
 
@@ -182,7 +179,7 @@ async def apply_plan(
     for agent_id in sorted(won):
         url = loaded.agent_urls[agent_id]
         reason = f"scheduled on agent {agent_id}"
-        info = _clip(reason)
+        info = clip_info(reason)
         for a in live[agent_id]:
             image, requested, data = pending[a.session_id]
             sid = uuid.UUID(a.session_id)
@@ -256,61 +253,3 @@ async def apply_plan(
     await db.execute(sa.insert(cast(sa.Table, SessionStatusHistory.__table__)), history_rows)
     await _recompute_occupancy(db, sorted(won))
     return applied
-
-
-def _with_scheduler(dialect: str, column: sa.Column[Any]) -> sa.ColumnElement[Any]:
-    """``column`` (a JSON object; anything else counts as ``{}``) with its ``scheduler``
-    key replaced by the JSON text of the ``b_sched`` parameter, computed by the database."""
-    sched = sa.bindparam("b_sched", type_=sa.String())
-    if dialect == "postgresql":
-        base = sa.case(
-            (sa.func.jsonb_typeof(column) == "object", column),
-            else_=sa.literal_column("'{}'::jsonb"),
-        )
-        return sa.func.jsonb_set(base, sa.literal_column("'{scheduler}'"), sa.cast(sched, JSONB))
-    base = sa.case((sa.func.json_type(column) == "object", column), else_=sa.literal_column("'{}'"))
-    return sa.func.json_set(base, "$.scheduler", sa.func.json(sched))
-
-
-async def write_failures(db: AsyncSession, failures: Sequence[Failure], now: datetime) -> int:
-    """``status_info`` and ``status_data.scheduler`` of the sessions left pending, guarded
-    by ``status = 'PENDING'`` (a session placed, cancelled or destroyed meanwhile keeps
-    what it has).  Only the ``scheduler`` key is replaced (by the database: the rest of
-    each document is neither read nor re-encoded here).  PostgreSQL: one ``UPDATE ...
-    FROM unnest(<three arrays>)`` for all of them (three parameters, one round trip);
-    SQLite: one prepared ``UPDATE`` run over all of them (``executemany``, in process).
-    Returns how many were written."""
-    if not failures:
-        return 0
-    ids = [uuid.UUID(failure.session_id) for failure in failures]
-    infos = [_clip(failure.msg) for failure in failures]
-    scheds = [json.dumps(failure.scheduler_data(now)) for failure in failures]
-    table = _sessions()
-    conn = await db.connection()
-    if conn.dialect.name == "postgresql":
-        await conn.execute(
-            sa.text(
-                "UPDATE sessions SET status_info = v.info,"
-                " status_data = jsonb_set(CASE WHEN jsonb_typeof(sessions.status_data) ="
-                " 'object' THEN sessions.status_data ELSE '{}'::jsonb END,"
-                " '{scheduler}', v.sched::jsonb)"
-                " FROM unnest(CAST(:ids AS uuid[]), CAST(:infos AS text[]),"
-                " CAST(:scheds AS text[])) AS v(id, info, sched)"
-                " WHERE sessions.id = v.id AND sessions.status = :pending"
-            ),
-            {"ids": ids, "infos": infos, "scheds": scheds, "pending": SessionStatus.PENDING.value},
-        )
-        return len(ids)
-    await conn.execute(
-        sa.update(table)
-        .where(table.c.id == sa.bindparam("b_id"), table.c.status == SessionStatus.PENDING)
-        .values(
-            status_info=sa.bindparam("b_info"),
-            status_data=_with_scheduler(conn.dialect.name, table.c.status_data),
-        ),
-        [
-            {"b_id": sid, "b_info": info, "b_sched": sched}
-            for sid, info, sched in zip(ids, infos, scheds, strict=True)
-        ],
-    )
-    return len(ids)

@@ -20,10 +20,11 @@ snapshot (one read transaction), run the pure :func:`~accelshare.sched.plan.plan
 in a worker thread (``asyncio.to_thread``, no transaction open: on SQLite binds,
 destroys and heartbeats write meanwhile), apply the plan (one write transaction,
 compare-and-set per agent, which rejects placements on agents that changed since the
-snapshot), submit the binds (:mod:`.binding`, outside the lock), and only then write the
-explanations of the sessions left pending (:func:`~.apply.write_failures`, in write
-transactions of :data:`FAILURES_CHUNK` sessions, so the binds just submitted write
-between them) — a release is placed without waiting for thousands of them.
+snapshot), submit the binds (:mod:`.binding`, outside the lock), and hand the
+explanations of the sessions left pending to :class:`~.explanations.Explanations`, whose
+task writes them off the pass and its lock (coalesced, changed ones first, in short
+chunks) — a release is placed, and the next pass starts, without waiting for thousands
+of them.
 """
 
 from __future__ import annotations
@@ -51,8 +52,9 @@ from ..metrics import ManagerMetrics
 from ..models import Kernel, ScalingGroup, Session
 from ..slots import KnownSlots, current_known_slots, use_known_slots
 from ..transitions import change_status
-from .apply import BindJob, apply_plan, write_failures
+from .apply import BindJob, apply_plan
 from .binding import BINDABLE, Binder
+from .explanations import Explanations
 from .snapshot import SnapshotCache, load_snapshot
 
 __all__ = ["PassResult", "Scheduler", "advisory_key"]
@@ -63,12 +65,6 @@ ROUNDROBIN_KEY = "resource-group-states/{sgroup}/agselector.roundrobin"
 PASS_GAP_MAX_S = 0.05
 """The longest rest between back-to-back passes (see ``_run_forever``)."""
 SCHEDULER_PLUGINS_PREFIX = "config/plugins/scheduler"
-FAILURES_CHUNK = 100
-"""Explanations written per transaction (see ``_pass``)."""
-BIND_QUEUE_TURNS = 3
-"""Event-loop turns a pass yields after submitting binds, before writing explanations:
-two let the binder's first write reach the writer lock's queue, one is spare
-(``test_failures_are_written_in_chunks_with_the_binds_between`` checks the order)."""
 
 
 def advisory_key(name: str) -> int:
@@ -114,6 +110,7 @@ class Scheduler:
         # per scaling group: parses of rows between passes (never their values: the
         # snapshot reads every row each pass and reuses a parse only for identical text)
         self.snapshot_caches: dict[str, SnapshotCache] = {}
+        self.explanations = Explanations(db)
         # per scaling group: the shown agents' reasons, reused while an agent's snapshot
         # is the same object (the snapshot cache's), see sched.plan.ReasonMemo
         self.reason_memos: dict[str, ReasonMemo] = {}
@@ -125,12 +122,17 @@ class Scheduler:
     def start(self) -> None:
         if self._task is None:
             self._task = asyncio.create_task(self._run_forever(), name="accelshare-scheduler")
+            self.explanations.start()
 
     async def stop(self, *, drain_s: float = 5.0) -> None:
         if self._task is not None:
             await cancel_and_wait([self._task])
             self._task = None
         await self.binder.drain(drain_s)
+        try:
+            await self.explanations.stop(flush=True)
+        except Exception:  # the explanations are rewritten by the next manager's passes
+            log.exception("writing the last explanations at stop failed")
 
     async def _run_forever(self) -> None:
         while True:
@@ -142,7 +144,7 @@ class Scheduler:
             self._wake.clear()
             started = time.monotonic()
             try:
-                await self.run_once()
+                await self.run_once(flush=False)
             except asyncio.CancelledError:
                 raise
             except Exception:  # keep scheduling: the next trigger retries
@@ -161,18 +163,27 @@ class Scheduler:
         count exceeds this (a pass already running may have missed what was just written)."""
         return self.passes_completed + (1 if self._lock.locked() else 0)
 
-    async def wait_for_pass(self, after: int, timeout_s: float) -> bool:
-        """Wait until more than ``after`` passes completed (True) or the timeout."""
+    async def wait_for_pass(
+        self, after: int, timeout_s: float, session_id: str | None = None
+    ) -> bool:
+        """Wait until more than ``after`` passes completed (True) or the timeout; with
+        ``session_id``, also until that pass's explanation of it, if it stayed pending,
+        is written (they are written off the pass)."""
         deadline = time.monotonic() + timeout_s
         while self.passes_completed <= after:
             left = deadline - time.monotonic()
             if left <= 0:
                 return False
             await self.hub.wait(min(left, 0.5))
+        if session_id is not None:
+            return await self.explanations.settled(session_id, deadline - time.monotonic())
         return True
 
     # -- one round over every scaling group with pending sessions ------------------------
-    async def run_once(self) -> list[PassResult]:
+    async def run_once(self, *, flush: bool = True) -> list[PassResult]:
+        """One pass per scaling group with pending sessions.  ``flush``: also write the
+        explanations of the sessions left pending before returning (the loop leaves
+        them to the explanations' task)."""
         async with self._lock:
             known = await self.known_slots.load()
             results: list[PassResult] = []
@@ -185,6 +196,8 @@ class Scheduler:
             for gone in set(self.reason_memos) - set(groups):
                 del self.reason_memos[gone]
             self.passes_completed += 1
+        if flush:
+            await self.explanations.flush()
         self.hub.publish()
         for result in results:  # their binds were submitted by the pass itself
             if result.conflicts:
@@ -307,6 +320,7 @@ class Scheduler:
                     options=options,
                     last_roundrobin_agent=last_rr or None,
                     cache=self.snapshot_caches.setdefault(sgroup_name, SnapshotCache()),
+                    unwritten_retries=self.explanations.unwritten,
                 )
             # pure and CPU-bound: in a worker thread, so that binds, heartbeats and the
             # API keep being served while a large pass is planned (the GIL is shared,
@@ -316,20 +330,12 @@ class Scheduler:
             async with self.db.begin_queued_write() as db:
                 applied = await apply_plan(db, loaded, plan, now)
             # binds start now: a released room is filled without waiting for the
-            # explanations of thousands of sessions left pending, written next
+            # explanations of thousands of sessions left pending
             if applied.jobs:
                 self.binder.submit(list(applied.jobs))
-            # in chunks, each its own short write transaction: binds (queued on the
-            # writer lock on SQLite) and API writes go between them instead of waiting
-            # for thousands of explanations (~40 us each).  The binds just submitted
-            # queue for the writer lock (FIFO) ahead of the first chunk: their task and
-            # the binder's group-commit task reach it in two turns of the event loop.
-            if plan.failures and applied.jobs:
-                for _ in range(BIND_QUEUE_TURNS):
-                    await asyncio.sleep(0)
-            for start in range(0, len(plan.failures), FAILURES_CHUNK):
-                async with self.db.begin_queued_write() as db:
-                    await write_failures(db, plan.failures[start : start + FAILURES_CHUNK], now)
+            # why the others stay pending: written by the explanations' task, off the
+            # pass and its lock (coalesced, in chunks; see .explanations)
+            self.explanations.add(sgroup_name, plan.failures, now)
         self.metrics.pass_seconds.labels(sgroup_name).observe(time.perf_counter() - started)
         self.metrics.placements.labels(sgroup_name).inc(applied.placed)
         self.metrics.pending_left.labels(sgroup_name).inc(len(plan.failures))

@@ -499,7 +499,11 @@ async def _agents(
 
 
 async def _pending(
-    db: AsyncSession, sgroup: ScalingGroup, cache: SnapshotCache, texts: _Texts
+    db: AsyncSession,
+    sgroup: ScalingGroup,
+    cache: SnapshotCache,
+    texts: _Texts,
+    unwritten: Callable[[str], int] | None = None,
 ) -> list[PendingSession]:
     # Core on the session's connection (no ORM row processing); of ``status_data`` only
     # ``scheduler.retries`` is read, by the database: the failures' write replaces the
@@ -570,6 +574,8 @@ async def _pending(
             cache.misses += 1
             session = _pending_session(row, retries, dependencies, requirement, default_frag, texts)
         cache.pending[sid] = (key, session)
+        if unwritten is not None and (extra := unwritten(session.id)):
+            session = _with_retries(session, session.retries + extra)
         pending.append(session)
     return pending
 
@@ -785,13 +791,16 @@ async def load_snapshot(
     options: SchedulerOptions,
     last_roundrobin_agent: str | None = None,
     cache: SnapshotCache | None = None,
+    unwritten_retries: Callable[[str], int] | None = None,
 ) -> LoadedSnapshot:
     """The group's snapshot; ``cache`` (the group's, kept by the caller between passes)
-    saves re-parsing rows whose stored text did not change (see the module docstring)."""
+    saves re-parsing rows whose stored text did not change (see the module docstring);
+    ``unwritten_retries(session_id)``: failed attempts counted by passes whose
+    explanations are not written yet (:mod:`.explanations`), added to the stored ones."""
     cache = cache if cache is not None else SnapshotCache()
     texts = _Texts(cache.texts)
     agents, revisions, urls = await _agents(db, sgroup.name, cache, texts)
-    pending = await _pending(db, sgroup, cache, texts)
+    pending = await _pending(db, sgroup, cache, texts, unwritten_retries)
     ctx, by_key = await _predicate_context(db, pending, now, known, texts, options)
     cache.texts = texts.used
     snapshot = SchedulingSnapshot(

@@ -1,0 +1,159 @@
+"""Why sessions stay pending is written off the pass (manager/scheduler/explanations.py):
+coalesced, changed explanations first, unchanged ones at most every ``refresh_s``, in
+chunks, ``retries`` added by the database."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+
+from accelshare.manager.clock import FrozenClock
+from accelshare.manager.models import Session
+from accelshare.manager.scheduler import explanations, loop
+from accelshare.manager.scheduler.explanations import Explanations
+from accelshare.sched.plan import SchedulingSnapshot
+
+from .cluster import Cluster, running_cluster
+
+Frozen = tuple[Cluster, FrozenClock]
+
+
+@pytest.fixture
+async def frozen(db_url: str, tmp_path: Path) -> AsyncIterator[Frozen]:
+    clock = FrozenClock(datetime.now(UTC))
+    async with running_cluster(db_url, tmp_path / "state", clock=clock, background=False) as c:
+        yield c, clock
+
+
+async def too_big(cluster: Cluster, n: int) -> list[str]:
+    await cluster.add_agent("i-node01")  # two GPUs of 1.0 share
+    ids = []
+    for i in range(n):
+        created = await cluster.create({"cuda.shares": "3"}, name=f"big{i}", enqueueOnly=True)
+        assert created.status_code == 201, created.text
+        ids.append(created.json()["sessionId"])
+    return ids
+
+
+async def scheduler_of(cluster: Cluster, name: str) -> dict[str, Any] | None:
+    data = (await cluster.session(name))["statusData"]
+    return data.get("scheduler") if data else None
+
+
+async def test_a_pass_leaves_them_queued_and_a_flush_writes_them_in_chunks(
+    frozen: Frozen, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cluster, _ = frozen
+    await too_big(cluster, 3)
+    writer = cluster.manager.scheduler.explanations
+    writer.chunk = 2
+    chunks: list[int] = []
+    write = explanations.write_explanations
+
+    async def writing(db: Any, entries: Any) -> Any:
+        chunks.append(len(entries))
+        return await write(db, entries)
+
+    monkeypatch.setattr(explanations, "write_explanations", writing)
+    await cluster.manager.scheduler.run_once(flush=False)
+    assert chunks == []
+    assert writer.queued == 3
+    assert await scheduler_of(cluster, "big0") is None  # nothing written by the pass
+    await writer.flush()
+    assert chunks == [2, 1]
+    for i in range(3):
+        scheduler = await scheduler_of(cluster, f"big{i}")
+        assert scheduler is not None
+        assert scheduler["retries"] == 1
+        assert scheduler["kind"] == "no-agent"
+
+
+async def test_passes_coalesce_and_their_retries_add_up(
+    frozen: Frozen, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cluster, clock = frozen
+    [sid] = await too_big(cluster, 1)
+    writer = cluster.manager.scheduler.explanations
+    seen: list[SchedulingSnapshot] = []
+    load_snapshot = loop.load_snapshot
+
+    async def capturing(*args: Any, **kwargs: Any) -> Any:
+        loaded = await load_snapshot(*args, **kwargs)
+        seen.append(loaded.snapshot)
+        return loaded
+
+    monkeypatch.setattr(loop, "load_snapshot", capturing)
+    for _ in range(3):
+        clock.advance(timedelta(seconds=1))
+        await cluster.manager.scheduler.run_once(flush=False)
+    # nothing written yet, but every pass saw the attempts of the ones before
+    assert [s.pending[0].retries for s in seen] == [0, 1, 2]
+    assert writer.unwritten(sid) == 3
+    await writer.flush()
+    assert writer.unwritten(sid) == 0
+    assert writer.rows_written == 1  # one write for three passes
+    scheduler = await scheduler_of(cluster, "big0")
+    assert scheduler is not None
+    assert scheduler["retries"] == 3
+    assert scheduler["last_try"] == clock().isoformat()  # the newest pass's
+
+
+async def test_retries_are_added_to_what_is_stored(frozen: Frozen) -> None:
+    cluster, _ = frozen
+    [sid] = await too_big(cluster, 1)
+    await cluster.manager.scheduler.run_once()
+    # another replica wrote meanwhile (its count is in the row, not in this process)
+    async with cluster.manager.db.begin(write=True) as db:
+        row = await db.get(Session, uuid.UUID(sid))
+        assert row is not None
+        row.status_data = {**row.status_data, "scheduler": {"retries": 41}}
+    await cluster.manager.scheduler.run_once()
+    scheduler = await scheduler_of(cluster, "big0")
+    assert scheduler is not None
+    assert scheduler["retries"] == 42
+
+
+async def test_unchanged_ones_wait_for_refresh_changed_ones_do_not(frozen: Frozen) -> None:
+    cluster, clock = frozen
+    await too_big(cluster, 2)
+    now = [1000.0]
+    manager = cluster.manager
+    writer = manager.scheduler.explanations = Explanations(
+        manager.db, refresh_s=5.0, monotonic=lambda: now[0]
+    )
+    await manager.scheduler.run_once(flush=False)
+    await writer._write(due_only=True)  # new: written at once
+    assert writer.rows_written == 2
+    clock.advance(timedelta(seconds=1))
+    await manager.scheduler.run_once(flush=False)
+    await writer._write(due_only=True)  # the same explanations: not due yet
+    assert writer.rows_written == 2
+    assert writer.queued == 2
+    now[0] += 5.0
+    await writer._write(due_only=True)  # due now
+    assert writer.rows_written == 4
+    first = await scheduler_of(cluster, "big0")
+    assert first is not None
+    assert first["retries"] == 2
+
+    # big1 now fits only partly: its explanation changes and is written at once
+    async with manager.db.begin(write=True) as db:
+        await db.execute(
+            sa.update(Session)
+            .where(Session.name == "big1")
+            .values(requested_slots={"cpu": "1", "mem": str(2**30), "cuda.shares": "4"})
+        )
+    manager.scheduler.snapshot_caches.clear()
+    await manager.scheduler.run_once(flush=False)
+    await writer._write(due_only=True)
+    assert writer.rows_written == 5  # big1 only
+    big1 = await scheduler_of(cluster, "big1")
+    assert big1 is not None
+    assert "needs 4" in big1["msg"]
+    await writer.stop()
