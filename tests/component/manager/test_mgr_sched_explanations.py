@@ -102,6 +102,12 @@ async def test_passes_coalesce_and_their_retries_add_up(
     assert scheduler is not None
     assert scheduler["retries"] == 3
     assert scheduler["last_try"] == clock().isoformat()  # the newest pass's
+    # plain fifo orders by age only: the snapshot does not even read the stored count
+    await cluster.manager.scheduler.run_once()
+    assert seen[-1].pending[0].retries == 0
+    scheduler = await scheduler_of(cluster, "big0")
+    assert scheduler is not None
+    assert scheduler["retries"] == 4
 
 
 async def test_retries_are_added_to_what_is_stored(frozen: Frozen) -> None:

@@ -59,6 +59,12 @@ async def test_unchanged_rows_are_reused_and_changed_ones_reread(
     cluster: Cluster, checked: list[LoadedSnapshot]
 ) -> None:
     await cluster.add_agent("i-node01")
+    # fifo skipping sessions that failed often: the snapshot reads retries
+    patched = await cluster.admin.patch(
+        "/admin/scaling-groups/default",
+        json={"scheduler_opts": {"config": {"num_retries_to_skip": 5}}},
+    )
+    assert patched.status_code == 200, patched.text
     # too large for the agent: stays pending, pass after pass
     big = await cluster.create({"cuda.shares": "100"}, name="big", enqueueOnly=True)
     assert big.status_code == 201, big.text

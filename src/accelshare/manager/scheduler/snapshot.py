@@ -504,29 +504,36 @@ async def _pending(
     cache: SnapshotCache,
     texts: _Texts,
     unwritten: Callable[[str], int] | None = None,
+    with_retries: bool = True,
 ) -> list[PendingSession]:
     # Core on the session's connection (no ORM row processing); of ``status_data`` only
-    # ``scheduler.retries`` is read, by the database: the failures' write replaces the
-    # ``scheduler`` key in SQL, so the (large) documents are neither parsed nor re-encoded.
-    # JSON columns come as their stored text and ids as stored (SQLite: hex strings), the
-    # cache key: parsed (``uuid.UUID``, ``ResourceSlot``) only for a row not seen as is.
+    # ``scheduler.retries`` is read, by the database, and only ``with_retries`` (the
+    # picker orders by it: fifo with num_retries_to_skip; otherwise no decision reads it
+    # and the explanations add theirs in SQL), so the (large) documents are not parsed.
+    # JSON columns, times and enums come as stored and ids as stored (SQLite: hex
+    # strings), the cache key: parsed only for a row not seen as is.
     t = cast(sa.Table, Session.__table__)
     conn = await db.connection()
+    retries_column = (
+        t.c.status_data[("scheduler", "retries")].as_integer()
+        if with_retries
+        else sa.literal(0, sa.Integer())
+    )
     rows = list(
         await conn.execute(
             sa.select(
                 _raw(t.c.id),
-                t.c.status_data[("scheduler", "retries")].as_integer(),
+                retries_column,
                 t.c.access_key,
                 _text(t.c.requested_slots),
-                t.c.created_at,
+                _raw(t.c.created_at),
                 _raw(t.c.user_id),
                 _raw(t.c.group_id),
                 t.c.domain_name,
                 t.c.name,
                 t.c.priority,
-                t.c.session_type,
-                t.c.starts_at,
+                _raw(t.c.session_type),
+                _raw(t.c.starts_at),
                 _text(t.c.resource_opts),
                 t.c.designated_agent_id,
                 t.c.image,
@@ -556,6 +563,7 @@ async def _pending(
     if wanted:
         for image in (await db.execute(sa.select(Image).where(Image.ref.in_(wanted)))).scalars():
             catalogue[image.ref] = requirement_of(image)
+    parse = _RawColumns.of(t, conn.dialect)
     pending = []
     previous = cache.pending
     cache.pending = {}
@@ -572,12 +580,32 @@ async def _pending(
                 session = _with_retries(session, retries)
         else:
             cache.misses += 1
-            session = _pending_session(row, retries, dependencies, requirement, default_frag, texts)
+            session = _pending_session(
+                row, retries, dependencies, requirement, default_frag, texts, parse
+            )
         cache.pending[sid] = (key, session)
         if unwritten is not None and (extra := unwritten(session.id)):
             session = _with_retries(session, session.retries + extra)
         pending.append(session)
     return pending
+
+
+@dataclass(frozen=True, slots=True)
+class _RawColumns:
+    """The result processing of the columns :func:`_pending` reads as stored (applied
+    on a cache miss only): the times' and the session type's."""
+
+    created_at: Callable[[Any], Any]
+    starts_at: Callable[[Any], Any]
+    session_type: Callable[[Any], Any]
+
+    @classmethod
+    def of(cls, table: sa.Table, dialect: sa.Dialect) -> _RawColumns:
+        def processor(column: str) -> Callable[[Any], Any]:
+            process = table.c[column].type.dialect_impl(dialect).result_processor(dialect, None)
+            return process if process is not None else (lambda value: value)
+
+        return cls(processor("created_at"), processor("starts_at"), processor("session_type"))
 
 
 def _raw(column: Any) -> sa.ColumnElement[Any]:
@@ -618,6 +646,7 @@ def _pending_session(
     image: ImageRequirement | None,
     default_frag: bool,
     texts: _Texts,
+    parse: _RawColumns,
 ) -> PendingSession:
     (
         sid,
@@ -644,14 +673,14 @@ def _pending_session(
         id=str(_uuid(sid)),
         access_key=access_key,
         requested_slots=texts.get("slots", requested, _slots),
-        created_at=created_at,
+        created_at=parse.created_at(created_at),
         user_id=str(_uuid(user_id)),
         group_id=str(_uuid(group_id)),
         domain_name=domain_name,
         name=name,
         priority=priority,
-        session_type=session_type,
-        starts_at=starts_at,
+        session_type=parse.session_type(session_type),
+        starts_at=parse.starts_at(starts_at),
         dependencies=dependencies,
         retries=retries,
         allow_fragmentation=bool(frag),
@@ -800,7 +829,14 @@ async def load_snapshot(
     cache = cache if cache is not None else SnapshotCache()
     texts = _Texts(cache.texts)
     agents, revisions, urls = await _agents(db, sgroup.name, cache, texts)
-    pending = await _pending(db, sgroup, cache, texts, unwritten_retries)
+    pending = await _pending(
+        db,
+        sgroup,
+        cache,
+        texts,
+        unwritten_retries,
+        with_retries=options.picker is PickerName.FIFO and options.num_retries_to_skip > 0,
+    )
     ctx, by_key = await _predicate_context(db, pending, now, known, texts, options)
     cache.texts = texts.used
     snapshot = SchedulingSnapshot(
