@@ -27,7 +27,7 @@ from accelshare.api.signing import sign_request
 from accelshare.config import ConfigStore
 from accelshare.config.embedded import EmbeddedBackend
 from accelshare.manager.bootstrap import AdminCredentials
-from accelshare.manager.clock import Clock, utcnow
+from accelshare.manager.clock import Clock, FrozenClock, utcnow
 from accelshare.manager.config import ManagerConfig
 from accelshare.manager.runtime import Manager
 from accelshare.manager.testing import HollowAgent, HollowCluster, HollowSpec
@@ -260,3 +260,7 @@ class ManagerProcess:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
+
+
+Frozen = tuple[Cluster, FrozenClock]
+"""The ``frozen`` fixture (conftest.py): a cluster whose passes run by hand, and its clock."""

@@ -12,6 +12,7 @@ import os
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -19,8 +20,11 @@ import asyncpg
 import pytest
 from sqlalchemy.engine import make_url
 
+from accelshare.manager.clock import FrozenClock
 from accelshare.manager.config import ManagerConfig
 from accelshare.manager.db import Database
+
+from .cluster import Frozen, running_cluster
 
 PG_ADMIN_URL = os.environ.get("ACCELSHARE_TEST_PG", "postgresql://postgres@127.0.0.1:5432/postgres")
 
@@ -79,3 +83,11 @@ async def cluster(db_url: str, tmp_path: Path) -> AsyncIterator[Any]:
 
     async with running_cluster(db_url, tmp_path / "state") as running:
         yield running
+
+
+@pytest.fixture
+async def frozen(db_url: str, tmp_path: Path) -> AsyncIterator[Frozen]:
+    """A cluster whose passes run by hand (``run_once``) under a frozen clock."""
+    clock = FrozenClock(datetime.now(UTC))
+    async with running_cluster(db_url, tmp_path / "state", clock=clock, background=False) as c:
+        yield c, clock

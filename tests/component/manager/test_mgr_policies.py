@@ -6,28 +6,16 @@ Every hollow agent has two GPUs of 1.0 ``cuda.shares`` (2.0 in all), 8 cores, 16
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from datetime import UTC, datetime, timedelta
-from pathlib import Path
+from datetime import timedelta
 from typing import Any
 
 import httpx
 import pytest
 
 from accelshare.config import ConfigScopes
-from accelshare.manager.clock import FrozenClock
 from accelshare.manager.scheduler.loop import ROUNDROBIN_KEY
 
-from .cluster import Cluster, running_cluster
-
-Frozen = tuple[Cluster, FrozenClock]
-
-
-@pytest.fixture
-async def frozen(db_url: str, tmp_path: Path) -> AsyncIterator[Frozen]:
-    clock = FrozenClock(datetime.now(UTC))
-    async with running_cluster(db_url, tmp_path / "state", clock=clock, background=False) as c:
-        yield c, clock
+from .cluster import Cluster, Frozen
 
 
 async def make_user(

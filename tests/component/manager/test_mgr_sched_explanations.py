@@ -5,30 +5,18 @@ chunks, ``retries`` added by the database."""
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator
-from datetime import UTC, datetime, timedelta
-from pathlib import Path
+from datetime import timedelta
 from typing import Any
 
 import pytest
 import sqlalchemy as sa
 
-from accelshare.manager.clock import FrozenClock
 from accelshare.manager.models import Session
 from accelshare.manager.scheduler import explanations, loop
 from accelshare.manager.scheduler.explanations import Explanations
 from accelshare.sched.plan import SchedulingSnapshot
 
-from .cluster import Cluster, running_cluster
-
-Frozen = tuple[Cluster, FrozenClock]
-
-
-@pytest.fixture
-async def frozen(db_url: str, tmp_path: Path) -> AsyncIterator[Frozen]:
-    clock = FrozenClock(datetime.now(UTC))
-    async with running_cluster(db_url, tmp_path / "state", clock=clock, background=False) as c:
-        yield c, clock
+from .cluster import Cluster, Frozen
 
 
 async def too_big(cluster: Cluster, n: int) -> list[str]:
