@@ -3,9 +3,8 @@ waiting for GPUs holds back lower-priority GPU work, not CPU-only work beside it
 
 from __future__ import annotations
 
-from .test_mgr_policies import Frozen, end, enqueue, frozen, schedule, status_of
-
-__all__ = ["frozen"]  # the fixture, shared with test_mgr_policies
+from .cluster import Frozen
+from .test_mgr_policies import end, enqueue, schedule, status_of
 
 
 async def test_cpu_work_runs_beside_a_session_waiting_for_gpus(frozen: Frozen) -> None:
