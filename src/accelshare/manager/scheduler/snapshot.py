@@ -103,6 +103,7 @@ class SnapshotCache:
 
     agents: dict[str, tuple[tuple[Any, ...], AgentSnapshot]] = field(default_factory=dict)
     inputs: dict[str, tuple[tuple[Any, Any], _AgentColumns]] = field(default_factory=dict)
+    held_versions: dict[str, tuple[str, str]] = field(default_factory=dict)  # PostgreSQL
     pending: dict[Any, tuple[tuple[Any, ...], PendingSession]] = field(default_factory=dict)
     texts: dict[tuple[str, str], Any] = field(default_factory=dict)
     hits: int = 0
@@ -111,6 +112,7 @@ class SnapshotCache:
     def clear(self) -> None:
         self.agents.clear()
         self.inputs.clear()
+        self.held_versions.clear()
         self.pending.clear()
         self.texts.clear()
 
@@ -277,6 +279,64 @@ def _held_text(dialect: str) -> sa.ColumnElement[str]:
     return sa.func.aggregate_strings(row, _KERNEL_SEP)
 
 
+def _held_filter(sgroup: str) -> tuple[sa.ColumnElement[bool], ...]:
+    return (
+        Agent.scaling_group == sgroup,
+        Agent.status == AgentStatus.ALIVE,
+        Agent.is_schedulable.is_(True),
+        Kernel.status.in_(OCCUPYING),
+    )
+
+
+async def _held_texts_by_version(
+    db: AsyncSession, sgroup: str, cache: SnapshotCache
+) -> dict[str, str]:
+    """PostgreSQL: :func:`_held_text` per agent, read only for agents whose held kernels'
+    row versions changed.  Every pass reads, per agent, an md5 of its held kernels'
+    ``id:xmin`` pairs (``xmin``: the transaction that wrote the row version; any insert,
+    update or change of status or agent makes a new one, and a kernel that stops
+    holding leaves the set), which is cheap; the texts (``jsonb`` turned into text for
+    every kernel, the expensive part) only where that digest moved."""
+    version = sa.cast(Kernel.id, sa.Text()) + ":" + sa.literal_column("kernels.xmin::text")
+    digests = {
+        agent_id: digest
+        for agent_id, digest in await db.execute(
+            sa.select(
+                Kernel.agent_id,
+                sa.func.md5(
+                    sa.func.string_agg(version, aggregate_order_by(sa.literal(","), Kernel.id))
+                ),
+            )
+            .join(Agent, Agent.id == Kernel.agent_id)
+            .where(*_held_filter(sgroup))
+            .group_by(Kernel.agent_id)
+        )
+        if agent_id is not None
+    }
+    previous = cache.held_versions
+    cache.held_versions = {
+        a: previous[a] for a, d in digests.items() if a in previous and previous[a][0] == d
+    }
+    stale = sorted(set(digests) - set(cache.held_versions))
+    for start in range(0, len(stale), 500):
+        chunk = stale[start : start + 500]
+        for agent_id, digest, text in await db.execute(
+            sa.select(
+                Kernel.agent_id,
+                sa.func.md5(
+                    sa.func.string_agg(version, aggregate_order_by(sa.literal(","), Kernel.id))
+                ),
+                _held_text("postgresql"),
+            )
+            .join(Agent, Agent.id == Kernel.agent_id)
+            .where(*_held_filter(sgroup), Kernel.agent_id.in_(chunk))
+            .group_by(Kernel.agent_id)
+        ):
+            if agent_id is not None:
+                cache.held_versions[agent_id] = (digest, text)
+    return {agent_id: text for agent_id, (_, text) in cache.held_versions.items()}
+
+
 @dataclass(frozen=True, slots=True)
 class _Held:
     """An agent's held kernels parsed from :func:`_held_text`: their ids (canonical
@@ -418,26 +478,23 @@ async def _agents(
         )
     )
     if not agents:
-        cache.agents.clear()
-        cache.inputs.clear()
+        cache.clear()
         return [], {}, {}
     inputs = await _agent_inputs(db, agents, cache)
     # the group's resource-occupying kernels, by a join (not an IN list of thousands of
     # agent ids), one row per agent: the database joins each kernel's id and stored
     # texts into one string (:func:`_held_text`), the cache key, parsed only when it
     # changed (a Python row per kernel was most of the snapshot at 1,000 agents)
-    rows = await db.execute(
-        sa.select(Kernel.agent_id, _held_text(db.get_bind().dialect.name))
-        .join(Agent, Agent.id == Kernel.agent_id)
-        .where(
-            Agent.scaling_group == sgroup,
-            Agent.status == AgentStatus.ALIVE,
-            Agent.is_schedulable.is_(True),
-            Kernel.status.in_(OCCUPYING),
+    if db.get_bind().dialect.name == "postgresql":
+        held_texts = await _held_texts_by_version(db, sgroup, cache)
+    else:
+        rows = await db.execute(
+            sa.select(Kernel.agent_id, _held_text("sqlite"))
+            .join(Agent, Agent.id == Kernel.agent_id)
+            .where(*_held_filter(sgroup))
+            .group_by(Kernel.agent_id)
         )
-        .group_by(Kernel.agent_id)
-    )
-    held_texts = {agent_id: text for agent_id, text in rows if agent_id is not None}
+        held_texts = {agent_id: text for agent_id, text in rows if agent_id is not None}
     held = {a: texts.get_raw("held", t, _Held.parse) for a, t in held_texts.items()}
     views = {a.id: inputs[a.id].views for a in agents}
     # which reported kernels the manager has a row for: those the agent holds (just
