@@ -74,11 +74,13 @@ class Explanations:
         *,
         refresh_s: float = 5.0,
         chunk: int = 100,
+        delay_s: float = 0.01,
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self.db = db
         self.refresh_s = refresh_s
         self.chunk = chunk
+        self.delay_s = delay_s
         self._monotonic = monotonic
         self._queued: dict[str, _Entry] = {}
         self._in_flight: dict[str, int] = {}  # session -> delta being written now
@@ -166,6 +168,9 @@ class Explanations:
     async def _run(self) -> None:
         while True:
             await self._wake.wait()
+            # a moment first: the binds the pass just submitted reach the (SQLite)
+            # writer lock before the explanations, and more passes may coalesce
+            await asyncio.sleep(self.delay_s)
             self._wake.clear()
             try:
                 await self._write(due_only=True)
