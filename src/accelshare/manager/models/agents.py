@@ -30,7 +30,7 @@ from accelshare.common import ResourceSlot
 from accelshare.manager.clock import utcnow
 
 from .base import Base, JSONDocument, ResourceSlotJSON, UTCDateTime, str_enum
-from .triggers import install as install_triggers
+from .triggers import AGENT_VIEWS
 
 __all__ = [
     "DEFAULT_SCHEDULER_OPTS",
@@ -134,4 +134,4 @@ class Agent(Base):
         return self.available_slots - self.occupied_slots
 
 
-install_triggers(cast(sa.Table, Agent.__table__))
+AGENT_VIEWS.install(cast(sa.Table, Agent.__table__))

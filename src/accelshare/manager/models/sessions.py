@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import uuid
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 
 import sqlalchemy as sa
 from sqlalchemy.orm import Mapped, mapped_column
@@ -24,6 +24,7 @@ from accelshare.sched.lifecycle import SessionResult, SessionStatus
 from accelshare.sched.model import SessionType
 
 from .base import Base, JSONDocument, ResourceSlotJSON, UTCDateTime, str_enum
+from .triggers import SESSION_SCHED
 
 __all__ = [
     "DEFAULT_PRIORITY",
@@ -42,7 +43,16 @@ class Session(Base):
     __tablename__ = "sessions"
     __table_args__ = (
         sa.CheckConstraint(f"priority >= 0 AND priority <= {MAX_PRIORITY}", name="priority_range"),
-        sa.Index("ix_sessions_sgroup_status_created", "scaling_group", "status", "created_at"),
+        # covering for the scheduler's every-pass read of the pending sessions' ids and
+        # revisions (models.triggers): no table row is visited
+        sa.Index(
+            "ix_sessions_sgroup_status_created",
+            "scaling_group",
+            "status",
+            "created_at",
+            "id",
+            "sched_revision",
+        ),
         sa.Index("ix_sessions_access_key_status", "access_key", "status"),
         sa.Index("ix_sessions_user_status", "user_id", "status"),
         sa.Index("ix_sessions_group_status", "group_id", "status"),
@@ -74,6 +84,11 @@ class Session(Base):
     scaling_group: Mapped[str] = mapped_column(sa.ForeignKey("scaling_groups.name"))
     agent_id: Mapped[str | None] = mapped_column(sa.ForeignKey("agents.id"), index=True)
     designated_agent_id: Mapped[str | None] = mapped_column(sa.String(64))  # manual assignment
+    # bumped by the database when a column the scheduler reads of a pending session
+    # changes (.triggers.SESSION_SCHED)
+    sched_revision: Mapped[int] = mapped_column(
+        sa.BigInteger(), default=0, server_default=sa.text("0")
+    )
     occupied_slots: Mapped[ResourceSlot] = mapped_column(ResourceSlotJSON(), default=ResourceSlot)
     # state
     status: Mapped[SessionStatus] = mapped_column(
@@ -91,6 +106,9 @@ class Session(Base):
     scheduled_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
     started_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
     terminated_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+
+
+SESSION_SCHED.install(cast(sa.Table, Session.__table__))
 
 
 class Kernel(Base):

@@ -105,12 +105,14 @@ class SnapshotCache:
     inputs: dict[str, tuple[tuple[Any, Any], _AgentColumns]] = field(default_factory=dict)
     held_versions: dict[str, tuple[str, str]] = field(default_factory=dict)  # PostgreSQL
     pending: dict[Any, tuple[tuple[Any, ...], PendingSession]] = field(default_factory=dict)
+    rows: dict[Any, tuple[int, tuple[Any, ...]]] = field(default_factory=dict)
     texts: dict[tuple[str, str], Any] = field(default_factory=dict)
     hits: int = 0
     misses: int = 0
 
     def clear(self) -> None:
         self.agents.clear()
+        self.rows.clear()
         self.inputs.clear()
         self.held_versions.clear()
         self.pending.clear()
@@ -576,11 +578,32 @@ async def _pending(
         if with_retries
         else sa.literal(0, sa.Integer())
     )
-    rows = list(
+    # every pass: the pending sessions' ids and sched_revision, in FIFO order, from the
+    # covering index alone (without retries); their other columns only for rows not
+    # read before at that revision (bumped by the database on any change of them,
+    # models.triggers), in chunks of 500 ids
+    heads = list(
         await conn.execute(
+            sa.select(_raw(t.c.id), t.c.sched_revision, retries_column)
+            .where(t.c.scaling_group == sgroup.name, t.c.status == SessionStatus.PENDING)
+            .order_by(t.c.created_at, t.c.id)
+        )
+    )
+    previous_rows = cache.rows
+    cache.rows = {}
+    stale: list[Any] = []
+    for sid, revision, _ in heads:
+        known = previous_rows.get(sid)
+        if known is not None and known[0] == revision:
+            cache.rows[sid] = known
+        else:
+            stale.append(sid)
+    for start in range(0, len(stale), 500):
+        chunk = [_uuid(sid) for sid in stale[start : start + 500]]
+        for fetched in await conn.execute(
             sa.select(
                 _raw(t.c.id),
-                retries_column,
+                t.c.sched_revision,
                 t.c.access_key,
                 _text(t.c.requested_slots),
                 _raw(t.c.created_at),
@@ -594,11 +617,10 @@ async def _pending(
                 _text(t.c.resource_opts),
                 t.c.designated_agent_id,
                 t.c.image,
-            )
-            .where(t.c.scaling_group == sgroup.name, t.c.status == SessionStatus.PENDING)
-            .order_by(t.c.created_at, t.c.id)
-        )
-    )
+            ).where(t.c.id.in_(chunk))
+        ):
+            cache.rows[fetched[0]] = (fetched[1], tuple(fetched))
+    rows = [(cache.rows[sid], int(retries or 0)) for sid, _, retries in heads if sid in cache.rows]
     deps: dict[Any, list[str]] = {}
     if rows:  # the pending sessions' by a subquery, not IN lists of thousands of ids
         dep_rows = await conn.execute(
@@ -616,7 +638,7 @@ async def _pending(
         (sgroup.scheduler_opts or {}).get("allow_fractional_resource_fragmentation", True)
     )
     catalogue: dict[str, ImageRequirement] = {}
-    wanted = {r[-1] for r in rows}
+    wanted = {row[-1] for (_, row), _ in rows}
     if wanted:
         for image in (await db.execute(sa.select(Image).where(Image.ref.in_(wanted)))).scalars():
             catalogue[image.ref] = requirement_of(image)
@@ -624,11 +646,11 @@ async def _pending(
     pending = []
     previous = cache.pending
     cache.pending = {}
-    for row in rows:
-        sid, retries = row[0], int(row[1] or 0)
+    for (revision, row), retries in rows:
+        sid = row[0]
         requirement = catalogue.get(row[-1])
         dependencies = tuple(sorted(deps.get(sid, ())))
-        key = (*row[2:], dependencies, requirement, default_frag)
+        key = (revision, dependencies, requirement, default_frag)
         entry = previous.get(sid)
         if entry is not None and entry[0] == key:
             cache.hits += 1

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-from accelshare.manager.models.triggers import views_revision_ddl, views_revision_drop_ddl
+from accelshare.manager.models.triggers import AGENT_VIEWS
 
 # revision identifiers, used by Alembic.
 revision: str = "0005"
@@ -26,12 +26,12 @@ def upgrade() -> None:
                 "views_revision", sa.BigInteger(), server_default=sa.text("0"), nullable=False
             )
         )
-    for statement in views_revision_ddl(op.get_bind().dialect.name):
+    for statement in AGENT_VIEWS.create_ddl(op.get_bind().dialect.name):
         op.execute(statement)
 
 
 def downgrade() -> None:
-    for statement in views_revision_drop_ddl(op.get_bind().dialect.name):
+    for statement in AGENT_VIEWS.drop_ddl(op.get_bind().dialect.name):
         op.execute(statement)
     with op.batch_alter_table("agents", schema=None) as batch_op:
         batch_op.drop_column("views_revision")
