@@ -93,6 +93,10 @@ class Explanations:
         self._timer_due = 0.0
         self._write_lock = asyncio.Lock()
         self._progress = asyncio.Condition()  # notified after every chunk written
+        # cleared by the scheduler while a pass runs: the task writes between passes,
+        # never during one (a pass that places a release must not wait for it)
+        self.gate = asyncio.Event()
+        self.gate.set()
         self.rows_written = 0
 
     # -- what passes and snapshots call ------------------------------------------------
@@ -162,8 +166,8 @@ class Explanations:
             await self.flush()
 
     async def flush(self) -> None:
-        """Write every queued explanation now, changed or not."""
-        await self._write(due_only=False)
+        """Write every queued explanation now, changed or not (whatever the gate)."""
+        await self._write(due_only=False, gated=False)
 
     async def _run(self) -> None:
         while True:
@@ -173,7 +177,7 @@ class Explanations:
             await asyncio.sleep(self.delay_s)
             self._wake.clear()
             try:
-                await self._write(due_only=True)
+                await self._write(due_only=True, gated=True)
             except asyncio.CancelledError:
                 raise
             except Exception:  # the entries were re-queued: the next wake-up retries
@@ -210,10 +214,16 @@ class Explanations:
         self._timer = None
         self._wake.set()
 
-    async def _write(self, *, due_only: bool) -> None:
+    async def _write(self, *, due_only: bool, gated: bool = False) -> None:
         async with self._write_lock:
             picked = self._due(due_only)
             for start in range(0, len(picked), self.chunk):
+                if gated and not self.gate.is_set():
+                    try:
+                        await self.gate.wait()
+                    except BaseException:
+                        self._requeue(picked[start:])
+                        raise
                 part = picked[start : start + self.chunk]
                 for sid, entry in part:
                     self._in_flight[sid] = self._in_flight.get(sid, 0) + entry.delta

@@ -183,8 +183,8 @@ class Scheduler:
     async def run_once(self, *, flush: bool = True) -> list[PassResult]:
         """One pass per scaling group with pending sessions.  ``flush``: also write the
         explanations of the sessions left pending before returning (the loop leaves
-        them to the explanations' task)."""
-        async with self._lock:
+        them to the explanations' task, which writes between passes)."""
+        async with self._lock, self._explanations_held():
             known = await self.known_slots.load()
             results: list[PassResult] = []
             with use_known_slots(known):
@@ -203,6 +203,15 @@ class Scheduler:
             if result.conflicts:
                 self.trigger()
         return results
+
+    @contextlib.asynccontextmanager
+    async def _explanations_held(self) -> AsyncIterator[None]:
+        """The explanations' task writes no chunk while passes run."""
+        self.explanations.gate.clear()
+        try:
+            yield
+        finally:
+            self.explanations.gate.set()
 
     async def resume(self) -> int:
         """After a start: bind again what a previous manager left between SCHEDULED and
