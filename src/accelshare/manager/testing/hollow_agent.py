@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import httpx
-from fastapi import APIRouter, FastAPI, Request
+from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, PlainTextResponse
 
 from accelshare.accel import PluginInventory, build_alloc_map
@@ -373,7 +373,6 @@ class HollowAgent:
     # -- the agent RPC ------------------------------------------------------------------------
     def _build_app(self) -> FastAPI:
         app = FastAPI(title=f"hollow agent {self.agent_id}")
-        app.state.hollow = self
 
         @app.middleware("http")
         async def check_secret(request: Request, call_next: Any) -> Any:
@@ -383,10 +382,55 @@ class HollowAgent:
                 return _problem(401, "missing or wrong cluster secret")
             return await call_next(request)
 
-        # the routes are shared by every hollow agent (module-level functions that find
-        # their agent in app.state): FastAPI's per-endpoint work on a first request is
-        # then done once, not once per agent of a thousand
-        app.include_router(_ROUTES)
+        @app.post("/v1/kernels")
+        async def create(body: CreateKernelRequest) -> Any:
+            return await self._create(body)
+
+        @app.post("/v1/kernels/batch")
+        async def create_batch(request: Request) -> Any:
+            self.batch_creates += 1
+            if not self.batch_route:
+                return _problem(404, "not found")
+            bodies = CreateKernelBatch.validate_json(await request.body())
+            if self.refuse_creates is not None:
+                return _problem(409, self.refuse_creates)
+            reports = [await self._create_report(body) for body in bodies]
+            return JSONResponse(KernelReports.dump_python(reports, mode="json"))
+
+        @app.delete("/v1/kernels/{kernel_id}")
+        async def destroy(kernel_id: str) -> Any:
+            self.destroy_requests.append(kernel_id)
+            async with self._lock:
+                kernel = self._drop(kernel_id)
+            if kernel is None:
+                return KernelReport(kernel_id=kernel_id, status=KernelStatus.EXITED).model_dump(
+                    mode="json"
+                )
+            self._emit(self._event(kernel, KernelEventType.EXITED, exit_code=0, reason="destroyed"))
+            return kernel.report(exit_code=0).model_dump(mode="json")
+
+        @app.get("/v1/kernels")
+        async def list_kernels() -> Any:
+            reports = [k.report() for k in self.kernels.values()]
+            return KernelList(kernels=reports).model_dump(mode="json")
+
+        @app.get("/v1/kernels/{kernel_id}/logs")
+        async def logs(kernel_id: str) -> Any:
+            kernel = self.kernels.get(kernel_id)
+            if kernel is None:
+                return _problem(404, f"no kernel {kernel_id}")
+            return PlainTextResponse(kernel.logs)
+
+        @app.get("/v1/alloc-map")
+        async def alloc_map(form: str = "full") -> Any:
+            if form == "compat":
+                return self.compat_alloc_map()
+            return self.alloc_map_view().model_dump(mode="json")
+
+        @app.get("/v1/health")
+        async def health() -> Any:
+            return {"status": "ok", "agent_id": self.agent_id}
+
         return app
 
     async def _create(self, body: CreateKernelRequest) -> Any:
@@ -436,71 +480,6 @@ class HollowAgent:
         if status is KernelStatus.RUNNING:
             self._emit(self._event(kernel, KernelEventType.STARTED))
         return kernel.report()
-
-
-def _agent(request: Request) -> HollowAgent:
-    agent: HollowAgent = request.app.state.hollow
-    return agent
-
-
-_ROUTES = APIRouter()
-
-
-@_ROUTES.post("/v1/kernels")
-async def _create(body: CreateKernelRequest, request: Request) -> Any:
-    return await _agent(request)._create(body)
-
-
-@_ROUTES.post("/v1/kernels/batch")
-async def _create_batch(request: Request) -> Any:
-    agent = _agent(request)
-    agent.batch_creates += 1
-    if not agent.batch_route:
-        return _problem(404, "not found")
-    bodies = CreateKernelBatch.validate_json(await request.body())
-    if agent.refuse_creates is not None:
-        return _problem(409, agent.refuse_creates)
-    reports = [await agent._create_report(body) for body in bodies]
-    return JSONResponse(KernelReports.dump_python(reports, mode="json"))
-
-
-@_ROUTES.delete("/v1/kernels/{kernel_id}")
-async def _destroy(kernel_id: str, request: Request) -> Any:
-    agent = _agent(request)
-    agent.destroy_requests.append(kernel_id)
-    async with agent._lock:
-        kernel = agent._drop(kernel_id)
-    if kernel is None:
-        return KernelReport(kernel_id=kernel_id, status=KernelStatus.EXITED).model_dump(mode="json")
-    agent._emit(agent._event(kernel, KernelEventType.EXITED, exit_code=0, reason="destroyed"))
-    return kernel.report(exit_code=0).model_dump(mode="json")
-
-
-@_ROUTES.get("/v1/kernels")
-async def _list_kernels(request: Request) -> Any:
-    reports = [k.report() for k in _agent(request).kernels.values()]
-    return KernelList(kernels=reports).model_dump(mode="json")
-
-
-@_ROUTES.get("/v1/kernels/{kernel_id}/logs")
-async def _logs(kernel_id: str, request: Request) -> Any:
-    kernel = _agent(request).kernels.get(kernel_id)
-    if kernel is None:
-        return _problem(404, f"no kernel {kernel_id}")
-    return PlainTextResponse(kernel.logs)
-
-
-@_ROUTES.get("/v1/alloc-map")
-async def _alloc_map(request: Request, form: str = "full") -> Any:
-    agent = _agent(request)
-    if form == "compat":
-        return agent.compat_alloc_map()
-    return agent.alloc_map_view().model_dump(mode="json")
-
-
-@_ROUTES.get("/v1/health")
-async def _health(request: Request) -> Any:
-    return {"status": "ok", "agent_id": _agent(request).agent_id}
 
 
 class HollowCluster:
