@@ -20,9 +20,16 @@ the calling (event loop) thread.  The worker thread is kept for what may wait:
   (``BEGIN IMMEDIATE`` did not take the lock; a write step was refused before it
   changed a page; a refused ``COMMIT`` leaves the transaction open, to be retried).
 
-The price: a long statement (a scan of 10,000 pending sessions) holds the loop for its
-duration instead of letting other tasks run while SQLite's C code works.  The manager's
-statements are short and indexed, so this is the better trade for the embedded setup.
+* an ``executemany`` of many rows (:data:`BULK_ROWS`): the scheduler's bulk writes
+  (thousands of placements, their kernels and history rows; explanations in chunks)
+  take tens to hundreds of milliseconds of SQLite's C code, during which the sqlite3
+  module releases the GIL between rows' steps: in the worker thread they run beside the
+  event loop (binds, requests) on another core, and the hop is noise next to them.
+
+The price: a long single statement (a scan of 10,000 pending sessions) holds the loop
+for its duration instead of letting other tasks run while SQLite's C code works.  The
+manager's other statements are short and indexed, so this is the better trade for the
+embedded setup.
 The SQLite connection is created with ``check_same_thread=False``: it is used by one
 task at a time (the pool's checkout) but from the loop's thread and, for busy waits,
 the worker's.
@@ -43,6 +50,20 @@ _SQLITE_BUSY = 5
 _SQLITE_LOCKED = 6
 
 
+BULK_ROWS = 64
+"""An ``executemany`` of at least this many rows runs in the worker thread (see the
+module docstring)."""
+
+
+def _is_bulk(fn: Callable[..., Any], args: tuple[Any, ...]) -> bool:
+    return (
+        getattr(fn, "__name__", "") == "executemany"
+        and len(args) > 1
+        and isinstance(args[1], list | tuple)
+        and len(args[1]) >= BULK_ROWS
+    )
+
+
 def _is_busy(error: sqlite3.OperationalError) -> bool:
     code = getattr(error, "sqlite_errorcode", None)
     if code is None:  # pragma: no cover - Python < 3.11 has no error codes
@@ -60,10 +81,15 @@ class InlineConnection(aiosqlite.Connection):
         self._thread.daemon = True  # as SQLAlchemy does for aiosqlite's own thread
         self.busy_timeout_ms = busy_timeout_ms
         self.busy_waits = 0  # calls that had to wait in the worker thread
+        self.bulk_calls = 0  # executemany calls of many rows, run in the worker thread
 
     async def _execute(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         if not self._running or not self._connection:
             raise ValueError("Connection closed")
+        if _is_bulk(fn, args):
+            self.bulk_calls += 1
+            bulk = partial(self._with_busy_timeout, fn, args, kwargs)
+            return await super()._execute(bulk)  # type: ignore[no-untyped-call]
         try:
             return fn(*args, **kwargs)
         except sqlite3.OperationalError as e:

@@ -140,3 +140,34 @@ async def test_a_closed_connection_refuses_calls(tmp_path: Path) -> None:
         await conn.execute("SELECT 1")
     with pytest.raises(ValueError, match="Connection closed"):
         await conn._execute(len, "x")
+
+
+async def test_a_bulk_executemany_runs_in_the_worker_thread(tmp_path: Path) -> None:
+    from accelshare.manager.sqlite_inline import BULK_ROWS
+
+    db = await _setup(tmp_path / "bulk.db")
+    try:
+        seen: list[str] = []
+        async with db.engine.connect() as conn:
+            raw = await conn.get_raw_connection()
+            driver = raw.driver_connection
+            assert isinstance(driver, InlineConnection)
+            driver._conn.create_function(
+                "whose_thread", 1, lambda v: seen.append(threading.current_thread().name) or v
+            )
+            bulk_before = driver.bulk_calls
+            insert = sa.text("INSERT INTO t (id, v) VALUES (:id, whose_thread(:v))")
+            await conn.execute(insert, [{"id": i, "v": "few"} for i in range(BULK_ROWS - 1)])
+            assert driver.bulk_calls == bulk_before  # a few rows: inline
+            rows = [{"id": 1000 + i, "v": "many"} for i in range(BULK_ROWS)]
+            await conn.execute(insert, rows)
+            assert driver.bulk_calls == bulk_before + 1
+            await conn.commit()
+            count = await conn.execute(sa.text("SELECT count(*) FROM t"))
+            assert count.scalar_one() == 2 * BULK_ROWS - 1
+        loop_thread = threading.current_thread().name
+        assert set(seen[: BULK_ROWS - 1]) == {loop_thread}
+        assert loop_thread not in set(seen[BULK_ROWS - 1 :])  # the many rows: elsewhere
+        assert len(seen) == 2 * BULK_ROWS - 1
+    finally:
+        await db.engine.dispose()
