@@ -151,3 +151,16 @@ async def test_unchanged_ones_wait_for_refresh_changed_ones_do_not(frozen: Froze
     assert big1 is not None
     assert "needs 4" in big1["msg"]
     await writer.stop()
+
+
+async def test_a_group_with_nothing_pending_is_forgotten(frozen: Frozen) -> None:
+    cluster, _ = frozen
+    [sid] = await too_big(cluster, 1)
+    writer = cluster.manager.scheduler.explanations
+    await cluster.manager.scheduler.run_once()
+    assert writer.groups == {"default"}
+    deleted = await cluster.admin.delete(f"/session/{sid}")
+    assert deleted.status_code < 300, deleted.text
+    await cluster.manager.scheduler.run_once()
+    assert writer.groups == frozenset()
+    assert writer.queued == 0

@@ -124,10 +124,22 @@ class Explanations:
             self._group_of[sid] = scaling_group
         self._wake.set()
 
+    def forget(self, scaling_group: str) -> None:
+        """The group has nothing pending any more: drop what was remembered of its
+        writes (entries still queued are written as usual)."""
+        for sid in self._written.pop(scaling_group, {}):
+            if sid not in self._queued:
+                self._group_of.pop(sid, None)
+
     def unwritten(self, session_id: str) -> int:
         """Retries of ``session_id`` counted by passes but not in the database yet."""
         entry = self._queued.get(session_id)
         return (entry.delta if entry is not None else 0) + self._in_flight.get(session_id, 0)
+
+    @property
+    def groups(self) -> frozenset[str]:
+        """The scaling groups whose writes are remembered."""
+        return frozenset(self._written)
 
     @property
     def queued(self) -> int:
@@ -180,9 +192,10 @@ class Explanations:
                 await self._write(due_only=True, gated=True)
             except asyncio.CancelledError:
                 raise
-            except Exception:  # the entries were re-queued: the next wake-up retries
+            except Exception:  # the entries were re-queued: try again in a second
                 log.exception("writing the pending sessions' explanations failed")
                 await asyncio.sleep(1.0)
+                self._wake.set()
 
     def _due(self, due_only: bool) -> list[tuple[str, _Entry]]:
         now = self._monotonic()

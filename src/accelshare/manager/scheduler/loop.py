@@ -195,6 +195,8 @@ class Scheduler:
                 del self.snapshot_caches[gone]
             for gone in set(self.reason_memos) - set(groups):
                 del self.reason_memos[gone]
+            for gone in set(self.explanations.groups) - set(groups):
+                self.explanations.forget(gone)
             self.passes_completed += 1
         if flush:
             await self.explanations.flush()
