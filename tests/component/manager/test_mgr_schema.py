@@ -148,3 +148,30 @@ async def test_the_views_revision_trigger_after_migrations(database: Database) -
 async def test_the_views_revision_trigger_after_oneshot(database: Database) -> None:
     await create_schema_oneshot(database)
     assert await _views_revisions(database) == [1, 1, 1, 2, 3]
+
+
+async def _triggers(database: Database) -> set[str]:
+    async with database.connect() as conn:
+        if conn.dialect.name == "postgresql":
+            query = "SELECT tgname FROM pg_trigger WHERE NOT tgisinternal"
+        else:
+            query = "SELECT name FROM sqlite_master WHERE type = 'trigger'"
+        return {name for (name,) in await conn.execute(sa.text(query))}
+
+
+@pytest.mark.parametrize("make", ["migrations", "oneshot"])
+async def test_both_revision_triggers_exist(database: Database, make: str) -> None:
+    if make == "migrations":
+        await upgrade_schema(database)
+    else:
+        await create_schema_oneshot(database)
+    assert await _triggers(database) == {"agents_views_revision", "sessions_sched_revision"}
+
+    def down(connection: Connection) -> None:
+        cfg = alembic_config()
+        cfg.attributes["connection"] = connection
+        command.downgrade(cfg, "0004")
+
+    async with database.connect(write=True) as conn:
+        await conn.run_sync(down)
+    assert await _triggers(database) == set()
