@@ -82,7 +82,7 @@ __all__ = [
     "Assignment",
     "Failure",
     "FailureKind",
-    "ReasonMemo",
+    "PlanMemo",
     "SchedulerOptions",
     "SchedulingPlan",
     "SchedulingSnapshot",
@@ -113,21 +113,31 @@ def _shape(session: PendingSession) -> _ShapeKey:
 
 
 @dataclass(slots=True)
-class ReasonMemo:
-    """Per-agent reasons kept from one pass to the next (owned by the caller, one per
-    scaling group; only :func:`plan_pass` reads and writes it).
+class PlanMemo:
+    """What one pass keeps for the next (owned by the caller, one per scaling group;
+    only :func:`plan_pass` reads and writes it): shown agents' reasons and pending
+    sessions' shape keys.  The plan is the same with or without it.
 
-    A shown agent's reason for a shape is a function of the agent's snapshot and the
+    *Reasons.* A shown agent's reason for a shape is a function of the agent's snapshot and the
     shape alone when the pass placed nothing on it and no waiting session protects
     anything there; on a full cluster most shown agents stay so pass after pass (a
     release changes one agent), and working their reasons out again was most of a
     release pass.  An entry is used only for the *same* :class:`AgentSnapshot` object
     (the manager's snapshot cache hands an unchanged agent's object again; an equal
     but new one is explained anew): the entry holds the object, so its id cannot be
-    reused.  Entries a pass did not use are dropped."""
+    reused.  Entries a pass did not use are dropped.
+
+    *Shape keys.* Working out a session's shape key (its sorted request, options and
+    image) and hashing it was a third of a pass over 10,000 pending sessions; the
+    snapshot cache hands an unchanged session's object again, so the key is kept per
+    session object (by identity, holding the object) as a small int, interned while
+    some session uses it."""
 
     entries: dict[tuple[_ShapeKey, str], tuple[AgentSnapshot, str]] = field(default_factory=dict)
     hits: int = 0
+    shape_ids: dict[int, tuple[PendingSession, int]] = field(default_factory=dict)
+    shape_keys: dict[_ShapeKey, int] = field(default_factory=dict)
+    next_shape: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -396,10 +406,12 @@ class _Pass:
         tuple[int, PendingSession, tuple[PredicateResult, ...], _Fit, dict[str, _Protection]]
     ] = field(default_factory=list)
     _signatures: dict[str, int] | None = None  # agents built alike: same int
-    memo: ReasonMemo | None = None
+    memo: PlanMemo | None = None
     touched: set[str] = field(default_factory=set)  # agents this pass placed on
     _agents: dict[str, AgentSnapshot] = field(default_factory=dict)
     _memo_used: dict[tuple[_ShapeKey, str], tuple[AgentSnapshot, str]] = field(default_factory=dict)
+    _numbered: dict[int, _Shape] = field(default_factory=dict)  # memo's shape number -> shape
+    _session_shapes: dict[int, tuple[PendingSession, int]] = field(default_factory=dict)
     _placed: dict[str, list[ResourceSlot]] = field(default_factory=dict)  # not in states yet
     counts_occupancy: bool = True  # False: no predicate reads the counters occupy() keeps
 
@@ -548,7 +560,7 @@ class _Pass:
         agent_id: str,
         protections: dict[str, _Protection],
     ) -> str:
-        """:meth:`reason`, from the previous pass's :class:`ReasonMemo` where that is
+        """:meth:`reason`, from the previous pass's :class:`PlanMemo` where that is
         exact (see its docstring); what is worked out goes into this pass's memo."""
         memo = self.memo
         if memo is None or agent_id in protections or agent_id in self.touched:
@@ -675,10 +687,30 @@ class _Pass:
             yield capacity.index[agent.id]
 
     def shape_of(self, session: PendingSession) -> _Shape:
-        key = _shape(session)
-        shape = self._shapes.get(key)
-        if shape is not None:
-            return shape
+        memo = self.memo
+        if memo is None:
+            key = _shape(session)
+            shape = self._shapes.get(key)
+            if shape is not None:
+                return shape
+            return self._new_shape(session, key)
+        known = memo.shape_ids.get(id(session))
+        if known is not None and known[0] is session:
+            number = known[1]
+        else:
+            key = _shape(session)
+            found = memo.shape_keys.get(key)
+            if found is None:
+                found = memo.shape_keys[key] = memo.next_shape
+                memo.next_shape += 1
+            number = found
+        self._session_shapes[id(session)] = (session, number)
+        shape = self._numbered.get(number)
+        if shape is None:
+            shape = self._numbered[number] = self._new_shape(session, _shape(session))
+        return shape
+
+    def _new_shape(self, session: PendingSession, key: _ShapeKey) -> _Shape:
         items = tuple(session.requested_slots.items())
         request = tuple((s, v) for s, v in items if v > 0)
         signature = self.capacity.signature([s for s, _ in request])
@@ -694,6 +726,15 @@ class _Pass:
             )
         shape = self._shapes[key] = _Shape(key, request, items, signature, pool)
         return shape
+
+    def keep_shapes(self) -> None:
+        """After the pass: the memo keeps the shape keys of this pass's sessions only."""
+        memo = self.memo
+        if memo is None:
+            return
+        memo.shape_ids = self._session_shapes
+        used = {number for _, number in self._session_shapes.values()}
+        memo.shape_keys = {key: n for key, n in memo.shape_keys.items() if n in used}
 
     def can_run(self, image: ImageRequirement, agent_id: str) -> bool:
         agent = self.states[agent_id]
@@ -890,7 +931,7 @@ def _signature_ids(agents: Sequence[AgentSnapshot]) -> dict[str, int]:
     return {a.state.id: interned.setdefault(_capacity_signature(a), len(interned)) for a in agents}
 
 
-def plan_pass(snapshot: SchedulingSnapshot, memo: ReasonMemo | None = None) -> SchedulingPlan:
+def plan_pass(snapshot: SchedulingSnapshot, memo: PlanMemo | None = None) -> SchedulingPlan:
     """Run one pass (see the module docstring) and return the plan; the snapshot is
     untouched.  ``memo`` (the scaling group's, kept by the caller between passes) saves
     working out again the reasons of agents that did not change; the plan is the same
@@ -934,6 +975,7 @@ def plan_pass(snapshot: SchedulingSnapshot, memo: ReasonMemo | None = None) -> S
     run.explain_failures()
     if memo is not None:
         memo.entries = run._memo_used
+        run.keep_shapes()
     failures = tuple(f for f in run.failures if f is not None)
     assert len(failures) == len(run.failures)
     return SchedulingPlan(

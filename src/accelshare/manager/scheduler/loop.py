@@ -43,7 +43,7 @@ import sqlalchemy as sa
 from accelshare.aio import cancel_and_wait
 from accelshare.config import ConfigStore
 from accelshare.sched.lifecycle import SessionStatus
-from accelshare.sched.plan import ReasonMemo, SchedulerOptions, SchedulingPlan, plan_pass
+from accelshare.sched.plan import PlanMemo, SchedulerOptions, SchedulingPlan, plan_pass
 
 from ..clock import Clock
 from ..db import Database
@@ -112,8 +112,8 @@ class Scheduler:
         self.snapshot_caches: dict[str, SnapshotCache] = {}
         self.explanations = Explanations(db)
         # per scaling group: the shown agents' reasons, reused while an agent's snapshot
-        # is the same object (the snapshot cache's), see sched.plan.ReasonMemo
-        self.reason_memos: dict[str, ReasonMemo] = {}
+        # is the same object (the snapshot cache's), see sched.plan.PlanMemo
+        self.plan_memos: dict[str, PlanMemo] = {}
 
     # -- triggers and the loop ----------------------------------------------------------
     def trigger(self) -> None:
@@ -193,8 +193,8 @@ class Scheduler:
                     results.append(await self._pass(sgroup))
             for gone in set(self.snapshot_caches) - set(groups):  # nothing pending there
                 del self.snapshot_caches[gone]
-            for gone in set(self.reason_memos) - set(groups):
-                del self.reason_memos[gone]
+            for gone in set(self.plan_memos) - set(groups):
+                del self.plan_memos[gone]
             for gone in set(self.explanations.groups) - set(groups):
                 self.explanations.forget(gone)
             self.passes_completed += 1
@@ -336,7 +336,7 @@ class Scheduler:
             # pure and CPU-bound: in a worker thread, so that binds, heartbeats and the
             # API keep being served while a large pass is planned (the GIL is shared,
             # but the event loop is not frozen for seconds)
-            memo = self.reason_memos.setdefault(sgroup_name, ReasonMemo())
+            memo = self.plan_memos.setdefault(sgroup_name, PlanMemo())
             plan = await asyncio.to_thread(plan_pass, loaded.snapshot, memo)
             async with self.db.begin_queued_write() as db:
                 applied = await apply_plan(db, loaded, plan, now)

@@ -1,4 +1,4 @@
-"""The reasons kept between passes (``ReasonMemo``) never change a plan: a pass with the
+"""The reasons kept between passes (``PlanMemo``) never change a plan: a pass with the
 previous pass's memo gives exactly the plan of a pass without one, whatever changed in
 between (agents replaced, added or gone, sessions placed or new), and a pass over the
 same agents reuses their reasons."""
@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from accelshare.sched.plan import (
     MAX_AGENT_REASONS,
-    ReasonMemo,
+    PlanMemo,
     SchedulingPlan,
     SchedulingSnapshot,
     plan_pass,
@@ -51,7 +51,7 @@ def next_snapshots(draw: st.DrawFn, first: SchedulingSnapshot) -> SchedulingSnap
 @given(st.data())
 def test_a_memo_never_changes_the_plan(data: st.DataObject) -> None:
     first = data.draw(scenarios())
-    memo = ReasonMemo()
+    memo = PlanMemo()
     assert_identical(plan_pass(first, memo), plan_pass(first))
     for _ in range(2):
         following = data.draw(next_snapshots(first))
@@ -68,12 +68,15 @@ def test_reasons_of_unchanged_agents_are_reused() -> None:
         for i, shares in enumerate(["0.5", "1", "0.5", "1"])
     )
     snapshot = SchedulingSnapshot("default", T0, cluster, pending)
-    memo = ReasonMemo()
+    memo = PlanMemo()
     first = plan_pass(snapshot, memo)
     assert not first.assignments
     assert first.failures[0].agent_reasons[0].startswith("a00: cuda.shares needs 0.5")
     assert memo.hits == 0
     assert len(memo.entries) == 2 * MAX_AGENT_REASONS  # shapes x shown agents
+    # each session's shape key, kept by identity, two distinct keys
+    assert {id(s) for s in pending} == set(memo.shape_ids)
+    assert sorted(memo.shape_keys.values()) == [0, 1]
     assert plan_pass(snapshot, memo).failures == first.failures
     assert memo.hits == 2 * MAX_AGENT_REASONS  # every reason came from the memo
     # one agent replaced (a release there): only its reasons are worked out again
