@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import Decimal
@@ -281,6 +281,28 @@ def _held_text(dialect: str) -> sa.ColumnElement[str]:
     return sa.func.aggregate_strings(row, _KERNEL_SEP)
 
 
+_K = TypeVar("_K")
+_R = TypeVar("_R")
+_V = TypeVar("_V")
+
+
+def _keep_current(
+    previous: Mapping[_K, tuple[_R, _V]], heads: Iterable[tuple[_K, _R]]
+) -> tuple[dict[_K, tuple[_R, _V]], list[_K]]:
+    """The entries of ``previous`` (key -> (revision, value)) whose revision is the one
+    just read in ``heads``, and the keys to read again (in ``heads``' order).  Keys not
+    in ``heads`` are dropped."""
+    kept: dict[_K, tuple[_R, _V]] = {}
+    stale: list[_K] = []
+    for key, revision in heads:
+        entry = previous.get(key)
+        if entry is not None and entry[0] == revision:
+            kept[key] = entry
+        else:
+            stale.append(key)
+    return kept, stale
+
+
 def _held_filter(sgroup: str) -> tuple[sa.ColumnElement[bool], ...]:
     return (
         Agent.scaling_group == sgroup,
@@ -315,11 +337,7 @@ async def _held_texts_by_version(
         )
         if agent_id is not None
     }
-    previous = cache.held_versions
-    cache.held_versions = {
-        a: previous[a] for a, d in digests.items() if a in previous and previous[a][0] == d
-    }
-    stale = sorted(set(digests) - set(cache.held_versions))
+    cache.held_versions, stale = _keep_current(cache.held_versions, digests.items())
     for start in range(0, len(stale), 500):
         chunk = stale[start : start + 500]
         for agent_id, digest, text in await db.execute(
@@ -419,16 +437,9 @@ async def _agent_inputs(
     """Each agent's :class:`_AgentColumns`: the previous pass's while its
     ``(views_revision, first_contact_at)`` is the one it was read at, else read and
     parsed (in chunks of 500 ids, in the snapshot's transaction)."""
-    previous = cache.inputs
-    cache.inputs = {}
-    stale: list[str] = []
-    for head in heads:
-        agent_id, revision_key = head[0], (head[1], head[2])
-        entry = previous.get(agent_id)
-        if entry is not None and entry[0] == revision_key:
-            cache.inputs[agent_id] = entry
-        else:
-            stale.append(agent_id)
+    cache.inputs, stale = _keep_current(
+        cache.inputs, ((head[0], (head[1], head[2])) for head in heads)
+    )
     for start in range(0, len(stale), 500):
         rows = await db.execute(
             sa.select(
@@ -589,15 +600,7 @@ async def _pending(
             .order_by(t.c.created_at, t.c.id)
         )
     )
-    previous_rows = cache.rows
-    cache.rows = {}
-    stale: list[Any] = []
-    for sid, revision, _ in heads:
-        known = previous_rows.get(sid)
-        if known is not None and known[0] == revision:
-            cache.rows[sid] = known
-        else:
-            stale.append(sid)
+    cache.rows, stale = _keep_current(cache.rows, ((sid, revision) for sid, revision, _ in heads))
     for start in range(0, len(stale), 500):
         chunk = [_uuid(sid) for sid in stale[start : start + 500]]
         for fetched in await conn.execute(
