@@ -666,7 +666,9 @@ async def _pending(
                 row, retries, dependencies, requirement, default_frag, texts, parse
             )
         cache.pending[sid] = (key, session)
-        if unwritten is not None and (extra := unwritten(session.id)):
+        # (only when read: otherwise no decision reads retries, and the object the
+        # cache hands stays the same, which the planner's memo keys by)
+        if with_retries and unwritten is not None and (extra := unwritten(session.id)):
             session = _with_retries(session, session.retries + extra)
         pending.append(session)
     return pending
