@@ -26,6 +26,13 @@ the calling (event loop) thread.  The worker thread is kept for what may wait:
   module releases the GIL between rows' steps: in the worker thread they run beside the
   event loop (binds, requests) on another core, and the hop is noise next to them.
 
+While a call is queued to or running in the worker thread, every other call on the
+connection goes there too, behind it (FIFO): a connection is never used from two
+threads at once.  This matters when the caller is cancelled mid-statement — SQLAlchemy
+then closes the connection at once, and that close, made on the loop's thread beside a
+running ``executemany``, crashed the interpreter (found in the scheduler benchmark when
+the manager stopped during a large explanations write).
+
 The price: a long single statement (a scan of 10,000 pending sessions) holds the loop
 for its duration instead of letting other tasks run while SQLite's C code works.  The
 manager's other statements are short and indexed, so this is the better trade for the
@@ -38,6 +45,7 @@ the worker's.
 from __future__ import annotations
 
 import sqlite3
+import threading
 from collections.abc import Callable
 from functools import partial
 from typing import Any
@@ -82,22 +90,51 @@ class InlineConnection(aiosqlite.Connection):
         self.busy_timeout_ms = busy_timeout_ms
         self.busy_waits = 0  # calls that had to wait in the worker thread
         self.bulk_calls = 0  # executemany calls of many rows, run in the worker thread
+        # calls queued to or running in the worker thread: while any is, every call goes
+        # there too (FIFO), so nothing touches the connection beside it — a caller
+        # cancelled while its statement runs there gets the connection closed by
+        # SQLAlchemy at once, and that close must wait for the statement
+        self._in_worker = 0
+        self._in_worker_lock = threading.Lock()
 
     async def _execute(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         if not self._running or not self._connection:
             raise ValueError("Connection closed")
         if _is_bulk(fn, args):
             self.bulk_calls += 1
-            bulk = partial(self._with_busy_timeout, fn, args, kwargs)
-            return await super()._execute(bulk)  # type: ignore[no-untyped-call]
+            return await self._in_worker_thread(partial(self._with_busy_timeout, fn, args, kwargs))
+        if self._worker_busy():
+            return await self._in_worker_thread(partial(fn, *args, **kwargs))
         try:
             return fn(*args, **kwargs)
         except sqlite3.OperationalError as e:
             if not _is_busy(e):
                 raise
         self.busy_waits += 1
-        retry = partial(self._with_busy_timeout, fn, args, kwargs)
-        return await super()._execute(retry)  # type: ignore[no-untyped-call]
+        return await self._in_worker_thread(partial(self._with_busy_timeout, fn, args, kwargs))
+
+    def _worker_busy(self) -> bool:
+        with self._in_worker_lock:
+            return self._in_worker > 0
+
+    async def _in_worker_thread(self, call: Callable[[], Any]) -> Any:
+        """``call`` in the connection's worker thread, counted until it has run there
+        (not until the caller stops waiting: a cancelled caller leaves it running)."""
+
+        def counted() -> Any:
+            try:
+                return call()
+            finally:
+                with self._in_worker_lock:
+                    self._in_worker -= 1
+
+        if not self._running or not self._connection:
+            raise ValueError("Connection closed")
+        with self._in_worker_lock:
+            self._in_worker += 1
+        # queued now (aiosqlite's own checks passed above): the worker thread runs it,
+        # and every call queued before its stop sentinel, whatever happens to the caller
+        return await super()._execute(counted)  # type: ignore[no-untyped-call]
 
     def _with_busy_timeout(
         self, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]

@@ -171,3 +171,40 @@ async def test_a_bulk_executemany_runs_in_the_worker_thread(tmp_path: Path) -> N
         assert len(seen) == 2 * BULK_ROWS - 1
     finally:
         await db.engine.dispose()
+
+
+async def test_calls_beside_a_bulk_statement_wait_for_it_even_a_close(tmp_path: Path) -> None:
+    from accelshare.manager.sqlite_inline import BULK_ROWS, connect_inline
+
+    conn = await connect_inline(str(tmp_path / "c.db"), busy_timeout_ms=1000)
+    order: list[str] = []
+
+    def slow(v: int) -> int:
+        time.sleep(0.002)  # in the worker thread: ~BULK_ROWS * 2 ms in all
+        return v
+
+    conn._conn.create_function("slow", 1, slow)
+    await conn.execute("CREATE TABLE t (id INTEGER PRIMARY KEY, v INTEGER)")
+
+    async def bulk() -> None:
+        rows = [(i, i) for i in range(BULK_ROWS * 2)]
+        await conn.executemany("INSERT INTO t VALUES (?, slow(?))", rows)
+        order.append("bulk")
+
+    task = asyncio.create_task(bulk())
+    await asyncio.sleep(0.02)  # the bulk insert runs in the worker thread now
+    assert conn._worker_busy()
+    cursor = await conn.execute("SELECT count(*) FROM t")  # queued behind it, not beside
+    assert await cursor.fetchone() == (BULK_ROWS * 2,)
+    order.append("count")
+    await task
+    assert order == ["bulk", "count"]
+
+    # a caller cancelled while its bulk statement runs, then the connection closed (as
+    # SQLAlchemy does for a cancelled task's connection): the close waits for it
+    task = asyncio.create_task(bulk())
+    await asyncio.sleep(0.02)
+    task.cancel()
+    await conn.close()  # before the guard: the statement ran on a closed connection
+    assert task.cancelled() or task.done()
+    assert not conn._worker_busy()

@@ -169,7 +169,11 @@ class Explanations:
 
     async def stop(self, *, flush: bool = True) -> None:
         if self._task is not None:
-            await cancel_and_wait([self._task])
+            # a write round in progress finishes first: the task is cancelled between
+            # rounds, never inside a statement (its transaction would be rolled back
+            # and the connection closed under the statement)
+            async with self._write_lock:
+                await cancel_and_wait([self._task])
             self._task = None
         if self._timer is not None:
             self._timer.cancel()
