@@ -75,7 +75,7 @@ from accelshare.manager.scheduler import loop as sched_loop
 from accelshare.manager.testing import HollowAgent, HollowCluster, HollowSpec
 from accelshare.manager.testing.hollow_agent import TWO_FGPU
 from accelshare.sched.lifecycle import SessionStatus
-from accelshare.sched.plan import SchedulingSnapshot, plan_pass
+from accelshare.sched.plan import PlacedPass, SchedulingSnapshot, plan_pass
 
 SECRET = "bench-cluster-secret-0123456789abcdef"
 PG_ADMIN_URL = os.environ.get("ACCELSHARE_TEST_PG", "postgresql://postgres@127.0.0.1:5432/postgres")
@@ -234,7 +234,8 @@ def instrument(manager: Manager, records: list[PassRecord]) -> Callable[[], None
     original_pass = scheduler._pass
     originals = {
         "snapshot": sched_loop.load_snapshot,
-        "plan": sched_loop.plan_pass,
+        "plan": sched_loop.place_pass,
+        "explain": PlacedPass.explain,
         "apply": sched_loop.apply_plan,
     }
     parts: dict[str, float] = {}
@@ -288,13 +289,15 @@ def instrument(manager: Manager, records: list[PassRecord]) -> Callable[[], None
         return result
 
     sched_loop.load_snapshot = timed("snapshot", originals["snapshot"])
-    sched_loop.plan_pass = timed("plan", originals["plan"])
+    sched_loop.place_pass = timed("plan", originals["plan"])
+    PlacedPass.explain = timed("explain", originals["explain"])  # type: ignore[method-assign]
     sched_loop.apply_plan = timed("apply", originals["apply"])
     scheduler._pass = timed_pass  # type: ignore[method-assign]
 
     def undo() -> None:
         sched_loop.load_snapshot = originals["snapshot"]  # type: ignore[assignment]
-        sched_loop.plan_pass = originals["plan"]
+        sched_loop.place_pass = originals["plan"]
+        PlacedPass.explain = originals["explain"]  # type: ignore[method-assign]
         sched_loop.apply_plan = originals["apply"]  # type: ignore[assignment]
         scheduler._pass = original_pass  # type: ignore[method-assign]
 
@@ -416,7 +419,7 @@ async def _run(
         await asyncio.gather(*(a.heartbeat() for a in agents[start : start + 50]))
     records: list[PassRecord] = []
     undo = instrument(manager, records)
-    timed_plan = sched_loop.plan_pass
+    timed_plan = sched_loop.place_pass
     captured: list[SchedulingSnapshot] = []
 
     def capture(snapshot: SchedulingSnapshot, *args: Any) -> Any:
@@ -425,7 +428,7 @@ async def _run(
             captured.append(snapshot)
         return timed_plan(snapshot, *args)
 
-    sched_loop.plan_pass = capture
+    sched_loop.place_pass = capture
     changes: list[float] = []  # when the accepted count last grew
     stop = asyncio.Event()
 
@@ -487,7 +490,7 @@ async def _run(
         if APPLY_ENDS:  # the fill pass's binds: from its apply to the last accepted kernel
             result.bind_s = max(0.0, (changes[0] if changes else APPLY_ENDS[0]) - APPLY_ENDS[0])
         fill_passes = len(records)
-        sched_loop.plan_pass = timed_plan
+        sched_loop.place_pass = timed_plan
         if captured:
             start = time.perf_counter()
             plan = plan_pass(captured[0])

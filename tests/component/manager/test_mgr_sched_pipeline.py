@@ -15,6 +15,7 @@ from accelshare.manager.db import Database
 from accelshare.manager.models import Agent, Kernel, Session
 from accelshare.manager.scheduler import explanations, loop
 from accelshare.manager.transitions import recompute_agent_occupancy
+from accelshare.sched.plan import PlacedPass, SchedulingPlan
 
 from .cluster import Cluster, Frozen
 
@@ -69,7 +70,7 @@ async def test_a_release_between_plan_and_apply_sends_the_placement_to_the_next_
         assert agent.occupied_slots.get_amount("cuda.shares") == 1
 
 
-async def test_binds_start_before_the_failures_are_written_and_retries_count(
+async def test_binds_start_before_the_failures_are_worked_out_or_written_and_retries_count(
     frozen: Frozen, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     cluster, clock = frozen
@@ -90,10 +91,21 @@ async def test_binds_start_before_the_failures_are_written_and_retries_count(
         order.append("failures")
         return await write(*args, **kwargs)
 
+    explain = PlacedPass.explain
+
+    def explaining(placed: PlacedPass) -> SchedulingPlan:
+        order.append("explain")
+        return explain(placed)
+
     monkeypatch.setattr(binder, "submit", submitting)
     monkeypatch.setattr(explanations, "write_explanations", writing)
-    await cluster.manager.scheduler.run_once()
-    assert order == ["binds", "failures"]
+    monkeypatch.setattr(PlacedPass, "explain", explaining)
+    [result] = await cluster.manager.scheduler.run_once()
+    assert order == ["binds", "explain", "failures"]
+    assert result.plan is not None
+    assert [f.msg.split(":")[0] for f in result.plan.failures] == [
+        "No agent can hold the request now"
+    ]
     await cluster.wait_status("fits", "RUNNING")
     first = (await cluster.session("too-big"))["statusData"]["scheduler"]
     clock.advance(timedelta(seconds=5))

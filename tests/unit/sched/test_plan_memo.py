@@ -10,11 +10,14 @@ from dataclasses import replace
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from accelshare.sched.pickers import PickerName
 from accelshare.sched.plan import (
     MAX_AGENT_REASONS,
     PlanMemo,
+    SchedulerOptions,
     SchedulingPlan,
     SchedulingSnapshot,
+    place_pass,
     plan_pass,
 )
 
@@ -44,7 +47,14 @@ def next_snapshots(draw: st.DrawFn, first: SchedulingSnapshot) -> SchedulingSnap
     pending = list(first.pending)
     for _ in range(draw(st.integers(0, min(3, len(pending) - 1)))):
         del pending[draw(st.integers(0, len(pending) - 1))]
-    return replace(first, agents=tuple(cluster), pending=tuple(pending))
+    options = first.options
+    if draw(st.booleans()):  # the same sessions, another picker or skip: another order
+        options = replace(
+            options,
+            picker=draw(st.sampled_from(list(PickerName))),
+            num_retries_to_skip=draw(st.sampled_from([0, 1, 2])),
+        )
+    return replace(first, agents=tuple(cluster), pending=tuple(pending), options=options)
 
 
 @settings(max_examples=150, deadline=None)
@@ -53,10 +63,62 @@ def test_a_memo_never_changes_the_plan(data: st.DataObject) -> None:
     first = data.draw(scenarios())
     memo = PlanMemo()
     assert_identical(plan_pass(first, memo), plan_pass(first))
-    for _ in range(2):
+    for _ in range(3):
         following = data.draw(next_snapshots(first))
+        if data.draw(st.booleans()):  # a pass whose placements were never explained
+            place_pass(following, memo)
         assert_identical(plan_pass(following, memo), plan_pass(following))
         first = following
+
+
+@settings(max_examples=100, deadline=None)
+@given(scenarios())
+def test_placing_then_explaining_is_the_whole_pass(snapshot: SchedulingSnapshot) -> None:
+    whole = plan_pass(snapshot)
+    placed = place_pass(snapshot)
+    assert placed.placements.assignments == whole.assignments
+    assert placed.placements.last_roundrobin_agent == whole.last_roundrobin_agent
+    assert placed.placements.failures == ()
+    plan = placed.explain()
+    assert plan == whole
+    assert placed.explain() is plan  # worked out once
+
+
+def test_a_band_of_the_same_sessions_is_ordered_once() -> None:
+    cluster = (gpu_agent("a00", "0.8", "0.9"),)
+    pending = tuple(
+        session(f"s{i}", age_s=10 - i, requested_slots=slots(cpu=1, cuda_shares="1"))
+        for i in range(5)
+    )
+    snapshot = SchedulingSnapshot("default", T0, cluster, pending)
+    memo = PlanMemo()
+    first = plan_pass(snapshot, memo)
+    order = memo.orders[pending[0].priority][2]
+    assert [s.id for s in order] == ["s4", "s3", "s2", "s1", "s0"]  # oldest first
+    assert plan_pass(snapshot, memo) == first
+    assert memo.orders[pending[0].priority][2] is order  # not sorted again
+    # an equal band of new objects, or another picker, is sorted anew
+    renewed = replace(snapshot, pending=tuple(replace(s) for s in pending))
+    plan_pass(renewed, memo)
+    assert memo.orders[pending[0].priority][2] is not order
+    lifo = replace(renewed, options=SchedulerOptions(picker=PickerName.LIFO))
+    plan_pass(lifo, memo)
+    assert [s.id for s in memo.orders[pending[0].priority][2]] == ["s0", "s1", "s2", "s3", "s4"]
+
+
+def test_a_placed_pass_leaves_the_memo_as_it_was_until_explained() -> None:
+    cluster = tuple(gpu_agent(f"a{i:02d}", "0.8", "0.9", cpus=8 + i) for i in range(3))
+    pending = (session("s0", requested_slots=slots(cpu=1, cuda_shares="1")),)
+    snapshot = SchedulingSnapshot("default", T0, cluster, pending)
+    memo = PlanMemo()
+    plan_pass(snapshot, memo)
+    entries, orders = memo.entries, memo.orders
+    placed = place_pass(replace(snapshot, agents=cluster[:2]), memo)
+    assert memo.entries is entries
+    assert memo.orders is orders
+    plan = placed.explain()
+    assert memo.entries is not entries
+    assert [r.split(":")[0] for r in plan.failures[0].agent_reasons] == ["a00", "a01"]
 
 
 def test_reasons_of_unchanged_agents_are_reused() -> None:

@@ -16,12 +16,14 @@ One scheduler at a time:
 
 A pass per scaling group (with PENDING sessions) is a pipeline of short transactions:
 cancel sessions past the group's ``pending_timeout`` (a write transaction), load the
-snapshot (one read transaction), run the pure :func:`~accelshare.sched.plan.plan_pass`
-in a worker thread (``asyncio.to_thread``, no transaction open: on SQLite binds,
-destroys and heartbeats write meanwhile), apply the plan (one write transaction,
-compare-and-set per agent, which rejects placements on agents that changed since the
-snapshot), submit the binds (:mod:`.binding`, outside the lock), and hand the
-explanations of the sessions left pending to :class:`~.explanations.Explanations`, whose
+snapshot (one read transaction), decide the placements with the pure
+:func:`~accelshare.sched.plan.place_pass` in a worker thread (``asyncio.to_thread``, no
+transaction open: on SQLite binds, destroys and heartbeats write meanwhile), apply them
+(one write transaction, compare-and-set per agent, which rejects placements on agents
+that changed since the snapshot), submit the binds (:mod:`.binding`, outside the lock),
+then work out why the others stay pending (:meth:`~accelshare.sched.plan.PlacedPass.explain`,
+in the worker thread again) and hand those explanations to
+:class:`~.explanations.Explanations`, whose
 task writes them off the pass and its lock (coalesced, changed ones first, in short
 chunks) — a release is placed, and the next pass starts, without waiting for thousands
 of them.
@@ -43,7 +45,7 @@ import sqlalchemy as sa
 from accelshare.aio import cancel_and_wait
 from accelshare.config import ConfigStore
 from accelshare.sched.lifecycle import SessionStatus
-from accelshare.sched.plan import PlanMemo, SchedulerOptions, SchedulingPlan, plan_pass
+from accelshare.sched.plan import PlanMemo, SchedulerOptions, SchedulingPlan, place_pass
 
 from ..clock import Clock
 from ..db import Database
@@ -337,13 +339,15 @@ class Scheduler:
             # API keep being served while a large pass is planned (the GIL is shared,
             # but the event loop is not frozen for seconds)
             memo = self.plan_memos.setdefault(sgroup_name, PlanMemo())
-            plan = await asyncio.to_thread(plan_pass, loaded.snapshot, memo)
+            placed = await asyncio.to_thread(place_pass, loaded.snapshot, memo)
             async with self.db.begin_queued_write() as db:
-                applied = await apply_plan(db, loaded, plan, now)
+                applied = await apply_plan(db, loaded, placed.placements, now)
             # binds start now: a released room is filled without waiting for the
-            # explanations of thousands of sessions left pending
+            # explanations of thousands of sessions left pending, neither their working
+            # out (sched.plan.PlacedPass) nor their writing
             if applied.jobs:
                 self.binder.submit(list(applied.jobs))
+            plan = await asyncio.to_thread(placed.explain)
             # why the others stay pending: written by the explanations' task, off the
             # pass and its lock (coalesced, in chunks; see .explanations)
             self.explanations.add(sgroup_name, plan.failures, now)
