@@ -74,7 +74,13 @@ from .fit import (
 from .images import ImageRequirement, image_refusal
 from .model import AgentState, PendingSession, PredicateResult
 from .pickers import PickerName, pick
-from .predicates import DEFAULT_PREDICATES, Predicate, PredicateContext, predicate_results
+from .predicates import (
+    DEFAULT_PREDICATES,
+    Predicate,
+    PredicateContext,
+    passed_without_limits,
+    predicate_results,
+)
 from .selectors import DEFAULT_RESOURCE_PRIORITY, SelectorName, iter_ranked
 
 __all__ = [
@@ -426,6 +432,9 @@ class _Pass:
     _session_shapes: dict[int, tuple[PendingSession, int]] = field(default_factory=dict)
     _placed: dict[str, list[ResourceSlot]] = field(default_factory=dict)  # not in states yet
     counts_occupancy: bool = True  # False: no predicate reads the counters occupy() keeps
+    # predicates.passed_without_limits: what every session without a start time and
+    # dependencies passes, when no limit or quota exists (None: run them per session)
+    trivially_passed: tuple[PredicateResult, ...] | None = None
     _orders: dict[int, _Order] = field(default_factory=dict)  # the memo's, for the next pass
 
     def pick_sequence(self, band: Sequence[PendingSession]) -> Iterator[PendingSession]:
@@ -472,8 +481,37 @@ class _Pass:
             self._orders[band[0].priority] = (how, list(band), ordered)
         yield from ordered
 
-    def try_session(self, session: PendingSession) -> _Blocker | None:
-        """Try one session; returns a blocker when it waits for resources (see plan_pass)."""
+    def try_session(self, session: PendingSession, blocking: bool) -> _Blocker | None:
+        """Try one session; returns a blocker when it waits for resources (see plan_pass)
+        and ``blocking`` (a band follows)."""
+        trivial = self.trivially_passed
+        memo = self.memo
+        if (
+            trivial is not None
+            and memo is not None
+            and not self.protections
+            and session.starts_at is None
+            and not session.dependencies
+            and session.designated_agent is None
+        ):
+            # The common case on a full cluster, in O(1): every predicate passes, and
+            # the session's shape (its memo entry) already failed in this pass with
+            # nothing deferring it: it fails the same, as the general path below would
+            # find, without its calls.
+            known = memo.shape_ids.get(id(session))
+            if known is not None and known[0] is session:
+                shape = self._numbered.get(known[1])
+                fit = None if shape is None else shape.failed
+                if shape is not None and fit is not None and fit.deferred_by is None:
+                    self._session_shapes[id(session)] = known
+                    self._unexplained.append(
+                        (len(self.failures), session, trivial, fit, self.protections)
+                    )
+                    self.failures.append(None)
+                    # no blocker: it would repeat the one of the shape's first session
+                    # in this band (add_blockers keeps one per request and shape), or
+                    # the shape failed in a band above with none (no protections here)
+                    return None
         passed, failed = predicate_results(session, self.ctx, self.snapshot.options.predicates)
         if failed:
             self.failures.append(
@@ -494,7 +532,7 @@ class _Pass:
         entry = (len(self.failures), session, passed, result, self.protections)
         self._unexplained.append(entry)
         self.failures.append(None)  # filled in by explain_failures
-        if not result.could_fit or result.shape is None:
+        if not blocking or not result.could_fit or result.shape is None:
             return None
         return _Blocker(session.priority, session.requested_slots, result.shape)
 
@@ -1029,17 +1067,19 @@ def place_pass(snapshot: SchedulingSnapshot, memo: PlanMemo | None = None) -> Pl
             options.predicates is not DEFAULT_PREDICATES or ctx.limits or ctx.quotas
         ),
         memo=memo,
+        trivially_passed=passed_without_limits(ctx, options.predicates),
     )
     bands: dict[int, list[PendingSession]] = {}
     for session in snapshot.pending:
         bands.setdefault(session.priority, []).append(session)
     priorities = sorted(bands, reverse=True)
     for n, priority in enumerate(priorities):
+        blocking = n + 1 < len(priorities)  # the last band protects nothing: none follows
         waiting = [
             blocker
             for session in run.pick_sequence(bands[priority])
-            if (blocker := run.try_session(session)) is not None
+            if (blocker := run.try_session(session, blocking)) is not None
         ]
-        if n + 1 < len(priorities):  # the last band protects nothing: no band follows
+        if blocking:
             run.add_blockers(waiting)
     return PlacedPass(run)

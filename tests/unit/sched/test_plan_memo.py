@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from accelshare.sched.pickers import PickerName
 from accelshare.sched.plan import (
     MAX_AGENT_REASONS,
+    FailureKind,
     PlanMemo,
     SchedulerOptions,
     SchedulingPlan,
@@ -155,3 +156,28 @@ def test_reasons_of_unchanged_agents_are_reused() -> None:
     hits = memo.hits
     assert plan_pass(renewed, memo).failures == first.failures
     assert memo.hits == hits
+
+
+def test_sessions_of_a_failed_shape_still_hold_lower_bands_back_on_a_memoed_pass() -> None:
+    # two priority-50 sessions of one shape that fit the agent only when it is empty;
+    # on the second pass (shapes from the memo) the second one takes the O(1) path of a
+    # failed shape, and the agent's GPUs are still protected from the priority-10 one
+    cluster = (gpu_agent("a00", "0.8", "0.9"),)
+    big = slots(cpu=1, cuda_shares="1")
+    pending = (
+        session("h1", age_s=1, priority=50, requested_slots=big),
+        session("h2", age_s=2, priority=50, requested_slots=big),
+        session("low", age_s=3, priority=10, requested_slots=slots(cpu=1, cuda_shares="0.1")),
+    )
+    snapshot = SchedulingSnapshot("default", T0, cluster, pending)
+    memo = PlanMemo()
+    first = plan_pass(snapshot, memo)
+    second = plan_pass(snapshot, memo)
+    assert second == first == plan_pass(snapshot)
+    assert not second.assignments
+    kinds = {f.session_id: f.kind for f in second.failures}
+    assert kinds == {
+        "h1": FailureKind.NO_AGENT,
+        "h2": FailureKind.NO_AGENT,
+        "low": FailureKind.DEFERRED,
+    }
