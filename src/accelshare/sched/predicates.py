@@ -216,10 +216,15 @@ def predicate_results(
 def passed_without_limits(
     ctx: PredicateContext, predicates: Sequence[Predicate] = DEFAULT_PREDICATES
 ) -> tuple[PredicateResult, ...] | None:
-    """With the default predicates and no keypair limit or quota at all: the passed
-    results :func:`predicate_results` gives every session without a start time and
-    dependencies (the same shared tuple); otherwise None."""
-    if predicates is DEFAULT_PREDICATES and not ctx.limits and not ctx.quotas:
+    """With the default predicates, no quota and no keypair limit that running
+    sessions count against (a keypair's pending-queue limits are checked at enqueue):
+    the passed results :func:`predicate_results` gives every session without a start
+    time and dependencies (the same shared tuple); otherwise None."""
+    if (
+        predicates is DEFAULT_PREDICATES
+        and not ctx.quotas
+        and not any(limits.limits_running for limits in ctx.limits.values())
+    ):
         return _DEFAULT_PASSED
     return None
 

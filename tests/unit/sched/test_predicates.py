@@ -5,9 +5,11 @@ import pytest
 from accelshare.common import ResourceSlot
 from accelshare.sched.model import KeypairLimits
 from accelshare.sched.predicates import (
+    DEFAULT_PREDICATES,
     DependencyState,
     PredicateContext,
     check_enqueue_limits,
+    passed_without_limits,
     predicate_results,
     run_predicates,
 )
@@ -94,6 +96,18 @@ def test_only_limits_on_running_sessions_make_predicates_look(
     assert failed == ()
     assert (passed is predicate_results(session("b"), ctx())[0]) is trivial
     assert limits.limits_running is not trivial
+    # the pass-wide answer: the same tuple, for every session without a start time and
+    # dependencies, exactly when no keypair limits running sessions
+    assert (passed_without_limits(c) is passed) is trivial
+    assert (passed_without_limits(c) is None) is not trivial
+
+
+def test_no_pass_wide_answer_with_quotas_or_other_predicates() -> None:
+    everyone = passed_without_limits(ctx())
+    assert everyone is not None
+    assert everyone == predicate_results(session("a"), ctx())[0]
+    assert passed_without_limits(ctx(quotas={("user", "u1"): slots(cpu=1)})) is None
+    assert passed_without_limits(ctx(), predicates=DEFAULT_PREDICATES[:2]) is None
 
 
 def test_keypair_quota_names_slot_and_amounts() -> None:
