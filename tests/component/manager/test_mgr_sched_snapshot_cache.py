@@ -14,7 +14,7 @@ import sqlalchemy as sa
 
 from accelshare.common import ResourceSlot
 from accelshare.manager.clock import FrozenClock
-from accelshare.manager.models import Agent, Session
+from accelshare.manager.models import Agent, Image, Session
 from accelshare.manager.scheduler import loop
 from accelshare.manager.scheduler.snapshot import LoadedSnapshot, SnapshotCache
 
@@ -142,3 +142,40 @@ async def test_new_and_cancelled_pending_sessions_and_the_memory_bound(
     assert deleted.status_code < 300, deleted.text
     await cluster.manager.scheduler.run_once()
     assert cluster.manager.scheduler.snapshot_caches == {}
+
+
+async def test_an_image_requirement_is_kept_while_equal_and_renewed_when_it_changes(
+    cluster: Cluster, checked: list[LoadedSnapshot]
+) -> None:
+    agent = await cluster.add_agent("i-node01")
+    agent.images = ["python:3.11"]
+    await agent.heartbeat()
+    added = await cluster.admin.post(
+        "/admin/images",
+        json={"ref": "python:3.11", "min_slots": {"cpu": "1"}, "accelerators": ["cuda"]},
+    )
+    assert added.status_code == 201, added.text
+    big = await cluster.create(
+        {"cuda.shares": "100"}, image="python:3.11", name="big", enqueueOnly=True
+    )
+    assert big.status_code == 201, big.text
+    await cluster.manager.scheduler.run_once()
+    cache = cache_of(cluster)
+    [(_, first)] = cache.pending.values()
+    assert first.image is not None
+    await cluster.manager.scheduler.run_once()
+    [(_, again)] = cache.pending.values()
+    assert again is first  # the catalogue's equal requirement: the same session object
+    # the catalogue entry changes (the session row does not): the session is renewed
+    async with cluster.manager.db.begin(write=True) as db:
+        await db.execute(
+            sa.update(Image)
+            .where(Image.ref == "python:3.11")
+            .values(min_slots=ResourceSlot({"cpu": 2}))
+        )
+    await cluster.manager.scheduler.run_once()
+    [(_, renewed)] = cache.pending.values()
+    assert renewed is not first
+    assert renewed.image is not None
+    assert renewed.image.min_slots == ResourceSlot({"cpu": 2})
+    assert checked[-1].snapshot.pending == (renewed,)

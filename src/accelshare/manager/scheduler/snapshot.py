@@ -106,6 +106,7 @@ class SnapshotCache:
     held_versions: dict[str, tuple[str, str]] = field(default_factory=dict)  # PostgreSQL
     pending: dict[Any, tuple[tuple[Any, ...], PendingSession]] = field(default_factory=dict)
     rows: dict[Any, tuple[int, tuple[Any, ...]]] = field(default_factory=dict)
+    catalogue: dict[str, ImageRequirement] = field(default_factory=dict)  # pending's images
     texts: dict[tuple[str, str], Any] = field(default_factory=dict)
     hits: int = 0
     misses: int = 0
@@ -117,6 +118,7 @@ class SnapshotCache:
         self.held_versions.clear()
         self.pending.clear()
         self.texts.clear()
+        self.catalogue.clear()
 
 
 class _Texts:
@@ -593,13 +595,13 @@ async def _pending(
     # covering index alone (without retries); their other columns only for rows not
     # read before at that revision (bumped by the database on any change of them,
     # models.triggers), in chunks of 500 ids
-    heads = list(
+    heads = (
         await conn.execute(
             sa.select(_raw(t.c.id), t.c.sched_revision, retries_column)
             .where(t.c.scaling_group == sgroup.name, t.c.status == SessionStatus.PENDING)
             .order_by(t.c.created_at, t.c.id)
         )
-    )
+    ).all()  # fetched at once (iterating fetches row by row through the async adapter)
     cache.rows, stale = _keep_current(cache.rows, ((sid, revision) for sid, revision, _ in heads))
     for start in range(0, len(stale), 500):
         chunk = [_uuid(sid) for sid in stale[start : start + 500]]
@@ -623,9 +625,9 @@ async def _pending(
             ).where(t.c.id.in_(chunk))
         ):
             cache.rows[fetched[0]] = (fetched[1], tuple(fetched))
-    rows = [(cache.rows[sid], int(retries or 0)) for sid, _, retries in heads if sid in cache.rows]
+    cached_rows = cache.rows
     deps: dict[Any, list[str]] = {}
-    if rows:  # the pending sessions' by a subquery, not IN lists of thousands of ids
+    if heads:  # the pending sessions' by a subquery, not IN lists of thousands of ids
         dep_rows = await conn.execute(
             sa.select(_raw(SessionDependency.session_id), SessionDependency.depends_on).where(
                 SessionDependency.session_id.in_(
@@ -641,36 +643,51 @@ async def _pending(
         (sgroup.scheduler_opts or {}).get("allow_fractional_resource_fragmentation", True)
     )
     catalogue: dict[str, ImageRequirement] = {}
-    wanted = {row[-1] for (_, row), _ in rows}
+    wanted = {entry[1][-1] for entry in cached_rows.values()}
     if wanted:
         for image in (await db.execute(sa.select(Image).where(Image.ref.in_(wanted)))).scalars():
-            catalogue[image.ref] = requirement_of(image)
+            fresh = requirement_of(image)
+            known = cache.catalogue.get(image.ref)
+            # the previous pass's object when equal: the rows' keys below then compare
+            # by identity (a dataclass __eq__ per pending row otherwise)
+            catalogue[image.ref] = known if known is not None and known == fresh else fresh
+    cache.catalogue = catalogue
     parse = _RawColumns.of(t, conn.dialect)
     pending = []
     previous = cache.pending
     cache.pending = {}
-    for (revision, row), retries in rows:
-        sid = row[0]
+    current = cache.pending
+    hits = 0
+    no_deps: tuple[str, ...] = ()
+    for sid, _, stored_retries in heads:
+        found = cached_rows.get(sid)
+        if found is None:  # (a row gone between the two reads)
+            continue
+        revision, row = found
+        retries = int(stored_retries or 0)
         requirement = catalogue.get(row[-1])
-        dependencies = tuple(sorted(deps.get(sid, ())))
-        key = (revision, dependencies, requirement, default_frag)
+        dependencies = tuple(sorted(deps[sid])) if sid in deps else no_deps
         entry = previous.get(sid)
+        key = (revision, dependencies, requirement, default_frag)
         if entry is not None and entry[0] == key:
-            cache.hits += 1
+            hits += 1
             session = entry[1]
             if session.retries != retries:
                 session = _with_retries(session, retries)
+                entry = (key, session)
         else:
             cache.misses += 1
             session = _pending_session(
                 row, retries, dependencies, requirement, default_frag, texts, parse
             )
-        cache.pending[sid] = (key, session)
+            entry = (key, session)
+        current[sid] = entry
         # (only when read: otherwise no decision reads retries, and the object the
         # cache hands stays the same, which the planner's memo keys by)
         if with_retries and unwritten is not None and (extra := unwritten(session.id)):
             session = _with_retries(session, session.retries + extra)
         pending.append(session)
+    cache.hits += hits
     return pending
 
 
