@@ -118,6 +118,55 @@ async def test_binds_start_before_the_failures_are_worked_out_or_written_and_ret
     assert placed["kind"] == "scheduled"
 
 
+async def test_with_many_sessions_left_pending_the_binds_get_a_head_start(
+    frozen: Frozen, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cluster, _clock = frozen
+    await cluster.add_agent("i-node01")
+    for name, shares in (("fits", "1"), ("too-big", "3")):
+        created = await cluster.create({"cuda.shares": shares}, name=name, enqueueOnly=True)
+        assert created.status_code == 201, created.text
+    order: list[str] = []
+    binder = cluster.manager.binder
+    bind_agent = binder._bind_agent
+
+    async def binding(jobs: Any) -> None:
+        await asyncio.sleep(0.02)  # a bind that takes a while
+        await bind_agent(jobs)
+        order.append("bound")
+
+    explain = PlacedPass.explain
+
+    def explaining(placed: PlacedPass) -> SchedulingPlan:
+        order.append("explain")
+        return explain(placed)
+
+    monkeypatch.setattr(binder, "_bind_agent", binding)
+    monkeypatch.setattr(PlacedPass, "explain", explaining)
+    monkeypatch.setattr(loop, "BIND_HEAD_START_FAILURES", 1)  # one session left is many
+    monkeypatch.setattr(loop, "BIND_HEAD_START_S", 5.0)  # ample: the bind ends first
+    await cluster.manager.scheduler.run_once()
+    assert order == ["bound", "explain"]
+    # a head start is bounded: a bind that hangs does not hold the pass
+    order.clear()
+    monkeypatch.setattr(loop, "BIND_HEAD_START_S", 0.01)
+    hang = asyncio.Event()
+
+    async def hanging(jobs: Any) -> None:
+        await hang.wait()
+        await bind_agent(jobs)
+        order.append("bound")
+
+    monkeypatch.setattr(binder, "_bind_agent", hanging)
+    created = await cluster.create({"cuda.shares": "0.5"}, name="later", enqueueOnly=True)
+    assert created.status_code == 201, created.text
+    await cluster.manager.scheduler.run_once()
+    assert order == ["explain"]
+    hang.set()
+    await cluster.wait_status("later", "RUNNING")
+    assert order == ["explain", "bound"]
+
+
 async def test_a_session_cancelled_after_the_snapshot_is_not_placed(
     frozen: Frozen, monkeypatch: pytest.MonkeyPatch
 ) -> None:

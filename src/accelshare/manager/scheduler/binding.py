@@ -336,8 +336,9 @@ class Binder:
         # sessions this process is binding now (a stale-bind rescue leaves them alone)
         self.in_flight: set[uuid.UUID] = set()
 
-    def submit(self, jobs: list[BindJob]) -> None:
-        """Start binding ``jobs`` (grouped by agent, in order) in background tasks."""
+    def submit(self, jobs: list[BindJob]) -> list[asyncio.Task[None]]:
+        """Start binding ``jobs`` (grouped by agent, in order) in background tasks (returned)."""
+        started: list[asyncio.Task[None]] = []
         by_agent: dict[str, list[BindJob]] = {}
         for job in jobs:
             by_agent.setdefault(job.agent_id, []).append(job)
@@ -348,6 +349,8 @@ class Binder:
             task.add_done_callback(self._tasks.discard)
             ids = frozenset(j.session_id for j in agent_jobs)
             task.add_done_callback(functools.partial(self._done, ids))
+            started.append(task)
+        return started
 
     def _done(self, session_ids: frozenset[uuid.UUID], _task: asyncio.Task[None]) -> None:
         self.in_flight.difference_update(session_ids)

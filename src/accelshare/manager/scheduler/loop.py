@@ -66,6 +66,12 @@ log = logging.getLogger(__name__)
 ROUNDROBIN_KEY = "resource-group-states/{sgroup}/agselector.roundrobin"
 PASS_GAP_MAX_S = 0.05
 """The longest rest between back-to-back passes (see ``_run_forever``)."""
+BIND_HEAD_START_S = 0.05
+"""How long a pass that leaves many sessions pending (:data:`BIND_HEAD_START_FAILURES`)
+lets its binds run alone before it works out their explanations, whose worker thread
+shares the GIL with the binds' steps on the event loop (beside 10,000 explanations a
+release's one bind took ~2× as long)."""
+BIND_HEAD_START_FAILURES = 500
 SCHEDULER_PLUGINS_PREFIX = "config/plugins/scheduler"
 
 
@@ -346,7 +352,10 @@ class Scheduler:
             # explanations of thousands of sessions left pending, neither their working
             # out (sched.plan.PlacedPass) nor their writing
             if applied.jobs:
-                self.binder.submit(list(applied.jobs))
+                binds = self.binder.submit(list(applied.jobs))
+                left = len(loaded.snapshot.pending) - len(placed.placements.assignments)
+                if left >= BIND_HEAD_START_FAILURES:
+                    await asyncio.wait(binds, timeout=BIND_HEAD_START_S)
             plan = await asyncio.to_thread(placed.explain)
             # why the others stay pending: written by the explanations' task, off the
             # pass and its lock (coalesced, in chunks; see .explanations)
