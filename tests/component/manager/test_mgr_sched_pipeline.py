@@ -31,6 +31,17 @@ async def kernels_of(cluster: Cluster, name: str) -> int:
     return int(count or 0)
 
 
+def record_explains(monkeypatch: pytest.MonkeyPatch, order: list[str]) -> None:
+    """Append "explain" to ``order`` whenever a pass works out its explanations."""
+    explain = PlacedPass.explain
+
+    def explaining(placed: PlacedPass) -> SchedulingPlan:
+        order.append("explain")
+        return explain(placed)
+
+    monkeypatch.setattr(PlacedPass, "explain", explaining)
+
+
 async def test_a_release_between_plan_and_apply_sends_the_placement_to_the_next_pass(
     frozen: Frozen, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -91,15 +102,9 @@ async def test_binds_start_before_the_failures_are_worked_out_or_written_and_ret
         order.append("failures")
         return await write(*args, **kwargs)
 
-    explain = PlacedPass.explain
-
-    def explaining(placed: PlacedPass) -> SchedulingPlan:
-        order.append("explain")
-        return explain(placed)
-
     monkeypatch.setattr(binder, "submit", submitting)
     monkeypatch.setattr(explanations, "write_explanations", writing)
-    monkeypatch.setattr(PlacedPass, "explain", explaining)
+    record_explains(monkeypatch, order)
     [result] = await cluster.manager.scheduler.run_once()
     assert order == ["binds", "explain", "failures"]
     assert result.plan is not None
@@ -135,14 +140,8 @@ async def test_with_many_sessions_left_pending_the_binds_get_a_head_start(
         await bind_agent(jobs)
         order.append("bound")
 
-    explain = PlacedPass.explain
-
-    def explaining(placed: PlacedPass) -> SchedulingPlan:
-        order.append("explain")
-        return explain(placed)
-
     monkeypatch.setattr(binder, "_bind_agent", binding)
-    monkeypatch.setattr(PlacedPass, "explain", explaining)
+    record_explains(monkeypatch, order)
     monkeypatch.setattr(loop, "BIND_HEAD_START_FAILURES", 1)  # one session left is many
     monkeypatch.setattr(loop, "BIND_HEAD_START_S", 5.0)  # ample: the bind ends first
     await cluster.manager.scheduler.run_once()
