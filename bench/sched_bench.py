@@ -73,7 +73,7 @@ from accelshare.manager.models import Group, Keypair, Session, SessionStatusHist
 from accelshare.manager.runtime import Manager
 from accelshare.manager.scheduler import loop as sched_loop
 from accelshare.manager.testing import HollowAgent, HollowCluster, HollowSpec
-from accelshare.manager.testing.hollow_agent import TWO_FGPU
+from accelshare.manager.testing.hollow_agent import TWO_FGPU, CreateTally
 from accelshare.sched.lifecycle import SessionStatus
 from accelshare.sched.plan import PlacedPass, SchedulingSnapshot, plan_pass
 
@@ -304,8 +304,8 @@ def instrument(manager: Manager, records: list[PassRecord]) -> Callable[[], None
     return undo
 
 
-def accepted(agents: list[HollowAgent]) -> int:
-    return sum(a.created for a in agents)
+def accepted(tally: CreateTally) -> int:
+    return tally.count
 
 
 async def wait_until(
@@ -404,11 +404,13 @@ async def _run(
     profile: bool,
     profile_manager: bool = False,
 ) -> None:
+    tally = CreateTally()  # every agent's creates: polled every few ms below
     agents = [
         hollow.add(
             HollowAgent(
                 HollowSpec(f"i-bench{i:05d}", mock_config=EIGHT_GPUS, cpus=64, mem_bytes=512 * GIB),
                 cluster_secret=SECRET,
+                tally=tally,
                 manager=internal,
                 send_events=False,
             )
@@ -433,9 +435,9 @@ async def _run(
     stop = asyncio.Event()
 
     async def watch() -> None:
-        count = accepted(agents)
+        count = accepted(tally)
         while not stop.is_set():
-            now_count = accepted(agents)
+            now_count = accepted(tally)
             if now_count != count:
                 count = now_count
                 changes[:] = [time.perf_counter()]
@@ -470,9 +472,9 @@ async def _run(
                     break
                 manager.trigger()
             await asyncio.sleep(0.005)
-        if not await wait_until(lambda: accepted(agents) >= placed, 120):
+        if not await wait_until(lambda: accepted(tally) >= placed, 120):
             print(
-                f"  warning: only {accepted(agents)} of {placed} kernels accepted", file=sys.stderr
+                f"  warning: only {accepted(tally)} of {placed} kernels accepted", file=sys.stderr
             )
         await asyncio.sleep(0.01)
         if manager_profiler is not None:
@@ -484,7 +486,7 @@ async def _run(
             if out := os.environ.get("SCHED_BENCH_PROFILE_OUT"):
                 manager_profiler.dump_stats(out)  # for pstats / snakeviz
         placing = [r for r in records if r.placed]
-        result.placed = accepted(agents)
+        result.placed = accepted(tally)
         result.scheduled_s = (placing[-1].started + placing[-1].seconds - t0) if placing else 0.0
         result.fill_s = (changes[0] if changes else time.perf_counter()) - t0
         if APPLY_ENDS:  # the fill pass's binds: from its apply to the last accepted kernel
@@ -519,14 +521,14 @@ async def _run(
         rng.shuffle(running)
         running.sort(key=lambda r: r[0], reverse=True)
         for _, sid in running[:releases]:
-            before = accepted(agents)
+            before = accepted(tally)
             response = await admin.delete(f"/session/{sid}")
             released_at = time.perf_counter()
             if response.status_code != 200:
                 print(f"  destroy failed: {response.status_code} {response.text[:200]}")
                 result.release_misses += 1
                 continue
-            if await wait_until(lambda b=before: accepted(agents) > b, 10, 0.001):  # type: ignore[misc]
+            if await wait_until(lambda b=before: accepted(tally) > b, 10, 0.001):  # type: ignore[misc]
                 result.release_latencies.append(time.perf_counter() - released_at)
             else:
                 result.release_misses += 1

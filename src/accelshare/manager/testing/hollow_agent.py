@@ -74,6 +74,7 @@ from accelshare.common import INTRINSIC_SLOTS, SlotName, canonical_decimal
 
 __all__ = [
     "TWO_FGPU",
+    "CreateTally",
     "HollowAgent",
     "HollowCluster",
     "HollowSpec",
@@ -177,6 +178,14 @@ def _problem(status: int, detail: str, **extra: Any) -> JSONResponse:
     return JSONResponse({**body, "detail": detail, **extra}, status_code=status)
 
 
+@dataclass(slots=True)
+class CreateTally:
+    """Kernels created by every agent that shares it (a benchmark's progress in O(1),
+    instead of a sum over 1,000 agents every few milliseconds on the same event loop)."""
+
+    count: int = 0
+
+
 class HollowAgent:
     """See the module docstring.  Not thread-safe; one event loop."""
 
@@ -189,8 +198,10 @@ class HollowAgent:
         rpc_url: str | None = None,
         start_running: bool = True,
         send_events: bool = True,
+        tally: CreateTally | None = None,
     ) -> None:
         self.spec = spec
+        self.tally = tally
         self.agent_id = spec.agent_id
         self.cluster_secret = cluster_secret
         self.manager = manager
@@ -477,6 +488,8 @@ class HollowAgent:
             )
             self.kernels[body.kernel_id] = kernel
             self.created += 1
+            if self.tally is not None:
+                self.tally.count += 1
         if status is KernelStatus.RUNNING:
             self._emit(self._event(kernel, KernelEventType.STARTED))
         return kernel.report()
