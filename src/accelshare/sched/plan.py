@@ -112,6 +112,12 @@ _ShapeKey = tuple[tuple[tuple[str, Decimal], ...], bool, str | None, ImageRequir
 _Order = tuple[tuple["PickerName", int], list[PendingSession], list[PendingSession]]
 
 
+def _memo_number(memo: PlanMemo, session: PendingSession) -> int | None:
+    """The shape number the memo kept for this very session object (None: not kept)."""
+    known = memo.shape_ids.get(id(session))
+    return known[1] if known is not None and known[0] is session else None
+
+
 def _shape(session: PendingSession) -> _ShapeKey:
     """What a session's fit depends on besides the cluster: its request, its
     fragmentation option, its designated agent and its catalogue image (sessions of one
@@ -437,7 +443,7 @@ class _Pass:
     trivially_passed: tuple[PredicateResult, ...] | None = None
     _orders: dict[int, _Order] = field(default_factory=dict)  # the memo's, for the next pass
 
-    def pick_sequence(self, band: Sequence[PendingSession]) -> Iterator[PendingSession]:
+    def pick_sequence(self, band: list[PendingSession]) -> Iterator[PendingSession]:
         """The picker's order for a band, one session at a time.
 
         fifo/lifo orders do not change while the pass runs, so they are sorted once
@@ -478,7 +484,7 @@ class _Pass:
             stale = [s for s in ordered if s.retries >= skip]
             ordered = fresh + stale
         if memo is not None and band:
-            self._orders[band[0].priority] = (how, list(band), ordered)
+            self._orders[band[0].priority] = (how, band, ordered)
         yield from ordered
 
     def try_session(self, session: PendingSession, blocking: bool) -> _Blocker | None:
@@ -498,12 +504,12 @@ class _Pass:
             # the session's shape (its memo entry) already failed in this pass with
             # nothing deferring it: it fails the same, as the general path below would
             # find, without its calls.
-            known = memo.shape_ids.get(id(session))
-            if known is not None and known[0] is session:
-                shape = self._numbered.get(known[1])
+            number = _memo_number(memo, session)
+            if number is not None:
+                shape = self._numbered.get(number)
                 fit = None if shape is None else shape.failed
                 if shape is not None and fit is not None and fit.deferred_by is None:
-                    self._session_shapes[id(session)] = known
+                    self._session_shapes[id(session)] = (session, number)
                     self._unexplained.append(
                         (len(self.failures), session, trivial, fit, self.protections)
                     )
@@ -760,10 +766,8 @@ class _Pass:
             if shape is not None:
                 return shape
             return self._new_shape(session, key)
-        known = memo.shape_ids.get(id(session))
-        if known is not None and known[0] is session:
-            number = known[1]
-        else:
+        number = _memo_number(memo, session)
+        if number is None:
             key = _shape(session)
             found = memo.shape_keys.get(key)
             if found is None:
@@ -1051,6 +1055,7 @@ def place_pass(snapshot: SchedulingSnapshot, memo: PlanMemo | None = None) -> Pl
         for a in snapshot.agents:
             total = total + a.state.available_slots
     ctx = _copy_context(snapshot.predicate_context, snapshot.now)
+    trivially_passed = passed_without_limits(ctx, options.predicates)
     run = _Pass(
         snapshot=snapshot,
         ctx=ctx,
@@ -1062,12 +1067,11 @@ def place_pass(snapshot: SchedulingSnapshot, memo: PlanMemo | None = None) -> Pl
         capacity=Capacity(
             [a.state for a in snapshot.agents], options.selector, options.resource_priority
         ),
-        # the default predicates read the counters only through limits and quotas
-        counts_occupancy=bool(
-            options.predicates is not DEFAULT_PREDICATES or ctx.limits or ctx.quotas
-        ),
         memo=memo,
-        trivially_passed=passed_without_limits(ctx, options.predicates),
+        trivially_passed=trivially_passed,
+        # the default predicates read the counters only through a keypair limit on running
+        # sessions or a quota: exactly when there is no pass-wide "every one passes"
+        counts_occupancy=trivially_passed is None,
     )
     bands: dict[int, list[PendingSession]] = {}
     for session in snapshot.pending:
