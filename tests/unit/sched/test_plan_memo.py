@@ -6,10 +6,14 @@ same agents reuses their reasons."""
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import accelshare.sched.plan as plan_module
+from accelshare.sched.model import PendingSession
 from accelshare.sched.pickers import PickerName
 from accelshare.sched.plan import (
     MAX_AGENT_REASONS,
@@ -158,7 +162,9 @@ def test_reasons_of_unchanged_agents_are_reused() -> None:
     assert memo.hits == hits
 
 
-def test_sessions_of_a_failed_shape_still_hold_lower_bands_back_on_a_memoed_pass() -> None:
+def test_sessions_of_a_failed_shape_still_hold_lower_bands_back_on_a_memoed_pass(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     # two priority-50 sessions of one shape that fit the agent only when it is empty;
     # on the second pass (shapes from the memo) the second one takes the O(1) path of a
     # failed shape, and the agent's GPUs are still protected from the priority-10 one
@@ -172,7 +178,16 @@ def test_sessions_of_a_failed_shape_still_hold_lower_bands_back_on_a_memoed_pass
     snapshot = SchedulingSnapshot("default", T0, cluster, pending)
     memo = PlanMemo()
     first = plan_pass(snapshot, memo)
+    tried: list[str] = []  # sessions that went through the predicates (the general path)
+    predicate_results = plan_module.predicate_results
+
+    def counted(session: PendingSession, *args: Any) -> Any:
+        tried.append(session.id)
+        return predicate_results(session, *args)
+
+    monkeypatch.setattr(plan_module, "predicate_results", counted)
     second = plan_pass(snapshot, memo)
+    assert tried == ["h1", "low"]  # h2: its shape failed with h1, in O(1)
     assert second == first == plan_pass(snapshot)
     assert not second.assignments
     kinds = {f.session_id: f.kind for f in second.failures}
