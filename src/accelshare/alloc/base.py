@@ -18,7 +18,7 @@ from typing import Any, Self
 
 from accelshare.common import SlotTypes
 
-from .affinity import AffinityHint, affinity_tiers, most_free_first
+from .affinity import AffinityHint, affinity_tiers, most_free_first, numa_groups
 from .amounts import MAPPINGS, check_amount, check_exclusive, to_units, validate_request
 from .errors import (
     AllocMapConfigError,
@@ -63,6 +63,7 @@ class AbstractAllocMap(abc.ABC):
         self._numa: dict[str, int | None] = dict.fromkeys(self._devices)
         for device_id, node in (numa_nodes or {}).items():
             self._set_numa_node(device_id, node)
+        self._numa_members: dict[str, dict[int | None, list[str]]] = {}  # slot -> node -> devices
         self._allocated = dict.fromkeys(self._devices, _ZERO)
         # Free units per device and per slot, kept in step with the ledger.
         self._spare: dict[str, int] = {}
@@ -343,6 +344,21 @@ class AbstractAllocMap(abc.ABC):
             self._allocated[device] = _ZERO
         self._reset_spares()
 
+    def copy(self) -> Self:
+        """An independent map with the same devices and options and a copy of the ledger.
+
+        Nothing is validated again (the devices are this map's), so copying a map is
+        much cheaper than building one: the scheduler builds each device layout once
+        and copies it for every agent that has it.  The device table and options are
+        immutable after construction and shared; the ledger is not.
+        """
+        new = type(self).__new__(type(self))
+        new.__dict__.update(self.__dict__)
+        new._allocated = dict(self._allocated)
+        new._spare = dict(self._spare)
+        new._slot_spare = dict(self._slot_spare)
+        return new
+
     def snapshot(self) -> LedgerSnapshot:
         """A copy of the ledger to :meth:`restore` when a multi-map allocation fails."""
         return LedgerSnapshot(tuple(self._allocated.items()))
@@ -396,7 +412,10 @@ class AbstractAllocMap(abc.ABC):
 
     def _tiers(self, slot: str, hint: AffinityHint | None) -> list[list[str]]:
         devices = self._slot_devices[slot]
-        return affinity_tiers(devices, self._spare, self._allocated, self._numa, hint)
+        members = self._numa_members.get(slot)
+        if members is None:  # the devices and their nodes never change: worked out once
+            members = self._numa_members[slot] = numa_groups(devices, self._numa)
+        return affinity_tiers(devices, self._spare, self._allocated, self._numa, hint, members)
 
     @staticmethod
     def _not_unique(slot: str, amount: Decimal, context_tag: str | None) -> ResourceError:

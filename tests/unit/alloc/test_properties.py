@@ -177,3 +177,41 @@ def test_snapshot_restore_round_trips(s: Scenario) -> None:
             m.allocate({slot: n * s.unit for slot, n in units.items()})
     m.restore(snapshot)
     assert all(v == 0 for per in m.allocations.values() for v in per.values())
+
+
+def _replay(
+    m: AbstractAllocMap, s: Scenario, ops: list[tuple[str, dict[str, int], int]]
+) -> list[Any]:
+    """What each op does to ``m``: the allocation, or the error's type and text."""
+    options: dict[str, Any] = {
+        "allow_resource_fragmentation": s.allow_fragmentation,
+        "min_memory": s.min_units * s.unit,
+        "affinity_hint": s.hint,
+    }
+    seen: list[Any] = []
+    for _, units, _ in ops:
+        try:
+            seen.append(m.allocate({slot: n * s.unit for slot, n in units.items()}, **options))
+        except ResourceError as e:
+            seen.append((type(e).__name__, str(e)))
+    return seen
+
+
+@settings(max_examples=100, deadline=None)
+@given(s=scenarios(), split=st.integers(0, 20))
+def test_a_copy_behaves_as_the_map_and_keeps_its_own_ledger(s: Scenario, split: int) -> None:
+    """``copy()`` shares the devices, not the ledger: the copy goes on exactly like the
+    original would, and neither sees the other's allocations."""
+    m = s.build()
+    twin = s.build()
+    _replay(m, s, s.ops[:split])
+    _replay(twin, s, s.ops[:split])
+    frozen = m.allocations
+    copied = m.copy()
+    assert type(copied) is type(m)
+    assert copied.allocations == frozen
+    rest = _replay(twin, s, s.ops[split:])
+    assert _replay(copied, s, s.ops[split:]) == rest
+    assert copied.allocations == twin.allocations
+    assert m.allocations == frozen  # the original's ledger is untouched
+    assert _replay(m, s, s.ops[split:]) == rest  # and it goes on as if never copied

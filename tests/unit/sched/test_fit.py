@@ -4,10 +4,15 @@ from decimal import Decimal
 
 import pytest
 
-from accelshare.common import ResourceSlot
+from accelshare.alloc import DiscreteAllocMap, FractionAllocMap
+from accelshare.common import ResourceSlot, SlotTypes
+from accelshare.sched import fit
 from accelshare.sched.fit import (
     DeviceLedger,
+    DeviceState,
     FitFailure,
+    MapKind,
+    MapState,
     device_allocation,
     fits_capacity,
     merge_device_ledger,
@@ -194,3 +199,84 @@ def test_refusal_reads_like_a_full_dry_run(
     checked = ledger.check(request_, allow_fragmentation=allow_fragmentation)  # after a change
     expected = checked.reason if isinstance(checked, FitFailure) else None
     assert ledger.refusal(positive, allow_fragmentation=allow_fragmentation) == expected
+
+
+def _fresh(state: MapState) -> DiscreteAllocMap | FractionAllocMap:
+    """The map built the long way, as ``MapState.build`` did before its layout cache."""
+    capacities: dict[str, dict[str, Decimal]] = {}
+    allocations: dict[str, dict[str, Decimal]] = {}
+    for d in state.devices:
+        capacities.setdefault(d.slot_name, {})[d.device_id] = d.capacity
+        if d.allocated > 0:
+            allocations.setdefault(d.slot_name, {})[d.device_id] = min(d.allocated, d.capacity)
+    options = {
+        "slot_types": {d.slot_name: d.slot_type for d in state.devices},
+        "allocation_strategy": state.strategy,
+        "exclusive_slot_types": state.exclusive_slot_types,
+        "numa_nodes": {d.device_id: d.numa_node for d in state.devices},
+    }
+    if state.kind is MapKind.FRACTIONAL:
+        return FractionAllocMap.from_state(
+            capacities, allocations, quantum_size=state.quantum or D("0.01"), **options
+        )
+    return DiscreteAllocMap.from_state(capacities, allocations, **options)
+
+
+def test_maps_of_one_layout_are_copies_of_one_template_with_their_own_ledgers() -> None:
+    fit._TEMPLATES.clear()
+    busy, idle = gpu_map("0.6", "0.2"), gpu_map(0, 0)
+    first, second = busy.build(), idle.build()
+    assert len(fit._TEMPLATES) == 1  # one layout: built once
+    assert first.allocations == {"cuda.shares": {"GPU1": D("0.6"), "GPU2": D("0.2")}}
+    assert second.allocations == {"cuda.shares": {"GPU1": D(0), "GPU2": D(0)}}
+    second.allocate({"cuda.shares": D("1.5")})
+    assert first.allocations["cuda.shares"] == {"GPU1": D("0.6"), "GPU2": D("0.2")}
+    assert idle.build().allocations["cuda.shares"] == {"GPU1": D(0), "GPU2": D(0)}
+    assert busy.build(empty=True).allocations == {"cuda.shares": {"GPU1": D(0), "GPU2": D(0)}}
+
+
+@pytest.mark.parametrize(
+    "state",
+    [
+        gpu_map("0.6", "0.2"),
+        gpu_map("0.3", "1.5", capacity="1.0"),  # over capacity: clamped to full
+        gpu_map(0, "0.5", quantum="0.25", strategy="FILL"),
+        cpu_map(8, used=3),
+        mem_map(2**34, used=2**30),
+        MapState(
+            "cuda",
+            MapKind.DISCRETE,
+            (
+                DeviceState("GPU1", "cuda.device", SlotTypes.COUNT, D(1), D(1), numa_node=1),
+                DeviceState("GPU2", "cuda.device", SlotTypes.COUNT, D(1), D(0), numa_node=0),
+            ),
+            exclusive_slot_types=("cuda.device",),
+        ),
+    ],
+    ids=["fractional", "clamped", "fill-quantum", "cores", "memory", "exclusive-numa"],
+)
+def test_a_built_map_behaves_like_one_built_from_scratch(state: MapState) -> None:
+    fit._TEMPLATES.clear()
+    state.build()  # the template now exists: the next build is a copy
+    cached, fresh = state.build(), _fresh(state)
+    assert cached.allocations == fresh.allocations
+    assert cached.device_slots == fresh.device_slots
+    assert cached.exclusive_slot_types == fresh.exclusive_slot_types
+    assert cached.allocation_strategy is fresh.allocation_strategy
+    slot = state.devices[0].slot_name
+    for amount in (D(1), D("0.5"), D(3), D("0.25")):
+        assert str(cached.check({slot: amount})) == str(fresh.check({slot: amount}))
+    assert state.build(empty=True).allocations == {
+        s: dict.fromkeys(per_device, D(0)) for s, per_device in fresh.allocations.items()
+    }
+
+
+def test_layouts_that_differ_in_anything_but_the_ledger_get_their_own_template() -> None:
+    fit._TEMPLATES.clear()
+    gpu_map(0, 0).build()
+    gpu_map("0.5", 0).build()  # only the ledger differs: the same template
+    gpu_map(0, 0, capacity="2").build()
+    gpu_map(0, 0, quantum="0.25").build()
+    gpu_map(0, 0, strategy="FILL").build()
+    gpu_map(0, 0, 0).build()
+    assert len(fit._TEMPLATES) == 5
