@@ -190,8 +190,34 @@ def map_states_from_views(
     known_kernels: frozenset[str],
 ) -> tuple[MapState, ...]:
     """Per-device state for the dry run (see the module docstring)."""
-    states: list[MapState] = []
+    return _map_states(_reported_maps(views), manager_allocs, known_kernels)
+
+
+@dataclass(frozen=True, slots=True)
+class _ReportedDevice:
+    """One device of a stored heartbeat view, parsed once per ``views_revision``."""
+
+    alone: DeviceState  # its state when the manager holds nothing there
+    reported: Decimal  # allocated, as reported
+    kernels: tuple[tuple[str, Decimal], ...]  # what the agent says each kernel holds
+    legacy: bool  # held under a renamed slot: full until freed
+
+
+@dataclass(frozen=True, slots=True)
+class _ReportedMap:
+    alone: MapState  # the map when the manager holds nothing on it
+    devices: tuple[_ReportedDevice, ...]
+
+
+def _reported_maps(views: Mapping[str, PluginMapView]) -> tuple[_ReportedMap, ...]:
+    """The views' parts that depend on the report only (a view of an unknown kind is
+    left out)."""
+    maps: list[_ReportedMap] = []
     for key, view in views.items():
+        try:
+            kind = MapKind(view.kind)
+        except ValueError:
+            continue
         legacy = {
             device
             for per_device in view.legacy_allocations.values()
@@ -201,40 +227,86 @@ def map_states_from_views(
         devices = []
         for d in view.devices:
             capacity = Decimal(d.capacity)
-            allocated = merge_device_ledger(
-                Decimal(d.allocated),
-                # only the amounts it can attribute (a kernel it has a row for)
-                {k: Decimal(v) for k, v in d.kernels.items() if k in known_kernels},
-                manager_allocs.get(d.slot_name, {}).get(d.device_id, _ZERO),
-                known_kernels,
+            reported = Decimal(d.allocated)
+            kernels = tuple((k, Decimal(v)) for k, v in d.kernels.items())
+            is_legacy = d.device_id in legacy
+            alone = capacity if is_legacy else min(max(_ZERO, reported), capacity)
+            state = DeviceState(
+                d.device_id, d.slot_name, SlotTypes(d.slot_type), capacity, alone, d.numa_node
             )
-            if d.device_id in legacy:  # held under a renamed slot: not usable until freed
-                allocated = capacity
+            devices.append(_ReportedDevice(state, reported, kernels, is_legacy))
+        map_state = MapState(
+            key,
+            kind,
+            tuple(d.alone for d in devices),
+            strategy=view.strategy,
+            quantum=Decimal(view.quantum) if view.quantum else None,
+            exclusive_slot_types=tuple(view.exclusive_slot_types),
+        )
+        maps.append(_ReportedMap(map_state, tuple(devices)))
+    return tuple(maps)
+
+
+def _map_states(
+    maps: Sequence[_ReportedMap],
+    manager_allocs: Mapping[str, Mapping[str, Decimal]],
+    known_kernels: frozenset[str],
+) -> tuple[MapState, ...]:
+    """Each device: :func:`merge_device_ledger` of the report and the manager's kernels
+    (capped at the capacity); a device without reported kernels and without the
+    manager's keeps its parsed state, a map with no such device its parsed map."""
+    states: list[MapState] = []
+    for reported_map in maps:
+        devices: list[DeviceState] | None = None
+        for index, device in enumerate(reported_map.devices):
+            state = device.alone
+            manager = manager_allocs.get(state.slot_name, _NO_AMOUNTS).get(state.device_id)
+            if not device.kernels and not manager:
+                if devices is not None:
+                    devices.append(state)
+                continue
+            if device.legacy:
+                allocated = state.capacity
+            else:
+                allocated = merge_device_ledger(
+                    device.reported,
+                    # only the amounts it can attribute (a kernel it has a row for)
+                    {k: v for k, v in device.kernels if k in known_kernels},
+                    manager or _ZERO,
+                    known_kernels,
+                )
+            if devices is None:
+                devices = [d.alone for d in reported_map.devices[:index]]
             devices.append(
-                DeviceState(
-                    d.device_id,
-                    d.slot_name,
-                    SlotTypes(d.slot_type),
-                    capacity,
-                    min(allocated, capacity),
-                    d.numa_node,
+                state
+                if allocated == state.allocated
+                else DeviceState(
+                    state.device_id,
+                    state.slot_name,
+                    state.slot_type,
+                    state.capacity,
+                    min(allocated, state.capacity),
+                    state.numa_node,
                 )
             )
-        try:
-            kind = MapKind(view.kind)
-        except ValueError:
-            continue
-        states.append(
-            MapState(
-                key,
-                kind,
-                tuple(devices),
-                strategy=view.strategy,
-                quantum=Decimal(view.quantum) if view.quantum else None,
-                exclusive_slot_types=tuple(view.exclusive_slot_types),
+        alone = reported_map.alone
+        if devices is None:
+            states.append(alone)
+        else:
+            states.append(
+                MapState(
+                    alone.key,
+                    alone.kind,
+                    tuple(devices),
+                    strategy=alone.strategy,
+                    quantum=alone.quantum,
+                    exclusive_slot_types=alone.exclusive_slot_types,
+                )
             )
-        )
     return tuple(states)
+
+
+_NO_AMOUNTS: Mapping[str, Decimal] = {}
 
 
 def _add_alloc(
@@ -253,6 +325,7 @@ class _ReportedViews:
 
     views: dict[str, PluginMapView]
     kernels: frozenset[str]
+    maps: tuple[_ReportedMap, ...]
 
     @classmethod
     def parse(cls, device_allocs: Mapping[str, Any] | None) -> _ReportedViews:
@@ -260,6 +333,7 @@ class _ReportedViews:
         return cls(
             views,
             frozenset(k for view in views.values() for d in view.devices for k in d.kernels),
+            _reported_maps(views),
         )
 
 
@@ -559,7 +633,7 @@ async def _agents(
                     architecture=columns.architecture,
                     images=columns.images,
                 ),
-                map_states_from_views(parsed.views, allocs, known_kernels),
+                _map_states(parsed.maps, allocs, known_kernels),
             )
         cache.agents[agent_id] = (key, snapshot)
         snapshots.append(snapshot)
