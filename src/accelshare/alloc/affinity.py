@@ -66,7 +66,8 @@ class AffinityHint:
     def __post_init__(self) -> None:
         # Deduplicate but keep the order: it decides which primary group comes first.
         object.__setattr__(self, "numa_nodes", tuple(dict.fromkeys(self.numa_nodes)))
-        object.__setattr__(self, "policy", AffinityPolicy.parse(self.policy))
+        if type(self.policy) is not AffinityPolicy:  # a member needs no parsing
+            object.__setattr__(self, "policy", AffinityPolicy.parse(self.policy))
 
 
 def most_free_first(devices: Sequence[str], spare: Mapping[str, int]) -> list[str]:
@@ -77,13 +78,18 @@ def most_free_first(devices: Sequence[str], spare: Mapping[str, int]) -> list[st
     return sorted(devices, key=spare.__getitem__, reverse=True)
 
 
-def _groups(
-    devices: Sequence[str], spare: Mapping[str, int], numa: Mapping[str, NumaNode]
-) -> dict[NumaNode, list[str]]:
+def numa_groups(devices: Sequence[str], numa: Mapping[str, NumaNode]) -> dict[NumaNode, list[str]]:
+    """The devices of each NUMA node, nodes and devices in declaration order."""
     groups: dict[NumaNode, list[str]] = {}
     for device in devices:
         groups.setdefault(numa.get(device), []).append(device)
-    return {node: most_free_first(members, spare) for node, members in groups.items()}
+    return groups
+
+
+def _groups(
+    members: Mapping[NumaNode, Sequence[str]], spare: Mapping[str, int]
+) -> dict[NumaNode, list[str]]:
+    return {node: most_free_first(group, spare) for node, group in members.items()}
 
 
 def _combine(groups: Sequence[list[str]], policy: AffinityPolicy) -> list[str]:
@@ -98,11 +104,13 @@ def affinity_tiers(
     used: Mapping[str, Decimal],
     numa: Mapping[str, NumaNode],
     hint: AffinityHint | None,
+    members: Mapping[NumaNode, Sequence[str]] | None = None,
 ) -> list[list[str]]:
     """Candidate tiers, narrowest first; the last tier is the full walk order.
 
     ``devices`` is in declaration order, ``spare`` the free units per device and
-    ``used`` the allocated amount per device (to find the least-used node group).
+    ``used`` the allocated amount per device (to find the least-used node group);
+    ``members`` is :func:`numa_groups` of ``devices`` when the caller keeps it.
 
     Worked example, the four GPUs of the module docstring (node 0 = g0 g1,
     node 1 = g2 g3), all free:
@@ -129,7 +137,7 @@ def affinity_tiers(
     """
     if hint is None:
         return [most_free_first(devices, spare)]
-    groups = _groups(devices, spare, numa)
+    groups = _groups(members if members is not None else numa_groups(devices, numa), spare)
     if not hint.numa_nodes:
         # Least-used group first; dicts keep first appearance, so ties stay in declaration order.
         ordered = sorted(groups.values(), key=lambda g: sum((used[d] for d in g), Decimal(0)))

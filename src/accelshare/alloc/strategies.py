@@ -53,6 +53,14 @@ def spread_evenly(order: Sequence[str], spare: Mapping[str, int], need: int) -> 
     >>> spread_evenly(["d1", "d2", "d0"], {"d0": 7, "d1": 8, "d2": 8}, 23)
     {'d1': 8, 'd2': 8, 'd0': 7}
     """
+    # The first round, when it is the only one: at least ``need`` devices have spare, so
+    # each of the first ``need`` of them gets one unit (a few cores out of 64, mostly).
+    first: dict[str, int] = {}
+    for device in order:
+        if spare[device] > 0:
+            first[device] = 1
+            if len(first) == need:
+                return first
     taken = dict.fromkeys(order, 0)
     while need > 0:
         candidates = [d for d in order if spare[d] - taken[d] > 0]
