@@ -44,6 +44,7 @@ import os
 import platform
 import pstats
 import random
+import signal
 import sys
 import tempfile
 import time
@@ -304,6 +305,27 @@ def instrument(manager: Manager, records: list[PassRecord]) -> Callable[[], None
     return undo
 
 
+SPY_OUT: list[Path] = []  # --spy FILE: py-spy's raw GIL samples of the fill
+
+
+async def start_spy(out: list[Path]) -> asyncio.subprocess.Process:
+    """py-spy (``pip install py-spy``) sampling this process's GIL holder, every thread
+    (the planner's worker thread too, unlike ``--profile-manager``), for the fill only."""
+    spy = await asyncio.create_subprocess_exec(
+        "py-spy", "record", "--gil", "--rate", "250", "--format", "raw",
+        "--output", str(out[0]), "--pid", str(os.getpid()),
+        stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    await asyncio.sleep(1.0)  # attached (it samples from its first second on)
+    return spy
+
+
+async def stop_spy(spy: asyncio.subprocess.Process) -> None:
+    spy.send_signal(signal.SIGINT)  # it writes its samples on Ctrl-C
+    _, err = await spy.communicate()
+    print(f"  py-spy: {err.decode().strip().splitlines()[-1:]}")
+
+
 def accepted(tally: CreateTally) -> int:
     return tally.count
 
@@ -453,6 +475,7 @@ async def _run(
 
             manager_profiler = cProfile.Profile()
             manager_profiler.enable()
+        spy = await start_spy(SPY_OUT) if SPY_OUT else None
         t0 = time.perf_counter()
         manager.trigger()
         placed = 0
@@ -477,6 +500,8 @@ async def _run(
                 f"  warning: only {accepted(tally)} of {placed} kernels accepted", file=sys.stderr
             )
         await asyncio.sleep(0.01)
+        if spy is not None:
+            await stop_spy(spy)
         if manager_profiler is not None:
             import pstats
 
@@ -629,7 +654,15 @@ async def main() -> None:
         action="store_true",
         help="cProfile the manager's event loop (snapshot, apply, binds, RPCs) during the fill",
     )
+    parser.add_argument(
+        "--spy",
+        type=Path,
+        default=None,
+        help="py-spy's raw GIL samples (every thread) of the fill to FILE (one case only)",
+    )
     args = parser.parse_args()
+    if args.spy:
+        SPY_OUT.append(args.spy)
     if args.profile_snapshot:
         PROFILE_PARTS.add("snapshot")
     if args.quick:
