@@ -205,6 +205,10 @@ _KERNEL_COLUMNS = [
     for name in ("id", "session_id", "device_allocs", "container_id", "service_ports")
 ]
 _AGENT_COLUMNS = [_AGENTS.c[name] for name in ("id", "address", "runtime", "images")]
+# what the accept step reads: a session's status, an agent's address (the session's
+# JSON columns and the agent's image list are parsed only where a request is built)
+_SESSION_STATUS = [_SESSIONS.c.id, _SESSIONS.c.status]
+_AGENT_ADDRESS = [_AGENTS.c.id, _AGENTS.c.address]
 
 
 @dataclass(slots=True)
@@ -217,15 +221,18 @@ class _Loaded:
     agents: dict[str, sa.Row[Any]]
 
 
-async def _load_many(db: AsyncSession, jobs: list[BindJob]) -> _Loaded:
+async def _load_many(db: AsyncSession, jobs: list[BindJob], *, requests: bool = True) -> _Loaded:
     """The jobs' sessions (locked, ``SELECT ... FOR UPDATE``, in id order so that two
-    transactions never lock in opposite orders), their kernels and their agents."""
+    transactions never lock in opposite orders), their kernels and their agents
+    (``requests=False``: of the sessions their status only, of the agents their address)."""
+    session_columns = _SESSION_COLUMNS if requests else _SESSION_STATUS
+    agent_columns = _AGENT_COLUMNS if requests else _AGENT_ADDRESS
     ids = sorted({job.session_id for job in jobs})
     loaded = _Loaded({}, {}, {})
     for start in range(0, len(ids), _CHUNK):
         chunk = ids[start : start + _CHUNK]
         query = (
-            sa.select(*_SESSION_COLUMNS)
+            sa.select(*session_columns)
             .where(_SESSIONS.c.id.in_(chunk))
             .order_by(_SESSIONS.c.id)
             .with_for_update()
@@ -240,7 +247,7 @@ async def _load_many(db: AsyncSession, jobs: list[BindJob]) -> _Loaded:
             loaded.kernels.setdefault(kernel.session_id, []).append(kernel)
     agent_ids = sorted({job.agent_id for job in jobs})
     for start in range(0, len(agent_ids), _CHUNK):
-        agent_query = sa.select(*_AGENT_COLUMNS).where(
+        agent_query = sa.select(*agent_columns).where(
             _AGENTS.c.id.in_(agent_ids[start : start + _CHUNK])
         )
         loaded.agents.update((a.id, a) for a in await db.execute(agent_query))
@@ -439,7 +446,7 @@ class Binder:
         resources are released) is recorded by :meth:`_accepted_in` after them."""
         async with self.db.begin_queued_write() as db:
             now = self.clock()
-            loaded = await _load_many(db, [job for job, _ in reports])
+            loaded = await _load_many(db, [job for job, _ in reports], requests=False)
             status = {sid: row.status for sid, row in loaded.rows.items()}
             moves: list[tuple[uuid.UUID, list[Step]]] = []
             kernel_params: list[dict[str, Any]] = []
