@@ -535,6 +535,7 @@ async def _run(
 
         # released resources -> a pending session placed
         rng = random.Random(seed + 1)
+        timeline: list[tuple[float, float, float]] = []  # DELETE sent, answered, accepted
         # the largest GPU sessions: a pending session always fits into what they free
         async with manager.db.begin() as db:
             rows = await db.execute(
@@ -547,6 +548,7 @@ async def _run(
         running.sort(key=lambda r: r[0], reverse=True)
         for _, sid in running[:releases]:
             before = accepted(tally)
+            sent_at = time.perf_counter()
             response = await admin.delete(f"/session/{sid}")
             released_at = time.perf_counter()
             if response.status_code != 200:
@@ -555,11 +557,22 @@ async def _run(
                 continue
             if await wait_until(lambda b=before: accepted(tally) > b, 10, 0.001):  # type: ignore[misc]
                 result.release_latencies.append(time.perf_counter() - released_at)
+                timeline.append((sent_at, released_at, released_at + result.release_latencies[-1]))
             else:
                 result.release_misses += 1
             await manager.binder.drain(30)
             await asyncio.sleep(0.05)
         if verbose:
+            for sent_at, answered_at, accepted_at in timeline:  # where the time went
+                mine = [r for r in records[fill_passes:] if r.started >= sent_at]
+                applied = [e for e in APPLY_ENDS if e >= sent_at]
+                if mine and applied:
+                    print(
+                        f"    release: DELETE sent -> pass start {ms(mine[0].started - sent_at)}"
+                        f" (answered at {ms(answered_at - sent_at)}),"
+                        f" -> binds submitted {ms(applied[0] - mine[0].started)},"
+                        f" -> kernel accepted {ms(accepted_at - applied[0])}"
+                    )
             for r in records[fill_passes:]:
                 print(
                     f"    release pass {ms(r.seconds)} placed {r.placed} pending {r.pending}"
