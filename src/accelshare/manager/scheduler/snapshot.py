@@ -701,15 +701,13 @@ async def _pending(
             cache.rows[fetched[0]] = (fetched[1], tuple(fetched))
     cached_rows = cache.rows
     deps: dict[Any, list[str]] = {}
-    if heads:  # the pending sessions' by a subquery, not IN lists of thousands of ids
+    if heads:  # the pending sessions' by a join from the (small) dependencies table: not
+        # IN lists of thousands of ids, nor an IN subquery (which read every pending id
+        # again, ~6 ms at 10,000 pending, to find the few sessions with dependencies)
         dep_rows = await conn.execute(
-            sa.select(_raw(SessionDependency.session_id), SessionDependency.depends_on).where(
-                SessionDependency.session_id.in_(
-                    sa.select(t.c.id).where(
-                        t.c.scaling_group == sgroup.name, t.c.status == SessionStatus.PENDING
-                    )
-                )
-            )
+            sa.select(_raw(SessionDependency.session_id), SessionDependency.depends_on)
+            .join(t, t.c.id == SessionDependency.session_id)
+            .where(t.c.scaling_group == sgroup.name, t.c.status == SessionStatus.PENDING)
         )
         for sid, dep in dep_rows:
             deps.setdefault(sid, []).append(str(dep))
