@@ -39,6 +39,8 @@ import argparse
 import asyncio
 import contextlib
 import cProfile
+import dataclasses
+import json
 import logging
 import os
 import platform
@@ -652,6 +654,26 @@ def plot(results: list[CaseResult], path: Path) -> None:
     print(f"plot written to {path}")
 
 
+async def run_isolated(kind: str, n_agents: int, args: argparse.Namespace) -> CaseResult:
+    """One case in a fresh Python process, as one manager would run: the cases before
+    it leave objects, caches and a frozen heap (``tune_gc``) that slowed the later
+    cases by 5-15 % when they shared a process."""
+    with tempfile.TemporaryDirectory(prefix="sched-bench-case-") as tmp:
+        out = Path(tmp) / "result.json"
+        argv = [sys.executable, __file__, "--db", kind, "--agents", str(n_agents)]
+        argv += ["--pending", str(args.pending), "--releases", str(args.releases)]
+        argv += ["--seed", str(args.seed), "--result-json", str(out)]
+        argv += ["--verbose"] if args.verbose else []
+        argv += ["--profile"] if args.profile else []
+        argv += ["--profile-manager"] if args.profile_manager else []
+        child = await asyncio.create_subprocess_exec(*argv)
+        if await child.wait() != 0 or not out.exists():
+            raise SystemExit(f"the {kind} case with {n_agents} agents failed")
+        data = json.loads(out.read_text())
+    data["passes"] = [PassRecord(**p) for p in data["passes"]]
+    return CaseResult(**data)
+
+
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--agents", default="10,100,1000")
@@ -679,6 +701,12 @@ async def main() -> None:
         default=None,
         help="py-spy's raw GIL samples (every thread) of the fill to FILE (one case only)",
     )
+    parser.add_argument(
+        "--in-process",
+        action="store_true",
+        help="run every case in this process (default: each case in a fresh one)",
+    )
+    parser.add_argument("--result-json", type=Path, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.spy:
         SPY_OUT.append(args.spy)
@@ -692,9 +720,12 @@ async def main() -> None:
         f" load average {os.getloadavg()[0]:.1f}"
     )
     results: list[CaseResult] = []
-    for kind in args.db.split(","):
-        for n in (int(x) for x in args.agents.split(",")):
-            print(f"{kind}: {n} agents x 8 GPUs, {args.pending} pending ...", flush=True)
+    cases = [(k, int(n)) for k in args.db.split(",") for n in args.agents.split(",")]
+    for kind, n in cases:
+        print(f"{kind}: {n} agents x 8 GPUs, {args.pending} pending ...", flush=True)
+        if len(cases) > 1 and not args.in_process:
+            r = await run_isolated(kind, n, args)
+        else:
             r = await run_case(
                 kind,
                 n,
@@ -705,8 +736,10 @@ async def main() -> None:
                 args.profile,
                 args.profile_manager,
             )
-            results.append(r)
-            report([r])
+        if args.result_json:
+            args.result_json.write_text(json.dumps(dataclasses.asdict(r)))
+        results.append(r)
+        report([r])
     report(results)
     if args.plot:
         plot(results, args.plot)

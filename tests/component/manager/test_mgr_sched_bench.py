@@ -31,3 +31,18 @@ async def test_bench_places_sessions_and_measures_releases() -> None:
     assert result.passes
     assert result.placements_per_s > 0
     assert len(result.release_latencies) + result.release_misses == 1
+
+
+async def test_a_case_runs_isolated_in_its_own_process_and_reports_back() -> None:
+    import argparse
+
+    bench = load_bench()
+    args = argparse.Namespace(
+        pending=20, releases=1, seed=3, verbose=False, profile=False, profile_manager=False
+    )
+    result = await bench.run_isolated("sqlite", 2, args)
+    assert (result.db, result.agents, result.pending) == ("sqlite", 2, 20)
+    assert 0 < result.placed < 20
+    assert result.passes
+    assert all(isinstance(p, bench.PassRecord) for p in result.passes)
+    assert result.placements_per_s > 0
