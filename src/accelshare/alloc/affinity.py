@@ -36,7 +36,14 @@ from itertools import chain, zip_longest
 
 from .errors import parse_enum_member
 
-__all__ = ["AffinityHint", "AffinityPolicy", "affinity_tiers", "most_free_first"]
+__all__ = [
+    "AffinityHint",
+    "AffinityPolicy",
+    "affinity_tiers",
+    "most_free_first",
+    "numa_groups",
+    "walk_order",
+]
 
 NumaNode = int | None
 
@@ -151,6 +158,39 @@ def affinity_tiers(
     secondary = most_free_first([d for d in devices if d not in chosen], spare)
     tiers = [*primary_groups] if hint.policy is AffinityPolicy.PREFER_SINGLE_NODE else []
     return _dedupe([*tiers, primary, primary + secondary])
+
+
+def walk_order(
+    devices: Sequence[str],
+    spare: Mapping[str, int],
+    used: Mapping[str, Decimal],
+    numa: Mapping[str, NumaNode],
+    hint: AffinityHint | None,
+    members: Mapping[NumaNode, Sequence[str]] | None = None,
+) -> list[str]:
+    """The last of :func:`affinity_tiers` (the full walk order, what FILL and discrete
+    EVENLY walk) without working out the narrower tiers: only the hint's node groups
+    are sorted, and no tier is compared with another.
+
+    >>> gpus = ["g0", "g1", "g2", "g3"]
+    >>> numa = {"g0": 0, "g1": 0, "g2": 1, "g3": 1}
+    >>> walk_order(gpus, dict.fromkeys(gpus, 10), {}, numa, AffinityHint((1,)))
+    ['g2', 'g3', 'g0', 'g1']
+    """
+    if hint is None:
+        return most_free_first(devices, spare)
+    groups = members if members is not None else numa_groups(devices, numa)
+    if not hint.numa_nodes:
+        ordered = sorted(
+            _groups(groups, spare).values(), key=lambda g: sum((used[d] for d in g), Decimal(0))
+        )
+        return _combine(ordered, hint.policy)
+    nodes = [node for node in hint.numa_nodes if node in groups]
+    primary = _combine([most_free_first(groups[node], spare) for node in nodes], hint.policy)
+    if len(primary) == len(devices):
+        return primary
+    chosen = set(nodes)  # the rest in declaration order, then most free first (stable)
+    return primary + most_free_first([d for d in devices if numa.get(d) not in chosen], spare)
 
 
 def _dedupe(tiers: list[list[str]]) -> list[list[str]]:

@@ -18,7 +18,7 @@ from typing import Any, Self
 
 from accelshare.common import SlotTypes
 
-from .affinity import AffinityHint, affinity_tiers, most_free_first, numa_groups
+from .affinity import AffinityHint, affinity_tiers, most_free_first, numa_groups, walk_order
 from .amounts import MAPPINGS, check_amount, check_exclusive, to_units, validate_request
 from .errors import (
     AllocMapConfigError,
@@ -406,16 +406,22 @@ class AbstractAllocMap(abc.ABC):
 
     def _walk_order(self, slot: str, hint: AffinityHint | None) -> list[str]:
         """Device order for FILL and discrete EVENLY (the last affinity tier)."""
+        devices = self._slot_devices[slot]
         if hint is None:
-            return most_free_first(self._slot_devices[slot], self._spare)
-        return self._tiers(slot, hint)[-1]
+            return most_free_first(devices, self._spare)
+        members = self._members(slot)
+        return walk_order(devices, self._spare, self._allocated, self._numa, hint, members)
 
     def _tiers(self, slot: str, hint: AffinityHint | None) -> list[list[str]]:
         devices = self._slot_devices[slot]
+        members = self._members(slot)
+        return affinity_tiers(devices, self._spare, self._allocated, self._numa, hint, members)
+
+    def _members(self, slot: str) -> dict[int | None, list[str]]:
         members = self._numa_members.get(slot)
         if members is None:  # the devices and their nodes never change: worked out once
-            members = self._numa_members[slot] = numa_groups(devices, self._numa)
-        return affinity_tiers(devices, self._spare, self._allocated, self._numa, hint, members)
+            members = self._numa_members[slot] = numa_groups(self._slot_devices[slot], self._numa)
+        return members
 
     @staticmethod
     def _not_unique(slot: str, amount: Decimal, context_tag: str | None) -> ResourceError:

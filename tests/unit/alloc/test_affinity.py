@@ -6,6 +6,8 @@ from decimal import Decimal
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from accelshare.alloc import (
     DEFAULT_ALLOCATION_ORDER,
@@ -22,7 +24,7 @@ from accelshare.alloc import (
     apply_kernel,
     free_kernel,
 )
-from accelshare.alloc.affinity import affinity_tiers
+from accelshare.alloc.affinity import affinity_tiers, numa_groups, walk_order
 from accelshare.common import SlotTypes
 
 from .builders import EVENLY, FILL, D, amounts, devices
@@ -256,3 +258,38 @@ def test_free_kernel_refuses_a_kind_without_a_map_and_changes_nothing() -> None:
 def test_kernel_result_amounts_are_decimal() -> None:
     result = allocate_kernel(_node_maps(), {"cpu": D(1)})
     assert all(isinstance(v, Decimal) for per in result["cpu"].values() for v in per.values())
+
+
+@st.composite
+def _walks(
+    draw: st.DrawFn,
+) -> tuple[
+    list[str], dict[str, int], dict[str, Decimal], dict[str, int | None], AffinityHint | None
+]:
+    names = [f"d{i}" for i in range(draw(st.integers(1, 9)))]
+    numa = {d: draw(st.sampled_from([0, 1, 2, None])) for d in names}
+    spare = {d: draw(st.integers(0, 4)) for d in names}
+    used = {d: Decimal(draw(st.integers(0, 4))) for d in names}
+    hint = draw(
+        st.none()
+        | st.builds(
+            AffinityHint,
+            st.lists(st.sampled_from([0, 1, 2, 3, None]), max_size=3).map(tuple),
+            st.sampled_from(list(AffinityPolicy)),
+        )
+    )
+    return names, spare, used, numa, hint
+
+
+@settings(max_examples=500, deadline=None)
+@given(case=_walks())
+def test_walk_order_is_the_last_tier(
+    case: tuple[
+        list[str], dict[str, int], dict[str, Decimal], dict[str, int | None], AffinityHint | None
+    ],
+) -> None:
+    """The maps' shortcut for FILL and discrete EVENLY: exactly the last affinity tier."""
+    names, spare, used, numa, hint = case
+    expected = affinity_tiers(names, spare, used, numa, hint)[-1]
+    assert walk_order(names, spare, used, numa, hint) == expected
+    assert walk_order(names, spare, used, numa, hint, numa_groups(names, numa)) == expected
