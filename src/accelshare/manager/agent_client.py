@@ -58,6 +58,12 @@ def _detail(response: httpx.Response) -> str:
     return json.dumps(body)[:300]
 
 
+POOL_LIMITS = httpx.Limits(max_connections=512, max_keepalive_connections=256)
+"""Connections to agents: above the binder's agents in flight (``MAX_CONCURRENT_AGENTS``)
+plus destroys and map reads, and kept alive for as many (httpx's default pool of 100,
+20 kept, would queue the binds of a large pass and reconnect most of them)."""
+
+
 class AgentClient:
     def __init__(
         self,
@@ -71,6 +77,7 @@ class AgentClient:
             transport=transport,
             timeout=httpx.Timeout(timeout_s, connect=min(timeout_s, 5.0)),
             headers={CLUSTER_SECRET_HEADER: cluster_secret},
+            limits=POOL_LIMITS,
         )
 
     async def close(self) -> None:

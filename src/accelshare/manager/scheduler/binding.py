@@ -92,7 +92,7 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 BIND_BATCH = 64
-MAX_CONCURRENT_AGENTS = 64
+MAX_CONCURRENT_AGENTS = 128  # 64 -> 128: +4 % binds/s at 1,000 agents (docs/performance.md)
 _GROUP_LIMIT = 1024  # sessions per group-committed transaction
 
 BINDABLE = frozenset(
