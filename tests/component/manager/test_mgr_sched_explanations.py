@@ -4,6 +4,7 @@ chunks, ``retries`` added by the database."""
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from datetime import timedelta
 from typing import Any
@@ -174,3 +175,53 @@ async def test_a_group_with_nothing_pending_is_forgotten(frozen: Frozen) -> None
     await cluster.manager.scheduler.run_once()
     assert writer.groups == frozenset()
     assert writer.queued == 0
+
+
+async def test_a_chunk_waits_while_binds_are_in_flight(frozen: Frozen) -> None:
+    """Binds come first on the writer: a chunk waits for the binder to be idle, and
+    goes anyway after ``defer_max_s`` (a cluster that never stops binding)."""
+    cluster, _ = frozen
+    await too_big(cluster, 2)
+    manager = cluster.manager
+    binds_idle = asyncio.Event()  # binds in flight
+    writer = manager.scheduler.explanations = Explanations(
+        manager.db, binds_idle=binds_idle, defer_max_s=30.0
+    )
+    await manager.scheduler.run_once(flush=False)
+    writing = asyncio.create_task(writer._write(due_only=True, gated=True))
+    await asyncio.sleep(0.2)
+    assert writer.rows_written == 0
+    assert not writing.done()
+    binds_idle.set()  # the last bind ended
+    await asyncio.wait_for(writing, 5)
+    assert writer.rows_written == 2
+
+    binds_idle.clear()
+    writer.defer_max_s = 0.05
+    await manager.scheduler.run_once(flush=False)
+    await asyncio.wait_for(writer._write(due_only=False, gated=True), 5)
+    assert writer.rows_written == 4  # written after waiting 50 ms, binds or not
+    await writer.flush()  # a flush never waits
+    await writer.stop()
+
+
+async def test_the_binder_is_idle_only_while_nothing_is_bound(frozen: Frozen) -> None:
+    cluster, _ = frozen
+    await cluster.add_agent("i-node01")
+    binder = cluster.manager.binder
+    assert binder.idle.is_set()
+    gate = asyncio.Event()
+    original = binder.bind_batch
+
+    async def held(jobs: Any) -> None:
+        await gate.wait()
+        await original(jobs)
+
+    binder.bind_batch = held  # type: ignore[method-assign]
+    created = await cluster.create({"cpu": "1"}, name="held", enqueueOnly=True)
+    assert created.status_code == 201, created.text
+    await cluster.manager.scheduler.run_once()
+    assert not binder.idle.is_set()  # its bind waits on the gate
+    gate.set()
+    await asyncio.wait_for(binder.idle.wait(), 10)
+    assert (await cluster.session("held"))["status"] == "RUNNING"

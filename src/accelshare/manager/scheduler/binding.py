@@ -331,6 +331,9 @@ class Binder:
         self.on_release = on_release
         self._agent_locks: dict[str, asyncio.Lock] = {}
         self._tasks: set[asyncio.Task[None]] = set()
+        # set while no bind is in flight (the explanations wait for it: see .explanations)
+        self.idle = asyncio.Event()
+        self.idle.set()
         self._agents = asyncio.Semaphore(MAX_CONCURRENT_AGENTS)
         self._prepare_group: _GroupCommit[BindJob, _Prepared | None] = _GroupCommit(
             self._prepare_step
@@ -350,17 +353,21 @@ class Binder:
         for job in jobs:
             by_agent.setdefault(job.agent_id, []).append(job)
             self.in_flight.add(job.session_id)
+        if by_agent:
+            self.idle.clear()
         for agent_jobs in by_agent.values():
             task = asyncio.create_task(self._bind_agent(agent_jobs))
             self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
             ids = frozenset(j.session_id for j in agent_jobs)
             task.add_done_callback(functools.partial(self._done, ids))
             started.append(task)
         return started
 
-    def _done(self, session_ids: frozenset[uuid.UUID], _task: asyncio.Task[None]) -> None:
+    def _done(self, session_ids: frozenset[uuid.UUID], task: asyncio.Task[None]) -> None:
         self.in_flight.difference_update(session_ids)
+        self._tasks.discard(task)
+        if not self._tasks:
+            self.idle.set()
 
     async def drain(self, timeout_s: float) -> None:
         """Wait for binds in flight (graceful stop); cancel what is left after ``timeout_s``."""

@@ -118,7 +118,9 @@ class Scheduler:
         # per scaling group: parses of rows between passes (never their values: the
         # snapshot reads every row each pass and reuses a parse only for identical text)
         self.snapshot_caches: dict[str, SnapshotCache] = {}
-        self.explanations = Explanations(db)
+        # written while no bind is in flight (or a chunk every defer_max_s): the binds of a
+        # large pass and the explanations of those left share the (SQLite) writer
+        self.explanations = Explanations(db, binds_idle=binder.idle)
         # per scaling group: the shown agents' reasons, reused while an agent's snapshot
         # is the same object (the snapshot cache's), see sched.plan.PlanMemo
         self.plan_memos: dict[str, PlanMemo] = {}
