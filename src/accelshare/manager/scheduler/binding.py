@@ -223,8 +223,10 @@ class _Loaded:
 
 async def _load_many(db: AsyncSession, jobs: list[BindJob], *, requests: bool = True) -> _Loaded:
     """The jobs' sessions (locked, ``SELECT ... FOR UPDATE``, in id order so that two
-    transactions never lock in opposite orders), their kernels and their agents
-    (``requests=False``: of the sessions their status only, of the agents their address)."""
+    transactions never lock in opposite orders) and their agents; ``requests``: all the
+    session columns a create request needs (the prepare step), else the sessions' status,
+    their kernels (what an accepted kernel's report may leave out) and the agents'
+    address (the accept step)."""
     session_columns = _SESSION_COLUMNS if requests else _SESSION_STATUS
     agent_columns = _AGENT_COLUMNS if requests else _AGENT_ADDRESS
     ids = sorted({job.session_id for job in jobs})
@@ -238,6 +240,8 @@ async def _load_many(db: AsyncSession, jobs: list[BindJob], *, requests: bool = 
             .with_for_update()
         )
         loaded.rows.update((r.id, r) for r in await db.execute(query))
+        if requests:
+            continue
         kernel_query = (
             sa.select(*_KERNEL_COLUMNS)
             .where(_KERNELS.c.session_id.in_(chunk))
