@@ -168,6 +168,15 @@ async def _require_scaling_group(db: AsyncSession, name: str) -> None:
         raise UnknownScalingGroup(name, names)
 
 
+_RECONCILED = (
+    Kernel.id,
+    Kernel.agent_id,
+    Kernel.status,
+    Kernel.status_changed_at,
+    Kernel.session_id,
+)
+
+
 class AgentRegistry:
     def __init__(
         self,
@@ -282,15 +291,16 @@ class AgentRegistry:
         """What the reported kernels mean: session changes, kernels to destroy, unknown ones."""
         reported = {k.kernel_id: k for k in hb.kernels}
         ids = [u for u in map(_as_uuid, reported) if u is not None]
-        known: dict[str, Kernel] = {}
-        if ids:
-            for kernel in (await db.execute(sa.select(Kernel).where(Kernel.id.in_(ids)))).scalars():
+        # the five columns read below, by Core (ORM kernels with their JSON columns parsed
+        # cost ~70 ms a heartbeat of an agent running 600 kernels, in its write transaction)
+        known: dict[str, sa.Row[uuid.UUID, str | None, SessionStatus, datetime, uuid.UUID]] = {}
+        for start in range(0, len(ids), 500):
+            query = sa.select(*_RECONCILED).where(Kernel.id.in_(ids[start : start + 500]))
+            for kernel in await db.execute(query):
                 known[str(kernel.id)] = kernel
-        mine = (
-            await db.execute(
-                sa.select(Kernel).where(Kernel.agent_id == agent_id, Kernel.status.in_(OCCUPYING))
-            )
-        ).scalars()
+        mine = await db.execute(
+            sa.select(*_RECONCILED).where(Kernel.agent_id == agent_id, Kernel.status.in_(OCCUPYING))
+        )
         for kernel in mine:
             known.setdefault(str(kernel.id), kernel)
         unknown = sorted(k for k in reported if k not in known)
