@@ -273,12 +273,20 @@ class Scheduler:
         return len(jobs)
 
     async def _groups_with_pending(self) -> list[str]:
+        """The scaling groups with a pending session: one index probe per group (the
+        sessions' ``(scaling_group, status, ...)`` index), not a GROUP BY over every
+        pending session (a few ms a pass at 10,000 pending, before the pass starts)."""
+        pending = (
+            sa.select(sa.literal(1))
+            .where(
+                Session.scaling_group == ScalingGroup.name,
+                Session.status == SessionStatus.PENDING,
+            )
+            .exists()
+        )
         async with self.db.begin() as db:
             rows = await db.execute(
-                sa.select(Session.scaling_group)
-                .where(Session.status == SessionStatus.PENDING)
-                .group_by(Session.scaling_group)
-                .order_by(Session.scaling_group)
+                sa.select(ScalingGroup.name).where(pending).order_by(ScalingGroup.name)
             )
             return [name for (name,) in rows]
 
