@@ -120,6 +120,17 @@ def test_map_states_follow_the_per_device_rule(
     assert map_states_from_views(views, manager, known) == reference(views, manager, known)
 
 
+def gpu(device: str, allocated: str, **kernels: str) -> DeviceView:
+    return DeviceView(
+        device_id=device,
+        slot_name="cuda.shares",
+        slot_type=SlotTypes.COUNT,
+        capacity="1",
+        allocated=allocated,
+        kernels=kernels,
+    )
+
+
 def test_an_untouched_device_keeps_its_reported_state_and_the_rest_are_merged() -> None:
     view = PluginMapView(
         key="cuda",
@@ -127,28 +138,9 @@ def test_an_untouched_device_keeps_its_reported_state_and_the_rest_are_merged() 
         strategy="EVENLY",
         quantum="0.1",
         devices=[
-            DeviceView(
-                device_id="GPU1",
-                slot_name="cuda.shares",
-                slot_type=SlotTypes.COUNT,
-                capacity="1",
-                allocated="0.7",
-                kernels={"k1": "0.2", "stranger": "0.5"},
-            ),
-            DeviceView(
-                device_id="GPU2",
-                slot_name="cuda.shares",
-                slot_type=SlotTypes.COUNT,
-                capacity="1",
-                allocated="0.3",
-            ),
-            DeviceView(
-                device_id="GPU3",
-                slot_name="cuda.shares",
-                slot_type=SlotTypes.COUNT,
-                capacity="1",
-                allocated="0",
-            ),
+            gpu("GPU1", "0.7", k1="0.2", stranger="0.5"),
+            gpu("GPU2", "0.3"),
+            gpu("GPU3", "0"),
         ],
     )
     (state,) = map_states_from_views(
