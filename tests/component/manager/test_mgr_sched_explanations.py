@@ -225,3 +225,28 @@ async def test_the_binder_is_idle_only_while_nothing_is_bound(frozen: Frozen) ->
     gate.set()
     await asyncio.wait_for(binder.idle.wait(), 10)
     assert (await cluster.session("held"))["status"] == "RUNNING"
+
+
+async def test_a_waited_for_explanation_does_not_defer_to_binds(frozen: Frozen) -> None:
+    """A create that answers with its session's reason waits in ``settled``: the chunk
+    holding it goes at once even while binds are in flight."""
+    cluster, _ = frozen
+    [sid, _other] = await too_big(cluster, 2)
+    manager = cluster.manager
+    binds_idle = asyncio.Event()  # binds in flight, for longer than the test waits
+    writer = manager.scheduler.explanations = Explanations(
+        manager.db, binds_idle=binds_idle, defer_max_s=60.0
+    )
+    await manager.scheduler.run_once(flush=False)
+    writing = asyncio.create_task(writer._write(due_only=True, gated=True))
+    await asyncio.sleep(0.1)
+    assert writer.rows_written == 0  # deferring to the binds
+    assert writer.unwritten(sid) == 1  # picked but not written: its retry still counts
+    assert await writer.settled(sid, 5.0)  # a waiter: written now
+    assert writer.unwritten(sid) == 0
+    await asyncio.wait_for(writing, 5)
+    assert writer.rows_written == 2
+    scheduler = await scheduler_of(cluster, "big0")
+    assert scheduler is not None
+    assert "needs 3" in scheduler["msg"]
+    await writer.stop()

@@ -27,7 +27,6 @@ right after waited for it, and a stream of passes rewrote every pending row each
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
 import time
@@ -84,12 +83,15 @@ class Explanations:
         self.db = db
         self.binds_idle = binds_idle
         self.defer_max_s = defer_max_s
+        self._awaited = 0  # settled() callers waiting now: the writer defers to no bind
+        self._urgent = asyncio.Event()
         self.refresh_s = refresh_s
         self.chunk = chunk
         self.delay_s = delay_s
         self._monotonic = monotonic
         self._queued: dict[str, _Entry] = {}
         self._in_flight: dict[str, int] = {}  # session -> delta being written now
+        self._writing: dict[str, int] = {}  # session -> its entries being written now
         # per scaling group: session -> (content, monotonic time) of the last write
         self._written: dict[str, dict[str, tuple[tuple[Any, ...], float]]] = {}
         self._group_of: dict[str, str] = {}
@@ -157,15 +159,21 @@ class Explanations:
         once, so this is short."""
 
         def done() -> bool:
-            return session_id not in self._queued and session_id not in self._in_flight
+            return session_id not in self._queued and session_id not in self._writing
 
         if done():
             return True
+        self._awaited += 1
+        self._urgent.set()  # a chunk deferring to binds goes now (a create waits for it)
         try:
             async with asyncio.timeout(max(0.0, timeout_s)), self._progress:
                 await self._progress.wait_for(done)
         except TimeoutError:
             return False
+        finally:
+            self._awaited -= 1
+            if not self._awaited:
+                self._urgent.clear()
         return True
 
     # -- the writer ----------------------------------------------------------------------
@@ -240,49 +248,64 @@ class Explanations:
     async def _write(self, *, due_only: bool, gated: bool = False) -> None:
         async with self._write_lock:
             picked = self._due(due_only)
-            for start in range(0, len(picked), self.chunk):
-                if gated:
-                    try:
+            # every picked session counts as being written until its chunk is: settled()
+            # and unwritten() must not lose it while earlier chunks (or binds) go first
+            self._mark(picked, +1)
+            written = 0
+            try:
+                for start in range(0, len(picked), self.chunk):
+                    if gated:
                         await self.gate.wait()
                         await self._yield_to_binds()
-                    except BaseException:
-                        self._requeue(picked[start:])
-                        raise
-                part = picked[start : start + self.chunk]
-                for sid, entry in part:
-                    self._in_flight[sid] = self._in_flight.get(sid, 0) + entry.delta
-                try:
+                    part = picked[start : start + self.chunk]
                     async with self.db.begin_queued_write() as db:
                         await write_explanations(db, [(e.failure, e.now, e.delta) for _, e in part])
-                except BaseException:
-                    self._requeue(part + picked[start + self.chunk :])
-                    raise
-                finally:
+                    written = start + len(part)
+                    self._mark(part, -1)
+                    done = self._monotonic()
                     for sid, entry in part:
-                        left = self._in_flight.get(sid, 0) - entry.delta
-                        if left:
-                            self._in_flight[sid] = left
-                        else:
-                            self._in_flight.pop(sid, None)
-                done = self._monotonic()
-                for sid, entry in part:
-                    group = self._written.setdefault(self._group_of.get(sid, ""), {})
-                    group[sid] = (_content(entry.failure), done)
-                self.rows_written += len(part)
-                async with self._progress:
-                    self._progress.notify_all()
+                        group = self._written.setdefault(self._group_of.get(sid, ""), {})
+                        group[sid] = (_content(entry.failure), done)
+                    self.rows_written += len(part)
+                    async with self._progress:
+                        self._progress.notify_all()
+            except BaseException:
+                self._mark(picked[written:], -1)
+                self._requeue(picked[written:])
+                raise
+
+    def _mark(self, entries: Sequence[tuple[str, _Entry]], sign: int) -> None:
+        """Count (+1) or uncount (-1) the entries as being written, and their deltas."""
+        for sid, entry in entries:
+            count = self._writing.get(sid, 0) + sign
+            if count:
+                self._writing[sid] = count
+            else:
+                self._writing.pop(sid, None)
+            left = self._in_flight.get(sid, 0) + sign * entry.delta
+            if left:
+                self._in_flight[sid] = left
+            else:
+                self._in_flight.pop(sid, None)
 
     async def _yield_to_binds(self) -> None:
         """Before a chunk: wait while binds are in flight, at most ``defer_max_s``.  The
         binds of a pass that placed thousands and these explanations share the writer
         (SQLite: one at a time); a chunk between two grouped bind steps made the binds
         wait (a third of the writer's time in a 1,000-agent fill).  Bounded, so that a
-        cluster binding without pause still gets its explanations (a chunk a period)."""
-        if self.binds_idle is None or self.binds_idle.is_set():
+        cluster binding without pause still gets its explanations (a chunk a period), and
+        not at all while someone waits in :meth:`settled` (a create answering with its
+        session's reason)."""
+        if self.binds_idle is None or self.binds_idle.is_set() or self._awaited:
             return
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(self.defer_max_s):
-                await self.binds_idle.wait()
+        idle = asyncio.ensure_future(self.binds_idle.wait())
+        urgent = asyncio.ensure_future(self._urgent.wait())
+        try:
+            await asyncio.wait(
+                (idle, urgent), timeout=self.defer_max_s, return_when=asyncio.FIRST_COMPLETED
+            )
+        finally:
+            await cancel_and_wait([idle, urgent])
 
     def _requeue(self, entries: Sequence[tuple[str, _Entry]]) -> None:
         """Put entries that were not written back, under what was queued since."""
