@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -217,6 +218,38 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+def _ephemeral_low() -> int:
+    """The lowest port the kernel hands out for outgoing connections and ``bind(0)``."""
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
+def _bindable(port: int) -> bool:
+    with socket.socket() as sock:
+        try:
+            sock.bind(("", port))
+        except OSError:
+            return False
+    return True
+
+
+def free_ports_below_ephemeral(count: int = 1) -> int:
+    """``p`` where ``p .. p + count - 1`` are free and below the ephemeral range: for a
+    port chosen long before it is listened on (at import, or a range handed to an agent),
+    which a port from ``bind(0)`` is not — any connection the suite opens meanwhile may
+    be given it (one CI failure: "the rest used on the host")."""
+    top = _ephemeral_low() - count
+    span = max(1, top - 20000)
+    start = random.randrange(span)
+    for offset in range(0, 4000, count):
+        port = 20000 + (start + offset) % span
+        if all(_bindable(port + i) for i in range(count)):
+            return port
+    raise AssertionError(f"no {count} adjacent free ports below the ephemeral range")
 
 
 class ManagerProcess:

@@ -9,9 +9,7 @@ session's port goes back to the range.
 from __future__ import annotations
 
 import json
-import random
 import shlex
-import socket
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -20,6 +18,7 @@ import pytest
 
 from accelshare.testing.waiting import until
 
+from .cluster import free_ports_below_ephemeral
 from .test_mgr_real_agent import real_cluster
 from .test_mgr_terminal import make_user
 
@@ -34,40 +33,10 @@ http.server.ThreadingHTTPServer(("127.0.0.1", port), http.server.SimpleHTTPReque
 """
 
 
-def _free(port: int) -> bool:
-    with socket.socket() as sock:
-        try:
-            sock.bind(("", port))
-        except OSError:
-            return False
-    return True
-
-
-def _ephemeral_low() -> int:
-    """The lowest port the kernel hands out for outgoing connections and ``bind(0)``."""
-    try:
-        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
-    except (OSError, ValueError, IndexError):
-        return 32768
-
-
-def _two_free_ports() -> int:
-    """``p`` where ``p`` and ``p + 1`` are both free (a port range of two), below the
-    ephemeral range: a port from ``bind(0)`` could be taken again by any connection the
-    suite opens before the test uses it (seen once in CI: "the rest used on the host")."""
-    top = _ephemeral_low() - 2
-    start = random.randrange(20000, max(20001, top))
-    for offset in range(0, 4000, 2):
-        port = 20000 + (start - 20000 + offset) % max(1, top - 20000)
-        if _free(port) and _free(port + 1):
-            return port
-    raise AssertionError("no two adjacent free ports below the ephemeral range")
-
-
 @pytest.fixture
 def low() -> int:
     """The agent's port range is ``[low, low + 1]``."""
-    return _two_free_ports()
+    return free_ports_below_ephemeral(2)
 
 
 @pytest.fixture

@@ -19,7 +19,7 @@ from websockets.exceptions import InvalidStatus
 
 from accelshare.testing.waiting import until
 
-from .cluster import free_port
+from .cluster import free_port, free_ports_below_ephemeral
 from .test_mgr_real_agent import real_cluster
 from .test_mgr_terminal import APP_SCRIPT, close_code, make_user, signed_headers, ws_url
 
@@ -42,7 +42,7 @@ jar = http.server.ThreadingHTTPServer(
     ("127.0.0.1", int(os.environ["BACKENDAI_SERVICE_PORT_JAR"])), Jar)
 threading.Thread(target=jar.serve_forever, daemon=True).start()
 """
-APPS_PORT = free_port()
+APPS_PORT = free_ports_below_ephemeral()  # listened on long after the import
 APPS = f"http://127.0.0.1:{APPS_PORT}"
 
 
