@@ -99,6 +99,14 @@ def _groups(
     return {node: most_free_first(group, spare) for node, group in members.items()}
 
 
+def _least_used_first(
+    groups: Mapping[NumaNode, list[str]], used: Mapping[str, Decimal]
+) -> list[list[str]]:
+    """The groups, least-used first; dicts keep first appearance, so ties stay in
+    declaration order."""
+    return sorted(groups.values(), key=lambda g: sum((used[d] for d in g), Decimal(0)))
+
+
 def _combine(groups: Sequence[list[str]], policy: AffinityPolicy) -> list[str]:
     if policy is AffinityPolicy.PREFER_SINGLE_NODE:
         return list(chain.from_iterable(groups))
@@ -146,8 +154,7 @@ def affinity_tiers(
         return [most_free_first(devices, spare)]
     groups = _groups(members if members is not None else numa_groups(devices, numa), spare)
     if not hint.numa_nodes:
-        # Least-used group first; dicts keep first appearance, so ties stay in declaration order.
-        ordered = sorted(groups.values(), key=lambda g: sum((used[d] for d in g), Decimal(0)))
+        ordered = _least_used_first(groups, used)
         full = _combine(ordered, hint.policy)
         if hint.policy is AffinityPolicy.PREFER_SINGLE_NODE:
             return _dedupe([*ordered, full])
@@ -181,10 +188,7 @@ def walk_order(
         return most_free_first(devices, spare)
     groups = members if members is not None else numa_groups(devices, numa)
     if not hint.numa_nodes:
-        ordered = sorted(
-            _groups(groups, spare).values(), key=lambda g: sum((used[d] for d in g), Decimal(0))
-        )
-        return _combine(ordered, hint.policy)
+        return _combine(_least_used_first(_groups(groups, spare), used), hint.policy)
     nodes = [node for node in hint.numa_nodes if node in groups]
     primary = _combine([most_free_first(groups[node], spare) for node in nodes], hint.policy)
     if len(primary) == len(devices):

@@ -350,7 +350,9 @@ class AbstractAllocMap(abc.ABC):
         Nothing is validated again (the devices are this map's), so copying a map is
         much cheaper than building one: the scheduler builds each device layout once
         and copies it for every agent that has it.  The device table and options are
-        immutable after construction and shared; the ledger is not.
+        immutable after construction and shared, and so are the caches of what follows
+        from them alone (NUMA groups, a fractional map's minimum units); the ledger is
+        not.
         """
         new = type(self).__new__(type(self))
         new.__dict__.update(self.__dict__)

@@ -107,7 +107,7 @@ class MapState:
         The empty map of each device layout (devices, slots, types, capacities, NUMA
         nodes and options) is built once and copied (:meth:`AbstractAllocMap.copy`):
         a cluster's agents mostly share a few layouts, and building a map validates
-        every device (an agent of 8 GPUs and 64 cores: ~190 µs built, ~30 µs copied).
+        every device (an agent of 8 GPUs and 64 cores: ~190 µs built, ~15 µs copied).
         Capacities are compared by value: the maps' texts are normalised.
         """
         devices = self.devices

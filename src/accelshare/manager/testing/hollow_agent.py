@@ -385,8 +385,9 @@ class HollowAgent:
     # -- the agent RPC ------------------------------------------------------------------------
     def _build_app(self) -> FastAPI:
         """The RPC app: the module's endpoint functions (shared by every hollow agent:
-        FastAPI caches per endpoint function, and a benchmark runs 1,000 agents) behind a plain ASGI secret check (``BaseHTTPMiddleware`` runs each request
-        in a task group of its own)."""
+        FastAPI caches per endpoint function, and a benchmark runs 1,000 agents) behind
+        a plain ASGI secret check (``BaseHTTPMiddleware`` runs each request in a task
+        group of its own)."""
         app = FastAPI(title=f"hollow agent {self.agent_id}")
         app.state.hollow = self
         for path, method, endpoint in _ROUTES:  # not include_router: its routes are
