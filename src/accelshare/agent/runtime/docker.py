@@ -606,10 +606,14 @@ class DockerRuntime:
     async def get_logs(self, kernel_id: str, *, tail_bytes: int | None = None) -> str:
         if await self._inspect(kernel_id) is not None:
             container = self._docker.containers.container(self._container_name(kernel_id))
-            text = await self._container_logs(container)
-            if tail_bytes is not None:
-                text = text.encode()[-tail_bytes:].decode(errors="replace")
-            return text
+            try:
+                text = "".join(await container.log(stdout=True, stderr=True))
+            except DockerError:  # removed meanwhile (a destroy or an exit's cleanup), which
+                text = None  # copied its logs to the scratch dir first: read them there
+            if text is not None:
+                if tail_bytes is not None:
+                    text = text.encode()[-tail_bytes:].decode(errors="replace")
+                return text
         scratch = self._scratch(kernel_id)
         if not scratch.exists():
             raise KernelNotFound(kernel_id)
