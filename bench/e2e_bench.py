@@ -27,7 +27,9 @@ import asyncio
 import json
 import os
 import platform
+import signal
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -99,6 +101,27 @@ async def throughput(
     await asyncio.gather(*(destroy(i) for i in ids))
     destroy_s = time.perf_counter() - start
     return create_s, destroy_s, per_call, ids
+
+
+def start_spy(out: Path, pid: int | None) -> subprocess.Popen[bytes]:
+    """py-spy (the ``bench`` extra) sampling the manager's GIL holder, every thread, for the
+    sustained create phase only (raw samples: feed them to ``flamegraph.pl`` or count
+    frames with a script)."""
+    if pid is None:
+        raise SystemExit("--spy: the manager's pid is unknown")
+    spy = subprocess.Popen(
+        ["py-spy", "record", "--gil", "--rate", "250", "--format", "raw",
+         "--output", str(out), "--pid", str(pid)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+    )  # fmt: skip
+    time.sleep(1.0)  # attached (it samples from its first second on)
+    return spy
+
+
+def stop_spy(spy: subprocess.Popen[bytes]) -> None:
+    spy.send_signal(signal.SIGINT)  # it writes its samples on Ctrl-C
+    _, err = spy.communicate()
+    print(f"py-spy: {err.decode().strip().splitlines()[-1:]}", file=sys.stderr)
 
 
 def manager_stats(directory: str | None) -> dict[str, float]:
@@ -209,11 +232,18 @@ async def measure(cluster: LocalCluster, args: argparse.Namespace) -> None:
         s1, p1 = manager_stats(stats), scheduler_stats(cluster.endpoint)
         c1 = cpu_snapshot(cluster)
         created_cpu: list[dict[str, float]] = []
+        spy = start_spy(args.spy, cluster.manager.pid) if args.spy else None
+
+        def on_created() -> None:
+            created_cpu.append(cpu_snapshot(cluster))
+            if spy is not None:
+                stop_spy(spy)
+
         create_s, destroy_s, per_call, ids = await throughput(
             client,
             args.sessions,
             args.concurrency,
-            on_created=lambda: created_cpu.append(cpu_snapshot(cluster)),
+            on_created=on_created,
         )
         await asyncio.sleep(1.0)
         s2, p2 = manager_stats(stats), scheduler_stats(cluster.endpoint)
@@ -280,6 +310,12 @@ def main() -> None:
         "--sql-callers",
         action="store_true",
         help="with --sql-stats: key each statement by the accelshare function that ran it",
+    )
+    parser.add_argument(
+        "--spy",
+        type=Path,
+        metavar="FILE",
+        help="py-spy's raw GIL samples of the manager in the sustained create phase to FILE",
     )
     args = parser.parse_args()
     if args.sql_callers:
