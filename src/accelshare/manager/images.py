@@ -89,12 +89,19 @@ async def _aliases(db: AsyncSession) -> dict[str, str]:
 
 async def lookup(db: AsyncSession, name: str) -> Image | None:
     """The catalogue image ``name`` (an alias or a reference) stands for, or ``None``."""
-    # only the rows that can matter (two primary-key lookups), then the pure rule
-    alias = await db.get(ImageAlias, name)
-    aliases = {name: alias.ref} if alias is not None else {}
-    refs = {name} if await db.get(Image, name) is not None else set()
-    ref = resolve_image(name, refs, aliases)
-    return None if ref is None else await db.get(Image, ref)
+    # one query for the rows that can matter (the image spelled ``name`` and the one the
+    # alias ``name`` points to, each with that alias's target), then the pure rule
+    target = sa.select(ImageAlias.ref).where(ImageAlias.alias == name).scalar_subquery()
+    rows = (
+        await db.execute(
+            sa.select(Image, target).where(sa.or_(Image.ref == name, Image.ref == target))
+        )
+    ).all()
+    found = {image.ref: image for image, _ in rows}
+    alias_ref = next((ref for _, ref in rows if ref is not None), None)
+    aliases = {name: alias_ref} if alias_ref is not None else {}
+    ref = resolve_image(name, found.keys() & {name}, aliases)
+    return None if ref is None else found.get(ref)
 
 
 class ImageService:

@@ -433,9 +433,10 @@ class SessionService:
                 )
             sgroup = await self._scaling_group(db, body)
             group_id = await self._group(db, owner.user_id, owner.domain_name, body.group)
-            resources = await self._resources(db, sgroup, body, known)
-            image_ref, resources = await self._image(db, body, resources, sgroup.name)
-            await self._check_limits(db, owner.access_key, owner.resource_policy, resources)
+            agents = await _group_agents(db, sgroup.name)
+            resources = self._resources(agents, sgroup, body, known)
+            image_ref, resources = await self._image(db, body, resources, sgroup.name, agents)
+            await self._check_limits(db, owner, resources)
             deps = await self._dependencies(db, caller, owner.access_key, body.dependencies)
             designated = await self._designated(db, caller, body, sgroup.name)
             now = self.clock()
@@ -508,25 +509,47 @@ class SessionService:
                 expected="your own access key (only admins act for others)",
                 received=owner_key,
             )
+        # one query: the keypair, its user and its resource policy's enqueue limits
+        # (columns only: the ORM entities decoded every column, the users' quotas too)
+        policy = KeypairResourcePolicy
         row = (
             await db.execute(
-                sa.select(Keypair, User)
+                sa.select(
+                    Keypair.is_active,
+                    Keypair.resource_policy,
+                    User.id,
+                    User.domain_name,
+                    policy.name,
+                    policy.max_concurrent_sessions,
+                    policy.max_pending_session_count,
+                    policy.max_pending_session_resource_slots,
+                )
                 .join(User, User.id == Keypair.user_id)
+                .outerjoin(policy, policy.name == Keypair.resource_policy)
                 .where(Keypair.access_key == key)
             )
         ).first()
         if row is None:
             raise NotFound(f"Unknown access key {key!r}", field="owner_access_key", received=key)
-        keypair, user = row
-        if caller.role is UserRole.ADMIN and user.domain_name != caller.domain_name:
+        is_active, policy_name, user_id, domain_name, found_policy = row[:5]
+        if caller.role is UserRole.ADMIN and domain_name != caller.domain_name:
             raise NotFound(
                 f"No keypair {key!r} in your domain", field="owner_access_key", received=key
             )
-        if not keypair.is_active:
+        if not is_active:
             raise InvalidRequest(
                 f"The keypair {key} is inactive", field="owner_access_key", received=key
             )
-        return _Owner(key, user.id, user.domain_name, keypair.resource_policy)
+        limits = (
+            None
+            if found_policy is None
+            else KeypairLimits(
+                max_concurrent_sessions=row[5],
+                max_pending_session_count=row[6],
+                max_pending_session_resource_slots=row[7],
+            )
+        )
+        return _Owner(key, user_id, domain_name, policy_name, limits)
 
     async def _live_by_name(self, db: AsyncSession, access_key: str, name: str) -> Session | None:
         query = sa.select(Session).where(
@@ -609,9 +632,9 @@ class SessionService:
             )
         return fallback
 
-    async def _resources(
+    def _resources(
         self,
-        db: AsyncSession,
+        agents: Sequence[_GroupAgent],
         sgroup: ScalingGroup,
         body: CreateSessionBody,
         known: Mapping[str, SlotTypes],
@@ -619,15 +642,10 @@ class SessionService:
         quanta: dict[str, set[Decimal]] = {}
         discrete: set[str] = set()
         fractional: set[str] = set()
-        rows = await db.execute(
-            sa.select(Agent.quanta, Agent.compute_plugins).where(
-                Agent.scaling_group == sgroup.name, Agent.status != AgentStatus.TERMINATED
-            )
-        )
-        for agent_quanta, plugins in rows:
-            for slot, q in (agent_quanta or {}).items():
+        for agent in agents:
+            for slot, q in (agent.quanta or {}).items():
                 quanta.setdefault(slot, set()).add(Decimal(str(q)))
-            for summary in (plugins or {}).values():
+            for summary in (agent.compute_plugins or {}).values():
                 slots: Set[str] = set(summary.get("slots") or [])
                 if summary.get("kind") == "discrete":
                     discrete |= slots
@@ -642,7 +660,12 @@ class SessionService:
         )
 
     async def _image(
-        self, db: AsyncSession, body: CreateSessionBody, resources: ResourceSlot, sgroup_name: str
+        self,
+        db: AsyncSession,
+        body: CreateSessionBody,
+        resources: ResourceSlot,
+        sgroup_name: str,
+        agents: Sequence[_GroupAgent],
     ) -> tuple[str, ResourceSlot]:
         """The catalogue reference the body's image stands for (an alias resolved) and
         the resources after the image's rules (accelerator labels, minimum resources;
@@ -658,56 +681,16 @@ class SessionService:
             raise InvalidRequest(
                 str(e), field=f"config.{e.field}", expected=e.expected, received=e.received
             ) from None
-        await self._check_some_agent_has(db, rules, sgroup_name)
+        _check_some_agent_has(agents, rules, sgroup_name)
         return image.ref, resources
 
-    async def _check_some_agent_has(
-        self, db: AsyncSession, rules: ImageRequirement, sgroup_name: str
-    ) -> None:
-        """Refuse an image that no agent of the scaling group can run (by their last
-        heartbeats, LOST agents included): waiting would never end.  A group without
-        agents yet is not judged (they may be starting); an agent that has the image
-        but is busy leaves the session PENDING as usual."""
-        rows = (
-            await db.execute(
-                sa.select(Agent.id, Agent.runtime, Agent.architecture, Agent.images)
-                .where(Agent.scaling_group == sgroup_name, Agent.status != AgentStatus.TERMINATED)
-                .order_by(Agent.id)
-            )
-        ).all()
-        reasons = []
-        for agent_id, runtime, architecture, images in rows:
-            refusal = image_refusal(
-                rules,
-                agent_runtime=runtime or "process",
-                agent_architecture=architecture,
-                agent_images=frozenset(images or ()),
-            )
-            if refusal is None:
-                return
-            reasons.append(f"{agent_id} {refusal}")
-        if reasons:
-            shown = "; ".join(reasons[:3]) + (
-                f"; and {len(reasons) - 3} more" if len(reasons) > 3 else ""
-            )
-            raise InvalidRequest(
-                f"No agent in scaling group {sgroup_name} can run image {rules.ref}: {shown}",
-                field="image",
-                expected="an image some agent of the scaling group has",
-                received=rules.ref,
-            )
-
-    async def _check_limits(
-        self, db: AsyncSession, access_key: str, policy_name: str, requested: ResourceSlot
-    ) -> None:
-        policy = await db.get(KeypairResourcePolicy, policy_name)
-        if policy is None:
+    async def _check_limits(self, db: AsyncSession, owner: _Owner, requested: ResourceSlot) -> None:
+        limits, access_key, policy_name = owner.limits, owner.access_key, owner.resource_policy
+        if limits is None or (
+            limits.max_pending_session_count <= 0
+            and limits.max_pending_session_resource_slots is None
+        ):  # no pending-queue limit: nothing to count
             return
-        limits = KeypairLimits(
-            max_concurrent_sessions=policy.max_concurrent_sessions,
-            max_pending_session_count=policy.max_pending_session_count,
-            max_pending_session_resource_slots=policy.max_pending_session_resource_slots,
-        )
         pending = list(
             (
                 await db.execute(
@@ -1046,6 +1029,67 @@ class _Owner:
     user_id: uuid.UUID
     domain_name: str
     resource_policy: str
+    limits: KeypairLimits | None  # None: the keypair's policy does not exist
+
+
+@dataclass(frozen=True, slots=True)
+class _GroupAgent:
+    """What the enqueue needs of an agent of the session's scaling group."""
+
+    id: str
+    runtime: str | None
+    architecture: str
+    images: list[str] | None
+    quanta: dict[str, Any] | None
+    compute_plugins: dict[str, Any] | None
+
+
+async def _group_agents(db: AsyncSession, sgroup_name: str) -> list[_GroupAgent]:
+    """The scaling group's agents (LOST ones included, not TERMINATED), by id: one query
+    for the resource quanta and the image check."""
+    rows = await db.execute(
+        sa.select(
+            Agent.id,
+            Agent.runtime,
+            Agent.architecture,
+            Agent.images,
+            Agent.quanta,
+            Agent.compute_plugins,
+        )
+        .where(Agent.scaling_group == sgroup_name, Agent.status != AgentStatus.TERMINATED)
+        .order_by(Agent.id)
+    )
+    return [_GroupAgent(*row) for row in rows]
+
+
+def _check_some_agent_has(
+    agents: Sequence[_GroupAgent], rules: ImageRequirement, sgroup_name: str
+) -> None:
+    """Refuse an image that no agent of the scaling group can run (by their last
+    heartbeats, LOST agents included): waiting would never end.  A group without
+    agents yet is not judged (they may be starting); an agent that has the image
+    but is busy leaves the session PENDING as usual."""
+    reasons = []
+    for agent in agents:
+        refusal = image_refusal(
+            rules,
+            agent_runtime=agent.runtime or "process",
+            agent_architecture=agent.architecture,
+            agent_images=frozenset(agent.images or ()),
+        )
+        if refusal is None:
+            return
+        reasons.append(f"{agent.id} {refusal}")
+    if reasons:
+        shown = "; ".join(reasons[:3]) + (
+            f"; and {len(reasons) - 3} more" if len(reasons) > 3 else ""
+        )
+        raise InvalidRequest(
+            f"No agent in scaling group {sgroup_name} can run image {rules.ref}: {shown}",
+            field="image",
+            expected="an image some agent of the scaling group has",
+            received=rules.ref,
+        )
 
 
 def _is_up_or_ended(status: SessionStatus) -> bool:
