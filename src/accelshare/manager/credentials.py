@@ -78,6 +78,24 @@ class CredentialStore(Protocol):
     async def get_login(self, email: str) -> LoginRecord | None: ...
 
 
+_CREDENTIAL = (
+    sa.select(
+        Keypair.access_key,
+        Keypair.secret_key,
+        Keypair.is_active,
+        Keypair.is_admin,
+        Keypair.resource_policy,
+        User.id,
+        User.email,
+        User.role,
+        User.status,
+        User.domain_name,
+    )
+    .join(User, User.id == Keypair.user_id)
+    .where(Keypair.access_key == sa.bindparam("access_key"))
+)
+
+
 class DBCredentialStore:
     """:class:`CredentialStore` over the manager database."""
 
@@ -85,26 +103,10 @@ class DBCredentialStore:
         self.db = db
 
     async def get_credential(self, access_key: str) -> Credential | None:
-        # Core, only the columns used (every signed request reads this): loading the two
-        # ORM entities decoded every column, the users' JSON quotas included
-        query = (
-            sa.select(
-                Keypair.access_key,
-                Keypair.secret_key,
-                Keypair.is_active,
-                Keypair.is_admin,
-                Keypair.resource_policy,
-                User.id,
-                User.email,
-                User.role,
-                User.status,
-                User.domain_name,
-            )
-            .join(User, User.id == Keypair.user_id)
-            .where(Keypair.access_key == access_key)
-        )
-        async with self.db.begin() as session:
-            row = (await session.execute(query)).first()
+        # every signed request reads this: a prebuilt Core statement (no construction or
+        # cache key per call) on a Core connection (no ORM session), the columns used only
+        async with self.db.connect() as conn:
+            row = (await conn.execute(_CREDENTIAL, {"access_key": access_key})).first()
         if row is None:
             return None
         return Credential(

@@ -87,16 +87,19 @@ async def _aliases(db: AsyncSession) -> dict[str, str]:
     return {str(alias): str(ref) for alias, ref in rows}
 
 
+_ALIAS_TARGET = (
+    sa.select(ImageAlias.ref).where(ImageAlias.alias == sa.bindparam("name")).scalar_subquery()
+)
+_LOOKUP = sa.select(Image, _ALIAS_TARGET).where(  # prebuilt: every create runs it
+    sa.or_(Image.ref == sa.bindparam("name"), Image.ref == _ALIAS_TARGET)
+)
+
+
 async def lookup(db: AsyncSession, name: str) -> Image | None:
     """The catalogue image ``name`` (an alias or a reference) stands for, or ``None``."""
     # one query for the rows that can matter (the image spelled ``name`` and the one the
     # alias ``name`` points to, each with that alias's target), then the pure rule
-    target = sa.select(ImageAlias.ref).where(ImageAlias.alias == name).scalar_subquery()
-    rows = (
-        await db.execute(
-            sa.select(Image, target).where(sa.or_(Image.ref == name, Image.ref == target))
-        )
-    ).all()
+    rows = (await db.execute(_LOOKUP, {"name": name})).all()
     found = {image.ref: image for image, _ in rows}
     alias_ref = next((ref for _, ref in rows if ref is not None), None)
     aliases = {name: alias_ref} if alias_ref is not None else {}

@@ -162,6 +162,27 @@ def _insert_ignoring_duplicates(dialect: str) -> Any:
     return postgresql.insert if dialect == "postgresql" else sqlite.insert
 
 
+# The kernel-event path's statements, prebuilt: every event runs them, and building a
+# statement (and its cache key) each time cost about as much as running it on SQLite.
+_RECORD_EVENT = {
+    dialect: _insert_ignoring_duplicates(dialect)(KernelEventRecord)
+    .values(
+        event_id=sa.bindparam("event_id"),
+        agent_id=sa.bindparam("agent_id"),
+        kernel_id=sa.bindparam("kernel_id"),
+        event=sa.bindparam("event"),
+        received_at=sa.bindparam("received_at"),
+    )
+    .on_conflict_do_nothing(index_elements=["event_id"])
+    .returning(KernelEventRecord.event_id)
+    for dialect in ("sqlite", "postgresql")
+}
+_SESSION_OF_KERNEL = sa.select(Kernel.session_id).where(Kernel.id == sa.bindparam("kernel_id"))
+_LOCKED_STATUS = (
+    sa.select(Session.status).where(Session.id == sa.bindparam("session_id")).with_for_update()
+)
+
+
 async def _require_scaling_group(db: AsyncSession, name: str) -> None:
     if await db.get(ScalingGroup, name) is None:
         names = list((await db.execute(sa.select(ScalingGroup.name))).scalars())
@@ -413,24 +434,21 @@ class AgentRegistry:
     async def _apply_event(self, agent_id: str, event: KernelEvent) -> bool | None:
         async with self.db.begin(write=True) as db:
             # the id first, in one statement: nothing inserted means applied before
-            insert = _insert_ignoring_duplicates(self.db.dialect)
             recorded = await db.execute(
-                insert(KernelEventRecord)
-                .values(
-                    event_id=event.event_id,
-                    agent_id=agent_id,
-                    kernel_id=event.kernel_id,
-                    event=event.event.value,
-                    received_at=self.clock(),
-                )
-                .on_conflict_do_nothing(index_elements=["event_id"])
-                .returning(KernelEventRecord.event_id)
+                _RECORD_EVENT[self.db.dialect],
+                {
+                    "event_id": event.event_id,
+                    "agent_id": agent_id,
+                    "kernel_id": event.kernel_id,
+                    "event": event.event.value,
+                    "received_at": self.clock(),
+                },
             )
             if recorded.scalar_one_or_none() is None:
                 return None
             kernel_uuid = _as_uuid(event.kernel_id)
             session_id = (
-                await db.scalar(sa.select(Kernel.session_id).where(Kernel.id == kernel_uuid))
+                await db.scalar(_SESSION_OF_KERNEL, {"kernel_id": kernel_uuid})
                 if kernel_uuid
                 else None
             )
@@ -460,9 +478,7 @@ class AgentRegistry:
     ) -> None:
         """A kernel started: its session walks forward to RUNNING (Core statements: the
         session's status, locked, and :func:`change_status_many`; nothing is released)."""
-        status = await db.scalar(
-            sa.select(Session.status).where(Session.id == session_id).with_for_update()
-        )
+        status = await db.scalar(_LOCKED_STATUS, {"session_id": session_id})
         if status not in BINDABLE:  # already RUNNING, or ended meanwhile
             return
         if event.service_ports and kernel_id is not None:
@@ -482,9 +498,7 @@ class AgentRegistry:
         """Whether the session is gone or final, by its status alone (locked): a kernel's
         end usually arrives after its session was destroyed, and then the full ORM row
         need not be loaded."""
-        status = await db.scalar(
-            sa.select(Session.status).where(Session.id == session_id).with_for_update()
-        )
+        status = await db.scalar(_LOCKED_STATUS, {"session_id": session_id})
         return status is None or status in FINAL_STATUSES
 
     async def _ended(

@@ -21,7 +21,7 @@ from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -292,7 +292,7 @@ class SessionService:
             session_id = None
         row: Session | None = None
         if session_id is not None:
-            row = await db.get(Session, session_id)
+            row = (await db.execute(_SESSION_BY_ID, {"id": session_id})).scalar_one_or_none()
         else:
             owner = owner_access_key or caller.access_key
             query = (
@@ -328,24 +328,8 @@ class SessionService:
 
     async def _full_json(self, db: AsyncSession, row: Session) -> dict[str, Any]:
         kernels = await session_kernels(db, row.id)
-        history = list(
-            (
-                await db.execute(
-                    sa.select(SessionStatusHistory)
-                    .where(SessionStatusHistory.session_id == row.id)
-                    .order_by(SessionStatusHistory.id)
-                )
-            ).scalars()
-        )
-        deps = list(
-            (
-                await db.execute(
-                    sa.select(SessionDependency.depends_on).where(
-                        SessionDependency.session_id == row.id
-                    )
-                )
-            ).scalars()
-        )
+        history = list((await db.execute(_HISTORY, {"session_id": row.id})).scalars())
+        deps = list((await db.execute(_DEPENDENCIES, {"session_id": row.id})).scalars())
         return session_json(row, kernels, history, deps)
 
     async def list_sessions(
@@ -401,15 +385,14 @@ class SessionService:
         if not body.enqueue_only:
             await self._wait_after_create(row.id, passes_before, body.max_wait_seconds)
         async with self.db.begin() as db:
-            fresh = await db.get(Session, row.id)
-            assert fresh is not None
+            fresh = (await db.execute(_SESSION_BY_ID, {"id": row.id})).scalar_one()
             result = await self._full_json(db, fresh)
         return CreateResult(_create_answer(result, created=True), True)
 
     async def _enqueue(
         self, caller: Caller, body: CreateSessionBody, known: Mapping[str, SlotTypes]
-    ) -> Session | CreateResult:
-        """The enqueue transaction: the new PENDING row, or the live session of that
+    ) -> _Enqueued | CreateResult:
+        """The enqueue transaction: the new PENDING session, or the live session of that
         name when ``reuseIfExists`` finds one."""
         async with self.db.begin(write=True) as db:
             owner = await self._owner(db, caller, body.owner_access_key)
@@ -449,45 +432,51 @@ class SessionService:
                     )
                 ),
             )
-            row = Session(
-                id=uuid.uuid4(),
-                name=name,
-                session_type=SessionType(body.type),
-                access_key=owner.access_key,
-                user_id=owner.user_id,
-                group_id=group_id,
-                domain_name=owner.domain_name,
-                image=image_ref,
-                requested_slots=resources,
-                resource_opts=opts,
-                environ={
+            values: dict[str, Any] = {
+                "id": uuid.uuid4(),
+                "name": name,
+                "session_type": SessionType(body.type),
+                "access_key": owner.access_key,
+                "user_id": owner.user_id,
+                "group_id": group_id,
+                "domain_name": owner.domain_name,
+                "image": image_ref,
+                "requested_slots": resources,
+                "resource_opts": opts,
+                "environ": {
                     **body.config.environ,
                     **{sp.env_name: str(sp.port) for sp in body.config.service_ports},
                 },
-                startup_command=body.startup_command,
-                priority=body.priority,
-                starts_at=body.starts_at,
-                scaling_group=sgroup.name,
-                designated_agent_id=designated,
-                status=SessionStatus.PENDING,
-                status_info="enqueued",
-                status_data={},
-                status_changed_at=now,
-                created_at=now,
+                "startup_command": body.startup_command,
+                "priority": body.priority,
+                "starts_at": body.starts_at,
+                "scaling_group": sgroup.name,
+                "designated_agent_id": designated,
+                "status": SessionStatus.PENDING,
+                "status_info": "enqueued",
+                "status_data": {},
+                "status_changed_at": now,
+                "created_at": now,
+            }
+            # Core inserts of prebuilt statements (the ORM's unit of work cost more than
+            # the inserts); the caller needs the id and the name only
+            await db.execute(_INSERT_SESSION, values)
+            await db.execute(
+                _INSERT_HISTORY,
+                {
+                    "session_id": values["id"],
+                    "from_status": None,
+                    "to_status": SessionStatus.PENDING,
+                    "reason": "enqueued",
+                    "changed_at": now,
+                },
             )
-            db.add(row)
-            db.add(
-                SessionStatusHistory(
-                    session_id=row.id,
-                    from_status=None,
-                    to_status=SessionStatus.PENDING,
-                    reason="enqueued",
-                    changed_at=now,
+            if deps:
+                await db.execute(
+                    _INSERT_DEPENDENCY,
+                    [{"session_id": values["id"], "depends_on": dep} for dep in deps],
                 )
-            )
-            for dep in deps:
-                db.add(SessionDependency(session_id=row.id, depends_on=dep))
-        return row
+        return _Enqueued(values["id"], name)
 
     async def _wait_after_create(
         self, session_id: uuid.UUID, passes_before: int, max_wait_s: int
@@ -510,25 +499,7 @@ class SessionService:
                 received=owner_key,
             )
         # one query: the keypair, its user and its resource policy's enqueue limits
-        # (columns only: the ORM entities decoded every column, the users' quotas too)
-        policy = KeypairResourcePolicy
-        row = (
-            await db.execute(
-                sa.select(
-                    Keypair.is_active,
-                    Keypair.resource_policy,
-                    User.id,
-                    User.domain_name,
-                    policy.name,
-                    policy.max_concurrent_sessions,
-                    policy.max_pending_session_count,
-                    policy.max_pending_session_resource_slots,
-                )
-                .join(User, User.id == Keypair.user_id)
-                .outerjoin(policy, policy.name == Keypair.resource_policy)
-                .where(Keypair.access_key == key)
-            )
-        ).first()
+        row = (await db.execute(_OWNER, {"access_key": key})).first()
         if row is None:
             raise NotFound(f"Unknown access key {key!r}", field="owner_access_key", received=key)
         is_active, policy_name, user_id, domain_name, found_policy = row[:5]
@@ -552,16 +523,12 @@ class SessionService:
         return _Owner(key, user_id, domain_name, policy_name, limits)
 
     async def _live_by_name(self, db: AsyncSession, access_key: str, name: str) -> Session | None:
-        query = sa.select(Session).where(
-            Session.access_key == access_key,
-            Session.name == name,
-            Session.status.not_in(sorted(FINAL_STATUSES)),
-        )
-        return (await db.execute(query.limit(1))).scalar_one_or_none()
+        params = {"access_key": access_key, "name": name}
+        return (await db.execute(_LIVE_BY_NAME, params)).scalar_one_or_none()
 
     async def _scaling_group(self, db: AsyncSession, body: CreateSessionBody) -> ScalingGroup:
         name = body.config.scaling_group or self.default_scaling_group
-        sgroup = await db.get(ScalingGroup, name)
+        sgroup = (await db.execute(_SCALING_GROUP, {"name": name})).scalar_one_or_none()
         if sgroup is None or not sgroup.is_active:
             names = list(
                 (
@@ -600,13 +567,7 @@ class SessionService:
     async def _group(
         self, db: AsyncSession, user_id: uuid.UUID, domain: str, name: str | None
     ) -> uuid.UUID:
-        query = (
-            sa.select(Group.id, Group.name)
-            .join(GroupMember, GroupMember.group_id == Group.id)
-            .where(GroupMember.user_id == user_id, Group.domain_name == domain)
-            .order_by(Group.created_at, Group.name)
-        )
-        rows = list(await db.execute(query))
+        rows = list(await db.execute(_MEMBER_GROUPS, {"user_id": user_id, "domain": domain}))
         if name is not None:
             for gid, gname in rows:
                 if gname == name or str(gid) == name:
@@ -1033,6 +994,12 @@ class _Owner:
 
 
 @dataclass(frozen=True, slots=True)
+class _Enqueued:
+    id: uuid.UUID
+    name: str
+
+
+@dataclass(frozen=True, slots=True)
 class _GroupAgent:
     """What the enqueue needs of an agent of the session's scaling group."""
 
@@ -1047,18 +1014,7 @@ class _GroupAgent:
 async def _group_agents(db: AsyncSession, sgroup_name: str) -> list[_GroupAgent]:
     """The scaling group's agents (LOST ones included, not TERMINATED), by id: one query
     for the resource quanta and the image check."""
-    rows = await db.execute(
-        sa.select(
-            Agent.id,
-            Agent.runtime,
-            Agent.architecture,
-            Agent.images,
-            Agent.quanta,
-            Agent.compute_plugins,
-        )
-        .where(Agent.scaling_group == sgroup_name, Agent.status != AgentStatus.TERMINATED)
-        .order_by(Agent.id)
-    )
+    rows = await db.execute(_GROUP_AGENTS, {"sgroup": sgroup_name})
     return [_GroupAgent(*row) for row in rows]
 
 
@@ -1090,6 +1046,69 @@ def _check_some_agent_has(
             expected="an image some agent of the scaling group has",
             received=rules.ref,
         )
+
+
+# The create path's statements, prebuilt: a statement built per call (and its cache key,
+# computed per call) cost about as much on SQLite as running it.
+_SESSION_BY_ID = sa.select(Session).where(Session.id == sa.bindparam("id"))
+_HISTORY = (
+    sa.select(SessionStatusHistory)
+    .where(SessionStatusHistory.session_id == sa.bindparam("session_id"))
+    .order_by(SessionStatusHistory.id)
+)
+_DEPENDENCIES = sa.select(SessionDependency.depends_on).where(
+    SessionDependency.session_id == sa.bindparam("session_id")
+)
+# the keypair, its user and its resource policy's enqueue limits (columns only: the ORM
+# entities decoded every column, the users' quotas too)
+_OWNER = (
+    sa.select(
+        Keypair.is_active,
+        Keypair.resource_policy,
+        User.id,
+        User.domain_name,
+        KeypairResourcePolicy.name,
+        KeypairResourcePolicy.max_concurrent_sessions,
+        KeypairResourcePolicy.max_pending_session_count,
+        KeypairResourcePolicy.max_pending_session_resource_slots,
+    )
+    .join(User, User.id == Keypair.user_id)
+    .outerjoin(KeypairResourcePolicy, KeypairResourcePolicy.name == Keypair.resource_policy)
+    .where(Keypair.access_key == sa.bindparam("access_key"))
+)
+_LIVE_BY_NAME = (
+    sa.select(Session)
+    .where(
+        Session.access_key == sa.bindparam("access_key"),
+        Session.name == sa.bindparam("name"),
+        Session.status.not_in(sorted(FINAL_STATUSES)),
+    )
+    .limit(1)
+)
+_SCALING_GROUP = sa.select(ScalingGroup).where(ScalingGroup.name == sa.bindparam("name"))
+_MEMBER_GROUPS = (
+    sa.select(Group.id, Group.name)
+    .join(GroupMember, GroupMember.group_id == Group.id)
+    .where(
+        GroupMember.user_id == sa.bindparam("user_id"), Group.domain_name == sa.bindparam("domain")
+    )
+    .order_by(Group.created_at, Group.name)
+)
+_GROUP_AGENTS = (
+    sa.select(
+        Agent.id,
+        Agent.runtime,
+        Agent.architecture,
+        Agent.images,
+        Agent.quanta,
+        Agent.compute_plugins,
+    )
+    .where(Agent.scaling_group == sa.bindparam("sgroup"), Agent.status != AgentStatus.TERMINATED)
+    .order_by(Agent.id)
+)
+_INSERT_SESSION = sa.insert(cast(sa.Table, Session.__table__))
+_INSERT_HISTORY = sa.insert(cast(sa.Table, SessionStatusHistory.__table__))
+_INSERT_DEPENDENCY = sa.insert(cast(sa.Table, SessionDependency.__table__))
 
 
 def _is_up_or_ended(status: SessionStatus) -> bool:

@@ -39,6 +39,10 @@ log = logging.getLogger(__name__)
 
 StatusTest = Callable[[SessionStatus], bool]
 _Answer = asyncio.Future[SessionStatus | None]  # None: the session does not exist
+# prebuilt (its cache key computed once), run on a Core connection
+_STATUSES = sa.select(Session.id, Session.status).where(
+    Session.id.in_(sa.bindparam("ids", expanding=True))
+)
 
 
 class StatusWatch:
@@ -113,10 +117,8 @@ class StatusWatch:
         # bounded IN lists (SQLite's variable limit; one query for the usual few waiters)
         for start in range(0, len(ids), 500):
             chunk = ids[start : start + 500]
-            async with self.db.begin() as db:
-                rows = await db.execute(
-                    sa.select(Session.id, Session.status).where(Session.id.in_(chunk))
-                )
+            async with self.db.connect() as conn:
+                rows = await conn.execute(_STATUSES, {"ids": chunk})
                 statuses.update({row[0]: row[1] for row in rows})
         for session_id in ids:
             status = statuses.get(session_id)

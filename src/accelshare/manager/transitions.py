@@ -69,15 +69,33 @@ def _clip(text: str | None) -> str | None:
     return text[: _MAX_INFO - 3] + "..."
 
 
+# statements run per session or per release, prebuilt (cache keys computed once)
+_LOCK_SESSION = sa.select(Session).where(Session.id == sa.bindparam("session_id")).with_for_update()
+_OCCUPIED_TEXT = sa.cast(Kernel.occupied_slots, sa.Text())
+_OCCUPIED_BY_AGENT = (
+    sa.select(Kernel.agent_id, _OCCUPIED_TEXT, sa.func.count())
+    .where(
+        Kernel.agent_id.in_(sa.bindparam("agent_ids", expanding=True)),
+        Kernel.status.in_(OCCUPYING),
+    )
+    .group_by(Kernel.agent_id, _OCCUPIED_TEXT)
+)
+
+
 async def lock_session(db: AsyncSession, session_id: uuid.UUID) -> Session | None:
     """The session row, locked for this transaction (PostgreSQL row lock)."""
-    query = sa.select(Session).where(Session.id == session_id).with_for_update()
-    return (await db.execute(query)).scalar_one_or_none()
+    return (await db.execute(_LOCK_SESSION, {"session_id": session_id})).scalar_one_or_none()
+
+
+_SESSION_KERNELS = (
+    sa.select(Kernel)
+    .where(Kernel.session_id == sa.bindparam("session_id"))
+    .order_by(Kernel.cluster_idx)
+)
 
 
 async def session_kernels(db: AsyncSession, session_id: uuid.UUID) -> list[Kernel]:
-    query = sa.select(Kernel).where(Kernel.session_id == session_id).order_by(Kernel.cluster_idx)
-    return list((await db.execute(query)).scalars())
+    return list((await db.execute(_SESSION_KERNELS, {"session_id": session_id})).scalars())
 
 
 async def agent_addresses(db: AsyncSession, kernels: Sequence[Kernel]) -> dict[str, str]:
@@ -180,6 +198,36 @@ def forward_steps(current: SessionStatus, target: SessionStatus, reason: str) ->
     return steps
 
 
+# change_status_many's statements, prebuilt (executemany: each row binds b_*)
+_INSERT_HISTORY = sa.insert(_H)
+_BULK_SESSIONS = (
+    sa.update(_S)
+    .where(_S.c.id == sa.bindparam("b_id"))
+    .values(
+        status=sa.bindparam("b_status", type_=_S.c.status.type),
+        status_changed_at=sa.bindparam("b_now", type_=_S.c.status_changed_at.type),
+        status_info=sa.bindparam("b_info"),
+        started_at=sa.func.coalesce(
+            sa.bindparam("b_started", type_=_S.c.started_at.type), _S.c.started_at
+        ),
+    )
+    .execution_options(synchronize_session=False)
+)
+_BULK_KERNELS = (
+    sa.update(_K)
+    .where(_K.c.session_id == sa.bindparam("b_id"))
+    .values(
+        status=sa.bindparam("b_status", type_=_K.c.status.type),
+        status_changed_at=sa.bindparam("b_now", type_=_K.c.status_changed_at.type),
+        status_info=sa.bindparam("b_info"),
+        started_at=sa.func.coalesce(
+            _K.c.started_at, sa.bindparam("b_started", type_=_K.c.started_at.type)
+        ),
+    )
+    .execution_options(synchronize_session=False)
+)
+
+
 async def change_status_many(
     db: AsyncSession, moves: Sequence[tuple[uuid.UUID, Sequence[Step]]], *, now: datetime
 ) -> None:
@@ -218,35 +266,11 @@ async def change_status_many(
         )
     if not updates:
         return
-    await db.execute(sa.insert(_H), history)
-    await db.execute(
-        sa.update(_S)
-        .where(_S.c.id == sa.bindparam("b_id"))
-        .values(
-            status=sa.bindparam("b_status", type_=_S.c.status.type),
-            status_changed_at=now,
-            status_info=sa.bindparam("b_info"),
-            started_at=sa.func.coalesce(
-                sa.bindparam("b_started", type_=_S.c.started_at.type), _S.c.started_at
-            ),
-        )
-        .execution_options(synchronize_session=False),
-        updates,
-    )
-    await db.execute(
-        sa.update(_K)
-        .where(_K.c.session_id == sa.bindparam("b_id"))
-        .values(
-            status=sa.bindparam("b_status", type_=_K.c.status.type),
-            status_changed_at=now,
-            status_info=sa.bindparam("b_info"),
-            started_at=sa.func.coalesce(
-                _K.c.started_at, sa.bindparam("b_started", type_=_K.c.started_at.type)
-            ),
-        )
-        .execution_options(synchronize_session=False),
-        updates,
-    )
+    for update in updates:
+        update["b_now"] = now
+    await db.execute(_INSERT_HISTORY, history)
+    await db.execute(_BULK_SESSIONS, updates)
+    await db.execute(_BULK_KERNELS, updates)
 
 
 async def walk_forward(
@@ -287,14 +311,9 @@ async def occupied_by_agent(db: AsyncSession, agent_ids: Sequence[str]) -> dict[
     """
     totals: dict[str, list[tuple[ResourceSlot, int]]] = {a: [] for a in agent_ids}
     parsed: dict[str, ResourceSlot] = {}
-    text = sa.cast(Kernel.occupied_slots, sa.Text())
     ids = sorted(set(agent_ids))
     for start in range(0, len(ids), 500):
-        rows = await db.execute(
-            sa.select(Kernel.agent_id, text, sa.func.count())
-            .where(Kernel.agent_id.in_(ids[start : start + 500]), Kernel.status.in_(OCCUPYING))
-            .group_by(Kernel.agent_id, text)
-        )
+        rows = await db.execute(_OCCUPIED_BY_AGENT, {"agent_ids": ids[start : start + 500]})
         for agent_id, slots_text, count in rows:
             assert agent_id is not None  # selected by agent id
             slots = parsed.get(slots_text)
