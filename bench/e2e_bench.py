@@ -104,11 +104,11 @@ async def throughput(
 
 
 def start_spy(out: Path, pid: int | None) -> subprocess.Popen[bytes]:
-    """py-spy (the ``bench`` extra) sampling the manager's GIL holder, every thread, for the
+    """py-spy (the ``bench`` extra) sampling a process's GIL holder, every thread, for the
     sustained create phase only (raw samples: feed them to ``flamegraph.pl`` or count
     frames with a script)."""
     if pid is None:
-        raise SystemExit("--spy: the manager's pid is unknown")
+        raise SystemExit("--spy: the process's pid is unknown")
     spy = subprocess.Popen(
         ["py-spy", "record", "--gil", "--rate", "250", "--format", "raw",
          "--output", str(out), "--pid", str(pid)],
@@ -232,11 +232,13 @@ async def measure(cluster: LocalCluster, args: argparse.Namespace) -> None:
         s1, p1 = manager_stats(stats), scheduler_stats(cluster.endpoint)
         c1 = cpu_snapshot(cluster)
         created_cpu: list[dict[str, float]] = []
-        spy = start_spy(args.spy, cluster.manager.pid) if args.spy else None
+        spies = [start_spy(args.spy, cluster.manager.pid)] if args.spy else []
+        if args.spy_agent:
+            spies.append(start_spy(args.spy_agent, cluster.agents[0].pid))
 
         def on_created() -> None:
             created_cpu.append(cpu_snapshot(cluster))
-            if spy is not None:
+            for spy in spies:
                 stop_spy(spy)
 
         create_s, destroy_s, per_call, ids = await throughput(
@@ -316,6 +318,12 @@ def main() -> None:
         type=Path,
         metavar="FILE",
         help="py-spy's raw GIL samples of the manager in the sustained create phase to FILE",
+    )
+    parser.add_argument(
+        "--spy-agent",
+        type=Path,
+        metavar="FILE",
+        help="the same for the (first) agent",
     )
     args = parser.parse_args()
     if args.sql_callers:
