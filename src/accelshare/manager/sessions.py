@@ -243,9 +243,7 @@ async def _agent_reach(
     ids = {k.agent_id for k in kernels if k.agent_id is not None}
     if not ids:
         return {}, set()
-    rows = await db.execute(
-        sa.select(Agent.id, Agent.address, Agent.status).where(Agent.id.in_(sorted(ids)))
-    )
+    rows = await db.execute(_AGENT_REACH, {"ids": sorted(ids)})
     addresses: dict[str, str] = {}
     lost: set[str] = set()
     for agent_id, address, status in rows:
@@ -783,13 +781,7 @@ class SessionService:
             self.trigger()
         self.hub.publish()
         async with self.db.connect() as conn:  # four columns, not the ORM row
-            answer = (
-                await conn.execute(
-                    sa.select(Session.id, Session.name, Session.status, Session.status_info).where(
-                        Session.id == session_id
-                    )
-                )
-            ).one()
+            answer = (await conn.execute(_DESTROY_ANSWER, {"id": session_id})).one()
         return {
             "sessionId": str(answer.id),
             "sessionName": answer.name,
@@ -806,9 +798,7 @@ class SessionService:
                 return row is not None and row.status in FINAL_STATUSES
             kernels = await session_kernels(db, row.id)
             agent_status = (
-                await db.scalar(sa.select(Agent.status).where(Agent.id == row.agent_id))
-                if row.agent_id
-                else None
+                await db.scalar(_AGENT_STATUS, {"id": row.agent_id}) if row.agent_id else None
             )
             lost = agent_status is not AgentStatus.ALIVE
             if errors and not forced and not lost:
@@ -1105,6 +1095,14 @@ _GROUP_AGENTS = (
     )
     .where(Agent.scaling_group == sa.bindparam("sgroup"), Agent.status != AgentStatus.TERMINATED)
     .order_by(Agent.id)
+)
+# the destroy's
+_AGENT_REACH = sa.select(Agent.id, Agent.address, Agent.status).where(
+    Agent.id.in_(sa.bindparam("ids", expanding=True))
+)
+_AGENT_STATUS = sa.select(Agent.status).where(Agent.id == sa.bindparam("id"))
+_DESTROY_ANSWER = sa.select(Session.id, Session.name, Session.status, Session.status_info).where(
+    Session.id == sa.bindparam("id")
 )
 _INSERT_SESSION = sa.insert(cast(sa.Table, Session.__table__))
 _INSERT_HISTORY = sa.insert(cast(sa.Table, SessionStatusHistory.__table__))
