@@ -101,6 +101,7 @@ class CPUPlugin:
 
     def __init__(self, cores: Sequence[CpuCore], *, settings: Mapping[str, str] | None = None):
         self._cores = tuple(cores)
+        self._core_ids = {str(c.core_id): (i, c.core_id) for i, c in enumerate(self._cores)}
         self._inventory = PluginInventory(
             key="cpu",
             version=__version__,
@@ -133,7 +134,9 @@ class CPUPlugin:
 
     def kernel_resources(self, allocation: KernelAllocation) -> KernelResources:
         chosen = _allocated_ids(allocation, "cpu")
-        cores = tuple(c.core_id for c in self._cores if str(c.core_id) in chosen)
+        # the chosen few looked up, not every core's id formatted (512 on a big host)
+        found = sorted(self._core_ids[d] for d in chosen if d in self._core_ids)
+        cores = tuple(core_id for _, core_id in found)  # in the cores' order, as listed
         if not cores:
             return KernelResources()
         count = str(len(cores))
