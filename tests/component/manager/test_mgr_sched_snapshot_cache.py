@@ -4,6 +4,7 @@ entries of rows no longer read are dropped."""
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -14,7 +15,7 @@ import sqlalchemy as sa
 
 from accelshare.common import ResourceSlot
 from accelshare.manager.clock import FrozenClock
-from accelshare.manager.models import Agent, Image, Session
+from accelshare.manager.models import Agent, Image, Session, SessionDependency
 from accelshare.manager.scheduler import loop
 from accelshare.manager.scheduler.snapshot import LoadedSnapshot, SnapshotCache
 
@@ -179,3 +180,73 @@ async def test_an_image_requirement_is_kept_while_equal_and_renewed_when_it_chan
     assert renewed.image is not None
     assert renewed.image.min_slots == ResourceSlot({"cpu": 2})
     assert checked[-1].snapshot.pending == (renewed,)
+
+
+async def test_the_fast_path_serves_last_pass_entries_only_while_their_inputs_hold(
+    cluster: Cluster, checked: list[LoadedSnapshot]
+) -> None:
+    """Without retries read (the default picker options), an entry of the last pass at
+    the revision just read is taken as is; a change of the dependencies, of the group's
+    fragmentation default or of reading retries goes the full way (``checked`` compares
+    every pass with a snapshot built from scratch)."""
+    await cluster.add_agent("i-node01")
+    a = await cluster.create({"cuda.shares": "100"}, name="a", enqueueOnly=True)
+    b = await cluster.create({"cuda.shares": "100"}, name="b", enqueueOnly=True)
+    assert a.status_code == b.status_code == 201, (a.text, b.text)
+    await cluster.manager.scheduler.run_once()
+    cache = cache_of(cluster)
+    first = {p.name: p for _, p in cache.pending.values()}
+    await cluster.manager.scheduler.run_once()
+    again = {p.name: p for _, p in cache.pending.values()}
+    assert again["a"] is first["a"]
+    assert again["b"] is first["b"]
+
+    # "b" comes to depend on "a" (a row of the dependencies table: "b"'s own row and
+    # revision stay as they were): the fast path must not serve "b" as it was
+    async with cluster.manager.db.begin(write=True) as db:
+        await db.execute(
+            sa.insert(SessionDependency).values(
+                session_id=uuid.UUID(b.json()["sessionId"]),
+                depends_on=uuid.UUID(a.json()["sessionId"]),
+            )
+        )
+    await cluster.manager.scheduler.run_once()
+    now = {p.name: p for _, p in cache.pending.values()}
+    assert now["a"] is first["a"]  # its key still matches: the same object
+    assert now["b"].dependencies == (a.json()["sessionId"],)
+
+    # "a" carries no fragmentation option of its own (rows enqueued before the option
+    # was recorded): the group's default applies, and then flips, "a"'s row unchanged
+    async with cluster.manager.db.begin(write=True) as db:
+        await db.execute(sa.update(Session).where(Session.name == "a").values(resource_opts={}))
+    await cluster.manager.scheduler.run_once()
+    assert next(p for _, p in cache.pending.values() if p.name == "a").allow_fragmentation
+    patched = await cluster.admin.patch(
+        "/admin/scaling-groups/default",
+        json={"scheduler_opts": {"allow_fractional_resource_fragmentation": False}},
+    )
+    assert patched.status_code == 200, patched.text
+    await cluster.manager.scheduler.run_once()
+    flipped = {p.name: p for _, p in cache.pending.values()}
+    assert not flipped["a"].allow_fragmentation
+    assert flipped["b"].allow_fragmentation  # its own option, recorded at enqueue
+
+    # retries read (fifo skipping): not the fast path; they count from the rows
+    patched = await cluster.admin.patch(
+        "/admin/scaling-groups/default",
+        json={"scheduler_opts": {"config": {"num_retries_to_skip": 5}}},
+    )
+    assert patched.status_code == 200, patched.text
+    await cluster.manager.scheduler.run_once()
+    await cluster.manager.scheduler.run_once()
+    counted = {p.name: p.retries for _, p in cache.pending.values()}
+    assert counted["a"] >= 1
+    assert counted["b"] >= 1
+    # and back to not reading them: all 0 again, not the last pass's counts
+    patched = await cluster.admin.patch(
+        "/admin/scaling-groups/default",
+        json={"scheduler_opts": {"config": {"num_retries_to_skip": 0}}},
+    )
+    assert patched.status_code == 200, patched.text
+    await cluster.manager.scheduler.run_once()
+    assert {p.retries for _, p in cache.pending.values()} == {0}

@@ -107,6 +107,9 @@ class SnapshotCache:
     pending: dict[Any, tuple[tuple[Any, ...], PendingSession]] = field(default_factory=dict)
     rows: dict[Any, tuple[int, tuple[Any, ...]]] = field(default_factory=dict)
     catalogue: dict[str, ImageRequirement] = field(default_factory=dict)  # pending's images
+    # what ``pending``'s entries depend on beyond each row's revision, as of the last
+    # pass: (retries read, default fragmentation option, dependencies, image catalogue)
+    pending_inputs: tuple[Any, ...] | None = None
     texts: dict[tuple[str, str], Any] = field(default_factory=dict)
     hits: int = 0
     misses: int = 0
@@ -117,6 +120,7 @@ class SnapshotCache:
         self.inputs.clear()
         self.held_versions.clear()
         self.pending.clear()
+        self.pending_inputs = None
         self.texts.clear()
         self.catalogue.clear()
 
@@ -731,7 +735,22 @@ async def _pending(
     current = cache.pending
     hits = 0
     no_deps: tuple[str, ...] = ()
-    for sid, _, stored_retries in heads:
+    # Fast path: with the inputs beyond the rows as in the last pass and no retries read,
+    # an entry of the last pass at the revision just read has the key this pass would
+    # build (its dependencies and image requirement come from those equal inputs, its
+    # other columns are the revision's): taken as is, in ~0.2 us instead of ~0.7 a row
+    # (10,000 pending: ~5 ms of every pass).
+    inputs = (with_retries, default_frag, deps, catalogue)  # (retries: read or all 0)
+    fast = not with_retries and cache.pending_inputs == inputs
+    cache.pending_inputs = inputs
+    for sid, head_revision, stored_retries in heads:
+        if fast:
+            entry = previous.get(sid)
+            if entry is not None and entry[0][0] == head_revision:
+                hits += 1
+                current[sid] = entry
+                pending.append(entry[1])
+                continue
         found = cached_rows.get(sid)
         if found is None:  # (a row gone between the two reads)
             continue
