@@ -17,7 +17,7 @@ import json
 import uuid
 from collections.abc import Sequence
 from datetime import datetime
-from typing import cast
+from typing import Any, cast
 
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -198,34 +198,33 @@ def forward_steps(current: SessionStatus, target: SessionStatus, reason: str) ->
     return steps
 
 
-# change_status_many's statements, prebuilt (executemany: each row binds b_*)
+def _bulk_status_update(
+    table: sa.Table, key: sa.ColumnElement[Any], *, keep_started: bool
+) -> sa.Update:
+    """change_status_many's UPDATE of ``table`` (executemany: each row binds ``b_*``);
+    ``started_at`` set on reaching RUNNING, or kept when already set (``keep_started``)."""
+    started = sa.bindparam("b_started", type_=table.c.started_at.type)
+    return (
+        sa.update(table)
+        .where(key == sa.bindparam("b_id"))
+        .values(
+            status=sa.bindparam("b_status", type_=table.c.status.type),
+            status_changed_at=sa.bindparam("b_now", type_=table.c.status_changed_at.type),
+            status_info=sa.bindparam("b_info"),
+            started_at=(
+                sa.func.coalesce(table.c.started_at, started)
+                if keep_started
+                else sa.func.coalesce(started, table.c.started_at)
+            ),
+        )
+        .execution_options(synchronize_session=False)
+    )
+
+
+# change_status_many's statements, prebuilt
 _INSERT_HISTORY = sa.insert(_H)
-_BULK_SESSIONS = (
-    sa.update(_S)
-    .where(_S.c.id == sa.bindparam("b_id"))
-    .values(
-        status=sa.bindparam("b_status", type_=_S.c.status.type),
-        status_changed_at=sa.bindparam("b_now", type_=_S.c.status_changed_at.type),
-        status_info=sa.bindparam("b_info"),
-        started_at=sa.func.coalesce(
-            sa.bindparam("b_started", type_=_S.c.started_at.type), _S.c.started_at
-        ),
-    )
-    .execution_options(synchronize_session=False)
-)
-_BULK_KERNELS = (
-    sa.update(_K)
-    .where(_K.c.session_id == sa.bindparam("b_id"))
-    .values(
-        status=sa.bindparam("b_status", type_=_K.c.status.type),
-        status_changed_at=sa.bindparam("b_now", type_=_K.c.status_changed_at.type),
-        status_info=sa.bindparam("b_info"),
-        started_at=sa.func.coalesce(
-            _K.c.started_at, sa.bindparam("b_started", type_=_K.c.started_at.type)
-        ),
-    )
-    .execution_options(synchronize_session=False)
-)
+_BULK_SESSIONS = _bulk_status_update(_S, _S.c.id, keep_started=False)
+_BULK_KERNELS = _bulk_status_update(_K, _K.c.session_id, keep_started=True)
 
 
 async def change_status_many(
