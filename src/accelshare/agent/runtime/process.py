@@ -280,7 +280,7 @@ class ProcessRuntime:
             raise KernelStartFailed(kernel_id, error)
         kernel_pid = int(status["kernel_pid"])
         scratch.write_resource_txt(with_container_id(scratch.read_resource_txt(), str(kernel_pid)))
-        log.info("kernel %s: running as pid %d", kernel_id, kernel_pid)
+        log.debug("kernel %s: running as pid %d", kernel_id, kernel_pid)  # (the service logs it)
         return KernelInfo(
             kernel_id=kernel_id,
             runtime=self.name,
