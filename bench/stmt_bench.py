@@ -44,38 +44,18 @@ async def main(calls: int) -> None:
         await upgrade_schema(db)
         sid = uuid.uuid4()
         rows: list[tuple[str, float]] = []
-        async with db.begin() as session:
-            rows.append(
-                (
-                    "SELECT built per call, ORM session",
-                    await per_call_us(
-                        lambda: session.execute(sa.select(Session.status).where(Session.id == sid)),
-                        calls,
-                    ),
+        async with db.begin() as session, db.connect() as conn:
+            for where, run in (("ORM session", session.execute), ("Core connection", conn.execute)):
+                built = await per_call_us(
+                    lambda run=run: run(sa.select(Session.status).where(Session.id == sid)),
+                    calls,
                 )
-            )
-            rows.append(
-                (
-                    "SELECT prebuilt, ORM session",
-                    await per_call_us(lambda: session.execute(PREBUILT, {"sid": sid}), calls),
+                prebuilt = await per_call_us(
+                    lambda run=run: run(PREBUILT, {"sid": sid}),
+                    calls,
                 )
-            )
-        async with db.connect() as conn:
-            rows.append(
-                (
-                    "SELECT built per call, Core connection",
-                    await per_call_us(
-                        lambda: conn.execute(sa.select(Session.status).where(Session.id == sid)),
-                        calls,
-                    ),
-                )
-            )
-            rows.append(
-                (
-                    "SELECT prebuilt, Core connection",
-                    await per_call_us(lambda: conn.execute(PREBUILT, {"sid": sid}), calls),
-                )
-            )
+                rows.append((f"SELECT built per call, {where}", built))
+                rows.append((f"SELECT prebuilt, {where}", prebuilt))
 
         async def orm_transaction() -> None:
             async with db.begin() as session:
