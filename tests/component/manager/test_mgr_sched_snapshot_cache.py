@@ -7,6 +7,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +16,14 @@ import sqlalchemy as sa
 
 from accelshare.common import ResourceSlot
 from accelshare.manager.clock import FrozenClock
-from accelshare.manager.models import Agent, Image, Session, SessionDependency
+from accelshare.manager.models import (
+    Agent,
+    AgentHeldRevision,
+    Image,
+    Kernel,
+    Session,
+    SessionDependency,
+)
 from accelshare.manager.scheduler import loop
 from accelshare.manager.scheduler.snapshot import LoadedSnapshot, SnapshotCache
 
@@ -250,3 +258,82 @@ async def test_the_fast_path_serves_last_pass_entries_only_while_their_inputs_ho
     assert patched.status_code == 200, patched.text
     await cluster.manager.scheduler.run_once()
     assert {p.retries for _, p in cache.pending.values()} == {0}
+
+
+async def _held_revision(cluster: Cluster, agent_id: str) -> int | None:
+    """SQLite: the agent's ``agent_held_revisions`` row (None: none; PostgreSQL never
+    writes one)."""
+    async with cluster.manager.db.begin() as db:
+        return (
+            await db.execute(
+                sa.select(AgentHeldRevision.revision).where(AgentHeldRevision.agent_id == agent_id)
+            )
+        ).scalar_one_or_none()
+
+
+async def test_held_kernels_rewritten_behind_the_scheduler_are_read_again(
+    cluster: Cluster, checked: list[LoadedSnapshot]
+) -> None:
+    """An agent's held kernels are read only when their version moved (SQLite: the
+    kernels' triggers bump ``agent_held_revisions``; PostgreSQL: their row versions).
+    Kernel rows written by Core statements, behind the manager's back — amounts, device
+    allocations, agent, status — show in the next snapshot as in one built from
+    scratch (``checked``), and a write of a column the snapshot does not read leaves
+    the agent's entry as it was."""
+    sqlite = cluster.manager.db.dialect == "sqlite"
+    await cluster.add_agent("i-node01")
+    await cluster.add_agent("i-node02")
+    small = await cluster.create({"cpu": 1, "mem": "1g", "cuda.shares": "0.5"}, name="small")
+    assert small.status_code == 201, small.text
+    await cluster.manager.scheduler.run_once()
+    await cluster.wait_status("small", "RUNNING")
+    big = await cluster.create({"cuda.shares": "100"}, name="big", enqueueOnly=True)
+    assert big.status_code == 201, big.text  # never fits: every run_once makes a pass
+    async with cluster.manager.db.begin() as db:
+        kernel_id, holder = (
+            await db.execute(
+                sa.select(Kernel.id, Kernel.agent_id)
+                .join(Session, Session.id == Kernel.session_id)
+                .where(Session.name == "small")
+            )
+        ).one()
+    assert holder is not None
+    other = "i-node02" if holder == "i-node01" else "i-node01"
+    await cluster.manager.scheduler.run_once()
+    cache = cache_of(cluster)
+
+    def agent(agent_id: str) -> Any:
+        return cache.agents[agent_id][1]
+
+    def shares(agent_id: str) -> Any:
+        return agent(agent_id).state.occupied_slots.get_amount("cuda.shares")
+
+    assert shares(holder) == Decimal("0.5")
+    before = agent(holder)
+    revision = await _held_revision(cluster, holder)
+    assert (revision is not None) is sqlite
+
+    async def write(**values: Any) -> None:
+        async with cluster.manager.db.begin(write=True) as db:
+            await db.execute(sa.update(Kernel).where(Kernel.id == kernel_id).values(**values))
+        await cluster.manager.scheduler.run_once()
+
+    await write(status_info="a column the snapshot does not read")
+    assert agent(holder) is before  # not parsed again
+    assert await _held_revision(cluster, holder) == revision
+
+    await write(occupied_slots=ResourceSlot({"cpu": 1, "mem": 2**30, "cuda.shares": "0.7"}))
+    assert shares(holder) == Decimal("0.7")
+    if sqlite:
+        assert await _held_revision(cluster, holder) == (revision or 0) + 1
+
+    await write(agent_id=other)  # moved: both agents' kernels changed
+    assert shares(holder) == 0
+    assert shares(other) == Decimal("0.7")
+    moved = agent(other)
+
+    await write(status="TERMINATING")  # still holding: read again (SQLite), parsed alike
+    assert agent(other) is moved
+    await write(status="TERMINATED")  # no longer holds anything
+    assert shares(other) == 0
+    assert len(checked) == 7  # each pass compared with a snapshot built without cache

@@ -14,6 +14,7 @@ from sqlalchemy.engine import Connection
 
 from accelshare.manager.db import Database
 from accelshare.manager.models import Base
+from accelshare.manager.models.triggers import KERNEL_HELD
 from accelshare.manager.schema import (
     SchemaError,
     alembic_config,
@@ -160,12 +161,21 @@ async def _triggers(database: Database) -> set[str]:
 
 
 @pytest.mark.parametrize("make", ["migrations", "oneshot"])
-async def test_both_revision_triggers_exist(database: Database, make: str) -> None:
+async def test_the_revision_triggers_exist(database: Database, make: str) -> None:
     if make == "migrations":
         await upgrade_schema(database)
     else:
         await create_schema_oneshot(database)
-    assert await _triggers(database) == {"agents_views_revision", "sessions_sched_revision"}
+    expected = {"agents_views_revision", "sessions_sched_revision"}
+    if database.dialect == "sqlite":  # PostgreSQL reads the kernels' row versions instead
+        expected |= {"kernels_held_insert", "kernels_held_update", "kernels_held_delete"}
+        # as the models define them now (a migration made them, or create_all)
+        async with database.connect() as conn:
+            installed = await conn.execute(
+                sa.text("SELECT sql FROM sqlite_master WHERE name LIKE 'kernels_held_%'")
+            )
+            assert {sql for (sql,) in installed} == set(KERNEL_HELD.create_ddl("sqlite"))
+    assert await _triggers(database) == expected
 
     def down(connection: Connection) -> None:
         cfg = alembic_config()

@@ -15,6 +15,10 @@ An agent row is the manager's copy of what the agent last reported:
 * ``occupancy_revision`` — bumped on every reservation/release.  Reservations are a
   compare-and-set: ``UPDATE agents SET occupied_slots=:new, occupancy_revision=:rev+1
   WHERE id=:id AND occupancy_revision=:rev`` — zero rows means someone else moved first.
+
+``agent_held_revisions`` (:class:`AgentHeldRevision`): per agent, a revision SQLite's
+triggers bump whenever a kernel row on it is written in a way the scheduler's snapshot
+reads (:data:`.triggers.KERNEL_HELD`); empty on PostgreSQL.
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ __all__ = [
     "DEFAULT_SCHEDULER_OPTS",
     "DEFAULT_SESSION_SLOTS",
     "Agent",
+    "AgentHeldRevision",
     "AgentSelectionStrategy",
     "AgentStatus",
     "ScalingGroup",
@@ -135,3 +140,16 @@ class Agent(Base):
 
 
 AGENT_VIEWS.install(cast(sa.Table, Agent.__table__))
+
+
+class AgentHeldRevision(Base):
+    """Bumped by SQLite's triggers on kernels (:data:`.triggers.KERNEL_HELD`) whenever a
+    kernel row on the agent is inserted, deleted or changes what the scheduler's
+    snapshot reads of it; no row until the first such write.  Not written on
+    PostgreSQL (the snapshot reads the kernels' row versions there).  No foreign key:
+    a trigger may bump it for an agent row that is being deleted."""
+
+    __tablename__ = "agent_held_revisions"
+
+    agent_id: Mapped[str] = mapped_column(sa.String(64), primary_key=True)
+    revision: Mapped[int] = mapped_column(sa.BigInteger(), default=0)

@@ -24,7 +24,7 @@ from accelshare.sched.lifecycle import SessionResult, SessionStatus
 from accelshare.sched.model import SessionType
 
 from .base import Base, JSONDocument, ResourceSlotJSON, UTCDateTime, str_enum
-from .triggers import SESSION_SCHED
+from .triggers import KERNEL_HELD, SESSION_SCHED
 
 __all__ = [
     "DEFAULT_PRIORITY",
@@ -144,6 +144,10 @@ class Kernel(Base):
     created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
     started_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
     terminated_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+
+
+# the kernels -> agent_held_revisions triggers (SQLite), once both tables exist
+KERNEL_HELD.install(Base.metadata)
 
 
 class SessionDependency(Base):

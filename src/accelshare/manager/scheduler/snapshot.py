@@ -20,10 +20,13 @@ reads every row it uses in its transaction, JSON columns as their stored text (a
 agent's held kernels as one string the database joins), and a cached parse is reused
 only when that text (and every other input of the parse) is exactly the one the entry
 was built from.  A changed row is a changed key: it is parsed again, whoever wrote it.
-One exception, as exact: an agent's own parsed columns (slots, runtime, architecture,
+Exceptions, as exact: an agent's own parsed columns (slots, runtime, architecture,
 images, heartbeat views: 13 kB per agent of 8 GPUs and 64 cores) are read only when its
 ``views_revision`` moved, which a database trigger bumps on any change of them
-(:mod:`accelshare.manager.models.triggers`), whoever writes.  Entries of rows no longer
+(:mod:`accelshare.manager.models.triggers`), whoever writes; an agent's held kernels'
+text only when their version moved (PostgreSQL: a digest of the kernels' row versions;
+SQLite: ``agent_held_revisions``, bumped by triggers on the kernels); a pending
+session's columns only when its ``sched_revision`` moved.  Entries of rows no longer
 read (agents gone, sessions no longer pending) are dropped at the end of the pass.
 """
 
@@ -55,6 +58,7 @@ from accelshare.sched.predicates import DEFAULT_PREDICATES, DependencyState, Pre
 from ..images import requirement_of
 from ..models import (
     Agent,
+    AgentHeldRevision,
     AgentStatus,
     Domain,
     Group,
@@ -103,7 +107,9 @@ class SnapshotCache:
 
     agents: dict[str, tuple[tuple[Any, ...], AgentSnapshot]] = field(default_factory=dict)
     inputs: dict[str, tuple[tuple[Any, Any], _AgentColumns]] = field(default_factory=dict)
-    held_versions: dict[str, tuple[str, str]] = field(default_factory=dict)  # PostgreSQL
+    # agent id -> (version, its held kernels' text): PostgreSQL (digest of the kernels'
+    # row versions, text), SQLite (held revision, text or None: no held kernels)
+    held_versions: dict[str, tuple[Any, str | None]] = field(default_factory=dict)
     pending: dict[Any, tuple[tuple[Any, ...], PendingSession]] = field(default_factory=dict)
     rows: dict[Any, tuple[int, tuple[Any, ...]]] = field(default_factory=dict)
     catalogue: dict[str, ImageRequirement] = field(default_factory=dict)  # pending's images
@@ -434,7 +440,62 @@ async def _held_texts_by_version(
         ):
             if agent_id is not None:
                 cache.held_versions[agent_id] = (digest, text)
-    return {agent_id: text for agent_id, (_, text) in cache.held_versions.items()}
+    return {
+        agent_id: text for agent_id, (_, text) in cache.held_versions.items() if text is not None
+    }
+
+
+def _agent_heads(dialect: str, sgroup: str) -> sa.Select[Any]:
+    """The group's ALIVE, schedulable agents: id, ``views_revision``,
+    ``first_contact_at`` (a row deleted and made again differs), ``occupancy_revision``,
+    address and, on SQLite, the revision of their held kernels (0: never written)."""
+    columns: list[Any] = [
+        Agent.id,
+        Agent.views_revision,
+        _raw(Agent.first_contact_at),
+        Agent.occupancy_revision,
+        Agent.address,
+    ]
+    if dialect == "sqlite":
+        columns.append(sa.func.coalesce(AgentHeldRevision.revision, 0))
+    query = sa.select(*columns)
+    if dialect == "sqlite":
+        query = query.outerjoin(AgentHeldRevision, AgentHeldRevision.agent_id == Agent.id)
+    return query.where(
+        Agent.scaling_group == sgroup,
+        Agent.status == AgentStatus.ALIVE,
+        Agent.is_schedulable.is_(True),
+    ).order_by(Agent.id)
+
+
+async def _held_texts_by_revision(
+    db: AsyncSession, sgroup: str, agents: Sequence[Sequence[Any]], cache: SnapshotCache
+) -> dict[str, str]:
+    """SQLite: :func:`_held_text` per agent, read only for agents whose held revision
+    (the last column of :func:`_agent_heads`; ``agent_held_revisions``, bumped by the
+    kernels' triggers on every write of what the text is made of) moved.  An agent
+    without held kernels is kept as ``None``, so it is not read again either."""
+    cache.held_versions, stale = _keep_current(
+        cache.held_versions, ((head[0], head[-1]) for head in agents)
+    )
+    if stale:
+        revisions = {head[0]: head[-1] for head in agents}
+        for start in range(0, len(stale), 500):
+            chunk = stale[start : start + 500]
+            texts: dict[str, str | None] = dict.fromkeys(chunk)
+            for held_by, held_text in await db.execute(
+                sa.select(Kernel.agent_id, _held_text("sqlite"))
+                .join(Agent, Agent.id == Kernel.agent_id)
+                .where(*_held_filter(sgroup), Kernel.agent_id.in_(chunk))
+                .group_by(Kernel.agent_id)
+            ):
+                if held_by is not None:
+                    texts[held_by] = held_text
+            for agent_id, maybe in texts.items():
+                cache.held_versions[agent_id] = (revisions[agent_id], maybe)
+    return {
+        agent_id: text for agent_id, (_, text) in cache.held_versions.items() if text is not None
+    }
 
 
 @dataclass(frozen=True, slots=True)
@@ -553,23 +614,7 @@ async def _agents(
     # Every agent's revisions; its parsed columns (13 kB of heartbeat views per agent
     # of 8 GPUs and 64 cores) only when its views_revision moved: the database bumps it
     # whenever one of them changes (models.triggers), for any writer.
-    agents = list(
-        await db.execute(
-            sa.select(
-                Agent.id,
-                Agent.views_revision,
-                _raw(Agent.first_contact_at),  # a row deleted and made again differs
-                Agent.occupancy_revision,
-                Agent.address,
-            )
-            .where(
-                Agent.scaling_group == sgroup,
-                Agent.status == AgentStatus.ALIVE,
-                Agent.is_schedulable.is_(True),
-            )
-            .order_by(Agent.id)
-        )
-    )
+    agents = list(await db.execute(_agent_heads(db.get_bind().dialect.name, sgroup)))
     if not agents:
         cache.clear()
         return [], {}, {}
@@ -581,13 +626,7 @@ async def _agents(
     if db.get_bind().dialect.name == "postgresql":
         held_texts = await _held_texts_by_version(db, sgroup, cache)
     else:
-        rows = await db.execute(
-            sa.select(Kernel.agent_id, _held_text("sqlite"))
-            .join(Agent, Agent.id == Kernel.agent_id)
-            .where(*_held_filter(sgroup))
-            .group_by(Kernel.agent_id)
-        )
-        held_texts = {agent_id: text for agent_id, text in rows if agent_id is not None}
+        held_texts = await _held_texts_by_revision(db, sgroup, agents, cache)
     held = {a: texts.get_raw("held", t, _Held.parse) for a, t in held_texts.items()}
     views = {a.id: inputs[a.id].views for a in agents}
     # which reported kernels the manager has a row for: those the agent holds (just
