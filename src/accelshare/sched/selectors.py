@@ -77,8 +77,15 @@ def _ordered_slots(requested: ResourceSlot, priority: Sequence[str]) -> list[str
 def ordered_slots(slots: Sequence[str], priority: Sequence[str]) -> list[str]:
     """``slots`` in the order the selectors compare them: by the rank of their device
     name in ``priority`` (unknown devices last), then by name."""
+    return list(_ordered(tuple(slots), tuple(priority)))
+
+
+@functools.lru_cache(maxsize=4096)
+def _ordered(slots: tuple[str, ...], priority: tuple[str, ...]) -> tuple[str, ...]:
+    # remembered: a pass asks it for every distinct request shape (hundreds), always of
+    # a few slot sets, and each SlotName parse is a regular expression match
     rank = {device: i for i, device in enumerate(priority)}
-    return sorted(slots, key=lambda s: (rank.get(SlotName(s).device_name, len(rank)), s))
+    return tuple(sorted(slots, key=lambda s: (rank.get(SlotName(s).device_name, len(rank)), s)))
 
 
 def _capacity_key(slots: ResourceSlot, order: Sequence[str]) -> tuple[Decimal, ...]:
