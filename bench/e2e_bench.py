@@ -103,6 +103,13 @@ async def throughput(
     return create_s, destroy_s, per_call, ids
 
 
+def _py_spy() -> str:
+    """The virtualenv's py-spy (the ``bench`` extra) when the bench runs from it without
+    the virtualenv on PATH, else whichever is on PATH."""
+    beside = Path(sys.executable).with_name("py-spy")
+    return str(beside) if beside.exists() else "py-spy"
+
+
 def start_spy(out: Path, pid: int | None) -> subprocess.Popen[bytes]:
     """py-spy (the ``bench`` extra) sampling a process's GIL holder, every thread, for the
     sustained create phase only (raw samples: feed them to ``flamegraph.pl`` or count
@@ -110,7 +117,7 @@ def start_spy(out: Path, pid: int | None) -> subprocess.Popen[bytes]:
     if pid is None:
         raise SystemExit("--spy: the process's pid is unknown")
     spy = subprocess.Popen(
-        ["py-spy", "record", "--gil", "--rate", "250", "--format", "raw",
+        [_py_spy(), "record", "--gil", "--rate", "250", "--format", "raw",
          "--output", str(out), "--pid", str(pid)],
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
     )  # fmt: skip

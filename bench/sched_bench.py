@@ -310,11 +310,18 @@ def instrument(manager: Manager, records: list[PassRecord]) -> Callable[[], None
 SPY_OUT: list[Path] = []  # --spy FILE: py-spy's raw GIL samples of the fill
 
 
+def _py_spy() -> str:
+    """The virtualenv's py-spy (the ``bench`` extra) when the bench runs from it without
+    the virtualenv on PATH, else whichever is on PATH."""
+    beside = Path(sys.executable).with_name("py-spy")
+    return str(beside) if beside.exists() else "py-spy"
+
+
 async def start_spy(out: list[Path]) -> asyncio.subprocess.Process:
     """py-spy (``pip install py-spy``) sampling this process's GIL holder, every thread
     (the planner's worker thread too, unlike ``--profile-manager``), for the fill only."""
     spy = await asyncio.create_subprocess_exec(
-        "py-spy", "record", "--gil", "--rate", "250", "--format", "raw",
+        _py_spy(), "record", "--gil", "--rate", "250", "--format", "raw",
         "--output", str(out[0]), "--pid", str(os.getpid()),
         stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE,
     )  # fmt: skip
