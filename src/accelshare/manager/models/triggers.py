@@ -31,12 +31,21 @@ in different orders (bulk status moves, the scheduler's apply) could deadlock.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 import sqlalchemy as sa
 
 __all__ = ["AGENT_VIEWS", "KERNEL_HELD", "SESSION_SCHED", "HeldRevisionTriggers", "RevisionTrigger"]
+
+
+def _after_create(target: sa.Table | sa.MetaData, ddl: Callable[[str], Iterable[str]]) -> None:
+    """Run ``ddl(dialect)``'s statements right after ``create_all`` created ``target``."""
+
+    @sa.event.listens_for(target, "after_create")
+    def _create(_: object, connection: sa.Connection, **__: object) -> None:
+        for statement in ddl(connection.dialect.name):
+            connection.exec_driver_sql(statement)
 
 
 @dataclass(frozen=True)
@@ -83,11 +92,7 @@ class RevisionTrigger:
 
     def install(self, table: sa.Table) -> None:
         """Create the trigger with the table (``create_all``)."""
-
-        @sa.event.listens_for(table, "after_create")
-        def _create(target: sa.Table, connection: sa.Connection, **_: object) -> None:
-            for statement in self.create_ddl(connection.dialect.name):
-                connection.exec_driver_sql(statement)
+        _after_create(table, self.create_ddl)
 
 
 AGENT_VIEWS = RevisionTrigger(
@@ -172,11 +177,7 @@ class HeldRevisionTriggers:
 
     def install(self, metadata: sa.MetaData) -> None:
         """Create the triggers once every table exists (``create_all``)."""
-
-        @sa.event.listens_for(metadata, "after_create")
-        def _create(target: sa.MetaData, connection: sa.Connection, **_: object) -> None:
-            for statement in self.create_ddl(connection.dialect.name):
-                connection.exec_driver_sql(statement)
+        _after_create(metadata, self.create_ddl)
 
 
 KERNEL_HELD = HeldRevisionTriggers(
