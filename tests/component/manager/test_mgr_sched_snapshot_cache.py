@@ -209,6 +209,20 @@ async def test_the_fast_path_serves_last_pass_entries_only_while_their_inputs_ho
     assert again["a"] is first["a"]
     assert again["b"] is first["b"]
 
+    # "a"'s own row changes (its request; still too large): read and parsed again on
+    # the fast path, "b" still served as it was
+    async with cluster.manager.db.begin(write=True) as db:
+        await db.execute(
+            sa.update(Session)
+            .where(Session.name == "a")
+            .values(requested_slots=ResourceSlot({"cuda.shares": 200}))
+        )
+    await cluster.manager.scheduler.run_once()
+    moved = {p.name: p for _, p in cache.pending.values()}
+    assert moved["a"].requested_slots["cuda.shares"] == 200
+    assert moved["b"] is first["b"]
+    first = moved
+
     # "b" comes to depend on "a" (a row of the dependencies table: "b"'s own row and
     # revision stay as they were): the fast path must not serve "b" as it was
     async with cluster.manager.db.begin(write=True) as db:
