@@ -64,6 +64,12 @@ def cache_of(cluster: Cluster) -> SnapshotCache:
     return cluster.manager.scheduler.snapshot_caches["default"]
 
 
+async def write(cluster: Cluster, statement: Any) -> None:
+    """One statement in its own write transaction, behind the scheduler's back."""
+    async with cluster.manager.db.begin(write=True) as db:
+        await db.execute(statement)
+
+
 async def test_unchanged_rows_are_reused_and_changed_ones_reread(
     cluster: Cluster, checked: list[LoadedSnapshot]
 ) -> None:
@@ -108,12 +114,12 @@ async def test_unchanged_rows_are_reused_and_changed_ones_reread(
     assert state.devices[0].allocated == state.devices[0].capacity
 
     # the pending session's request changes (no status change): re-read, and placed
-    async with cluster.manager.db.begin(write=True) as db:
-        await db.execute(
-            sa.update(Session)
-            .where(Session.name == "big")
-            .values(requested_slots=ResourceSlot({"cpu": 1, "mem": 2**30, "cuda.shares": 1}))
-        )
+    await write(
+        cluster,
+        sa.update(Session)
+        .where(Session.name == "big")
+        .values(requested_slots=ResourceSlot({"cpu": 1, "mem": 2**30, "cuda.shares": 1})),
+    )
     [result] = await cluster.manager.scheduler.run_once()
     assert len(result.jobs) == 1
     assert checked[-1].snapshot.pending[0].requested_slots["cuda.shares"] == 1
@@ -141,8 +147,7 @@ async def test_new_and_cancelled_pending_sessions_and_the_memory_bound(
     assert [p.name for p in checked[-1].snapshot.pending] == ["b"]
     assert [p.id for _, p in cache.pending.values()] == [second.json()["sessionId"]]
     # the agent leaves the group's schedulable set: its entry goes too
-    async with cluster.manager.db.begin(write=True) as db:
-        await db.execute(sa.update(Agent).values(is_schedulable=False))
+    await write(cluster, sa.update(Agent).values(is_schedulable=False))
     await cluster.manager.scheduler.run_once()
     assert checked[-1].snapshot.agents == ()
     assert cache.agents == {}
@@ -176,12 +181,12 @@ async def test_an_image_requirement_is_kept_while_equal_and_renewed_when_it_chan
     [(_, again)] = cache.pending.values()
     assert again is first  # the catalogue's equal requirement: the same session object
     # the catalogue entry changes (the session row does not): the session is renewed
-    async with cluster.manager.db.begin(write=True) as db:
-        await db.execute(
-            sa.update(Image)
-            .where(Image.ref == "python:3.11")
-            .values(min_slots=ResourceSlot({"cpu": 2}))
-        )
+    await write(
+        cluster,
+        sa.update(Image)
+        .where(Image.ref == "python:3.11")
+        .values(min_slots=ResourceSlot({"cpu": 2})),
+    )
     await cluster.manager.scheduler.run_once()
     [(_, renewed)] = cache.pending.values()
     assert renewed is not first
@@ -211,12 +216,12 @@ async def test_the_fast_path_serves_last_pass_entries_only_while_their_inputs_ho
 
     # "a"'s own row changes (its request; still too large): read and parsed again on
     # the fast path, "b" still served as it was
-    async with cluster.manager.db.begin(write=True) as db:
-        await db.execute(
-            sa.update(Session)
-            .where(Session.name == "a")
-            .values(requested_slots=ResourceSlot({"cuda.shares": 200}))
-        )
+    await write(
+        cluster,
+        sa.update(Session)
+        .where(Session.name == "a")
+        .values(requested_slots=ResourceSlot({"cuda.shares": 200})),
+    )
     await cluster.manager.scheduler.run_once()
     moved = {p.name: p for _, p in cache.pending.values()}
     assert moved["a"].requested_slots["cuda.shares"] == 200
@@ -225,13 +230,13 @@ async def test_the_fast_path_serves_last_pass_entries_only_while_their_inputs_ho
 
     # "b" comes to depend on "a" (a row of the dependencies table: "b"'s own row and
     # revision stay as they were): the fast path must not serve "b" as it was
-    async with cluster.manager.db.begin(write=True) as db:
-        await db.execute(
-            sa.insert(SessionDependency).values(
-                session_id=uuid.UUID(b.json()["sessionId"]),
-                depends_on=uuid.UUID(a.json()["sessionId"]),
-            )
-        )
+    await write(
+        cluster,
+        sa.insert(SessionDependency).values(
+            session_id=uuid.UUID(b.json()["sessionId"]),
+            depends_on=uuid.UUID(a.json()["sessionId"]),
+        ),
+    )
     await cluster.manager.scheduler.run_once()
     now = {p.name: p for _, p in cache.pending.values()}
     assert now["a"] is first["a"]  # its key still matches: the same object
@@ -239,8 +244,7 @@ async def test_the_fast_path_serves_last_pass_entries_only_while_their_inputs_ho
 
     # "a" carries no fragmentation option of its own (rows enqueued before the option
     # was recorded): the group's default applies, and then flips, "a"'s row unchanged
-    async with cluster.manager.db.begin(write=True) as db:
-        await db.execute(sa.update(Session).where(Session.name == "a").values(resource_opts={}))
+    await write(cluster, sa.update(Session).where(Session.name == "a").values(resource_opts={}))
     await cluster.manager.scheduler.run_once()
     assert next(p for _, p in cache.pending.values() if p.name == "a").allow_fragmentation
     patched = await cluster.admin.patch(
@@ -327,27 +331,28 @@ async def test_held_kernels_rewritten_behind_the_scheduler_are_read_again(
     revision = await _held_revision(cluster, holder)
     assert (revision is not None) is sqlite
 
-    async def write(**values: Any) -> None:
-        async with cluster.manager.db.begin(write=True) as db:
-            await db.execute(sa.update(Kernel).where(Kernel.id == kernel_id).values(**values))
+    async def rewrite_kernel(**values: Any) -> None:
+        await write(cluster, sa.update(Kernel).where(Kernel.id == kernel_id).values(**values))
         await cluster.manager.scheduler.run_once()
 
-    await write(status_info="a column the snapshot does not read")
+    await rewrite_kernel(status_info="a column the snapshot does not read")
     assert agent(holder) is before  # not parsed again
     assert await _held_revision(cluster, holder) == revision
 
-    await write(occupied_slots=ResourceSlot({"cpu": 1, "mem": 2**30, "cuda.shares": "0.7"}))
+    await rewrite_kernel(
+        occupied_slots=ResourceSlot({"cpu": 1, "mem": 2**30, "cuda.shares": "0.7"})
+    )
     assert shares(holder) == Decimal("0.7")
     if sqlite:
         assert await _held_revision(cluster, holder) == (revision or 0) + 1
 
-    await write(agent_id=other)  # moved: both agents' kernels changed
+    await rewrite_kernel(agent_id=other)  # moved: both agents' kernels changed
     assert shares(holder) == 0
     assert shares(other) == Decimal("0.7")
     moved = agent(other)
 
-    await write(status="TERMINATING")  # still holding: read again (SQLite), parsed alike
+    await rewrite_kernel(status="TERMINATING")  # still holding: read again (SQLite), parsed alike
     assert agent(other) is moved
-    await write(status="TERMINATED")  # no longer holds anything
+    await rewrite_kernel(status="TERMINATED")  # no longer holds anything
     assert shares(other) == 0
     assert len(checked) == 7  # each pass compared with a snapshot built without cache
