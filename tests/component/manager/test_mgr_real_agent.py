@@ -36,6 +36,10 @@ pytestmark = [
 REPO = Path(__file__).resolve().parents[3]
 GPU1 = "c59395cd-ac91-4cd3-a1b0-3d2568aa2d01"
 GPU2 = "c59395cd-ac91-4cd3-a1b0-3d2568aa2d02"
+MOCK_PLUGINS = (
+    'allowed-compute-plugins = ["mock"]\n'
+    f'mock-accelerator-config = "{REPO / "configs/accelerator/two-fgpu.toml"}"\n'
+)
 QUERY = "query ($agent_id: String!) { agent(agent_id: $agent_id) { gpu_alloc_map } }"
 
 
@@ -47,10 +51,12 @@ async def real_cluster(
     keep_scratch: bool = False,
     extra_toml: str = "",
     agent_container_toml: str = "",
+    agent_plugins_toml: str = MOCK_PLUGINS,
 ) -> AsyncIterator[httpx.AsyncClient]:
     """A manager process and one agent process; ``extra_toml`` is appended to both
     files (e.g. a ``[redis]`` table), ``agent_container_toml`` to the agent's
-    ``[container]`` table."""
+    ``[container]`` table, ``agent_plugins_toml`` (the mock GPUs of two-fgpu.toml by
+    default) to its ``[agent]`` table.  cuda's allocation_mode is fractional."""
     port, rpc_port = free_port(), free_port()
     store_path = tmp_path / "config-store.db"
     async with ConfigStore(EmbeddedBackend(store_path)) as store:
@@ -62,8 +68,7 @@ async def real_cluster(
     )
     (tmp_path / "agent.toml").write_text(
         f'[agent]\nid = "i-node01"\nrpc-listen-addr = "127.0.0.1:{rpc_port}"\n'
-        'allowed-compute-plugins = ["mock"]\n'
-        f'mock-accelerator-config = "{REPO / "configs/accelerator/two-fgpu.toml"}"\n'
+        f"{agent_plugins_toml}"
         f'[container]\nruntime = "process"\nscratch-root = "{tmp_path / "scratch"}"\n'
         f"keep-scratch = {str(keep_scratch).lower()}\n{agent_container_toml}\n"
         '[resource]\nreserved-cpu = 0\ncpu-count = 8\nmemory-size = "16g"\nreserved-mem = 0\n'

@@ -1,0 +1,113 @@
+"""Fractional sessions on a real NVIDIA GPU: a manager process and an agent process that
+loads the real cuda plugin (NVML + libcuda, fractional mode), process runtime, SQLite.
+
+Skips on machines without an NVIDIA GPU (CI has none); run by hand on a GPU machine
+(docs/plugins.md, "Checked on a real GPU").  The sessions run PyTorch (the agent's own
+interpreter is the ``python`` image), which must then be installed next to accelshare.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import json
+import time
+from collections import Counter
+from decimal import Decimal
+from pathlib import Path
+
+import httpx
+import pytest
+
+from accelshare.testing.gpu import nvidia_gpu_unavailable, smi_gpus
+
+from .test_mgr_real_agent import QUERY, real_cluster, wait_for
+
+pytestmark = [
+    pytest.mark.skipif(
+        (why := nvidia_gpu_unavailable()) is not None, reason=f"needs an NVIDIA GPU: {why}"
+    ),
+    pytest.mark.skipif(
+        importlib.util.find_spec("torch") is None, reason="the sessions run PyTorch"
+    ),
+]
+
+PROBE = """
+import os, torch
+print("visible", os.environ["CUDA_VISIBLE_DEVICES"])
+print("count", torch.cuda.device_count())
+print("name", torch.cuda.get_device_name(0))
+a = torch.ones(1024, 1024, device="cuda")
+print("sum", int((a @ a).sum().item()))
+"""
+
+
+async def start(client: httpx.AsyncClient, name: str, shares: Decimal, **body: object) -> None:
+    request = {
+        "image": "python",
+        "name": name,
+        "enqueueOnly": True,
+        "config": {"resources": {"cpu": 1, "mem": "512m", "cuda.shares": str(shares)}},
+        **body,
+    }
+    created = await client.post("/session", json=request)
+    assert created.status_code == 201, created.text
+
+
+async def allocation_map(client: httpx.AsyncClient) -> dict[str, str]:
+    answer = await client.post(
+        "/admin/gql", json={"query": QUERY, "variables": {"agent_id": "i-node01"}}
+    )
+    mapped: dict[str, str] = json.loads(answer.json()["data"]["agent"]["gpu_alloc_map"])
+    return mapped
+
+
+async def test_fractional_sessions_share_a_real_gpu(tmp_path: Path) -> None:
+    gpus = {g.uuid: g for g in smi_gpus() if g.mig_mode != "Enabled"}
+    probe = tmp_path / "probe.py"
+    probe.write_text(PROBE)
+    async with real_cluster(
+        f"sqlite+aiosqlite:///{tmp_path / 'manager.db'}",
+        tmp_path,
+        keep_scratch=True,
+        agent_plugins_toml='allowed-compute-plugins = ["cuda"]\n',
+    ) as client:
+        agent = (await client.get("/agents")).json()["items"][0]
+        capacity = Decimal(agent["availableSlots"]["cuda.shares"])
+        assert capacity > 1, agent  # a real GPU has more than one share at the default units
+
+        # A batch session holding half a share runs CUDA on the GPU it was given.
+        await start(client, "probe", Decimal("0.5"), type="batch", startupCommand=str(probe))
+        await wait_for(client, ["probe"], Counter({"TERMINATED": 1}))
+        session = (await client.get("/session/probe")).json()
+        logs = (await client.get("/session/probe/logs")).json()["result"]["logs"]
+        assert session["result"] == "SUCCESS", (session, logs)
+        seen = dict(line.split(" ", 1) for line in logs.splitlines())
+        given = gpus[seen["visible"]]  # one GPU, by uuid
+        assert seen == {
+            "visible": given.uuid,
+            "count": "1",
+            "name": given.name,
+            "sum": str(1024**3),
+        }, logs
+
+        # Two sessions of 0.5 share one device; the map shows both.
+        for name in ("a", "b"):
+            await start(client, name, Decimal("0.5"))
+        await wait_for(client, ["a", "b"], Counter({"RUNNING": 2}))
+        held = await allocation_map(client)
+        assert sum(Decimal(v) for v in held.values()) == 1, held
+
+        # What is left cannot take capacity - 0.5: it waits, then starts when "a" ends.
+        await start(client, "big", capacity - Decimal("0.5"))
+        statuses = await wait_for(client, ["a", "b", "big"], Counter({"RUNNING": 2, "PENDING": 1}))
+        assert statuses["big"] == "PENDING"
+        deadline = time.monotonic() + 30
+        while not (why := (await client.get("/session/big/why")).json())["agents"]:
+            assert time.monotonic() < deadline, why
+            await asyncio.sleep(0.1)
+        assert why["agents"][0].startswith("i-node01: cuda.shares needs"), why
+        assert (await client.delete("/session/a")).json()["status"] == "TERMINATED"
+        await wait_for(client, ["b", "big"], Counter({"RUNNING": 2}))
+        held = await allocation_map(client)
+        assert sum(Decimal(v) for v in held.values()) == capacity, held
