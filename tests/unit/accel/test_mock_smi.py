@@ -107,18 +107,31 @@ def test_the_wrapper_runs_the_agents_interpreter_isolated() -> None:
     assert (wrapper.path, wrapper.executable) == ("bin/nvidia-smi", True)
     assert wrapper.text.splitlines()[2] == (
         "if [ -x '/opt/agent env/bin/python' ]; then "
-        "exec '/opt/agent env/bin/python' -I -m accelshare.accel.mock.smi \"$@\"; fi"
+        "exec '/opt/agent env/bin/python' -I \"${0%/*}/mock_smi.py\" \"$@\"; fi"
     )
     assert script.path == f"bin/{smi.SCRIPT_FILE}"
     assert json.loads(devices.text)["devices"] == []
 
 
-@pytest.mark.parametrize("agent_python", [sys.executable, "/nonexistent/agent/python"])
+BASE_PYTHON = str(Path(sys.base_prefix) / "bin" / "python3")  # the host's, outside the venv
+
+
+@pytest.mark.parametrize(
+    "agent_python",
+    [
+        sys.executable,
+        # An agent whose interpreter has no accelshare installed (it came through
+        # PYTHONPATH, which -I ignores): seen on a GPU machine, 2026-11-28.
+        BASE_PYTHON,
+        "/nonexistent/agent/python",
+    ],
+)
 def test_the_wrapper_works_with_or_without_the_agents_interpreter(
     tmp_path: Path, agent_python: str
 ) -> None:
-    """Without the agent's interpreter (a docker container) the stand-alone copy runs
-    under the ``python3`` on PATH; here the host's, with the agent's package hidden."""
+    """The agent's interpreter runs the stand-alone copy (standard library only, so it
+    needs no installed accelshare); without that interpreter (a docker container) the
+    ``python3`` on PATH runs it; here the host's, with the agent's package hidden."""
     plugin = MockPlugin(
         load_mock_config(SAMPLES / "two-fgpu.toml"), options(FRACTIONAL), python=agent_python
     )

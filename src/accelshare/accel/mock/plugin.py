@@ -279,15 +279,18 @@ class MockPlugin:
 
 
 def smi_wrapper(python: str) -> str:
-    """The ``nvidia-smi`` shell wrapper: the agent's interpreter when it is there (process
-    runtime; ``-I`` so the session's PYTHON* variables and cwd change nothing), else the
-    container's ``python3`` over the stand-alone copy next to it (docker runtime)."""
+    """The ``nvidia-smi`` shell wrapper: the stand-alone copy next to it (standard library
+    only), run by the agent's interpreter when it is there (process runtime), else by the
+    container's ``python3`` (docker runtime).  ``-I``: the session's PYTHON* variables and
+    cwd change nothing.  The copy, not ``-m accelshare...``: the agent's interpreter need
+    not have accelshare installed (an agent started with PYTHONPATH, which ``-I`` ignores)."""
     quoted = shlex.quote(python)
+    script = f'"${{0%/*}}/{smi.SCRIPT_FILE}"'
     return (
         "#!/bin/sh\n"
         "# accelshare mock nvidia-smi (sessions holding mock CUDA devices)\n"
-        f'if [ -x {quoted} ]; then exec {quoted} -I -m accelshare.accel.mock.smi "$@"; fi\n'
-        f'exec python3 -I "${{0%/*}}/{smi.SCRIPT_FILE}" "$@"\n'
+        f'if [ -x {quoted} ]; then exec {quoted} -I {script} "$@"; fi\n'
+        f'exec python3 -I {script} "$@"\n'
     )
 
 
