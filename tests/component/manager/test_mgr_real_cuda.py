@@ -42,12 +42,14 @@ print("sum", int((a @ a).sum().item()))
 """
 
 
-async def start(client: httpx.AsyncClient, name: str, shares: Decimal, **body: object) -> None:
+async def start(
+    client: httpx.AsyncClient, name: str, shares: Decimal, mem: str = "512m", **body: object
+) -> None:
     request = {
         "image": "python",
         "name": name,
         "enqueueOnly": True,
-        "config": {"resources": {"cpu": 1, "mem": "512m", "cuda.shares": str(shares)}},
+        "config": {"resources": {"cpu": 1, "mem": mem, "cuda.shares": str(shares)}},
         **body,
     }
     created = await client.post("/session", json=request)
@@ -77,7 +79,8 @@ async def test_fractional_sessions_share_a_real_gpu(tmp_path: Path) -> None:
         assert capacity > 1, agent  # a real GPU has more than one share at the default units
 
         # A batch session holding half a share runs CUDA on the GPU it was given.
-        await start(client, "probe", Decimal("0.5"), type="batch", startupCommand=str(probe))
+        # (PyTorch with CUDA needs more than 512m of memory to start.)
+        await start(client, "probe", Decimal("0.5"), "4g", type="batch", startupCommand=str(probe))
         await wait_for(client, ["probe"], Counter({"TERMINATED": 1}))
         session = (await client.get("/session/probe")).json()
         logs = (await client.get("/session/probe/logs")).json()["result"]["logs"]
