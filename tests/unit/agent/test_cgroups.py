@@ -3,11 +3,14 @@ tests/component/agent with real kernels)."""
 
 from __future__ import annotations
 
+import errno
+import logging
 from decimal import Decimal
 from pathlib import Path
 
 import pytest
 
+from accelshare.agent.runtime import cgroups
 from accelshare.agent.runtime.base import ResourceLimits
 from accelshare.agent.runtime.cgroups import (
     CgroupError,
@@ -250,3 +253,32 @@ def test_unwritable_names_a_missing_mount_point(tmp_path: Path) -> None:
         CgroupLayout(v1_mounts={**layout.v1_mounts, "pids": gone}, v1_self=layout.v1_self)
     )
     assert manager.unwritable() == {"pids": f"the mount point {gone} does not exist"}
+
+
+def test_v2_a_refused_delegation_is_warned_once_and_not_retried(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Seen on a GPU machine (a Firecracker VM, cgroup v2): every ``+controller`` write to
+    the agent's own cgroup failed with EOPNOTSUPP, and each kernel start logged it again
+    for every controller.  Now: one warning per controller, no second write."""
+    real_write = cgroups._write
+    tried: list[str] = []
+
+    def refusing_write(path: Path, value: str) -> None:
+        if path.name == "cgroup.subtree_control":
+            tried.append(value)
+            raise CgroupError(errno.EOPNOTSUPP, f"cannot write {value!r} to {path}")
+        real_write(path, value)
+
+    monkeypatch.setattr(cgroups, "_write", refusing_write)
+    manager = CgroupManager(v2_tree(tmp_path), "/accelshare.slice")
+    limits = ResourceLimits(mem_bytes=1 << 30)
+    with caplog.at_level(logging.WARNING, logger=cgroups.__name__):
+        assert manager.create("k1", limits) is None  # nothing enabled: the rlimit fallback
+        first = list(tried)
+        assert manager.create("k2", limits) is None
+    assert sorted(first) == ["+cpu", "+cpuset", "+memory", "+pids"]
+    assert tried == first  # k2 wrote nothing
+    warnings = [r.getMessage() for r in caplog.records if "cannot enable" in r.getMessage()]
+    assert len(warnings) == len(first)
+    assert all("not tried again" in w for w in warnings)

@@ -255,6 +255,10 @@ class CgroupManager:
             raise ValueError(f"Invalid cgroup parent {parent!r}")
         self.layout = layout
         self.parent = parent
+        # (level, controller) a cgroup.subtree_control write refused: not asked again,
+        # so a host that refuses delegation (seen: EOPNOTSUPP in a Firecracker VM's
+        # cgroup v2) logs its warning once, not on every kernel start
+        self._refused_v2: set[tuple[Path, str]] = set()
 
     @property
     def version(self) -> CgroupVersion | None:
@@ -421,17 +425,28 @@ class CgroupManager:
         """
         wanted = set(CONTROLLERS) & self.layout.v2_controllers
         chain = [mount, *(mount / p for p in _prefixes(parent.relative_to(mount)))]
+        refused = self._refused_v2
         for level in chain:
             present = set(_read(level / "cgroup.subtree_control").split())
             missing = sorted(wanted - present)
             if not missing:
                 continue
             for controller in missing:
+                if (level, controller) in refused:
+                    wanted.discard(controller)
+                    continue
                 try:
                     _write(level / "cgroup.subtree_control", f"+{controller}")
                 except CgroupError as e:
                     if e.errno not in (errno.EBUSY, errno.EACCES, errno.EPERM, errno.EROFS):
-                        log.warning("cgroup v2: cannot enable %s in %s: %s", controller, level, e)
+                        log.warning(
+                            "cgroup v2: cannot enable %s in %s: %s (not tried again until the"
+                            " agent restarts; kernels get the rlimit fallback for it)",
+                            controller,
+                            level,
+                            e,
+                        )
+                        refused.add((level, controller))
                     wanted.discard(controller)
         return wanted
 
