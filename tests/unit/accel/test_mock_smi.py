@@ -107,7 +107,7 @@ def test_the_wrapper_runs_the_agents_interpreter_isolated() -> None:
     assert (wrapper.path, wrapper.executable) == ("bin/nvidia-smi", True)
     assert wrapper.text.splitlines()[2] == (
         "if [ -x '/opt/agent env/bin/python' ]; then "
-        "exec '/opt/agent env/bin/python' -I \"${0%/*}/mock_smi.py\" \"$@\"; fi"
+        'exec \'/opt/agent env/bin/python\' -I "${0%/*}/mock_smi.py" "$@"; fi'
     )
     assert script.path == f"bin/{smi.SCRIPT_FILE}"
     assert json.loads(devices.text)["devices"] == []
