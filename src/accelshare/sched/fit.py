@@ -30,6 +30,7 @@ placement 0.8 (GPU1 0.4, GPU2 0.8 free)`` or ``i-node02: no cuda.shares slot``.
 from __future__ import annotations
 
 import enum
+import itertools
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
@@ -98,6 +99,21 @@ class MapState:
     def slot_names(self) -> frozenset[str]:
         return frozenset(d.slot_name for d in self.devices)
 
+    @property
+    def layout(self) -> tuple[object, ...]:
+        """Everything of the map but its ledger: devices (id, slot, type, capacity, NUMA
+        node) and options.  Two maps of one layout behave alike when empty."""
+        return (
+            self.kind,
+            self.strategy,
+            self.quantum,
+            self.exclusive_slot_types,
+            tuple(
+                (d.device_id, d.slot_name, d.slot_type, d.capacity, d.numa_node)
+                for d in self.devices
+            ),
+        )
+
     def build(self, *, empty: bool = False) -> AbstractAllocMap:
         """A live map with this state's ledger (``empty``: nothing allocated).
 
@@ -111,15 +127,7 @@ class MapState:
         Capacities are compared by value: the maps' texts are normalised.
         """
         devices = self.devices
-        layout = (
-            self.kind,
-            self.strategy,
-            self.quantum,
-            self.exclusive_slot_types,
-            tuple(
-                (d.device_id, d.slot_name, d.slot_type, d.capacity, d.numa_node) for d in devices
-            ),
-        )
+        layout = self.layout
         template = _TEMPLATES.get(layout)
         if template is None:
             template = self._build_empty()
@@ -168,6 +176,27 @@ _TEMPLATES: dict[tuple[object, ...], AbstractAllocMap] = {}
 """Empty maps by device layout (:meth:`MapState.build`); never changed, only copied.
 Shared by the planner's threads: single dict reads and writes, a lost entry is rebuilt."""
 _TEMPLATES_MAX = 256
+
+_LAYOUT_IDS: dict[tuple[object, ...], int] = {}
+"""A small int per device layout seen (never reused: from :data:`_LAYOUT_COUNTER`), so
+the verdicts below are keyed without hashing a layout's devices again."""
+_LAYOUT_COUNTER = itertools.count()
+_EMPTY_FITS: dict[tuple[int, tuple[tuple[str, Decimal], ...], bool], bool] = {}
+"""Whether a request part fits an *empty* map of a layout: (layout id, part,
+allow_fragmentation) -> verdict.  Kept across passes and agents: a pass asks it for every
+request shape (``could_fit``), and an empty map's answer depends on its layout alone.
+Bounded like :data:`_TEMPLATES`; shared by the planner's threads the same way."""
+_EMPTY_FITS_MAX = 65_536
+
+
+def _layout_id(state: MapState) -> int:
+    layout = state.layout
+    found = _LAYOUT_IDS.get(layout)
+    if found is None:
+        if len(_LAYOUT_IDS) >= _TEMPLATES_MAX:
+            _LAYOUT_IDS.clear()  # ids are never reused: old verdicts just go unread
+        found = _LAYOUT_IDS.setdefault(layout, next(_LAYOUT_COUNTER))
+    return found
 
 
 def merge_device_ledger(
@@ -261,9 +290,7 @@ class DeviceLedger:
     _refusals: dict[tuple[tuple[tuple[str, Decimal], ...], bool], str | None] = field(
         default_factory=dict, repr=False
     )
-    _empty_fits: dict[tuple[str, tuple[tuple[str, Decimal], ...], bool], bool] = field(
-        default_factory=dict, repr=False
-    )
+    _layout_ids: dict[str, int] | None = field(default=None, repr=False)
 
     def _index(self) -> None:
         """Which map owns which slot, and the maps' allocation order (worked out on first
@@ -393,15 +420,22 @@ class DeviceLedger:
         request = self._device_request(requested)
         if not request:
             return True
-        if self._empty_maps is None:
-            self._empty_maps = {s.key: s.build(empty=True) for s in self.states}
-        maps = self._empty_maps
+        layout_ids = self._layout_ids
+        if layout_ids is None:
+            layout_ids = self._layout_ids = {s.key: _layout_id(s) for s in self.states}
         for kind, part in self._parts(request):  # map by map, as in refusal()
-            key = (kind, tuple(part.items()), allow_fragmentation)
-            fits = self._empty_fits.get(key)
+            key = (layout_ids[kind], tuple(part.items()), allow_fragmentation)
+            fits = _EMPTY_FITS.get(key)
             if fits is None:
-                fit = maps[kind].check(part, allow_resource_fragmentation=allow_fragmentation)
-                fits = self._empty_fits[key] = fit.error is None
+                if self._empty_maps is None:
+                    self._empty_maps = {s.key: s.build(empty=True) for s in self.states}
+                fit = self._empty_maps[kind].check(
+                    part, allow_resource_fragmentation=allow_fragmentation
+                )
+                fits = fit.error is None
+                if len(_EMPTY_FITS) >= _EMPTY_FITS_MAX:
+                    _EMPTY_FITS.clear()
+                _EMPTY_FITS[key] = fits
             if not fits:
                 return False
         return True

@@ -280,3 +280,25 @@ def test_layouts_that_differ_in_anything_but_the_ledger_get_their_own_template()
     gpu_map(0, 0, strategy="FILL").build()
     gpu_map(0, 0, 0).build()
     assert len(fit._TEMPLATES) == 5
+
+
+def test_empty_fit_verdicts_are_shared_by_layout_and_never_mixed() -> None:
+    """``fits_when_empty`` remembers a verdict per (device layout, request part) across
+    ledgers and passes: agents of one layout share it whatever they hold; a layout that
+    differs only in a capacity gets its own, whichever is asked first."""
+    fit._EMPTY_FITS.clear()
+    request = {"cuda.shares": D("0.8")}
+    for first, second in ((("1", True), ("0.5", False)), (("0.5", False), ("1", True))):
+        fit._EMPTY_FITS.clear()
+        for capacity, expected in (first, second):
+            fresh = DeviceLedger("a", (gpu_map(0, capacity=capacity),))
+            assert fresh.fits_when_empty(request) is expected, capacity
+            full = DeviceLedger("b", (gpu_map(capacity, capacity=capacity),))  # all held
+            assert full.fits_when_empty(request) is expected, capacity
+            assert isinstance(full.check(request), FitFailure)  # its real ledger is full
+        assert len(fit._EMPTY_FITS) == 2  # one verdict per layout, reused by "b"
+    # the request part is part of the key: two GPUs of one layout, two amounts
+    two = DeviceLedger("c", (gpu_map(0, 0),))
+    assert two.fits_when_empty({"cuda.shares": D("1.5")})
+    assert not two.fits_when_empty({"cuda.shares": D("2.5")})
+    assert DeviceLedger("d", (gpu_map(1, 1),)).fits_when_empty({"cuda.shares": D("1.5")})
