@@ -393,7 +393,9 @@ class _Fit:
     when the pass ends (:meth:`_Pass.explain_failures`)."""
 
     reasons: list[str]
-    could_fit: bool
+    # None: the shape's (:meth:`_Pass.fit_could_fit`), worked out only when read: a band
+    # that protects nothing reads it in the explanations, after the binds went out
+    could_fit: bool | None
     deferred_by: int | None
     refused: int = 1  # how many agents refused (the reasons list at most MAX_AGENT_REASONS)
     shape: _Shape | None = None
@@ -538,7 +540,7 @@ class _Pass:
         entry = (len(self.failures), session, passed, result, self.protections)
         self._unexplained.append(entry)
         self.failures.append(None)  # filled in by explain_failures
-        if not blocking or not result.could_fit or result.shape is None:
+        if not blocking or result.shape is None or not self.fit_could_fit(result):
             return None
         return _Blocker(session.priority, session.requested_slots, result.shape)
 
@@ -569,7 +571,7 @@ class _Pass:
             (),
             passed,
             tuple(reasons),
-            blocks_lower_priorities=result.could_fit,
+            blocks_lower_priorities=self.fit_could_fit(result),
         )
 
     def explain_failures(self) -> None:
@@ -732,7 +734,7 @@ class _Pass:
             self.commit(session, shape, index)
             return Assignment(session.id, agent_id, session.requested_slots, placed)
         refused = len(ids) if session.designated_agent is None else 1
-        fit = _Fit([], self.could_fit(shape), None, refused, shape=shape, deferral_key=(-1, -1))
+        fit = _Fit([], None, None, refused, shape=shape, deferral_key=(-1, -1))
         shape.failed = fit
         return self.refresh(fit)
 
@@ -842,6 +844,12 @@ class _Pass:
         fitted = replace(fit, deferred_by=deferred_by, deferral_key=key)
         shape.failed = fitted
         return fitted
+
+    def fit_could_fit(self, fit: _Fit) -> bool:
+        if fit.could_fit is not None:
+            return fit.could_fit
+        assert fit.shape is not None
+        return self.could_fit(fit.shape)
 
     def could_fit(self, shape: _Shape) -> bool:
         """Could some agent of the shape's pool hold it if that agent were empty?"""
