@@ -19,12 +19,14 @@ from accelshare.accel import PluginContext
 from accelshare.accel.cuda import create_plugin
 from accelshare.accel.types import KernelStatTarget
 from accelshare.testing.gpu import nvidia_gpu_unavailable
+from accelshare.testing.soak import percentile
 
 
 def summary(samples: list[float]) -> str:
-    ordered = sorted(samples)
-    p99 = ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))]
-    return f"median {statistics.median(ordered):.0f} µs, p99 {p99:.0f} µs, n={len(ordered)}"
+    return (
+        f"median {statistics.median(samples):.0f} µs, p99 {percentile(samples, 99):.0f} µs,"
+        f" n={len(samples)}"
+    )
 
 
 async def run(ticks: int, kernels: int) -> None:

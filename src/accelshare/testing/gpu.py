@@ -9,6 +9,7 @@ streaming-multiprocessor count), so a test process of its own never creates a CU
 from __future__ import annotations
 
 import csv
+import importlib.util
 import json
 import shutil
 import subprocess
@@ -24,6 +25,7 @@ __all__ = [
     "smi_compute_apps",
     "smi_driver_version",
     "smi_gpus",
+    "torch_installed",
     "torch_sm_counts",
 ]
 
@@ -68,7 +70,9 @@ def _smi(*args: str) -> list[list[str]]:
 
 
 def _sysfs(bus_id: str) -> str:
-    """nvidia-smi's ``00000000:18:00.0`` -> ``0000:18:00.0``."""
+    """nvidia-smi's ``00000000:18:00.0`` -> ``0000:18:00.0`` (spelt out here rather than
+    taken from the plugin's ``nvml._sysfs_bus_id``: this is the ground truth it is checked
+    against)."""
     domain, _, rest = bus_id.partition(":")
     return f"{int(domain, 16):04x}:{rest.lower()}"
 
@@ -92,6 +96,8 @@ def smi_compute_apps() -> dict[int, int]:
 
 def torch_sm_counts() -> dict[str, int] | None:
     """GPU uuid -> SM count from PyTorch's CUDA runtime in a child process (None: no torch)."""
+    if not torch_installed():
+        return None
     probe = (
         "import json, torch\n"
         "props = [torch.cuda.get_device_properties(i) for i in range(torch.cuda.device_count())]\n"
@@ -101,11 +107,14 @@ def torch_sm_counts() -> dict[str, int] | None:
         [sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, check=False
     )
     if done.returncode != 0:
-        if "No module named 'torch'" in done.stderr:
-            return None
         raise RuntimeError(f"the PyTorch probe failed: {done.stderr}")
     counts: dict[str, int] = json.loads(done.stdout)
     return counts
+
+
+def torch_installed() -> bool:
+    """Whether this interpreter has PyTorch (looked up, not imported: no CUDA context)."""
+    return importlib.util.find_spec("torch") is not None
 
 
 def expected_shares(memory_bytes: int, sms: int, unit_mem: int, unit_proc: int) -> Decimal:

@@ -31,6 +31,7 @@ from accelshare.testing.gpu import (
     smi_compute_apps,
     smi_driver_version,
     smi_gpus,
+    torch_installed,
     torch_sm_counts,
 )
 
@@ -122,7 +123,7 @@ sys.stdin.readline()
 async def test_stats_see_a_process_using_gpu_memory(discrete: CudaPlugin) -> None:
     """Per-kernel ``cuda_mem`` is what the kernel's processes really use (NVML by pid),
     the same MiB as nvidia-smi's ``used_memory`` for that pid; the node's readings are real."""
-    if torch_sm_counts() is None:
+    if not torch_installed():
         pytest.skip("PyTorch is not installed here (it allocates the GPU memory)")
     gpu = discrete.inventory.devices[0]
     env = {**os.environ, "CUDA_VISIBLE_DEVICES": gpu.device_id}

@@ -9,7 +9,6 @@ interpreter is the ``python`` image), which must then be installed next to accel
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 import json
 import time
 from collections import Counter
@@ -19,7 +18,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from accelshare.testing.gpu import nvidia_gpu_unavailable, smi_gpus
+from accelshare.testing.gpu import nvidia_gpu_unavailable, smi_gpus, torch_installed
 
 from .test_mgr_real_agent import QUERY, real_cluster, wait_for
 
@@ -27,9 +26,7 @@ pytestmark = [
     pytest.mark.skipif(
         (why := nvidia_gpu_unavailable()) is not None, reason=f"needs an NVIDIA GPU: {why}"
     ),
-    pytest.mark.skipif(
-        importlib.util.find_spec("torch") is None, reason="the sessions run PyTorch"
-    ),
+    pytest.mark.skipif(not torch_installed(), reason="the sessions run PyTorch"),
 ]
 
 PROBE = """

@@ -286,7 +286,6 @@ def test_empty_fit_verdicts_are_shared_by_layout_and_never_mixed() -> None:
     """``fits_when_empty`` remembers a verdict per (device layout, request part) across
     ledgers and passes: agents of one layout share it whatever they hold; a layout that
     differs only in a capacity gets its own, whichever is asked first."""
-    fit._EMPTY_FITS.clear()
     request = {"cuda.shares": D("0.8")}
     for first, second in ((("1", True), ("0.5", False)), (("0.5", False), ("1", True))):
         fit._EMPTY_FITS.clear()
