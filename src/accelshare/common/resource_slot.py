@@ -42,7 +42,10 @@ class DefaultForUnspecified(enum.StrEnum):
 
 
 def canonical_decimal(value: Decimal) -> str:
-    """Fixed-point text without trailing zeros: ``"1"``, ``"1.5"``, ``"Infinity"``."""
+    """Fixed-point text without trailing zeros: ``"1"``, ``"1.5"``, ``"Infinity"``; one
+    text per amount (``-0`` is ``"0"``), so equal amounts are stored alike."""
+    if not value:
+        return "0"
     if value.is_infinite():
         return "Infinity" if value > 0 else "-Infinity"
     if value == value.to_integral_value():

@@ -301,6 +301,20 @@ def test_canonical_decimal() -> None:
     assert canonical_decimal(D("0.10")) == "0.1"
 
 
+@pytest.mark.parametrize("zero", ["0", "-0", "0.000", "-0.0", "0E+5"])
+def test_canonical_decimal_one_text_for_zero(zero: str) -> None:
+    # equal amounts, one stored text (the ResourceSlotJSON bind memo relies on it)
+    assert canonical_decimal(D(zero)) == "0"
+
+
+@given(st.decimals(allow_nan=False, min_value=-(10**15), max_value=10**15, places=6))
+def test_canonical_decimal_is_one_text_per_amount(amount: Decimal) -> None:
+    text = canonical_decimal(amount)
+    assert D(text) == amount  # exact
+    for same in (amount.normalize(), amount.quantize(D("0.0000001")), amount * 1, -(-amount)):
+        assert canonical_decimal(same) == text
+
+
 @pytest.mark.parametrize(
     ("default", "expected_gpu"),
     [(DefaultForUnspecified.UNLIMITED, INF), ("LIMITED", D(0))],
