@@ -7,14 +7,20 @@ the property below checks that against the plain per-device rule."""
 
 from __future__ import annotations
 
+import json
 from decimal import Decimal
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from accelshare.agent.wire import DeviceView, PluginMapView
 from accelshare.common import SlotTypes
-from accelshare.manager.scheduler.snapshot import map_states_from_views
+from accelshare.manager.scheduler.snapshot import (
+    map_states_from_views,
+    parse_views,
+    parse_views_text,
+)
 from accelshare.sched.fit import DeviceState, MapKind, MapState, merge_device_ledger
 
 D = Decimal
@@ -149,3 +155,33 @@ def test_an_untouched_device_keeps_its_reported_state_and_the_rest_are_merged() 
     # GPU1: the manager's 0.4 plus the stranger's 0.5; GPU2: as reported (legacy holding);
     # GPU3: the manager's kernels only
     assert [d.allocated for d in state.devices] == [D("0.9"), D("0.3"), D("0.9")]
+
+
+BROKEN = [
+    {"kind": "fractional"},  # no key, no devices
+    {"key": "x", "kind": "discrete", "strategy": "FILL", "devices": [{"device_id": 1}]},
+    "not a view",
+    None,
+]
+
+
+@settings(max_examples=200, deadline=None)
+@given(case=cases(), broken=st.lists(st.sampled_from(BROKEN), max_size=2))
+def test_views_from_the_stored_text_are_the_views_entry_by_entry(
+    case: tuple[dict[str, PluginMapView], dict[str, dict[str, Decimal]], frozenset[str]],
+    broken: list[object],
+) -> None:
+    # the snapshot validates an agent's stored text in one go; a broken entry makes it
+    # fall back to the entry-by-entry parse, which skips just that entry
+    stored: dict[str, object] = {k: v.model_dump(mode="json") for k, v in case[0].items()}
+    for n, entry in enumerate(broken):
+        stored[f"broken{n}"] = entry
+    text = json.dumps(stored)
+    parsed = parse_views_text(text)
+    assert parsed == parse_views(json.loads(text))
+    assert parsed == case[0]
+
+
+@pytest.mark.parametrize("text", [None, "", "null", "{}", "[]", "[1, 2]", '"views"', "3"])
+def test_stored_views_that_are_no_object_are_no_views(text: str | None) -> None:
+    assert parse_views_text(text) == {}
