@@ -35,6 +35,7 @@ exit codes 32-bit, no string anywhere holds NUL and no number is NaN or infinite
 from __future__ import annotations
 
 import enum
+import functools
 import json
 import math
 from collections.abc import Mapping, Sequence
@@ -85,15 +86,21 @@ def _invalid(expected: str, value: Any) -> PydanticCustomError:
                                {"expected": expected, "received": repr(value)[:100]})  # fmt: skip
 
 
+_HELD_EXPECTED = f'a decimal string >= 0 and below 10^{MAX_AMOUNT_EXPONENT}, such as "0.6"'
+
+
+@functools.lru_cache(maxsize=4096)
 def _held_amount(value: str) -> str:
-    """A finite decimal >= 0 below 10^21 (what ResourceSlot accepts), kept as sent."""
-    expected = f'a decimal string >= 0 and below 10^{MAX_AMOUNT_EXPONENT}, such as "0.6"'
+    """A finite decimal >= 0 below 10^21 (what ResourceSlot accepts), kept as sent.
+
+    Remembered per text (a refused one is not: it raises): an agent's heartbeat
+    carries ~150 amounts, mostly the same few texts ("1", "0", a GPU's capacity)."""
     try:
         number = Decimal(value)
     except (InvalidOperation, ValueError):
-        raise _invalid(expected, value) from None
+        raise _invalid(_HELD_EXPECTED, value) from None
     if not number.is_finite() or number < 0 or number.adjusted() >= MAX_AMOUNT_EXPONENT:
-        raise _invalid(expected, value)
+        raise _invalid(_HELD_EXPECTED, value)
     return value
 
 
