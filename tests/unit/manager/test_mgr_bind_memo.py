@@ -68,9 +68,9 @@ def test_datetime_remembers_the_last_value_only() -> None:
 
 
 def test_datetime_still_refuses_a_naive_value_after_an_equal_looking_aware_one() -> None:
-    bind, _ = processors(UTCDateTime(), sqlite.dialect())
+    bind, plain = processors(UTCDateTime(), sqlite.dialect())
     aware = datetime(2024, 1, 2, 3, 0, tzinfo=UTC)
-    assert bind(aware) == bind(aware)
+    assert bind(aware) == plain(aware)  # remembered now
     with pytest.raises(ValueError, match="naive"):
         bind(aware.replace(tzinfo=None))
 
@@ -101,7 +101,9 @@ def test_slots_bind_what_the_plain_processor_binds(dialect: Dialect) -> None:
     assert seen[4] == seen[5]
 
 
-def test_slots_forget_everything_when_full(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_slots_bind_right_while_the_memo_fills_and_is_emptied(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     monkeypatch.setattr(models_base, "_BOUND_SLOTS_MAX", 4)
     bind, plain = processors(ResourceSlotJSON(), sqlite.dialect())
     slots = [ResourceSlot({"cpu": n}) for n in range(10)]

@@ -258,7 +258,7 @@ def _reported_maps(views: Mapping[str, PluginMapView]) -> tuple[_ReportedMap, ..
             device
             for per_device in view.legacy_allocations.values()
             for device, held in per_device.items()
-            if Decimal(held) > 0
+            if amount(held) > 0
         }
         devices = []
         for d in view.devices:
