@@ -26,7 +26,13 @@ from .errors import (
     UnknownOptionError,
 )
 from .maps import build_alloc_map, device_slots
-from .protocol import ComputePlugin, PluginContext, PluginFactory, validate_inventory
+from .protocol import (
+    ComputePlugin,
+    PluginContext,
+    PluginFactory,
+    ReportsStatus,
+    validate_inventory,
+)
 from .registry import (
     BACKEND_AI_ALIASES,
     ENTRY_POINT_GROUP,
@@ -86,6 +92,7 @@ __all__ = [
     "PluginLoadError",
     "PluginSelection",
     "PluginUnavailable",
+    "ReportsStatus",
     "SlotMetadata",
     "UnknownOptionError",
     "build_alloc_map",

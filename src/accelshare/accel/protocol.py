@@ -43,7 +43,13 @@ from .types import (
     PluginInventory,
 )
 
-__all__ = ["ComputePlugin", "PluginContext", "PluginFactory", "validate_inventory"]
+__all__ = [
+    "ComputePlugin",
+    "PluginContext",
+    "PluginFactory",
+    "ReportsStatus",
+    "validate_inventory",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,13 +57,25 @@ class PluginContext:
     """What a plugin factory may look at while it discovers its devices.
 
     ``store`` is None when there is no cluster configuration to read (every option
-    takes its default).  ``host_root`` is where ``/proc`` and ``/sys`` are read from,
+    takes its default).  ``manage_services`` is True only in the agent itself.  ``host_root`` is where ``/proc`` and ``/sys`` are read from,
     so tests can feed a fake tree.
     """
 
     agent_config: AgentConfig = field(default_factory=AgentConfig)
     store: ConfigStore | None = None
     host_root: Path = Path("/")
+    # True in the agent: a plugin may start and supervise the host services it needs
+    # (the cuda plugin's MPS control daemon).  Inspection commands leave it False.
+    manage_services: bool = False
+
+
+@runtime_checkable
+class ReportsStatus(Protocol):
+    """A plugin that reports how it is doing beside its fixed inventory (optional)."""
+
+    def status(self) -> Mapping[str, str]:
+        """Short texts for ``agent info`` (cuda: ``enforcement``, ``mps``); {} for none."""
+        ...
 
 
 @runtime_checkable

@@ -213,7 +213,8 @@ class KernelResources:
     ``resource.txt`` (see :class:`ConfigFile`); ``device_nodes``, ``mounts`` and
     ``device_requests`` (docker ``HostConfig.DeviceRequests`` entries) are for the docker
     runtime; ``cpu_set`` / ``memory_limit_bytes`` are the limits the intrinsic plugins
-    derive (cgroup cpuset / memory limit in any runtime).
+    derive (cgroup cpuset / memory limit in any runtime); ``ipc_host`` asks the docker
+    runtime for the host's IPC namespace.
     """
 
     env: Mapping[str, str] = field(default_factory=dict)
@@ -225,6 +226,8 @@ class KernelResources:
     device_requests: tuple[Mapping[str, Any], ...] = ()
     cpu_set: tuple[int, ...] = ()
     memory_limit_bytes: int | None = None
+    # docker: run in the host's IPC namespace (MPS clients share memory with the daemon)
+    ipc_host: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -55,6 +55,7 @@ def build_kernel_spec(
     device_nodes: list[DeviceNode] = []
     mounts: list[Mount] = []
     device_requests: list[Mapping[str, Any]] = []
+    ipc_host = False
     for key, plugin in plugins.items():  # plugin order: cpu, mem, then accelerators
         per_slot = allocation.get(key)
         if not per_slot:
@@ -70,6 +71,7 @@ def build_kernel_spec(
         device_nodes.extend(res.device_nodes)
         mounts.extend(res.mounts)
         device_requests.extend(res.device_requests)
+        ipc_host = ipc_host or res.ipc_host
     if host_cpus is not None and not set(cpu_set) <= set(host_cpus):
         cpu_set = ()
     content = ResourceTxt(
@@ -100,6 +102,7 @@ def build_kernel_spec(
         device_nodes=tuple(device_nodes),
         mounts=tuple(mounts),
         device_requests=tuple(device_requests),
+        ipc_host=ipc_host,
         labels=labels,
     )
     return spec, content

@@ -52,6 +52,7 @@ from accelshare.accel import (
     LoadedPlugins,
     PluginContext,
     PluginEntry,
+    ReportsStatus,
     build_alloc_map,
     load_compute_plugins,
 )
@@ -259,7 +260,7 @@ class AgentService:
         )
 
     async def _start(self) -> None:
-        ctx = PluginContext(self.config, self._store, self._host_root)
+        ctx = PluginContext(self.config, self._store, self._host_root, manage_services=True)
         self._loaded = await load_compute_plugins(ctx, entries=self._plugin_entries)
         maps = {key: build_alloc_map(p.inventory) for key, p in self._loaded.plugins.items()}
         details = {
@@ -916,6 +917,9 @@ class AgentService:
             self.alloc_map_view(),
             [r.report() for r in self.registry.live()],
             images=self.images,
+            plugin_status={
+                key: p.status() for key, p in self.plugins.items() if isinstance(p, ReportsStatus)
+            },
         )
 
     def health(self) -> dict[str, Any]:

@@ -126,6 +126,7 @@ def build_heartbeat(
     kernels: list[KernelReport],
     *,
     images: Sequence[str] = (),
+    plugin_status: Mapping[str, Mapping[str, str]] | None = None,
 ) -> Heartbeat:
     """The heartbeat: identity, slots with types and capacities, per-device maps (with
     quanta), UI metadata per slot, live kernels."""
@@ -152,4 +153,5 @@ def build_heartbeat(
         images=list(images),
         runtime=config.container.runtime,
         sent_at=datetime.now(UTC),
+        plugin_status={k: dict(v) for k, v in (plugin_status or {}).items() if v},
     )

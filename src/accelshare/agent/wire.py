@@ -263,6 +263,8 @@ class Heartbeat(_Checked):
     images: list[str] = Field(default_factory=list)
     runtime: str = "process"  # the agent's kernel runtime: process | docker
     sent_at: datetime | None = None
+    # plugin key -> what it reports about itself now (cuda: fraction enforcement, MPS)
+    plugin_status: dict[str, dict[str, str]] = Field(default_factory=dict)
 
 
 class HeartbeatAck(_Wire):

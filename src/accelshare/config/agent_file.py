@@ -44,6 +44,12 @@ Keys the daemon adds (docs/agent.md has the full table)::
     port-range = [30000, 31000]       # host ports for the kernels' app services
     [container.environments.torch]    # more process-runtime "images"
     command-prefix = ["/opt/venvs/torch/bin/python"]
+    [cuda]                            # real NVIDIA GPUs (the cuda plugin)
+    enforce = "mps"                   # fractional shares enforced through MPS, or "none"
+    mps-missing = "warn"              # no MPS in fractional mode: "warn" (advisory) or "refuse"
+    mps-control = "nvidia-cuda-mps-control"   # a path, or a name on PATH / the driver's bin
+    mps-dir = "/run/accelshare-mps"   # pipe/ and log/ (default: <scratch-root>/.mps)
+    mps-check-interval-s = 2.0        # how often the MPS control daemon is checked
 """
 
 from __future__ import annotations
@@ -73,6 +79,7 @@ __all__ = [
     "AgentConfigError",
     "AgentSection",
     "ContainerSection",
+    "CudaSection",
     "EtcdSection",
     "ManagerSection",
     "ResourceSection",
@@ -304,6 +311,21 @@ class ResourceSection(_Section):
         return value
 
 
+class CudaSection(_Section):
+    """``[cuda]``: how the cuda plugin enforces fractional GPU shares (docs/plugins.md)."""
+
+    enforce: Literal["mps", "none"] = "mps"
+    mps_missing: Literal["warn", "refuse"] = Field("warn", alias="mps-missing")
+    mps_control: str = Field("nvidia-cuda-mps-control", alias="mps-control", min_length=1)
+    mps_dir: Path | None = Field(None, alias="mps-dir")
+    mps_check_interval_s: float = Field(2.0, alias="mps-check-interval-s", gt=0, le=3600)
+
+    @field_validator("mps_dir", mode="before")
+    @classmethod
+    def _path(cls, value: Any) -> Any:
+        return Path(value) if isinstance(value, str) and value else value
+
+
 class ManagerSection(_Section):
     # one URL, or a list: several manager replicas, tried in order (failover)
     endpoint: str | list[str] = "http://127.0.0.1:8081"
@@ -344,6 +366,7 @@ class AgentConfig(_Section):
     container: ContainerSection = Field(default_factory=ContainerSection)
     resource: ResourceSection = Field(default_factory=ResourceSection)
     manager: ManagerSection = Field(default_factory=ManagerSection)
+    cuda: CudaSection = Field(default_factory=CudaSection)
     etcd: EtcdSection | None = None  # absent: the embedded config store
     # [config-store] belongs to accelshare.config.settings (validated when opening the store)
     config_store: dict[str, Any] = Field(default_factory=dict, alias="config-store")
@@ -362,6 +385,14 @@ class AgentConfig(_Section):
         """``[container] scratch-root``, absolute; relative paths from agent.toml's folder."""
         root = self.container.scratch_root
         return (root if root.is_absolute() else self.config_dir / root).absolute()
+
+    def mps_dir_path(self) -> Path:
+        """``[cuda] mps-dir``, absolute (relative paths from agent.toml's folder); by
+        default ``<scratch-root>/.mps``."""
+        explicit = self.cuda.mps_dir
+        if explicit is None:
+            return self.scratch_root_path() / ".mps"
+        return (explicit if explicit.is_absolute() else self.config_dir / explicit).absolute()
 
     def mock_accelerator_path(self) -> Path:
         """The explicit ``mock-accelerator-config`` or ``mock-accelerator.toml`` next to agent.toml."""
@@ -447,6 +478,12 @@ EXPECTED: dict[str, str] = {
     "resource.reserved-mem": 'a byte size such as "1g" or 1073741824',
     "resource.cpu-count": "an integer >= 1 (cores)",
     "resource.memory-size": 'a byte size > 0 such as "32g"',
+    "cuda": "a table ([cuda])",
+    "cuda.enforce": '"mps" or "none"',
+    "cuda.mps-missing": '"warn" or "refuse"',
+    "cuda.mps-control": 'a program path or name such as "nvidia-cuda-mps-control"',
+    "cuda.mps-dir": 'a folder path such as "/run/accelshare-mps"',
+    "cuda.mps-check-interval-s": "a number of seconds > 0 and <= 3600, such as 2.0",
     "manager": "a table ([manager])",
     "manager.endpoint": 'an http(s) URL such as "http://127.0.0.1:8081", or a list of them',
     "etcd": "a table ([etcd])",

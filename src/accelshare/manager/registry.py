@@ -136,6 +136,7 @@ def _plugins_summary(hb: Heartbeat) -> dict[str, Any]:
             "exclusive_slot_types": list(view.exclusive_slot_types),
             "slots": sorted({d.slot_name for d in view.devices}),
             "devices": len(view.devices),
+            **({"status": dict(hb.plugin_status[key])} if hb.plugin_status.get(key) else {}),
         }
         for key, view in hb.alloc_maps.items()
     }

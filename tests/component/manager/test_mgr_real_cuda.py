@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import time
 from collections import Counter
 from decimal import Decimal
@@ -18,7 +19,12 @@ from pathlib import Path
 import httpx
 import pytest
 
-from accelshare.testing.gpu import nvidia_gpu_unavailable, smi_gpus, torch_installed
+from accelshare.testing.gpu import (
+    nvidia_gpu_unavailable,
+    smi_gpus,
+    torch_installed,
+    torch_sm_counts,
+)
 
 from .test_mgr_real_agent import QUERY, real_cluster, wait_for
 
@@ -36,6 +42,9 @@ print("count", torch.cuda.device_count())
 print("name", torch.cuda.get_device_name(0))
 a = torch.ones(1024, 1024, device="cuda")
 print("sum", int((a @ a).sum().item()))
+print("threads", os.environ.get("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", "-"))
+print("limit", os.environ.get("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT", "-"))
+print("free-within-limit", torch.cuda.mem_get_info()[0] <= 2**30)
 """
 
 
@@ -84,12 +93,21 @@ async def test_fractional_sessions_share_a_real_gpu(tmp_path: Path) -> None:
         assert session["result"] == "SUCCESS", (session, logs)
         seen = dict(line.split(" ", 1) for line in logs.splitlines())
         given = gpus[seen["visible"]]  # one GPU, by uuid
+        # Enforced through the agent's MPS daemon (default units: 0.5 share = 1 GiB and
+        # 0.5 x 8 of the GPU's SMs); CUDA reports no more free memory than the limit.
+        sms = (torch_sm_counts() or {})[given.uuid]
         assert seen == {
             "visible": given.uuid,
             "count": "1",
             "name": given.name,
             "sum": str(1024**3),
+            "threads": str(math.ceil(Decimal(400) / sms)),
+            "limit": f"{given.uuid}=1024M",
+            "free-within-limit": "True",
         }, logs
+        status = agent["computePlugins"]["cuda"]["status"]
+        assert status["enforcement"] == "mps", status
+        assert status["mps"].startswith("running (pid "), status
 
         # Two sessions of 0.5 share one device; the map shows both.
         for name in ("a", "b"):

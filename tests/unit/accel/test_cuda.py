@@ -353,6 +353,22 @@ async def test_kernel_stats_use_process_memory_when_pids_are_known() -> None:
     assert stats["cuda_util"]["without"].value == 50
 
 
+async def test_kernel_stats_count_mps_clients_not_the_mps_server() -> None:
+    """Under MPS, NVML's compute process is the MPS server; the kernels' processes are
+    its clients, listed apart with their own memory."""
+    nvml = fake_machine()
+    nvml.gpus[0].processes = {77: 66 * 2**20}  # nvidia-cuda-mps-server
+    nvml.gpus[0].mps_processes = {1234: 2 * GIB, 5678: GIB}
+    plugin = cuda_plugin(DISCRETE, nvml)
+    kernels = {
+        "a": KernelStatTarget({"cuda.device": {GPU0: D(1)}}, frozenset({1234})),
+        "b": KernelStatTarget({"cuda.device": {GPU0: D(1)}}, frozenset({5678, 9})),
+    }
+    stats = {m.key: m.per_kernel for m in await plugin.kernel_stats(kernels)}
+    assert stats["cuda_mem"]["a"].value == 2 * GIB
+    assert stats["cuda_mem"]["b"].value == GIB
+
+
 async def test_close_shuts_nvml_down_once() -> None:
     nvml = fake_machine()
     plugin = await create_plugin(PluginContext(), nvml=PynvmlLayer(nvml))

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from accelshare.accel.types import Mount
 from accelshare.agent.runtime.base import KernelSpec, ResourceLimits
 from accelshare.agent.runtime.docker import (
     DockerRuntimeConfig,
@@ -100,10 +101,36 @@ def test_minimal_request_idles_and_sets_no_limits(tmp_path: Path) -> None:
     body = container_config(KernelSpec("k2", "busybox", ""), ScratchDir(tmp_path, "k2"), config)
     assert body["Cmd"] == list(config.idle_command)
     host = body["HostConfig"]
-    assert not {"NanoCpus", "Memory", "PidsLimit", "CpusetCpus", "DeviceRequests", "Devices"} & set(
-        host
-    )
+    assert not {
+        "NanoCpus",
+        "Memory",
+        "PidsLimit",
+        "CpusetCpus",
+        "DeviceRequests",
+        "Devices",
+        "IpcMode",
+    } & set(host)
     assert host["ShmSize"] == 64 << 20
+
+
+def test_mps_clients_get_the_pipe_directory_and_the_hosts_ipc(tmp_path: Path) -> None:
+    """A kernel holding enforced GPU shares reaches the agent's MPS daemon from inside
+    its container: the pipe directory at the same path, and the host's IPC namespace."""
+    pipe = str(tmp_path / ".mps" / "pipe")
+    spec = KernelSpec(
+        "k4",
+        "torch:2",
+        "",
+        env={"CUDA_MPS_PIPE_DIRECTORY": pipe, "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": "25"},
+        mounts=(Mount(pipe, pipe, read_only=False),),
+        ipc_host=True,
+    )
+    body = container_config(spec, ScratchDir(tmp_path, "k4"), DockerRuntimeConfig(tmp_path))
+    assert body["HostConfig"]["IpcMode"] == "host"
+    assert {"Type": "bind", "Source": pipe, "Target": pipe, "ReadOnly": False} in body[
+        "HostConfig"
+    ]["Mounts"]
+    assert f"CUDA_MPS_PIPE_DIRECTORY={pipe}" in body["Env"]
 
 
 @pytest.mark.parametrize(

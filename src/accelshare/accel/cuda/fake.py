@@ -105,6 +105,7 @@ class FakeGpu:
     power_limit_mw: int = 400_000
     temperature_c: int = 35
     processes: dict[int, int] = field(default_factory=dict)  # pid -> bytes
+    mps_processes: dict[int, int] = field(default_factory=dict)  # MPS clients: pid -> bytes
 
     @classmethod
     def a100(
@@ -338,6 +339,12 @@ class FakeNvml:
     def nvmlDeviceGetComputeRunningProcesses(self, handle: _Handle) -> list[Any]:
         self._check()
         processes = handle.mig.processes if handle.mig else handle.gpu.processes
+        return [SimpleNamespace(pid=pid, usedGpuMemory=used) for pid, used in processes.items()]
+
+    def nvmlDeviceGetMPSComputeRunningProcesses(self, handle: _Handle) -> list[Any]:
+        """MPS clients (``mps_processes``); a MIG instance has none here."""
+        self._check()
+        processes = {} if handle.mig else handle.gpu.mps_processes
         return [SimpleNamespace(pid=pid, usedGpuMemory=used) for pid, used in processes.items()]
 
 

@@ -258,4 +258,11 @@ class PynvmlLayer:
         nvml = self._nvml
         handle = self._handle(device_id)
         processes = self._optional(lambda: nvml.nvmlDeviceGetComputeRunningProcesses(handle)) or []
-        return {int(p.pid): int(p.usedGpuMemory or 0) for p in processes}
+        used = {int(p.pid): int(p.usedGpuMemory or 0) for p in processes}
+        # Under MPS the compute process is the MPS server; its clients (the kernels'
+        # processes) are listed apart, with their own memory.
+        mps_clients = getattr(nvml, "nvmlDeviceGetMPSComputeRunningProcesses", None)
+        if mps_clients is not None:
+            for p in self._optional(lambda: mps_clients(handle)) or []:
+                used[int(p.pid)] = int(p.usedGpuMemory or 0)
+        return used

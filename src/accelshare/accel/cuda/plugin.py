@@ -19,8 +19,14 @@ neither can tell (no ``libcuda.so.1``, the GPU hidden by ``CUDA_VISIBLE_DEVICES`
 A kernel gets ``CUDA_VISIBLE_DEVICES`` and ``NVIDIA_VISIBLE_DEVICES`` (uuids, which
 CUDA accepts and which stay valid inside a container), a docker device request for the
 nvidia driver with the same uuids, and the ``CUDA_*`` resource.txt lines, including
-per-device memory/processor limits in fractional mode (advisory: enforcing them needs
-a CUDA hook library that accelshare does not ship).
+per-device memory/processor limits in fractional mode.
+
+Fractional shares are enforced through NVIDIA MPS (:mod:`.mps`) when the agent's
+``[cuda] enforce = "mps"`` (the default) and the agent could start its MPS control
+daemon: such a kernel also gets the ``CUDA_MPS_*`` variables with its limits, the
+daemon's pipe directory mounted and the host's IPC namespace (docker).  Without MPS
+(``enforce = "none"``, or the daemon missing with ``mps-missing = "warn"``) the limits
+are advisory, and the agent says so at start and in ``agent info``.
 """
 
 from __future__ import annotations
@@ -59,12 +65,22 @@ from ..types import (
     KernelResources,
     KernelStatTarget,
     Measurement,
+    Mount,
     NodeMetric,
     NumberFormat,
     PluginInventory,
     SlotMetadata,
 )
 from .driver import CudaDriver, CudaDriverError, LibcudaDriver
+from .mps import (
+    MpsDaemon,
+    MpsUnavailable,
+    describe_status,
+    find_control_program,
+    mps_client_env,
+    mps_directories,
+    mps_shares,
+)
 from .nvml import NvmlGpu, NvmlLayer, PynvmlLayer
 
 __all__ = [
@@ -255,9 +271,16 @@ class CudaPlugin:
         driver_version: str = "",
         cuda_version: str = "",
         unknown_sm: Mapping[str, str] | None = None,
+        mps: MpsDaemon | None = None,
+        enforcement: str = "none",
     ) -> None:
         self._nvml = nvml
         self.options = options
+        self.mps = mps
+        # How fractional shares are enforced: "mps", or "none" with the reason.
+        self.enforcement = (
+            enforcement if options.allocation_mode is AllocationMode.FRACTIONAL else ""
+        )
         mode = options.allocation_mode
         main_slot = "cuda.device" if mode is AllocationMode.DISCRETE else "cuda.shares"
         devices = cuda_devices(gpus, options, unknown_sm=unknown_sm)
@@ -282,6 +305,7 @@ class CudaPlugin:
                 "cuda_support": True,
                 "nvidia_driver": driver_version,
                 "cuda_runtime": cuda_version,
+                **({"fraction_enforcement": self.enforcement} if self.enforcement else {}),
             },
             settings=options.describe(),
         )
@@ -290,18 +314,49 @@ class CudaPlugin:
     def inventory(self) -> PluginInventory:
         return self._inventory
 
+    def set_enforcement(self, enforcement: str, mps: MpsDaemon | None = None) -> None:
+        """Record how shares are enforced (decided once at start, before the agent
+        reads the inventory): ``mps``, or ``none (...)`` with the reason."""
+        if self._inventory.allocation_mode is not AllocationMode.FRACTIONAL:
+            return
+        self.mps = mps
+        self.enforcement = enforcement
+        extra = {**self._inventory.extra_info, "fraction_enforcement": enforcement}
+        self._inventory = dataclasses.replace(self._inventory, extra_info=extra)
+
     def kernel_resources(self, allocation: KernelAllocation) -> KernelResources:
         held = held_devices(self._inventory, allocation)
         if not held:
             return KernelResources()
         uuids = [h.device.device_id for h in held]
         visible = ",".join(uuids)
+        env = {"CUDA_VISIBLE_DEVICES": visible, "NVIDIA_VISIBLE_DEVICES": visible}
+        mounts: tuple[Mount, ...] = ()
+        mps_env: dict[str, str] = {}
+        if self.mps is not None:
+            mps_env = mps_client_env(mps_shares(held, self.options), self.mps.pipe_dir)
+        if mps_env:
+            env.update(mps_env)
+            pipe = str(self.mps.pipe_dir) if self.mps is not None else ""
+            mounts = (Mount(pipe, pipe, read_only=False),)
         return KernelResources(
-            env={"CUDA_VISIBLE_DEVICES": visible, "NVIDIA_VISIBLE_DEVICES": visible},
+            env=env,
             resource_lines=cuda_resource_lines(held, options=self.options),
             attached_devices=attached_devices(held, options=self.options),
+            mounts=mounts,
             device_requests=({"Driver": "nvidia", "DeviceIDs": uuids, "Capabilities": [["gpu"]]},),
+            ipc_host=bool(mps_env),
         )
+
+    def status(self) -> dict[str, str]:
+        """What ``agent info`` shows beside the inventory (changes while the agent runs)."""
+        if not self.enforcement:
+            return {}
+        status = {"enforcement": self.enforcement}
+        if self.mps is not None:
+            status.update({f"mps_{k}": v for k, v in self.mps.status().items()})
+            status["mps"] = describe_status(self.mps.status())
+        return status
 
     def _samples(self) -> dict[str, DeviceSample]:
         samples: dict[str, DeviceSample] = {}
@@ -343,7 +398,11 @@ class CudaPlugin:
         return [KernelMetric("cuda_mem", "bytes", measured), *metrics[1:]]
 
     async def close(self) -> None:
-        self._nvml.close()
+        try:
+            if self.mps is not None:
+                await self.mps.close()
+        finally:
+            self._nvml.close()
 
 
 async def load_cuda_options(ctx: PluginContext) -> AcceleratorOptions:
@@ -396,4 +455,72 @@ async def create_plugin(
         raise
     for warning in plugin.warnings:
         log.warning("%s", warning)
+    try:
+        await _enforce_shares(plugin, ctx)
+    except BaseException:
+        await plugin.close()
+        raise
     return plugin
+
+
+_SILENCE = 'set [cuda] enforce = "none" in agent.toml to run advisory fractions knowingly'
+
+
+async def _enforce_shares(plugin: CudaPlugin, ctx: PluginContext) -> None:
+    """Start (or adopt) the MPS control daemon that enforces fractional shares, as the
+    agent's ``[cuda]`` section says; only in the agent (``ctx.manage_services``)."""
+    inventory = plugin.inventory
+    if inventory.allocation_mode is not AllocationMode.FRACTIONAL:
+        return
+    settings = ctx.agent_config.cuda
+    if settings.enforce == "none":
+        plugin.set_enforcement('none ([cuda] enforce = "none": fractions are advisory)')
+        log.warning('cuda: fractional shares are advisory ([cuda] enforce = "none")')
+        return
+    shared = [d.device_id for d in inventory.devices if d.slot_name == "cuda.shares"]
+    if not shared:
+        plugin.set_enforcement("not needed (no shared GPU: MIG instances are whole devices)")
+        return
+    if not ctx.manage_services:
+        plugin.set_enforcement("mps (started by the agent)")
+        return
+    program = find_control_program(settings.mps_control)
+    reason = ""
+    if program is None:
+        reason = (
+            f"{settings.mps_control} was not found (PATH, /usr/local/nvidia/bin, /usr/bin); "
+            "it ships with the NVIDIA driver's utilities"
+        )
+    else:
+        pipe_dir, log_dir = mps_directories(ctx.agent_config.mps_dir_path())
+        daemon = MpsDaemon(
+            program,
+            pipe_dir,
+            log_dir,
+            devices=shared,
+            check_interval_s=settings.mps_check_interval_s,
+        )
+        try:
+            await daemon.start()
+        except MpsUnavailable as e:
+            reason = str(e)
+        else:
+            daemon.supervise()
+            plugin.set_enforcement("mps", daemon)
+            return
+    if settings.mps_missing == "refuse":
+        source = str(ctx.agent_config.source_path or "agent.toml")
+        raise PluginConfigError(
+            source,
+            "cuda.mps-missing",
+            f"MPS to enforce fractional shares, which failed: {reason} "
+            '(or mps-missing = "warn", or enforce = "none")',
+            "refuse",
+        )
+    plugin.set_enforcement(f"none (MPS unavailable: {reason})")
+    log.warning(
+        "cuda: FRACTIONAL SHARES ARE NOT ENFORCED: %s. A session can use more GPU memory "
+        "and SMs than its share until MPS runs; %s",
+        reason,
+        _SILENCE,
+    )

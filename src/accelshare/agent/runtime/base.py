@@ -135,6 +135,8 @@ class KernelSpec:
     * ``device_nodes``, ``mounts``, ``device_requests``: for the docker runtime, as the
       plugins return them (``device_requests`` entries in Docker's ``DeviceRequests``
       shape); the process runtime ignores them (it has no device isolation).
+    * ``ipc_host``: docker: the host's IPC namespace (MPS clients need it); the process
+      runtime shares the host's anyway.
     """
 
     kernel_id: str
@@ -150,6 +152,7 @@ class KernelSpec:
     labels: Mapping[str, str] = field(default_factory=dict)
     startup_command: str | None = None
     published_ports: tuple[tuple[int, int], ...] = ()
+    ipc_host: bool = False
 
     def __post_init__(self) -> None:
         if self.command is not None and self.startup_command is not None:

@@ -15,6 +15,8 @@ A kernel's container::
     devices  the plugins' device nodes and DeviceRequests (real CUDA:
              ``{"Driver": "nvidia", "DeviceIDs": [...], "Capabilities": [["gpu"]]}``,
              see :func:`gpu_device_request`)
+    ipc      the host's (``IpcMode: host``) when a plugin asks for it: MPS clients
+             (enforced GPU fractions) share memory with the agent's MPS daemon
 
 :func:`container_config` builds that request as pure data (tested without an engine).
 The engine is the source of truth for running kernels; the scratch dir keeps what must
@@ -185,6 +187,8 @@ def container_config(
         ]
     if spec.device_requests:
         host_config["DeviceRequests"] = [_device_request(r) for r in spec.device_requests]
+    if spec.ipc_host:
+        host_config["IpcMode"] = "host"
     if config.network_mode is not None:
         host_config["NetworkMode"] = config.network_mode
     exposed: dict[str, dict[str, Any]] = {}

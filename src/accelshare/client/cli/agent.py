@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from decimal import Decimal
 from pathlib import Path
 from typing import Annotated, Any
@@ -266,6 +266,7 @@ def info_command(
         ("address", agent.address or "-"),
         ("version", agent.version or "-"),
         ("plugins", ", ".join(agent.compute_plugins) or "-"),
+        *_plugin_status_rows(agent.compute_plugins),
         ("slots", _slot_usage(agent) or "-"),
         ("last heartbeat", agent.last_heartbeat or "-"),
     ):
@@ -278,6 +279,20 @@ def info_command(
         out.print()
         out.print("[bold]who holds the devices[/bold]")
         out.print(holders)
+
+
+def _plugin_status_rows(plugins: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """``cuda enforcement: mps`` / ``cuda mps: running (pid 1234, 0 restarts)``: what the
+    plugins report about themselves (fraction enforcement, their daemons)."""
+    rows: list[tuple[str, str]] = []
+    for key, summary in plugins.items():
+        status = summary.get("status") if isinstance(summary, Mapping) else None
+        if not isinstance(status, Mapping):
+            continue
+        for name in ("enforcement", "mps"):
+            if status.get(name):
+                rows.append((f"{key} {name}", str(status[name])))
+    return rows
 
 
 async def _session_names(client: AccelshareClient, agent_id: str) -> dict[str, str]:

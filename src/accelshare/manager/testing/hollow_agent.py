@@ -216,6 +216,7 @@ class HollowAgent:
         self.kernels: dict[str, _Kernel] = {}
         self.refuse_creates: str | None = None  # a reason: every create is refused with it
         self.images: list[str] = []  # what its heartbeat reports (process environments)
+        self.plugin_status: dict[str, dict[str, str]] = {}  # what its plugins say of themselves
         self.runtime = "process"  # or "docker": what its heartbeat says it runs
         self.created = 0
         self.batch_route = True  # False: POST /v1/kernels/batch is a 404 (an older agent)
@@ -304,6 +305,7 @@ class HollowAgent:
             images=list(self.images),
             runtime=self.runtime,
             sent_at=datetime.now(UTC),
+            plugin_status=self.plugin_status,
         )
 
     # -- talking to the manager ---------------------------------------------------------------
