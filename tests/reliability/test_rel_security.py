@@ -362,6 +362,99 @@ async def test_cross_user_access_is_refused(sqlite_cluster: Cluster) -> None:
         assert (await alice.get(f"/session/{sid}")).json()["status"] == "RUNNING"
 
 
+@pytest.mark.parametrize(
+    "name",
+    [
+        "CUDA_VISIBLE_DEVICES",
+        "NVIDIA_VISIBLE_DEVICES",
+        "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE",
+        "BACKENDAI_MOCK_CUDA_DEVICES",
+        "BACKENDAI_MOCK_CUDA_DEVICE_COUNT",
+        "ACCELSHARE_RESOURCE_TXT",
+    ],
+)
+async def test_a_request_cannot_set_the_accelerators_environment(
+    sqlite_cluster: Cluster, name: str
+) -> None:
+    """A session holding no GPU cannot name one through its environment: 400 naming the
+    variable, nothing created."""
+    cluster = sqlite_cluster
+    await cluster.add_agent("i-node01")
+    user, _ = await make_user(cluster, "gpuless@example.com")
+    async with user:
+        response = await cluster.create(
+            {"cpu": "1"}, client=user, name="sneaky", config={"environ": {name: "GPU-0"}}
+        )
+        assert response.status_code == 400, response.text
+        problem = response.json()
+        assert response.headers["content-type"] == "application/problem+json"
+        assert problem["field"] == "config.environ"
+        assert f"{name} is set by the agent" in problem["detail"]
+        assert (await user.get("/sessions", params={"status": "all"})).json()["total"] == 0
+        # the app services' variables stay the creator's to declare
+        response = await cluster.create(
+            {"cpu": "1"},
+            client=user,
+            name="fine",
+            config={"environ": {"BACKENDAI_SERVICE_PORT_WEB": "8080", "MY_VAR": "a\tb\nc"}},
+        )
+        assert response.status_code == 201, response.text
+
+
+@pytest.mark.parametrize(
+    ("body", "field", "detail"),
+    [
+        pytest.param(
+            {"startupCommand": "echo hi\u0000; rm -rf ~"},
+            "startupCommand",
+            "startupCommand holds the control character U+0000 at position 7",
+            id="nul-in-startup-command",
+        ),
+        pytest.param(
+            {"startupCommand": "echo \u001b]0;title\u0007"},
+            "startupCommand",
+            "U+001B at position 5",
+            id="escape-in-startup-command",
+        ),
+        pytest.param(
+            {"config": {"environ": {"A": "x\u0000y"}}},
+            "config.environ",
+            "config.environ.A holds the control character U+0000 at position 1",
+            id="nul-in-environ-value",
+        ),
+        pytest.param(
+            {"config": {"environ": {"A\u0000B": "1"}}},
+            "config.environ",
+            "is not an environment variable name: expected a POSIX variable name",
+            id="nul-in-environ-name",
+        ),
+        pytest.param(
+            {"config": {"environ": {"MY-VAR": "1"}}},
+            "config.environ",
+            "'MY-VAR' is not an environment variable name",
+            id="environ-name-not-posix",
+        ),
+        pytest.param(
+            {"name": "mine\n"}, "name", "a session name is 1-64 letters", id="session-name-newline"
+        ),
+    ],
+)
+async def test_control_characters_and_bad_names_are_refused_at_the_api(
+    sqlite_cluster: Cluster, body: dict[str, Any], field: str, detail: str
+) -> None:
+    cluster = sqlite_cluster
+    await cluster.add_agent("i-node01")
+    payload: dict[str, Any] = {"image": "python:3.11", "name": "ctl", **body}
+    payload["config"] = {"resources": {"cpu": "1"}, **payload.get("config", {})}
+    response = await cluster.admin.post("/session", json=payload)
+    assert response.status_code == 400, response.text
+    problem = response.json()
+    assert problem["field"] == field, problem
+    assert detail in problem["detail"], problem
+    listed = (await cluster.admin.get("/sessions", params={"status": "all"})).json()
+    assert listed["total"] == 0
+
+
 async def test_an_app_page_cannot_use_the_login_on_the_apps_origin(tmp_path: Path) -> None:
     """``[apps] origin``: an app page's script runs on the apps origin, where the login
     cookie opens nothing (the API is not served there, app routes want the apps cookie);
