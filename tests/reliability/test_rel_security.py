@@ -320,6 +320,35 @@ async def test_signature_attacks(sqlite_cluster: Cluster) -> None:
         assert response.json()["reason"] in ("inactive-access-key", "inactive-user")
 
 
+async def test_only_the_api_versions_spoken_are_accepted(sqlite_cluster: Cluster) -> None:
+    """A correctly signed request in another API version: 400 listing the versions (the
+    one Backend.AI's 25.x client negotiates stays accepted)."""
+    cluster = sqlite_cluster
+    raw = httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=cluster.app), base_url="http://127.0.0.1:8081"
+    )
+    async with raw:
+        for version in ("v4.20190315", "v9.20250722", "v8.20240915 ", "x" * 300):
+            headers = sign_request(
+                access_key=cluster.creds.access_key,
+                secret_key=cluster.creds.secret_key,
+                method="GET",
+                path_query="/sessions",
+                host="127.0.0.1:8081",
+                now=utcnow(),
+                api_version=version,
+            )
+            response = await raw.get("/sessions", headers=headers)
+            assert response.status_code == 400, (version, response.text)
+            problem = response.json()
+            assert problem["reason"] == "unsupported-version"
+            assert problem["supported"] == ["v8.20240915"]
+            assert "this manager speaks v8.20240915" in problem["detail"]
+        response = await raw.get("/sessions", headers=_signed(cluster))
+        assert response.status_code == 200, response.text
+        assert (await raw.get("/")).json()["version"] == "v8.20240915"
+
+
 async def test_cross_user_access_is_refused(sqlite_cluster: Cluster) -> None:
     cluster = sqlite_cluster
     await cluster.add_agent("i-node01")
