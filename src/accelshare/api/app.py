@@ -67,7 +67,7 @@ from . import (
 )
 from .app_origin import AppOrigin, AppsOriginMiddleware
 from .auth import Authenticator, AuthSettings, CurrentIdentity
-from .limits import install_body_limit
+from .limits import PathCheck, install_body_limit
 from .problems import ServiceUnavailable, install_problem_handlers
 from .signing import API_VERSION
 
@@ -108,6 +108,7 @@ def create_app(
         app.add_middleware(AppsOriginMiddleware, apps=apps)
     install_problem_handlers(app)
     install_body_limit(app)  # 413 over 1 MiB (docs/reliability.md)
+    app.add_middleware(PathCheck)  # 400: a NUL or control character in the path
 
     @app.get("/", tags=["meta"])
     async def hello() -> dict[str, str]:
