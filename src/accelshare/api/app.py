@@ -188,9 +188,11 @@ def apps_origin_from_config(config: ManagerConfig, *, cookie_secret: bytes) -> A
     if not section.isolated:
         return None
     port = parse_host_port(section.listen_addr)[1] if section.listen_addr else None
+    origin = section.public_origin
+    assert origin is not None  # isolated: origin or listen-addr (checked at load)
     return AppOrigin.from_secret(
         cookie_secret,
-        origin=section.origin,
+        origin=origin,
         listen_port=port,
         token_ttl_s=section.token_ttl,
         cookie_max_age_s=section.cookie_max_age,
