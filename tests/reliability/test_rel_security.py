@@ -484,6 +484,68 @@ async def test_control_characters_and_bad_names_are_refused_at_the_api(
     assert listed["total"] == 0
 
 
+async def test_emails_are_one_account_regardless_of_case(sqlite_cluster: Cluster) -> None:
+    cluster = sqlite_cluster
+    _, keypair = await make_user(cluster, "UserA@Example.com")
+    body = {"email": "usera@example.com", "password": "long enough password"}
+    clash = await cluster.admin.post("/admin/users", json=body)
+    assert clash.status_code == 409, clash.text
+    assert clash.json()["field"] == "email"
+    assert clash.json()["detail"] == (
+        "A user with the email usera@example.com exists (UserA@Example.com: addresses"
+        " differ only in case)"
+    )
+    users = (await cluster.admin.get("/admin/users")).json()["items"]
+    assert [u["email"] for u in users if u["email"].lower() == "usera@example.com"] == [
+        "UserA@Example.com"
+    ]
+    # Any spelling names the one account: the login, the admin routes.
+    raw = httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=cluster.app), base_url="http://127.0.0.1:8081"
+    )
+    async with raw:
+        login = await raw.post(
+            "/auth/login", json={"email": "USERA@EXAMPLE.COM", "password": "long enough password"}
+        )
+        assert login.status_code == 200, login.text
+        assert login.json()["email"] == "UserA@Example.com"
+    keypairs = await cluster.admin.get(
+        "/admin/keypairs", params={"user_email": "usera@EXAMPLE.com"}
+    )
+    assert [k["access_key"] for k in keypairs.json()["items"]] == [keypair["access_key"]]
+    patched = await cluster.admin.patch("/admin/users/USERA@example.com", json={"full_name": "A"})
+    assert patched.json()["user"]["email"] == "UserA@Example.com", patched.text
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "body", "field"),
+    [
+        ("POST", "/admin/users", {"email": "a\u0000b@example.com"}, "email"),
+        ("POST", "/admin/users", {"email": "ab@example.com\u001b[0m"}, "email"),
+        ("POST", "/admin/users", {"email": "c@example.com", "username": "c\u0000"}, "username"),
+        ("POST", "/admin/users", {"email": "d@example.com", "full_name": "D\u0007"}, "full_name"),
+        ("PATCH", "/admin/users/admin@accelshare.local", {"full_name": "x\u0000"}, "full_name"),
+        ("POST", "/admin/keypairs", {"user_email": "admin@accelshare.local\u0000"}, "user_email"),
+        ("POST", "/auth/login", {"email": "admin@accelshare.local\u0000"}, "email"),
+    ],
+)
+async def test_nul_and_control_characters_in_emails_and_names_are_refused(
+    sqlite_cluster: Cluster, method: str, path: str, body: dict[str, Any], field: str
+) -> None:
+    cluster = sqlite_cluster
+    before = (await cluster.admin.get("/admin/users")).json()["items"]
+    payload = {"password": "long enough password", **body} if "keypairs" not in path else body
+    response = await cluster.admin.request(method, path, json=payload)
+    assert response.status_code == 400, response.text
+    problem = response.json()
+    assert problem["field"] == field, problem
+    assert "control character U+00" in problem["detail"], problem
+    assert (await cluster.admin.get("/admin/users")).json()["items"] == before
+    listed = await cluster.admin.get("/admin/keypairs", params={"user_email": "x\u0000@y"})
+    assert listed.status_code == 400
+    assert listed.json()["field"] == "user_email"
+
+
 async def test_an_app_page_cannot_use_the_login_on_the_apps_origin(tmp_path: Path) -> None:
     """``[apps] origin``: an app page's script runs on the apps origin, where the login
     cookie opens nothing (the API is not served there, app routes want the apps cookie);
