@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import tomllib
 from collections.abc import Callable, Mapping
 from decimal import Decimal
@@ -20,6 +21,7 @@ from typing import Any, TypeVar
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from pydantic import ValidationError
 from typer.testing import CliRunner, Result
 
 from accelshare.accel.errors import PluginConfigError
@@ -32,10 +34,12 @@ from accelshare.client.cli import app as cli_app
 from accelshare.client.cli.args import ArgumentError, parse_resources
 from accelshare.client.config import ClientConfigError, load_client_config
 from accelshare.common import CommonValueError, ResourceSlot, SlotTypes
+from accelshare.common.text_input import find_control, reserved_env_reason
 from accelshare.config.agent_file import AgentConfigError, parse_agent_config
 from accelshare.config.errors import ConfigFileError
 from accelshare.config.settings import load_config_store_settings
 from accelshare.manager.config import ManagerConfigError, load_manager_config
+from accelshare.manager.session_spec import CreateSessionBody
 
 from .conftest import scaled
 
@@ -254,6 +258,48 @@ def test_from_user_input_never_crashes(data: dict[str, Any], known: bool) -> Non
         assert amount.is_finite() or amount.is_infinite()
         assert not amount.is_nan()
         assert amount >= 0
+
+
+env_names = st.one_of(
+    st.text(max_size=12),
+    st.sampled_from(
+        ["CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES", "BACKENDAI_MOCK_CUDA_DEVICES"]
+    ),
+    st.from_regex(
+        r"(CUDA_MPS_|BACKENDAI_|ACCELSHARE_|BACKENDAI_SERVICE_PORT_)?[A-Z_]{0,6}", fullmatch=True
+    ),
+)
+
+
+@FUZZ
+@given(
+    environ=st.dictionaries(env_names, st.text(max_size=20), max_size=4),
+    command=st.none() | st.text(max_size=40),
+    name=st.none() | st.text(max_size=12),
+)
+def test_session_body_text_rules_hold_for_any_input(
+    environ: dict[str, str], command: str | None, name: str | None
+) -> None:
+    """Any environ, startup command and name: a body that keeps to the input rules, or a
+    ``ValidationError`` -- never another exception, never a control character or one of
+    the agent's variables let through."""
+    payload: dict[str, Any] = {"image": "x", "config": {"environ": environ}}
+    if command is not None:
+        payload["startupCommand"] = command
+    if name is not None:
+        payload["name"] = name
+    try:
+        body = CreateSessionBody.model_validate(payload)
+    except ValidationError:
+        return
+    for key, value in body.config.environ.items():
+        assert re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key)
+        assert reserved_env_reason(key) is None
+        assert find_control(value, multiline=True) is None
+    if body.startup_command is not None:
+        assert find_control(body.startup_command, multiline=True) is None
+    if body.name is not None:
+        assert find_control(body.name) is None
 
 
 resource_lines = st.one_of(

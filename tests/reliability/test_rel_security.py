@@ -320,6 +320,35 @@ async def test_signature_attacks(sqlite_cluster: Cluster) -> None:
         assert response.json()["reason"] in ("inactive-access-key", "inactive-user")
 
 
+async def test_only_the_api_versions_spoken_are_accepted(sqlite_cluster: Cluster) -> None:
+    """A correctly signed request in another API version: 400 listing the versions (the
+    one Backend.AI's 25.x client negotiates stays accepted)."""
+    cluster = sqlite_cluster
+    raw = httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=cluster.app), base_url="http://127.0.0.1:8081"
+    )
+    async with raw:
+        for version in ("v4.20190315", "v9.20250722", "v8.20240915 ", "x" * 300):
+            headers = sign_request(
+                access_key=cluster.creds.access_key,
+                secret_key=cluster.creds.secret_key,
+                method="GET",
+                path_query="/sessions",
+                host="127.0.0.1:8081",
+                now=utcnow(),
+                api_version=version,
+            )
+            response = await raw.get("/sessions", headers=headers)
+            assert response.status_code == 400, (version, response.text)
+            problem = response.json()
+            assert problem["reason"] == "unsupported-version"
+            assert problem["supported"] == ["v8.20240915"]
+            assert "this manager speaks v8.20240915" in problem["detail"]
+        response = await raw.get("/sessions", headers=_signed(cluster))
+        assert response.status_code == 200, response.text
+        assert (await raw.get("/")).json()["version"] == "v8.20240915"
+
+
 async def test_cross_user_access_is_refused(sqlite_cluster: Cluster) -> None:
     cluster = sqlite_cluster
     await cluster.add_agent("i-node01")
@@ -360,6 +389,161 @@ async def test_cross_user_access_is_refused(sqlite_cluster: Cluster) -> None:
         assert gql.json()["data"]["compute_session_list"]["total_count"] == 0
         # alice's session survived bob's attempts
         assert (await alice.get(f"/session/{sid}")).json()["status"] == "RUNNING"
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "CUDA_VISIBLE_DEVICES",
+        "NVIDIA_VISIBLE_DEVICES",
+        "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE",
+        "BACKENDAI_MOCK_CUDA_DEVICES",
+        "BACKENDAI_MOCK_CUDA_DEVICE_COUNT",
+        "ACCELSHARE_RESOURCE_TXT",
+    ],
+)
+async def test_a_request_cannot_set_the_accelerators_environment(
+    sqlite_cluster: Cluster, name: str
+) -> None:
+    """A session holding no GPU cannot name one through its environment: 400 naming the
+    variable, nothing created."""
+    cluster = sqlite_cluster
+    await cluster.add_agent("i-node01")
+    user, _ = await make_user(cluster, "gpuless@example.com")
+    async with user:
+        response = await cluster.create(
+            {"cpu": "1"}, client=user, name="sneaky", config={"environ": {name: "GPU-0"}}
+        )
+        assert response.status_code == 400, response.text
+        problem = response.json()
+        assert response.headers["content-type"] == "application/problem+json"
+        assert problem["field"] == "config.environ"
+        assert f"{name} is set by the agent" in problem["detail"]
+        assert (await user.get("/sessions", params={"status": "all"})).json()["total"] == 0
+        # the app services' variables stay the creator's to declare
+        response = await cluster.create(
+            {"cpu": "1"},
+            client=user,
+            name="fine",
+            config={"environ": {"BACKENDAI_SERVICE_PORT_WEB": "8080", "MY_VAR": "a\tb\nc"}},
+        )
+        assert response.status_code == 201, response.text
+
+
+@pytest.mark.parametrize(
+    ("body", "field", "detail"),
+    [
+        pytest.param(
+            {"startupCommand": "echo hi\u0000; rm -rf ~"},
+            "startupCommand",
+            "startupCommand holds the control character U+0000 at position 7",
+            id="nul-in-startup-command",
+        ),
+        pytest.param(
+            {"startupCommand": "echo \u001b]0;title\u0007"},
+            "startupCommand",
+            "U+001B at position 5",
+            id="escape-in-startup-command",
+        ),
+        pytest.param(
+            {"config": {"environ": {"A": "x\u0000y"}}},
+            "config.environ",
+            "config.environ.A holds the control character U+0000 at position 1",
+            id="nul-in-environ-value",
+        ),
+        pytest.param(
+            {"config": {"environ": {"A\u0000B": "1"}}},
+            "config.environ",
+            "is not an environment variable name: expected a POSIX variable name",
+            id="nul-in-environ-name",
+        ),
+        pytest.param(
+            {"config": {"environ": {"MY-VAR": "1"}}},
+            "config.environ",
+            "'MY-VAR' is not an environment variable name",
+            id="environ-name-not-posix",
+        ),
+        pytest.param(
+            {"name": "mine\n"}, "name", "a session name is 1-64 letters", id="session-name-newline"
+        ),
+    ],
+)
+async def test_control_characters_and_bad_names_are_refused_at_the_api(
+    sqlite_cluster: Cluster, body: dict[str, Any], field: str, detail: str
+) -> None:
+    cluster = sqlite_cluster
+    await cluster.add_agent("i-node01")
+    payload: dict[str, Any] = {"image": "python:3.11", "name": "ctl", **body}
+    payload["config"] = {"resources": {"cpu": "1"}, **payload.get("config", {})}
+    response = await cluster.admin.post("/session", json=payload)
+    assert response.status_code == 400, response.text
+    problem = response.json()
+    assert problem["field"] == field, problem
+    assert detail in problem["detail"], problem
+    listed = (await cluster.admin.get("/sessions", params={"status": "all"})).json()
+    assert listed["total"] == 0
+
+
+async def test_emails_are_one_account_regardless_of_case(sqlite_cluster: Cluster) -> None:
+    cluster = sqlite_cluster
+    _, keypair = await make_user(cluster, "UserA@Example.com")
+    body = {"email": "usera@example.com", "password": "long enough password"}
+    clash = await cluster.admin.post("/admin/users", json=body)
+    assert clash.status_code == 409, clash.text
+    assert clash.json()["field"] == "email"
+    assert clash.json()["detail"] == (
+        "A user with the email usera@example.com exists (UserA@Example.com: addresses"
+        " differ only in case)"
+    )
+    users = (await cluster.admin.get("/admin/users")).json()["items"]
+    assert [u["email"] for u in users if u["email"].lower() == "usera@example.com"] == [
+        "UserA@Example.com"
+    ]
+    # Any spelling names the one account: the login, the admin routes.
+    raw = httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=cluster.app), base_url="http://127.0.0.1:8081"
+    )
+    async with raw:
+        login = await raw.post(
+            "/auth/login", json={"email": "USERA@EXAMPLE.COM", "password": "long enough password"}
+        )
+        assert login.status_code == 200, login.text
+        assert login.json()["email"] == "UserA@Example.com"
+    keypairs = await cluster.admin.get(
+        "/admin/keypairs", params={"user_email": "usera@EXAMPLE.com"}
+    )
+    assert [k["access_key"] for k in keypairs.json()["items"]] == [keypair["access_key"]]
+    patched = await cluster.admin.patch("/admin/users/USERA@example.com", json={"full_name": "A"})
+    assert patched.json()["user"]["email"] == "UserA@Example.com", patched.text
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "body", "field"),
+    [
+        ("POST", "/admin/users", {"email": "a\u0000b@example.com"}, "email"),
+        ("POST", "/admin/users", {"email": "ab@example.com\u001b[0m"}, "email"),
+        ("POST", "/admin/users", {"email": "c@example.com", "username": "c\u0000"}, "username"),
+        ("POST", "/admin/users", {"email": "d@example.com", "full_name": "D\u0007"}, "full_name"),
+        ("PATCH", "/admin/users/admin@accelshare.local", {"full_name": "x\u0000"}, "full_name"),
+        ("POST", "/admin/keypairs", {"user_email": "admin@accelshare.local\u0000"}, "user_email"),
+        ("POST", "/auth/login", {"email": "admin@accelshare.local\u0000"}, "email"),
+    ],
+)
+async def test_nul_and_control_characters_in_emails_and_names_are_refused(
+    sqlite_cluster: Cluster, method: str, path: str, body: dict[str, Any], field: str
+) -> None:
+    cluster = sqlite_cluster
+    before = (await cluster.admin.get("/admin/users")).json()["items"]
+    payload = {"password": "long enough password", **body} if "keypairs" not in path else body
+    response = await cluster.admin.request(method, path, json=payload)
+    assert response.status_code == 400, response.text
+    problem = response.json()
+    assert problem["field"] == field, problem
+    assert "control character U+00" in problem["detail"], problem
+    assert (await cluster.admin.get("/admin/users")).json()["items"] == before
+    listed = await cluster.admin.get("/admin/keypairs", params={"user_email": "x\u0000@y"})
+    assert listed.status_code == 400
+    assert listed.json()["field"] == "user_email"
 
 
 async def test_an_app_page_cannot_use_the_login_on_the_apps_origin(tmp_path: Path) -> None:

@@ -9,6 +9,12 @@ For each plugin holding something, ``plugin.kernel_resources(allocation)`` gives
     config_files             -> KernelSpec: files next to resource.txt (config/bin on PATH)
     device_nodes / mounts / device_requests -> KernelSpec (docker runtime)
 
+The request's environ never sets the agent's variables (``CUDA_VISIBLE_DEVICES``,
+``NVIDIA_VISIBLE_DEVICES``, ``CUDA_MPS_*``, ``BACKENDAI_*`` but the service ports,
+``ACCELSHARE_*``: :func:`accelshare.common.text_input.reserved_env_reason`): the
+manager refuses them, and a request that carries one anyway (an older manager, a
+hand-made RPC) has them dropped here, so a kernel holding no GPU cannot name one.
+
 The requested ``cpu`` amount is the CPU-time limit (cores' worth per period).  A cpuset
 naming cores this host does not have (a fixed ``[resource] cpu-count`` larger than the
 machine, e.g. a test or hollow agent) is not applied: the cores are accounting units
@@ -24,6 +30,7 @@ from typing import Any
 from accelshare.accel import ComputePlugin, ConfigFile, DeviceNode, Mount
 from accelshare.alloc import KernelAllocation
 from accelshare.common import ResourceSlot, SlotTypes
+from accelshare.common.text_input import reserved_env_reason
 
 from .ledger import flatten_allocation
 from .resource_txt import ResourceTxt, render_resource_txt
@@ -46,7 +53,7 @@ def build_kernel_spec(
     host_cpus: Set[int] | None = None,
 ) -> tuple[KernelSpec, ResourceTxt]:
     """The runtime spec and the ``resource.txt`` content for an allocated kernel."""
-    env: dict[str, str] = dict(request.environ)
+    env = {k: v for k, v in request.environ.items() if reserved_env_reason(k) is None}
     env[SESSION_ID_ENV] = request.session_id
     extra: list[tuple[str, str]] = []
     cpu_set: tuple[int, ...] = ()

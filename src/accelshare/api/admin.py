@@ -28,7 +28,7 @@ from typing import Any, Literal
 
 import sqlalchemy as sa
 from fastapi import APIRouter
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 from accelshare.common import (
     CommonValueError,
@@ -37,6 +37,7 @@ from accelshare.common import (
     SlotTypes,
     normalize_amount,
 )
+from accelshare.common.text_input import check_text
 from accelshare.manager.credentials import generate_access_key, generate_secret_key
 from accelshare.manager.models import (
     DEFAULT_SCHEDULER_OPTS,
@@ -52,6 +53,7 @@ from accelshare.manager.models import (
     User,
     UserRole,
     UserStatus,
+    email_matches,
 )
 from accelshare.manager.passwords import hash_password
 from accelshare.sched.plan import SchedulerOptions
@@ -132,6 +134,12 @@ def _check_domain(identity: Identity, domain: str) -> None:
         raise NotFound(f"No such thing in your domain ({domain})")
 
 
+def _single_line(value: str | None, info: ValidationInfo) -> str | None:
+    """E-mail addresses and names: no NUL or control character (a ``ValueError`` naming
+    the field, the character and its position)."""
+    return None if value is None else check_text(value, field=str(info.field_name))
+
+
 class CreateUserBody(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -145,6 +153,11 @@ class CreateUserBody(BaseModel):
     resource_policy: str = "default"
     with_keypair: bool = True
 
+    @field_validator("email", "username", "full_name")
+    @classmethod
+    def _one_line(cls, value: str | None, info: ValidationInfo) -> str | None:
+        return _single_line(value, info)
+
 
 class PatchUserBody(BaseModel):
     model_config = ConfigDict(extra="forbid")
@@ -154,6 +167,11 @@ class PatchUserBody(BaseModel):
     status: UserStatus | None = None
     full_name: str | None = Field(default=None, max_length=128)
     total_resource_slots: dict[str, Any] | None = None
+
+    @field_validator("full_name")
+    @classmethod
+    def _one_line(cls, value: str | None, info: ValidationInfo) -> str | None:
+        return _single_line(value, info)
 
 
 @router.get("/users")
@@ -183,10 +201,13 @@ async def create_user(
             raise InvalidAPIParameters(
                 f"Unknown domain {domain!r}", field="domain_name", received=domain
             )
-        taken = (await db.execute(sa.select(User.id).where(User.email == body.email))).first()
+        taken = (await db.execute(sa.select(User.email).where(email_matches(body.email)))).scalar()
         if taken is not None:
+            same = "" if taken == body.email else f" ({taken}: addresses differ only in case)"
             raise Conflict(
-                f"A user with the email {body.email} exists", field="email", received=body.email
+                f"A user with the email {body.email} exists{same}",
+                field="email",
+                received=body.email,
             )
         if await db.get(KeypairResourcePolicy, body.resource_policy) is None:
             raise InvalidAPIParameters(
@@ -237,7 +258,8 @@ async def create_user(
 
 
 async def _user_by_email(db: Any, identity: Identity, email: str) -> User:
-    user = (await db.execute(sa.select(User).where(User.email == email))).scalar_one_or_none()
+    found = await db.execute(sa.select(User).where(email_matches(check_text(email, field="email"))))
+    user = found.scalar_one_or_none()
     if user is None or (not identity.is_superadmin and user.domain_name != identity.domain_name):
         raise NotFound(f"No user {email!r}", field="email", received=email)
     return user  # type: ignore[no-any-return]
@@ -293,6 +315,11 @@ class CreateKeypairBody(BaseModel):
     is_active: bool = True
     is_admin: bool = False
 
+    @field_validator("user_email")
+    @classmethod
+    def _one_line(cls, value: str, info: ValidationInfo) -> str | None:
+        return _single_line(value, info)
+
 
 class PatchKeypairBody(BaseModel):
     model_config = ConfigDict(extra="forbid")
@@ -314,7 +341,7 @@ async def list_keypairs(
     if not identity.is_superadmin:
         query = query.where(User.domain_name == identity.domain_name)
     if user_email:
-        query = query.where(User.email == user_email)
+        query = query.where(email_matches(check_text(user_email, field="user_email")))
     async with manager.db.begin() as db:
         rows = await db.execute(query)
         return {"items": [{**keypair_json(k), "user_email": e} for k, e in rows]}

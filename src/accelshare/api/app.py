@@ -67,7 +67,7 @@ from . import (
 )
 from .app_origin import AppOrigin, AppsOriginMiddleware
 from .auth import Authenticator, AuthSettings, CurrentIdentity
-from .limits import install_body_limit
+from .limits import PathCheck, install_body_limit
 from .problems import ServiceUnavailable, install_problem_handlers
 from .signing import API_VERSION
 
@@ -108,6 +108,7 @@ def create_app(
         app.add_middleware(AppsOriginMiddleware, apps=apps)
     install_problem_handlers(app)
     install_body_limit(app)  # 413 over 1 MiB (docs/reliability.md)
+    app.add_middleware(PathCheck)  # 400: a NUL or control character in the path
 
     @app.get("/", tags=["meta"])
     async def hello() -> dict[str, str]:
@@ -187,9 +188,11 @@ def apps_origin_from_config(config: ManagerConfig, *, cookie_secret: bytes) -> A
     if not section.isolated:
         return None
     port = parse_host_port(section.listen_addr)[1] if section.listen_addr else None
+    origin = section.public_origin
+    assert origin is not None  # isolated: origin or listen-addr (checked at load)
     return AppOrigin.from_secret(
         cookie_secret,
-        origin=section.origin,
+        origin=origin,
         listen_port=port,
         token_ttl_s=section.token_ttl,
         cookie_max_age_s=section.cookie_max_age,

@@ -110,8 +110,10 @@ def _unb64(text: str) -> bytes:
 class AppOrigin:
     """The apps origin's settings and its tokens.
 
-    ``origin``: the configured public origin (None: the console's host name with
-    ``listen_port``); ``key``: the HMAC key of the tokens (derived from the login
+    ``origin``: the configured public origin (``[apps] origin``, else
+    ``http://<listen-addr>``), where the hand-off sends browsers; None only where no
+    hand-off happens (a listener matched by ``listen_port`` alone).  Never derived from
+    a request's ``Host`` header.  ``key``: the HMAC key of the tokens (derived from the login
     cookie's secret, so replicas sharing it accept each other's tokens)."""
 
     key: bytes
@@ -148,13 +150,6 @@ class AppOrigin:
         wanted = urlsplit(self.origin)
         default = ":443" if wanted.scheme == "https" else ":80"
         return host.removesuffix(default) == wanted.netloc.removesuffix(default)
-
-    def origin_for(self, scheme: str, hostname: str) -> str:
-        """The apps origin as a browser on the console's ``scheme://hostname`` reaches it."""
-        if self.origin is not None:
-            return self.origin
-        host = f"[{hostname}]" if ":" in hostname else hostname
-        return f"{scheme}://{host}:{self.listen_port}"
 
     # -- tokens --------------------------------------------------------------------------
     def _sign(self, payload: dict[str, Any]) -> str:

@@ -331,7 +331,12 @@ def _hand_off(
     if request.url.query:
         path += f"?{request.url.query}"
     handoff = HandOff(str(target.session_id), identity.access_key, str(identity.user_id), path)
-    origin = apps.origin_for(request.url.scheme, request.url.hostname or "127.0.0.1")
+    origin = apps.origin  # configured ([apps] origin or listen-addr), never the Host header
+    if origin is None:
+        raise ServiceUnavailable(
+            "The apps origin is not configured: set [apps] origin in manager.toml",
+            reason="apps-origin-unconfigured",
+        )
     response = RedirectResponse(
         f"{origin}{AUTH_PATH}?token={apps.hand_off(handoff)}", status_code=303
     )

@@ -41,8 +41,9 @@ from accelshare.manager.credentials import Credential, CredentialStore
 from accelshare.manager.models import UserRole, UserStatus
 
 from .cookies import CookieError, decode_session_cookie
-from .problems import Forbidden, Unauthorized
+from .problems import Forbidden, InvalidAPIParameters, Unauthorized
 from .signing import (
+    SUPPORTED_API_VERSIONS,
     SigningError,
     compute_signature,
     parse_authorization,
@@ -246,6 +247,17 @@ class Authenticator:
             version, version_header = headers["x-sorna-version"], "x-sorna-version"
         if version is None:
             raise _fail(AuthFailure.MISSING_VERSION, "The X-BackendAI-Version header is missing")
+        if version not in SUPPORTED_API_VERSIONS:
+            spoken = ", ".join(SUPPORTED_API_VERSIONS)
+            raise InvalidAPIParameters(
+                f"Unsupported API version {version[:64]!r} in {version_header}: this manager"
+                f" speaks {spoken}",
+                field=version_header,
+                expected=f"one of {spoken}",
+                received=version,
+                reason="unsupported-version",
+                supported=list(SUPPORTED_API_VERSIONS),
+            )
         cred = await self.store.get_credential(params.access_key)
         if cred is None:
             raise _fail(AuthFailure.UNKNOWN_ACCESS_KEY, "Unknown access key")

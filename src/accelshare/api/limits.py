@@ -1,4 +1,5 @@
-"""The manager's request body limit: bodies over :data:`MAX_BODY_BYTES` get ``413``.
+"""The manager's request limits: bodies over :data:`MAX_BODY_BYTES` get ``413``; a path
+holding a NUL or another control character gets ``400`` (:class:`PathCheck`).
 
 Without it the manager read any body whole into memory (a 64 MiB JSON body was parsed
 and answered with a 400; docs/reliability.md, bug 3).  The limit is aiohttp's default
@@ -13,14 +14,15 @@ from typing import Any
 
 from fastapi import FastAPI, Request
 from starlette.responses import Response
-from starlette.types import ASGIApp
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from accelshare import body_limit
 from accelshare.body_limit import BodyTooLarge
+from accelshare.common.text_input import find_control
 
-from .problems import problem_type
+from .problems import InvalidAPIParameters, problem_response, problem_type
 
-__all__ = ["MAX_BODY_BYTES", "BodySizeLimit", "install_body_limit"]
+__all__ = ["MAX_BODY_BYTES", "BodySizeLimit", "PathCheck", "install_body_limit"]
 
 MAX_BODY_BYTES = 1024 * 1024
 
@@ -54,3 +56,36 @@ def install_body_limit(app: FastAPI, max_bytes: int = MAX_BODY_BYTES) -> None:
 
     app.add_exception_handler(BodyTooLarge, _too_large)
     app.add_middleware(BodySizeLimit, max_bytes=max_bytes)
+
+
+class PathCheck:
+    """ASGI middleware: a request whose (decoded) path holds a control character --
+    ``%00`` in an app's path, a session reference, anything -- is refused before any
+    route sees it: ``400`` problem+json naming the character (a WebSocket is closed with
+    4400).  Such a path reached the app proxy's upstream URL (a 500) or the database."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        path = scope.get("path", "") if scope["type"] in ("http", "websocket") else ""
+        index = find_control(path)
+        if index is None:
+            await self.app(scope, receive, send)
+            return
+        detail = (
+            f"The request path holds the control character U+{ord(path[index]):04X} at"
+            f" position {index}: expected a path without NUL or control characters"
+        )
+        if scope["type"] == "websocket":
+            await send({"type": "websocket.close", "code": 4400, "reason": detail[:120]})
+            return
+        problem = InvalidAPIParameters(
+            detail,
+            field="path",
+            expected="a path without NUL or control characters",
+            received=path,
+        )
+        await problem_response(problem, path.encode("unicode_escape").decode())(
+            scope, receive, send
+        )

@@ -17,8 +17,9 @@ import functools
 from typing import Any
 
 from fastapi import APIRouter, Request, Response
-from pydantic import AliasChoices, BaseModel, ConfigDict, Field
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, field_validator
 
+from accelshare.common.text_input import check_text
 from accelshare.manager.credentials import LoginRecord
 from accelshare.manager.models import UserStatus
 from accelshare.manager.passwords import hash_password, verify_password
@@ -39,6 +40,11 @@ class LoginRequest(BaseModel):
         min_length=1, max_length=128, validation_alias=AliasChoices("email", "username")
     )
     password: str = Field(min_length=1, max_length=1024)
+
+    @field_validator("email")
+    @classmethod
+    def _one_line(cls, value: str) -> str:
+        return check_text(value, field="email")
 
 
 @functools.cache

@@ -50,6 +50,7 @@ from datetime import UTC, datetime
 __all__ = [
     "API_VERSION",
     "AUTH_TYPES",
+    "SUPPORTED_API_VERSIONS",
     "SUPPORTED_HASH_TYPES",
     "AuthorizationParams",
     "SigningError",
@@ -65,6 +66,11 @@ __all__ = [
 
 API_VERSION = "v8.20240915"
 """The API version accelshare speaks (the one Backend.AI's 25.x client sends)."""
+
+SUPPORTED_API_VERSIONS: tuple[str, ...] = (API_VERSION,)
+"""The ``X-BackendAI-Version`` values a signed request may carry (anything else: 400
+listing these).  Backend.AI's client negotiates the lower of its version and the one
+``GET /`` announces, so its 25.x releases send :data:`API_VERSION`."""
 
 AUTH_TYPES = ("BackendAI", "Sorna")
 SUPPORTED_HASH_TYPES = frozenset({"sha256", "sha384", "sha512"})

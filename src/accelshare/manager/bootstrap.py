@@ -48,6 +48,7 @@ from .models import (
     User,
     UserRole,
     UserStatus,
+    email_matches,
 )
 from .passwords import generate_password, hash_password
 from .private_files import ensure_private_dir, secure_data_dir
@@ -191,7 +192,7 @@ async def _create_superadmin(
     session: AsyncSession, config: ManagerConfig, creds: AdminCredentials, clock: Clock
 ) -> None:
     boot, now = config.bootstrap, clock()
-    if (await session.execute(sa.select(User.id).where(User.email == creds.email))).first():
+    if (await session.execute(sa.select(User.id).where(email_matches(creds.email)))).first():
         raise BootstrapError(
             f"A user {creds.email!r} exists but is not a superadmin; set [bootstrap] "
             "admin-email to another address or give that user the superadmin role."

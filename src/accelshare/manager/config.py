@@ -40,7 +40,15 @@ from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from sqlalchemy.engine import URL, make_url
 
 from accelshare.common import CommonValueError
@@ -175,6 +183,9 @@ class ApiConfig(_Section):
     session_cookie_secret_file: Path | None = None  # default <data-dir>/cookie-secret
 
 
+_WILDCARD_HOSTS = frozenset({"0.0.0.0", "::", "*"})
+
+
 class AppsConfig(_Section):
     """``[apps]``: where the app proxy serves app pages to browsers.
 
@@ -182,8 +193,10 @@ class AppsConfig(_Section):
     user's login cookie: for trusted apps and development only).  ``listen-addr``: a
     second listener of the manager serves them (a different port is a different
     origin); ``origin``: their public origin (a host name of their own routed to either
-    listener, e.g. through a reverse proxy; default with ``listen-addr``: the console's
-    host name with that port).  Browsers reach an app there with a short-lived token
+    listener, e.g. through a reverse proxy; default with ``listen-addr``:
+    ``http://<its host>:<its port>``, and required when that host is a wildcard such as
+    ``0.0.0.0``: the hand-off redirect goes to a configured address, never to the host
+    name a request's ``Host`` header claims).  Browsers reach an app there with a short-lived token
     (``token-ttl`` seconds, single use) exchanged for a cookie of that origin bound to
     one session (``cookie-max-age`` seconds); the login cookie is not accepted there."""
 
@@ -218,6 +231,27 @@ class AppsConfig(_Section):
                 f"optional port, no path), got {value!r}"
             )
         return f"{parts.scheme}://{parts.netloc}".lower()
+
+    @model_validator(mode="after")
+    def _origin_known(self) -> AppsConfig:
+        if self.origin is None and self.listen_addr is not None:
+            host, port = parse_host_port(self.listen_addr)
+            if host in _WILDCARD_HOSTS:
+                raise ValueError(
+                    f"origin: required with listen-addr = {self.listen_addr!r} (every"
+                    " interface): expected the apps origin browsers use, such as"
+                    f" 'http://apps.example.com:{port}' (the hand-off redirect goes there,"
+                    " never to a request's Host header)"
+                )
+        return self
+
+    @property
+    def public_origin(self) -> str | None:
+        """``origin``, else ``http://<listen-addr host>:<port>``; None when not isolated."""
+        if self.origin is not None or self.listen_addr is None:
+            return self.origin
+        host, port = parse_host_port(self.listen_addr)
+        return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
 
     @property
     def isolated(self) -> bool:

@@ -16,7 +16,15 @@ from typing import Protocol
 import sqlalchemy as sa
 
 from .db import Database
-from .models import ACCESS_KEY_LENGTH, SECRET_KEY_LENGTH, Keypair, User, UserRole, UserStatus
+from .models import (
+    ACCESS_KEY_LENGTH,
+    SECRET_KEY_LENGTH,
+    Keypair,
+    User,
+    UserRole,
+    UserStatus,
+    email_matches,
+)
 
 __all__ = [
     "Credential",
@@ -124,7 +132,8 @@ class DBCredentialStore:
 
     async def get_login(self, email: str) -> LoginRecord | None:
         async with self.db.begin() as session:
-            user = (await session.execute(sa.select(User).where(User.email == email))).scalar()
+            query = sa.select(User).where(email_matches(email))  # any case (one account)
+            user = (await session.execute(query)).scalar()
             if user is None:
                 return None
             access_key = (

@@ -35,6 +35,7 @@ from accelshare.common import (
     UnknownResourceSlotType,
     canonical_decimal,
 )
+from accelshare.common.text_input import check_env_name, check_text
 
 from .errors import InvalidRequest
 from .models.sessions import DEFAULT_PRIORITY, MAX_PRIORITY
@@ -82,7 +83,7 @@ class ServicePortBody(BaseModel):
     @field_validator("name")
     @classmethod
     def _check_name(cls, value: str) -> str:
-        if not _SERVICE_NAME_RE.match(value):
+        if not _SERVICE_NAME_RE.fullmatch(value):
             raise ValueError(
                 "a service name is 1-32 lower-case letters, digits or '_', starting with a letter"
             )
@@ -149,6 +150,16 @@ class SessionConfigBody(BaseModel):
         validation_alias=_aliases("service_ports", "servicePorts"),
     )
 
+    @field_validator("environ")
+    @classmethod
+    def _check_environ(cls, value: dict[str, str]) -> dict[str, str]:
+        """POSIX names the agent does not set; values without NUL or control characters
+        (tabs and line breaks allowed).  :mod:`accelshare.common.text_input`."""
+        for name, text in value.items():
+            check_env_name(name, field=f"config.environ.{name}")
+            check_text(text, field=f"config.environ.{name}", multiline=True)
+        return value
+
     @field_validator("service_ports")
     @classmethod
     def _unique_services(cls, value: list[ServicePortBody]) -> list[ServicePortBody]:
@@ -205,7 +216,7 @@ class CreateSessionBody(BaseModel):
     def _check_name(cls, value: str | None) -> str | None:
         if value is None:
             return None
-        if not _NAME_RE.match(value):
+        if not _NAME_RE.fullmatch(value):
             raise ValueError(
                 "a session name is 1-64 letters, digits, '.', '_' or '-', starting with a"
                 " letter or digit"
@@ -215,6 +226,11 @@ class CreateSessionBody(BaseModel):
         except ValueError:
             return value
         raise ValueError("a session name must not look like a session id (a UUID)")
+
+    @field_validator("startup_command")
+    @classmethod
+    def _check_startup_command(cls, value: str | None) -> str | None:
+        return None if value is None else check_text(value, field="startupCommand", multiline=True)
 
     @field_validator("starts_at")
     @classmethod

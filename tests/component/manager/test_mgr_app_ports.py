@@ -128,3 +128,29 @@ async def test_two_sessions_same_declared_port_each_served(
     apps = (await owner.get(f"/session/{sid4}/apps")).json()["apps"]
     assert apps[0]["hostPort"] == host_ports[0]
     await owner.aclose()
+
+
+async def test_an_app_path_with_a_control_character_is_refused(admin: httpx.AsyncClient) -> None:
+    """``%00`` in an app's path reached the upstream URL (a 500): now 400 naming it, and
+    the app goes on answering."""
+    owner = await make_user(admin, "nul@example.com")
+    created = await owner.post("/session", json=_body("nul"))
+    assert created.json()["status"] == "RUNNING", created.text
+    sid = created.json()["sessionId"]
+
+    async def who() -> httpx.Response | None:
+        response = await owner.get(f"/session/{sid}/apps/web/who.txt")
+        return response if response.status_code == 200 else None
+
+    await until(who, "the app", timeout_s=20)
+    for path in ("who%00.txt", "%00", "a%0Ab", "x%7F"):
+        response = await owner.get(f"/session/{sid}/apps/web/{path}")
+        assert response.status_code == 400, (path, response.text)
+        assert response.headers["content-type"] == "application/problem+json"
+        problem = response.json()
+        assert problem["field"] == "path"
+        assert "control character U+00" in problem["detail"]
+    for path in (f"/session/{sid}%00", "/session/%00/apps/web/who.txt"):
+        assert (await owner.get(path)).status_code == 400, path
+    assert (await owner.get(f"/session/{sid}/apps/web/who.txt")).status_code == 200
+    await owner.aclose()

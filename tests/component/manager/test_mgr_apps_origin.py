@@ -108,6 +108,14 @@ async def test_app_pages_only_on_the_apps_origin_with_its_own_cookie(
     handoff = moved.headers["location"]
     assert handoff.startswith(f"{APPS}/_apps/auth?token=")
     assert moved.headers["referrer-policy"] == "no-referrer"
+    # A forged Host header does not move the hand-off (and its token) elsewhere: the
+    # redirect goes to the configured apps origin.
+    for host in ("evil.example", "evil.example:8081", f"127.0.0.2:{APPS_PORT}"):
+        forged = await console.get(
+            f"{app_path}sub/", headers={"Cookie": cookie, "Host": host, **NAVIGATE}
+        )
+        assert forged.status_code == 303, (host, forged.text)
+        assert forged.headers["location"].startswith(f"{APPS}/_apps/auth?token="), host
     # A script's request (fetch), or another method, with the login cookie: refused.
     for headers in ({"Sec-Fetch-Mode": "cors"}, {"Sec-Fetch-Mode": "no-cors"}):
         refused = await console.get(app_path, headers={"Cookie": cookie, **headers})

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import uuid
 from typing import Any
 
 import pytest
@@ -13,7 +14,7 @@ from alembic.runtime.migration import MigrationContext
 from sqlalchemy.engine import Connection
 
 from accelshare.manager.db import Database
-from accelshare.manager.models import Base
+from accelshare.manager.models import Base, Domain, User, email_matches
 from accelshare.manager.models.triggers import KERNEL_HELD
 from accelshare.manager.schema import (
     SchemaError,
@@ -185,3 +186,60 @@ async def test_the_revision_triggers_exist(database: Database, make: str) -> Non
     async with database.connect(write=True) as conn:
         await conn.run_sync(down)
     assert await _triggers(database) == set()
+
+
+async def _add_users(database: Database, *emails: str) -> list[uuid.UUID]:
+    ids = [uuid.uuid4() for _ in emails]
+    async with database.connect(write=True) as conn:
+        if (await conn.execute(sa.select(Domain.name))).first() is None:
+            await conn.execute(sa.insert(Domain).values(name="default"))
+        for user_id, email in zip(ids, emails, strict=True):
+            await conn.execute(
+                sa.insert(User).values(
+                    id=user_id, email=email, password_hash="x", domain_name="default"
+                )
+            )
+    return ids
+
+
+@pytest.mark.parametrize("make", ["migrations", "oneshot"])
+async def test_emails_are_unique_regardless_of_case(database: Database, make: str) -> None:
+    await (upgrade_schema(database) if make == "migrations" else create_schema_oneshot(database))
+    await _add_users(database, "UserA@Example.org")
+    with pytest.raises(sa.exc.IntegrityError):
+        await _add_users(database, "usera@example.ORG")
+    async with database.connect() as conn:
+        found = await conn.execute(sa.select(User.email).where(email_matches("USERA@example.org")))
+        assert found.scalars().all() == ["UserA@Example.org"]
+
+
+async def test_the_email_migration_refuses_clashes_and_names_them(database: Database) -> None:
+    """Two accounts whose addresses differ only in case: the upgrade to 0008 refuses,
+    naming every clashing address and user, and changes nothing; once the operator has
+    given them distinct addresses it goes through."""
+    await upgrade_schema(database, "0007")
+    first, second, _, fourth = await _add_users(
+        database, "UserA@x.org", "usera@x.org", "bob@x.org", "BOB@X.ORG"
+    )
+    with pytest.raises(SchemaError) as caught:
+        await upgrade_schema(database)
+    message = str(caught.value)
+    assert message.startswith(
+        "Cannot upgrade to revision 0008: e-mail addresses become unique regardless of case,"
+        " and 2 address(es) are used by more than one user:"
+    )
+    for email, user_id in (
+        ("'UserA@x.org'", first),
+        ("'usera@x.org'", second),
+        ("'BOB@X.ORG'", fourth),
+    ):
+        assert f"{email} (user " in message
+        assert str(user_id).replace("-", "") in message.replace("-", "")
+    assert "nothing was changed" in message
+    assert (await get_schema_state(database)).current == "0007"
+    async with database.connect(write=True) as conn:
+        await conn.execute(sa.update(User).where(User.id == second).values(email="usera+2@x.org"))
+        await conn.execute(sa.update(User).where(User.id == fourth).values(email="bob2@x.org"))
+    assert (await upgrade_schema(database)).is_current
+    with pytest.raises(sa.exc.IntegrityError):
+        await _add_users(database, "USERA@X.ORG")

@@ -152,6 +152,42 @@ def test_the_wrapper_works_with_or_without_the_agents_interpreter(
     assert (result.returncode, result.stdout, result.stderr) == (0, "0, 1024 MiB\n", "")
 
 
+def test_a_session_rewriting_its_environment_still_sees_only_its_devices(
+    tmp_path: Path,
+) -> None:
+    """The devices come from the allocation the agent wrote, not from the variables."""
+    plugin = mock_plugin("two-fgpu.toml", FRACTIONAL)
+    env = session(tmp_path, plugin, {"cuda.shares": {GPU1: D("0.5")}})
+    spoofed = {**env, "BACKENDAI_MOCK_CUDA_DEVICES": f"{GPU1},{GPU2}", "CUDA_VISIBLE_DEVICES": GPU2}
+    assert query(spoofed, "uuid,memory.total") == [f"GPU-{GPU1}, 1024"]
+    assert query({**env, "BACKENDAI_MOCK_CUDA_DEVICES": ""}, "uuid") == [f"GPU-{GPU1}"]
+
+    # The tool the session runs finds its config dir from where it lies: pointing
+    # $ACCELSHARE_RESOURCE_TXT at another session's files shows nothing of theirs.
+    other = tmp_path / "other"
+    other.mkdir()
+    session(other, plugin, {"cuda.shares": {GPU2: D("1")}})
+    wrapper = tmp_path / "config" / "bin" / "nvidia-smi"
+    wrapper.chmod(0o755)
+    result = subprocess.run(
+        [str(wrapper), "--query-gpu=uuid,memory.total", "--format=csv,noheader,nounits"],
+        env={
+            **spoofed,
+            smi.RESOURCE_TXT_ENV: str(other / "config" / "resource.txt"),
+            "PATH": "/usr/bin:/bin",
+        },
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=30,
+    )
+    assert (result.returncode, result.stdout) == (0, f"GPU-{GPU1}, 1024\n"), result.stderr
+    assert smi.own_config_dir(str(tmp_path / "config" / "bin" / smi.SCRIPT_FILE)) == (
+        tmp_path / "config"
+    )
+    assert smi.own_config_dir(str(tmp_path / "elsewhere" / smi.SCRIPT_FILE)) is None
+
+
 def test_only_cuda_mock_keys_get_the_tool(tmp_path: Path) -> None:
     rocm = mock_plugin("rocm-mock.toml")
     device = rocm.inventory.devices[0].device_id
@@ -294,7 +330,9 @@ def test_no_devices_exits_6_and_outside_a_session_exits_9(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     env = session(tmp_path, mock_plugin("two-fgpu.toml"), {"cuda.device": {GPU1: D(1)}})
-    for key, value in {**env, "BACKENDAI_MOCK_CUDA_DEVICES": ""}.items():
+    path = tmp_path / "config" / smi.DEVICES_FILE
+    path.write_text(json.dumps({**json.loads(path.read_text()), "devices": []}))
+    for key, value in env.items():
         monkeypatch.setenv(key, value)
     assert smi.main([]) == 6
     assert capsys.readouterr().err == "No devices were found\n"

@@ -54,7 +54,13 @@ REQUEST = CreateKernelRequest(
     image="python",
     requested_slots={"cpu": "2", "mem": "2g", "cuda.shares": "0.5"},
     command=["-c", "pass"],
-    environ={"USER_VAR": "1", "BACKENDAI_MOCK_CUDA_DEVICES": "spoofed"},
+    environ={
+        "USER_VAR": "1",
+        "BACKENDAI_MOCK_CUDA_DEVICES": "spoofed",
+        "CUDA_VISIBLE_DEVICES": "GPU-other",
+        "CUDA_MPS_PIPE_DIRECTORY": "/tmp/other",
+        "BACKENDAI_SERVICE_PORT_WEB": "8080",
+    },
     labels={"team": "a"},
 )
 REQUESTED = {"cpu": Decimal(2), "mem": Decimal(2 << 30), "cuda.shares": Decimal("0.5")}
@@ -72,6 +78,10 @@ def test_spec_env_limits_devices_and_resource_txt() -> None:
     assert spec.command == ("-c", "pass")
     assert spec.env["USER_VAR"] == "1"
     assert spec.env["BACKENDAI_MOCK_CUDA_DEVICES"] == GPU1  # the plugin wins over the request
+    # The agent's variables a request carried are dropped, even where no plugin sets them.
+    assert "CUDA_VISIBLE_DEVICES" not in spec.env
+    assert "CUDA_MPS_PIPE_DIRECTORY" not in spec.env
+    assert spec.env["BACKENDAI_SERVICE_PORT_WEB"] == "8080"
     assert spec.env["OMP_NUM_THREADS"] == "2"
     assert spec.env[SESSION_ID_ENV] == "s1"
     assert spec.limits.cpu_count == Decimal(2)
@@ -107,5 +117,8 @@ def test_plugins_without_an_allocation_are_not_asked() -> None:
     allocation = {k: v for k, v in ALLOCATION.items() if k != "cuda"}
     spec, _ = build_kernel_spec(REQUEST, REQUESTED, allocation, stubs, SLOT_TYPES)
     assert cast(StubPlugin, stubs["cuda"]).seen == []
-    assert spec.env["BACKENDAI_MOCK_CUDA_DEVICES"] == "spoofed"
+    # No GPU held: the request's device variables are not passed on either.
+    assert "BACKENDAI_MOCK_CUDA_DEVICES" not in spec.env
+    assert "CUDA_VISIBLE_DEVICES" not in spec.env
+    assert spec.env["USER_VAR"] == "1"
     assert spec.device_requests == ()

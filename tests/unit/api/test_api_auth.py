@@ -10,7 +10,7 @@ import pytest
 from fastapi import FastAPI
 
 from accelshare.api.auth import AdminIdentity, SuperadminIdentity
-from accelshare.api.signing import compute_signature, sign_request
+from accelshare.api.signing import API_VERSION, compute_signature, sign_request
 from accelshare.manager.clock import FrozenClock
 from accelshare.manager.credentials import Credential
 from accelshare.manager.models import UserRole, UserStatus
@@ -221,13 +221,13 @@ async def test_legacy_sorna_version_header(
         date_header=date,
         host="testserver",
         content_type="application/json",
-        api_version="v4.20190315",
+        api_version=API_VERSION,
         version_header="x-sorna-version",
     )
     headers = {
         "Date": date,
         "Content-Type": "application/json",
-        "X-Sorna-Version": "v4.20190315",
+        "X-Sorna-Version": API_VERSION,
         "Authorization": f"Sorna signMethod=HMAC-SHA256, credential={user.access_key}:{signature}",
     }
     assert (await client.get("/whoami", headers=headers)).status_code == 200
@@ -255,6 +255,53 @@ async def test_malformed_requests(
     headers = _signed(user, clock, "/whoami")
     mutate(headers)
     assert_problem(await client.get("/whoami", headers=headers), 401, reason)
+
+
+@pytest.mark.parametrize(
+    ("header", "version"),
+    [
+        ("X-BackendAI-Version", "v4.20190315"),
+        ("X-BackendAI-Version", "v99.20991231"),
+        ("X-BackendAI-Version", "anything"),
+        ("X-BackendAI-Version", ""),
+        ("X-Sorna-Version", "v4.20190315"),
+    ],
+)
+async def test_an_unsupported_version_is_refused_listing_the_supported_ones(
+    client: httpx.AsyncClient, user: Credential, clock: FrozenClock, header: str, version: str
+) -> None:
+    """Even correctly signed: the version is checked against the ones spoken."""
+    kw: dict[str, Any] = {"api_version": version}
+    headers = _signed(user, clock, "/whoami", **kw)
+    if header != "X-BackendAI-Version":
+        date = headers["Date"]
+        signature = compute_signature(
+            secret_key=user.secret_key,
+            method="GET",
+            path_query="/whoami",
+            date_header=date,
+            host="testserver",
+            content_type="application/json",
+            api_version=version,
+            version_header=header.lower(),
+        )
+        headers = {
+            "Date": date,
+            "Content-Type": "application/json",
+            header: version,
+            "Authorization": f"BackendAI signMethod=HMAC-SHA256, credential={user.access_key}:"
+            f"{signature}",
+        }
+    response = await client.get("/whoami", headers=headers)
+    assert response.status_code == 400, response.text
+    problem = response.json()
+    assert problem["reason"] == "unsupported-version"
+    assert problem["field"] == header.lower()
+    assert problem["received"] == version
+    assert problem["supported"] == [API_VERSION] == ["v8.20240915"]
+    assert problem["detail"].endswith(f"this manager speaks {API_VERSION}")
+    headers = _signed(user, clock, "/whoami")
+    assert (await client.get("/whoami", headers=headers)).status_code == 200
 
 
 # -- roles -------------------------------------------------------------------------------

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from pydantic import ValidationError
 
 from accelshare.api.app_origin import AppOrigin, AppTokenError, HandOff
 from accelshare.manager.config import AppsConfig
@@ -84,18 +85,29 @@ def test_requests_of_the_apps_origin_by_listener_or_host_name() -> None:
     by_port = origin(clock, listen_port=8091)
     assert by_port.matches(_scope("127.0.0.1:8091", 8091))
     assert not by_port.matches(_scope("127.0.0.1:8081", 8081))
-    assert by_port.origin_for("http", "console.example") == "http://console.example:8091"
-    assert by_port.origin_for("http", "::1") == "http://[::1]:8091"
     by_name = origin(clock, origin="https://apps.example.com")
     assert by_name.matches(_scope("apps.example.com"))
     assert by_name.matches(_scope("APPS.example.com:443"))
     assert not by_name.matches(_scope("console.example.com"))
-    assert by_name.origin_for("https", "console.example.com") == "https://apps.example.com"
 
 
 def test_config_section() -> None:
     assert not AppsConfig().isolated
-    assert AppsConfig.model_validate({"listen-addr": "0.0.0.0:8091"}).isolated
+    # The hand-off's origin is configured, never taken from a request's Host header:
+    # listen-addr's own address, else origin (required with a wildcard address).
+    local = AppsConfig.model_validate({"listen-addr": "127.0.0.1:8091"})
+    assert (local.isolated, local.public_origin) == (True, "http://127.0.0.1:8091")
+    assert AppsConfig.model_validate({"listen-addr": "[::1]:8091"}).public_origin == (
+        "http://[::1]:8091"
+    )
+    for wildcard in ("0.0.0.0:8091", "[::]:8091"):
+        with pytest.raises(ValidationError, match="origin: required with listen-addr"):
+            AppsConfig.model_validate({"listen-addr": wildcard})
+    both = AppsConfig.model_validate(
+        {"listen-addr": "0.0.0.0:8091", "origin": "https://apps.example.com"}
+    )
+    assert both.public_origin == "https://apps.example.com"
+    assert AppsConfig().public_origin is None
     section = AppsConfig.model_validate({"origin": "HTTPS://Apps.Example.com/"})
     assert section.origin == "https://apps.example.com"
     for bad in ("apps.example.com", "https://apps.example.com/x", "ftp://a", "https://u@a"):

@@ -119,6 +119,14 @@ def test_body_accepts_backend_ai_spellings() -> None:
         ({"image": "x", "cluster_size": 2}, "cluster_size"),
         ({"image": "x", "priority": -1}, "priority"),
         ({"image": "x", "type": "service"}, "type"),
+        ({"image": "x", "name": "mine\n"}, "name"),  # "$" would let a final line feed in
+        ({"image": "x", "name": "mi\x00ne"}, "name"),
+        ({"image": "x", "startupCommand": "echo\x00hi"}, "startupCommand"),
+        ({"image": "x", "startupCommand": "echo \x1b[2J"}, "startupCommand"),
+        ({"image": "x", "config": {"environ": {"A": "1\x00"}}}, "config"),
+        ({"image": "x", "config": {"environ": {"A\x00": "1"}}}, "config"),
+        ({"image": "x", "config": {"environ": {"A-B": "1"}}}, "config"),
+        ({"image": "x", "config": {"environ": {"CUDA_VISIBLE_DEVICES": "0"}}}, "config"),
     ],
 )
 def test_body_refusals(payload: dict[str, Any], loc: str) -> None:
@@ -137,3 +145,33 @@ def test_advisory_key_is_stable_and_signed_64_bit() -> None:
     assert advisory_key("default") == advisory_key("default")
     assert advisory_key("default") != advisory_key("gpu")
     assert -(2**63) <= advisory_key("default") < 2**63
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "CUDA_VISIBLE_DEVICES",
+        "NVIDIA_VISIBLE_DEVICES",
+        "CUDA_MPS_PIPE_DIRECTORY",
+        "BACKENDAI_MOCK_CUDA_DEVICES",
+        "ACCELSHARE_RESOURCE_TXT",
+    ],
+)
+def test_the_agents_variables_are_refused_naming_the_variable(name: str) -> None:
+    with pytest.raises(ValidationError) as info:
+        CreateSessionBody.model_validate({"image": "x", "config": {"environ": {name: "GPU-1"}}})
+    error = info.value.errors()[0]
+    assert error["loc"] == ("config", "environ")
+    assert f"config.environ.{name}: {name} is set by the agent" in error["msg"]
+
+
+def test_startup_commands_and_values_keep_tabs_and_line_breaks() -> None:
+    body = CreateSessionBody.model_validate(
+        {
+            "image": "x",
+            "startupCommand": "set -e\n\techo a\r\n",
+            "config": {"environ": {"CERT": "line1\nline2", "BACKENDAI_SERVICE_PORT_WEB": "80"}},
+        }
+    )
+    assert body.startup_command == "set -e\n\techo a\r\n"
+    assert body.config.environ["CERT"] == "line1\nline2"

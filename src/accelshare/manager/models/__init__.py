@@ -19,6 +19,7 @@ from .base import NAMING_CONVENTION, Base, JSONDocument, ResourceSlotJSON, UTCDa
 from .identity import (
     ACCESS_KEY_LENGTH,
     SECRET_KEY_LENGTH,
+    USERS_EMAIL_LOWER_INDEX,
     Domain,
     Group,
     GroupMember,
@@ -27,6 +28,7 @@ from .identity import (
     User,
     UserRole,
     UserStatus,
+    email_matches,
 )
 from .images import Image, ImageAlias
 from .sessions import (
@@ -45,6 +47,7 @@ __all__ = [
     "DEFAULT_SESSION_SLOTS",
     "NAMING_CONVENTION",
     "SECRET_KEY_LENGTH",
+    "USERS_EMAIL_LOWER_INDEX",
     "Agent",
     "AgentHeldRevision",
     "AgentSelectionStrategy",
@@ -70,4 +73,5 @@ __all__ = [
     "User",
     "UserRole",
     "UserStatus",
+    "email_matches",
 ]

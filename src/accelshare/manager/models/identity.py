@@ -31,6 +31,7 @@ from .base import Base, ResourceSlotJSON, UTCDateTime, str_enum
 __all__ = [
     "ACCESS_KEY_LENGTH",
     "SECRET_KEY_LENGTH",
+    "USERS_EMAIL_LOWER_INDEX",
     "Domain",
     "Group",
     "GroupMember",
@@ -39,6 +40,7 @@ __all__ = [
     "User",
     "UserRole",
     "UserStatus",
+    "email_matches",
 ]
 
 ACCESS_KEY_LENGTH = 20
@@ -121,6 +123,19 @@ class User(Base):
     @property
     def is_active(self) -> bool:
         return self.status is UserStatus.ACTIVE
+
+
+#: E-mail addresses are unique regardless of case (``USERA@x`` and ``usera@x`` are one
+#: account): a unique index on ``lower(email)`` (migration 0008), which every look-up by
+#: e-mail uses (:func:`email_matches`).
+USERS_EMAIL_LOWER_INDEX = "uq_users_email_lower"
+sa.Index(USERS_EMAIL_LOWER_INDEX, sa.func.lower(User.__table__.c.email), unique=True)
+
+
+def email_matches(email: str) -> sa.ColumnElement[bool]:
+    """``lower(users.email) = lower(:email)``: the database folds both sides the same way
+    as its unique index does."""
+    return sa.func.lower(User.email) == sa.func.lower(sa.literal(email, sa.String()))
 
 
 class GroupMember(Base):

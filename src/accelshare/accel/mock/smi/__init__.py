@@ -9,10 +9,14 @@ The agent gives such a kernel three files in its config dir (next to ``resource.
     config/mock-cuda-smi.json    the devices as the session sees them (written once)
 
 and the process runtime puts ``config/bin`` first on the kernel's ``PATH``.  The tool
-reads ``$ACCELSHARE_RESOURCE_TXT`` to find the config dir, shows the devices named in
-``$BACKENDAI_MOCK_CUDA_DEVICES`` (in that order: GPU 0, 1, ...) and takes utilisation,
-memory use, power and temperature from the node statistics file the mock plugin
-rewrites on every collection tick (``<scratch-root>/.mock-cuda-stats.json``).
+shows the devices of the allocation, as the agent wrote them in ``mock-cuda-smi.json``
+(in that order: GPU 0, 1, ...), never what the environment says: a process of the
+session that rewrites its own ``$BACKENDAI_MOCK_CUDA_DEVICES`` or
+``$CUDA_VISIBLE_DEVICES`` still sees only its devices.  The stand-alone copy finds the
+config dir from where it lies (``config/bin/mock_smi.py``); run otherwise (``python -m``)
+it reads ``$ACCELSHARE_RESOURCE_TXT``.  It takes utilisation, memory use, power and
+temperature from the node statistics file the mock plugin rewrites on every collection
+tick (``<scratch-root>/.mock-cuda-stats.json``).
 
 What a session sees, per device (the spec's inverse of the share formula)::
 
@@ -53,6 +57,7 @@ __all__ = [
     "SmiView",
     "list_gpus",
     "main",
+    "own_config_dir",
     "query_gpu",
     "read_view",
     "render_table",
@@ -63,7 +68,6 @@ __all__ = [
 DEVICES_FILE = "mock-cuda-smi.json"
 SCRIPT_FILE = "mock_smi.py"  # the stand-alone copy of this module, next to the wrapper
 STATS_FILE = ".mock-cuda-stats.json"
-DEVICES_ENV = "BACKENDAI_MOCK_CUDA_DEVICES"
 RESOURCE_TXT_ENV = "ACCELSHARE_RESOURCE_TXT"  # accelshare.agent.runtime.base (not imported:
 # the tool must start fast and the accel package must not depend on the agent)
 MIB = 1 << 20
@@ -298,16 +302,32 @@ def _read_readings(path: Path, now: float) -> dict[str, SmiReading]:
         return {}
 
 
-def read_view(environ: Mapping[str, str], *, now: float | None = None) -> SmiView:
-    """The session's view from its environment and config dir (see the module docstring)."""
-    resource_txt = environ.get(RESOURCE_TXT_ENV)
-    if not resource_txt:
-        raise SmiError(
-            "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver.\n"
-            f"(accelshare mock: ${RESOURCE_TXT_ENV} is not set; run this inside a session)",
-            EXIT_NO_DRIVER,
-        )
-    source = Path(resource_txt).parent / DEVICES_FILE
+def own_config_dir(script: str = __file__) -> Path | None:
+    """The kernel's config dir when ``script`` is the stand-alone copy the agent wrote
+    there (``<config>/bin/mock_smi.py`` next to ``<config>/mock-cuda-smi.json``)."""
+    here = Path(script).parent
+    if here.name == "bin" and (here.parent / DEVICES_FILE).is_file():
+        return here.parent
+    return None
+
+
+def read_view(
+    environ: Mapping[str, str], *, now: float | None = None, config_dir: Path | None = None
+) -> SmiView:
+    """The session's view from its config dir (see the module docstring): ``config_dir``,
+    else the one ``$ACCELSHARE_RESOURCE_TXT`` lies in.  The devices are those of the
+    allocation file, whatever the environment says."""
+    if config_dir is None:
+        resource_txt = environ.get(RESOURCE_TXT_ENV)
+        if not resource_txt:
+            raise SmiError(
+                "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA"
+                f" driver.\n(accelshare mock: ${RESOURCE_TXT_ENV} is not set; run this"
+                " inside a session)",
+                EXIT_NO_DRIVER,
+            )
+        config_dir = Path(resource_txt).parent
+    source = config_dir / DEVICES_FILE
     try:
         doc = json.loads(source.read_text(encoding="utf-8"))
     except (OSError, ValueError) as e:
@@ -320,9 +340,7 @@ def read_view(environ: Mapping[str, str], *, now: float | None = None) -> SmiVie
         raise SmiError(
             f"{source}: field 'devices': expected a list, received {doc!r:.80}", EXIT_NO_DRIVER
         )
-    known = {d.device_id: d for d in (SmiDevice.from_json(x, str(source)) for x in doc["devices"])}
-    wanted = [d for d in environ.get(DEVICES_ENV, "").split(",") if d]
-    devices = tuple(known[d] for d in wanted if d in known)
+    devices = tuple(SmiDevice.from_json(x, str(source)) for x in doc["devices"])
     stats_file = doc.get("stats_file")
     readings = (
         _read_readings(Path(stats_file), time.time() if now is None else now)
@@ -525,7 +543,7 @@ def _value(args: list[str], index: int, option: str) -> tuple[str, int]:
     return args[index + 1], index + 2
 
 
-def run(args: Sequence[str], environ: Mapping[str, str]) -> str:
+def run(args: Sequence[str], environ: Mapping[str, str], config_dir: Path | None = None) -> str:
     """The tool's output for ``args``; raises :class:`SmiError` on failure."""
     rest = list(args)
     list_mode = False
@@ -557,7 +575,7 @@ def run(args: Sequence[str], environ: Mapping[str, str]) -> str:
         )
     if format_spec is not None:
         _csv_options(format_spec)  # a bad format is an argument error, before any device
-    view = read_view(environ)
+    view = read_view(environ, config_dir=config_dir)
     if not view.devices:
         raise SmiError("No devices were found", EXIT_NO_DEVICES)
     if list_mode:
@@ -578,7 +596,8 @@ def script_source() -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     try:
-        sys.stdout.write(run(sys.argv[1:] if argv is None else argv, os.environ))
+        args = sys.argv[1:] if argv is None else argv
+        sys.stdout.write(run(args, os.environ, own_config_dir()))
     except SmiError as e:
         sys.stderr.write(f"{e}\n")
         return e.exit_code
