@@ -1,7 +1,7 @@
 """A whole agent with the cuda plugin (a fake machine: FakeNvml, fake libcuda) and a fake
 ``nvidia-cuda-mps-control``: the agent starts the MPS daemon, a process-runtime kernel
-holding shares runs with its MPS limits, the heartbeat says how fractions are enforced,
-and the agent's stop quits the idle daemon."""
+holding shares runs with its MPS limits and an ``nvidia-smi`` that shows its share, the
+heartbeat says how fractions are enforced, and the agent's stop quits the idle daemon."""
 
 from __future__ import annotations
 
@@ -80,7 +80,10 @@ async def test_a_kernel_holding_shares_runs_with_its_mps_limits(
                 session_id="s",
                 image="shell",
                 requested_slots={"cpu": "1", "mem": "1g", "cuda.shares": "0.25"},
-                startup_command="env | grep '^CUDA_' | sort > env.txt",
+                startup_command=(
+                    "nvidia-smi --query-gpu=uuid,memory.total --format=csv,noheader > smi.txt; "
+                    "env | grep '^CUDA_' | sort > env.txt"
+                ),
             )
         )
         assert report.status == "RUNNING", report
@@ -92,6 +95,9 @@ async def test_a_kernel_holding_shares_runs_with_its_mps_limits(
         assert seen["CUDA_MPS_PIPE_DIRECTORY"] == str(scratch_root / ".mps" / "pipe")
         assert seen["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] == f"{gpu}=20480M"
         assert seen["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "25"
+        # nvidia-smi in the session shows its share: 0.25 x 80 GiB
+        smi_out = (scratch_root / "k-mps" / "work" / "smi.txt").read_text()
+        assert smi_out == f"{gpu}, 20480 MiB\n"
 
         os.kill(pid, signal.SIGKILL)  # the daemon dies: the agent starts it again
         await eventually(

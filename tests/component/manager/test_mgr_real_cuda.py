@@ -36,7 +36,7 @@ pytestmark = [
 ]
 
 PROBE = """
-import os, torch
+import os, subprocess, torch
 print("visible", os.environ["CUDA_VISIBLE_DEVICES"])
 print("count", torch.cuda.device_count())
 print("name", torch.cuda.get_device_name(0))
@@ -45,6 +45,11 @@ print("sum", int((a @ a).sum().item()))
 print("threads", os.environ.get("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", "-"))
 print("limit", os.environ.get("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT", "-"))
 print("free-within-limit", torch.cuda.mem_get_info()[0] <= 2**30)
+def smi(*args):
+    return subprocess.run(["nvidia-smi", *args], capture_output=True, text=True).stdout
+print("smi-total", smi("--query-gpu=memory.total", "--format=csv,noheader").strip())
+whole = [l for l in smi("-q", "-d", "MEMORY").splitlines() if "Total" in l][:1]
+print("smi-q-total", whole[0].split(":")[1].strip() if whole else "-")
 """
 
 
@@ -104,6 +109,9 @@ async def test_fractional_sessions_share_a_real_gpu(tmp_path: Path) -> None:
             "threads": str(math.ceil(Decimal(400) / sms)),
             "limit": f"{given.uuid}=1024M",
             "free-within-limit": "True",
+            # nvidia-smi in the session: its share; what it does not render, the real one
+            "smi-total": "1024 MiB",
+            "smi-q-total": f"{given.memory_mib} MiB",
         }, logs
         status = agent["computePlugins"]["cuda"]["status"]
         assert status["enforcement"] == "mps", status

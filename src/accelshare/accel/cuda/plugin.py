@@ -26,16 +26,21 @@ Fractional shares are enforced through NVIDIA MPS (:mod:`.mps`) when the agent's
 daemon: such a kernel also gets the ``CUDA_MPS_*`` variables with its limits, the
 daemon's pipe directory mounted and the host's IPC namespace (docker).  Without MPS
 (``enforce = "none"``, or the daemon missing with ``mps-missing = "warn"``) the limits
-are advisory, and the agent says so at start and in ``agent info``.
+are advisory, and the agent says so at start and in ``agent info``.  A kernel holding
+shares also gets the session ``nvidia-smi`` (:mod:`accelshare.accel.session_smi`) that
+shows its share; what that tool does not render runs the real one.
 """
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import logging
 import re
+import sys
 from collections.abc import Mapping, Sequence
 from decimal import Decimal
+from pathlib import Path
 
 from accelshare import __version__
 from accelshare.common import SlotTypes
@@ -48,6 +53,7 @@ from ..accelerator import (
     node_metrics,
 )
 from ..errors import PluginConfigError, PluginUnavailable
+from ..mock import smi
 from ..options import (
     AcceleratorOptions,
     RawOptions,
@@ -56,9 +62,11 @@ from ..options import (
     read_accelerator_options,
 )
 from ..protocol import PluginContext
+from ..session_smi import smi_files, write_stats
 from ..stats import TEMPERATURE_MAX_C, DeviceSample
 from ..types import (
     AllocationMode,
+    ConfigFile,
     Device,
     KernelAllocation,
     KernelMetric,
@@ -273,10 +281,16 @@ class CudaPlugin:
         unknown_sm: Mapping[str, str] | None = None,
         mps: MpsDaemon | None = None,
         enforcement: str = "none",
+        stats_file: Path | None = None,
+        python: str = sys.executable,
     ) -> None:
         self._nvml = nvml
         self.options = options
         self.mps = mps
+        # Each stats tick is also written here for the sessions' nvidia-smi (None: not).
+        self.stats_file = stats_file
+        self.python = python
+        self._driver_version, self._cuda_version = driver_version, cuda_version
         # How fractional shares are enforced: "mps", or "none" with the reason.
         self.enforcement = (
             enforcement if options.allocation_mode is AllocationMode.FRACTIONAL else ""
@@ -339,10 +353,26 @@ class CudaPlugin:
             env.update(mps_env)
             pipe = str(self.mps.pipe_dir) if self.mps is not None else ""
             mounts = (Mount(pipe, pipe, read_only=False),)
+        attached = attached_devices(held, options=self.options)
+        files: tuple[ConfigFile, ...] = ()
+        if any(h.is_shares for h in held):
+            # nvidia-smi in the session shows its share (the real one: the whole GPU).
+            files = smi_files(
+                held,
+                attached,
+                self.options,
+                driver_version=self._driver_version or "N/A",
+                cuda_version=self._cuda_version or "N/A",
+                stats_file=self.stats_file,
+                python=self.python,
+                fallback=True,
+                what="shares of NVIDIA GPUs",
+            )
         return KernelResources(
             env=env,
             resource_lines=cuda_resource_lines(held, options=self.options),
-            attached_devices=attached_devices(held, options=self.options),
+            attached_devices=attached,
+            config_files=files,
             mounts=mounts,
             device_requests=({"Driver": "nvidia", "DeviceIDs": uuids, "Capabilities": [["gpu"]]},),
             ipc_host=bool(mps_env),
@@ -379,7 +409,13 @@ class CudaPlugin:
         return samples
 
     async def node_stats(self) -> Sequence[NodeMetric]:
-        return node_metrics("cuda", self._samples())
+        samples = self._samples()
+        if (
+            self.stats_file is not None
+            and self._inventory.allocation_mode is AllocationMode.FRACTIONAL
+        ):
+            await asyncio.to_thread(write_stats, self.stats_file, samples, who="cuda")
+        return node_metrics("cuda", samples)
 
     async def kernel_stats(self, kernels: Mapping[str, KernelStatTarget]) -> Sequence[KernelMetric]:
         metrics = kernel_metrics(self._inventory, self.options, self._samples(), kernels)
@@ -449,6 +485,11 @@ async def create_plugin(
             driver_version=layer.driver_version(),
             cuda_version=layer.cuda_driver_version(),
             unknown_sm=unknown_sm,
+            stats_file=(
+                ctx.agent_config.scratch_root_path() / smi.STATS_FILE
+                if ctx.manage_services
+                else None
+            ),
         )
     except BaseException:
         layer.close()

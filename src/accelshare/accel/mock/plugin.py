@@ -18,13 +18,8 @@ its memory) is a configuration error naming the limiting option.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
-import os
-import shlex
 import sys
-import tempfile
-import time
 from collections.abc import Mapping, Sequence
 from decimal import Decimal
 from pathlib import Path
@@ -50,7 +45,8 @@ from ..options import (
     read_accelerator_options,
 )
 from ..protocol import PluginContext
-from ..stats import DeviceSample, MockStatsGenerator
+from ..session_smi import smi_files, write_stats
+from ..stats import MockStatsGenerator
 from ..types import (
     AllocationMode,
     AttachedDevice,
@@ -231,44 +227,23 @@ class MockPlugin:
     def smi_files(
         self, held: Sequence[Held], attached: Sequence[AttachedDevice]
     ) -> tuple[ConfigFile, ...]:
-        """``bin/nvidia-smi``, its stand-alone copy and the devices file (see :mod:`.smi`).
-
-        Each device shows what :func:`attached_devices` says the kernel sees: for a
-        fractional holding ``unit_mem × shares`` bytes (the spec's inverse, the same number
-        as ``CUDA_MEMORY_LIMITS``), for a whole device or MIG slice its whole memory.
-        """
-        fractional = self.options.allocation_mode is AllocationMode.FRACTIONAL
-        devices = [
-            smi.SmiDevice(
-                device_id=h.device.device_id,
-                name=h.device.model_name,
-                bus_id=f"0000{h.device.hw_location}" if h.device.hw_location else "N/A",
-                memory_bytes=seen.memory_bytes,
-                device_memory_bytes=h.device.memory_bytes,
-                processors=seen.processors,
-                shares=h.amount if h.is_shares else None,
-                device_shares=h.device.capacity if fractional and not h.device.is_mig else None,
-                is_mig=h.device.is_mig,
-            )
-            for h, seen in zip(held, attached, strict=True)
-        ]
+        """``bin/nvidia-smi``, its stand-alone copy and the devices file
+        (:func:`accelshare.accel.session_smi.smi_files`)."""
         attributes = self.config.attributes
-        doc = smi.devices_json(
-            devices,
+        return smi_files(
+            held,
+            attached,
+            self.options,
             driver_version=str(attributes.get("nvidia_driver", "N/A")),
             cuda_version=str(attributes.get("cuda_runtime", "N/A")),
-            stats_file=None if self.stats_file is None else str(self.stats_file),
-        )
-        return (
-            ConfigFile("bin/nvidia-smi", smi_wrapper(self.python), executable=True),
-            ConfigFile(f"bin/{smi.SCRIPT_FILE}", smi.script_source()),
-            ConfigFile(smi.DEVICES_FILE, doc),
+            stats_file=self.stats_file,
+            python=self.python,
         )
 
     async def node_stats(self) -> Sequence[NodeMetric]:
         samples = self._stats.tick()
         if self.stats_file is not None:
-            await asyncio.to_thread(_write_stats, self.stats_file, samples)
+            await asyncio.to_thread(write_stats, self.stats_file, samples, who="mock")
         return node_metrics(self._inventory.key, samples)
 
     async def kernel_stats(self, kernels: Mapping[str, KernelStatTarget]) -> Sequence[KernelMetric]:
@@ -276,54 +251,6 @@ class MockPlugin:
 
     async def close(self) -> None:
         return None
-
-
-def smi_wrapper(python: str) -> str:
-    """The ``nvidia-smi`` shell wrapper: the stand-alone copy next to it (standard library
-    only), run by the agent's interpreter when it is there (process runtime), else by the
-    container's ``python3`` (docker runtime).  ``-I``: the session's PYTHON* variables and
-    cwd change nothing.  The copy, not ``-m accelshare...``: the agent's interpreter need
-    not have accelshare installed (an agent started with PYTHONPATH, which ``-I`` ignores)."""
-    quoted = shlex.quote(python)
-    script = f'"${{0%/*}}/{smi.SCRIPT_FILE}"'
-    return (
-        "#!/bin/sh\n"
-        "# accelshare mock nvidia-smi (sessions holding mock CUDA devices)\n"
-        f'if [ -x {quoted} ]; then exec {quoted} -I {script} "$@"; fi\n'
-        f'exec python3 -I {script} "$@"\n'
-    )
-
-
-def _write_stats(path: Path, samples: Mapping[str, DeviceSample]) -> None:
-    """Replace ``path`` with this tick's readings (atomically; a failure is logged only:
-    the sessions' nvidia-smi then shows older or no readings, the agent goes on).
-
-    The temporary-file-and-rename is written out here rather than taken from
-    ``accelshare.agent.scratch``: plugins must not depend on the agent package."""
-    readings = {
-        device_id: smi.SmiReading(
-            util=s.util if s.util is not None else Decimal(0),
-            mem_fraction=s.mem_fraction,
-            power=s.power,
-            power_max=s.power_max,
-            temperature=s.temperature,
-        )
-        for device_id, s in samples.items()
-    }
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as out:
-                out.write(smi.stats_json(readings, at=time.time()))
-            os.chmod(tmp, 0o644)
-            os.replace(tmp, path)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-            raise
-    except OSError as e:
-        log.warning("mock: cannot write the stats file for nvidia-smi %s: %s", path, e)
 
 
 async def load_mock_options(ctx: PluginContext, key: str) -> AcceleratorOptions:

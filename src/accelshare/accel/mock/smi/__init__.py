@@ -1,4 +1,4 @@
-"""A mock ``nvidia-smi`` for sessions that hold mock CUDA devices.
+"""The ``nvidia-smi`` of sessions that hold mock CUDA devices or shares of a real GPU.
 
 The agent gives such a kernel three files in its config dir (next to ``resource.txt``)::
 
@@ -32,7 +32,9 @@ power/temperature show ``N/A``; the memory total is exact.
 
 Supported: the default table, ``-L`` / ``--list-gpus``, ``--query-gpu=F1,F2,...
 --format=csv[,noheader][,nounits]`` (fields in :data:`QUERY_FIELDS`), ``-h``.  An unknown
-field exits 2 with the real tool's message.  Arithmetic is exact (``Decimal``).
+option or field exits 2 with the real tool's message, except where the devices file says
+``fallback`` (shares of a real GPU): the real ``nvidia-smi`` then runs with the same
+arguments (:func:`real_tool`) and shows the whole device.  Arithmetic is exact (``Decimal``).
 """
 
 from __future__ import annotations
@@ -60,6 +62,7 @@ __all__ = [
     "own_config_dir",
     "query_gpu",
     "read_view",
+    "real_tool",
     "render_table",
     "script_source",
     "stats_json",
@@ -240,8 +243,11 @@ def devices_json(
     driver_version: str,
     cuda_version: str,
     stats_file: str | None,
+    fallback: bool = False,
 ) -> str:
-    """The content of ``config/mock-cuda-smi.json`` (written by the mock plugin)."""
+    """The content of ``config/mock-cuda-smi.json`` (written by the agent's plugin).
+    ``fallback``: real GPUs, whose real ``nvidia-smi`` runs for what this tool does not
+    render (:func:`real_tool`)."""
     doc = {
         "format": 1,
         "driver_version": driver_version,
@@ -249,6 +255,8 @@ def devices_json(
         "stats_file": stats_file,
         "devices": [d.to_json() for d in devices],
     }
+    if fallback:
+        doc["fallback"] = True
     return json.dumps(doc, indent=1) + "\n"
 
 
@@ -594,11 +602,38 @@ def script_source() -> str:
     return f'{source}\n\nif __name__ == "__main__":\n    sys.exit(main())\n'
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def real_tool(config_dir: Path | None, search_path: str) -> str | None:
+    """The real ``nvidia-smi`` for a session whose devices file allows it (real GPUs):
+    the first on ``search_path`` that is not this tool's own wrapper; None otherwise."""
+    if config_dir is None:
+        return None
     try:
-        args = sys.argv[1:] if argv is None else argv
+        doc = json.loads((config_dir / DEVICES_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(doc, dict) or doc.get("fallback") is not True:
+        return None
+    own = (config_dir / "bin").resolve()
+    for folder in search_path.split(os.pathsep):
+        if not folder or Path(folder).resolve() == own:
+            continue
+        candidate = Path(folder) / "nvidia-smi"
+        if candidate.is_file() and os.access(candidate, os.X_OK):
+            return str(candidate)
+    return None
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    try:
         sys.stdout.write(run(args, os.environ, own_config_dir()))
     except SmiError as e:
+        if e.exit_code == EXIT_INVALID_ARGUMENT:
+            # What this tool does not render, the real one shows (whole devices).
+            real = real_tool(own_config_dir(), os.environ.get("PATH", ""))
+            if real is not None:
+                sys.stdout.flush()
+                os.execv(real, [real, *args])
         sys.stderr.write(f"{e}\n")
         return e.exit_code
     return 0
