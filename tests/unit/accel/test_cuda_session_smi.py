@@ -83,7 +83,9 @@ def test_what_the_tool_does_not_render_runs_the_real_nvidia_smi(tmp_path: Path) 
     table = run(wrapper, path=path)
     assert "/ 1024MiB |" in table.stdout  # the default table is ours: the share
     # No real tool on PATH: the tool's own message and exit code.
-    alone = run(wrapper, "-q", path=f"{wrapper.parent}:/usr/bin:/bin")
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    alone = run(wrapper, "-q", path=f"{wrapper.parent}:{empty}")
     assert alone.returncode == 2
     assert "Invalid combination of input arguments" in alone.stderr
 
