@@ -67,6 +67,7 @@ from . import (
 )
 from .app_origin import AppOrigin, AppsOriginMiddleware
 from .auth import Authenticator, AuthSettings, CurrentIdentity
+from .gql_limits import GraphQLLimits
 from .limits import install_body_limit
 from .problems import ServiceUnavailable, install_problem_handlers
 from .signing import API_VERSION
@@ -78,6 +79,7 @@ __all__ = [
     "config_store_settings",
     "create_app",
     "create_manager_app",
+    "graphql_limits_from_config",
     "manager_options_from_config",
 ]
 
@@ -92,6 +94,7 @@ def create_app(
     title: str = "accelshare manager",
     manager: Manager | None = None,
     apps: AppOrigin | None = None,
+    graphql_limits: GraphQLLimits | None = None,
 ) -> FastAPI:
     """The application with authentication, problem+json errors and the base routes
     (plus the control plane's routes when a ``manager`` is given).  ``apps``: app pages
@@ -101,6 +104,7 @@ def create_app(
     app.state.db = db
     app.state.manager = manager
     app.state.apps = apps
+    app.state.graphql_limits = graphql_limits or GraphQLLimits()
     if apps is not None:
         if db is not None and apps.used_tokens is None:
             # single-use hand-off tokens across the replicas sharing the database
@@ -178,6 +182,17 @@ def auth_settings_from_config(
         cookie_max_age=timedelta(seconds=config.api.session_cookie_max_age),
         cookie_secure=config.api.session_cookie_secure,
         clock=clock,
+    )
+
+
+def graphql_limits_from_config(config: ManagerConfig) -> GraphQLLimits:
+    """``[api.graphql]``."""
+    section = config.api.graphql
+    return GraphQLLimits(
+        max_depth=section.max_depth,
+        max_aliases=section.max_aliases,
+        max_fields=section.max_fields,
+        max_tokens=section.max_tokens,
     )
 
 
@@ -283,6 +298,7 @@ async def create_manager_app(
         db=db,
         manager=manager,
         apps=apps_origin_from_config(config, cookie_secret=secret),
+        graphql_limits=graphql_limits_from_config(config),
     )
 
     @asynccontextmanager
