@@ -8,6 +8,8 @@ clears it.
 
 Unknown email and wrong password give the same 401 (``bad-credentials``) after the
 same amount of hashing work, so the endpoint does not reveal which emails exist.
+Logout (with the cookie) ends every console login of the user server-side, not only
+this browser's cookie.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from accelshare.manager.credentials import LoginRecord
 from accelshare.manager.models import UserStatus
 from accelshare.manager.passwords import hash_password, verify_password
 
-from .auth import Authenticator, AuthFailure, CurrentIdentity
+from .auth import Authenticator, AuthFailure, AuthMethod, CurrentIdentity
 from .cookies import SessionCookie, encode_session_cookie
 from .problems import Unauthorized
 
@@ -75,6 +77,7 @@ async def login(body: LoginRequest, request: Request, response: Response) -> dic
         access_key=record.access_key,
         now=settings.clock(),
         max_age=settings.cookie_max_age,
+        generation=record.login_generation,
     )
     response.set_cookie(
         settings.cookie_name,
@@ -97,6 +100,10 @@ async def login(body: LoginRequest, request: Request, response: Response) -> dic
 
 @router.post("/logout")
 async def logout(identity: CurrentIdentity, request: Request, response: Response) -> dict[str, Any]:
+    """Clear the cookie; with the cookie, also end the user's console logins server-side
+    (a copy of the cookie no longer works).  Signed with a keypair, nothing is ended."""
     authenticator: Authenticator = request.app.state.authenticator
+    if identity.method is AuthMethod.COOKIE:
+        await authenticator.store.end_logins(identity.user_id)
     response.delete_cookie(authenticator.settings.cookie_name, path="/")
     return {"email": identity.email, "logged_out": True}
