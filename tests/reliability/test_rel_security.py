@@ -8,6 +8,7 @@ exactly what the table says.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import re
@@ -902,3 +903,80 @@ async def test_graphql_limits_come_from_manager_toml(tmp_path: Path) -> None:
         )
         assert deep.status_code == 400, deep.text
         assert (deep.json()["limit"], deep.json()["received"]) == ("max-depth", 4), deep.text
+
+
+# -- login throttling (docs/reliability.md) -------------------------------------------------
+
+
+def _from(cluster: Cluster, address: str) -> httpx.AsyncClient:
+    return httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=cluster.app, client=(address, 40000)),
+        base_url="http://127.0.0.1:8081",
+    )
+
+
+async def _login_as(client: httpx.AsyncClient, email: str, password: str) -> httpx.Response:
+    return await client.post("/auth/login", json={"email": email, "password": password})
+
+
+async def test_a_password_guesser_is_throttled_then_let_back_after_the_window(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """50 wrong passwords from one address: the first 5 get 401, the rest 429 with
+    ``Retry-After`` without a password check (fast), even the right password; the owner
+    logs in from another address meanwhile; after the window the guesser's address may
+    try again and the right password works."""
+    url = f"sqlite+aiosqlite:///{tmp_path / 'manager.db'}"
+    api = {"login": {"window": 2.0, "max-failures-per-account-address": 5}}
+    async with running_cluster(url, tmp_path / "state", api=api) as cluster:
+        _user, _keypair = await make_user(cluster, "victim@example.com")
+        async with _from(cluster, "6.6.6.6") as attacker, _from(cluster, "10.0.0.1") as owner:
+            statuses = []
+            started = time.monotonic()
+            for i in range(50):
+                response = await _login_as(attacker, "victim@example.com", f"guess {i}")
+                statuses.append(response.status_code)
+                if response.status_code == 429:
+                    refused = response
+            elapsed = time.monotonic() - started
+            assert statuses == [401] * 5 + [429] * 45, statuses
+            assert 1 <= int(refused.headers["Retry-After"]) <= 2, refused.headers
+            problem = refused.json()
+            assert problem["reason"] == "too-many-failures", problem
+            assert problem["limit"] == "max-failures-per-account-address", problem
+            assert "try again in" in problem["detail"], problem
+            assert elapsed < 20, elapsed
+            right = await _login_as(attacker, "victim@example.com", "long enough password")
+            assert right.status_code == 429, right.text
+            assert "set-cookie" not in right.headers
+            elsewhere = await _login_as(owner, "victim@example.com", "long enough password")
+            assert elsewhere.status_code == 200, elsewhere.text
+            await asyncio.sleep(2.05)
+            after = await _login_as(attacker, "victim@example.com", "long enough password")
+            assert after.status_code == 200, after.text
+    throttled = [r for r in caplog.records if "throttled" in r.getMessage()]
+    assert len(throttled) == 46, len(throttled)  # one line per refused attempt
+
+
+async def test_a_distributed_guess_cannot_lock_the_superadmin_out(tmp_path: Path) -> None:
+    """Guesses from 20 addresses reach the account-wide limit: a new address is refused
+    (429, bounded by the window), but the superadmin's known address still logs in."""
+    url = f"sqlite+aiosqlite:///{tmp_path / 'manager.db'}"
+    api = {"login": {"max-failures-per-account": 20, "max-failures-per-account-address": 5}}
+    async with running_cluster(url, tmp_path / "state", api=api) as cluster:
+        email, password = cluster.creds.email, cluster.creds.password
+        async with _from(cluster, "10.0.0.1") as admin:
+            assert (await _login_as(admin, email, password)).status_code == 200
+            for i in range(20):
+                async with _from(cluster, f"6.6.{i}.1") as attacker:
+                    guess = await _login_as(attacker, email, "not it")
+                    assert guess.status_code == 401, guess.text
+            async with _from(cluster, "7.7.7.7") as newcomer:
+                refused = await _login_as(newcomer, email, password)
+            assert refused.status_code == 429, refused.text
+            assert refused.json()["limit"] == "max-failures-per-account", refused.text
+            assert 1 <= int(refused.headers["Retry-After"]) <= 300
+            known = await _login_as(admin, email, password)
+            assert known.status_code == 200, known.text
+            signed = await cluster.admin.get("/whoami")  # keypairs are never throttled
+            assert signed.status_code == 200, signed.text

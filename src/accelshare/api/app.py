@@ -69,6 +69,7 @@ from .app_origin import AppOrigin, AppsOriginMiddleware
 from .auth import Authenticator, AuthSettings, CurrentIdentity
 from .gql_limits import GraphQLLimits
 from .limits import install_body_limit
+from .login_throttle import LoginThrottle, ThrottleSettings
 from .problems import ServiceUnavailable, install_problem_handlers
 from .signing import API_VERSION
 
@@ -80,6 +81,7 @@ __all__ = [
     "create_app",
     "create_manager_app",
     "graphql_limits_from_config",
+    "login_throttle_from_config",
     "manager_options_from_config",
 ]
 
@@ -95,6 +97,7 @@ def create_app(
     manager: Manager | None = None,
     apps: AppOrigin | None = None,
     graphql_limits: GraphQLLimits | None = None,
+    login_throttle: LoginThrottle | None = None,
 ) -> FastAPI:
     """The application with authentication, problem+json errors and the base routes
     (plus the control plane's routes when a ``manager`` is given).  ``apps``: app pages
@@ -105,6 +108,7 @@ def create_app(
     app.state.manager = manager
     app.state.apps = apps
     app.state.graphql_limits = graphql_limits or GraphQLLimits()
+    app.state.login_throttle = login_throttle or LoginThrottle()
     if apps is not None:
         if db is not None and apps.used_tokens is None:
             # single-use hand-off tokens across the replicas sharing the database
@@ -193,6 +197,19 @@ def graphql_limits_from_config(config: ManagerConfig) -> GraphQLLimits:
         max_aliases=section.max_aliases,
         max_fields=section.max_fields,
         max_tokens=section.max_tokens,
+    )
+
+
+def login_throttle_from_config(config: ManagerConfig) -> LoginThrottle:
+    """``[api.login]``."""
+    section = config.api.login
+    return LoginThrottle(
+        ThrottleSettings(
+            window_s=section.window,
+            max_per_address=section.max_failures_per_address,
+            max_per_account_address=section.max_failures_per_account_address,
+            max_per_account=section.max_failures_per_account,
+        )
     )
 
 
@@ -299,6 +316,7 @@ async def create_manager_app(
         manager=manager,
         apps=apps_origin_from_config(config, cookie_secret=secret),
         graphql_limits=graphql_limits_from_config(config),
+        login_throttle=login_throttle_from_config(config),
     )
 
     @asynccontextmanager

@@ -86,6 +86,7 @@ class AuthFailure(enum.StrEnum):
     INVALID_SESSION_COOKIE = "invalid-session-cookie"
     SESSION_EXPIRED = "session-expired"
     SESSION_ENDED = "session-ended"
+    TOO_MANY_FAILURES = "too-many-failures"
 
 
 class AuthMethod(enum.StrEnum):

@@ -8,14 +8,16 @@ clears it.
 
 Unknown email and wrong password give the same 401 (``bad-credentials``) after the
 same amount of hashing work, so the endpoint does not reveal which emails exist.
-Logout (with the cookie) ends every console login of the user server-side, not only
-this browser's cookie.
+Failures are throttled per account and client address (:mod:`.login_throttle`): 429
+``too-many-failures`` with ``Retry-After``.  Logout (with the cookie) ends every console
+login of the user server-side, not only this browser's cookie.
 """
 
 from __future__ import annotations
 
 import asyncio
 import functools
+import logging
 from typing import Any
 
 from fastapi import APIRouter, Request, Response
@@ -27,11 +29,13 @@ from accelshare.manager.passwords import hash_password, verify_password
 
 from .auth import Authenticator, AuthFailure, AuthMethod, CurrentIdentity
 from .cookies import SessionCookie, encode_session_cookie
-from .problems import Unauthorized
+from .login_throttle import LoginThrottle
+from .problems import TooManyRequests, Unauthorized
 
 __all__ = ["LoginRequest", "router"]
 
 router = APIRouter(prefix="/auth", tags=["auth"])
+log = logging.getLogger(__name__)
 
 
 class LoginRequest(BaseModel):
@@ -56,13 +60,46 @@ async def _check_password(record: LoginRecord | None, password: str) -> LoginRec
     return record
 
 
+def _throttle(request: Request) -> LoginThrottle:
+    throttle: LoginThrottle = request.app.state.login_throttle
+    return throttle
+
+
 @router.post("/login")
 async def login(body: LoginRequest, request: Request, response: Response) -> dict[str, Any]:
     authenticator: Authenticator = request.app.state.authenticator
     settings = authenticator.settings
+    throttle = _throttle(request)
+    address = request.client.host if request.client else "unknown"
+    refusal = throttle.check(body.email, address)
+    if refusal is not None:
+        log.warning(
+            "login: throttled %r from %s (%s = %d in %gs)",
+            body.email,
+            address,
+            refusal.limit,
+            refusal.value,
+            throttle.settings.window_s,
+        )
+        raise TooManyRequests(
+            f"Too many failed logins for {refusal.scope} ({refusal.limit} = {refusal.value} "
+            f"in {throttle.settings.window_s:g} s); try again in {refusal.retry_after_s} s",
+            retry_after_s=refusal.retry_after_s,
+            reason=AuthFailure.TOO_MANY_FAILURES.value,
+            limit=refusal.limit,
+            limit_value=refusal.value,
+            window_s=throttle.settings.window_s,
+        )
     if not _dummy_hash.cache_info().currsize:
         await asyncio.to_thread(_dummy_hash)
-    record = await _check_password(await authenticator.store.get_login(body.email), body.password)
+    try:
+        record = await _check_password(
+            await authenticator.store.get_login(body.email), body.password
+        )
+    except Unauthorized:
+        throttle.failed(body.email, address)
+        raise
+    throttle.succeeded(body.email, address)
     if record.status is not UserStatus.ACTIVE:
         raise Unauthorized(
             f"The user account is {record.status.value}", reason=AuthFailure.INACTIVE_USER.value

@@ -168,3 +168,16 @@ async def test_logout_signed_with_a_keypair_ends_no_console_login(
     client.cookies.set("accelshare_session", kept)
     assert (await client.get("/whoami")).json()["auth_method"] == "cookie"
     assert store.credentials[bob].login_generation == 0
+
+
+async def test_repeated_failures_get_429_with_retry_after(
+    client: httpx.AsyncClient, bob: str
+) -> None:
+    for _ in range(5):  # max-failures-per-account-address
+        assert_problem(await _login(client, password="wrong"), 401, "bad-credentials")
+    body = assert_problem(await _login(client), 429, "too-many-failures")  # even the right one
+    assert body["limit"] == "max-failures-per-account-address"
+    assert body["limit_value"] == 5
+    response = await _login(client)
+    assert 1 <= int(response.headers["Retry-After"]) <= 300
+    assert "set-cookie" not in response.headers

@@ -35,6 +35,12 @@ def test_defaults_are_an_embedded_sqlite_manager() -> None:
         "max_fields": 1000,
         "max_tokens": 5000,
     }
+    assert config.api.login.model_dump() == {
+        "window": 300.0,
+        "max_failures_per_address": 30,
+        "max_failures_per_account_address": 5,
+        "max_failures_per_account": 50,
+    }
     assert config.manager.service_host_port == ("127.0.0.1", 8081)
     assert config.bootstrap.admin_email == "admin@accelshare.local"
 
@@ -118,6 +124,15 @@ def test_other_components_sections_are_left_alone(tmp_path: Path) -> None:
         ),
         pytest.param(
             "[api.graphql]\nmax-alias = 3\n", "api.graphql.max-alias", "unknown", id="graphql-typo"
+        ),
+        pytest.param(
+            "[api.login]\nwindow = 0\n", "api.login.window", "greater than 0", id="login-window"
+        ),
+        pytest.param(
+            "[api.login]\nmax-failures-per-account = 0\n",
+            "api.login.max-failures-per-account",
+            "greater than or equal to 1",
+            id="login-account",
         ),
         pytest.param("[db\n", "<syntax>", "TOML", id="syntax"),
     ],
