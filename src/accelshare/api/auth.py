@@ -308,14 +308,27 @@ class Authenticator:
             )
         return _identity(cred, AuthMethod.COOKIE, cookie.generation)
 
-    async def identity_of(self, access_key: str, user_id: str, method: AuthMethod) -> Identity:
+    async def identity_of(
+        self,
+        access_key: str,
+        user_id: str,
+        method: AuthMethod,
+        *,
+        login_generation: int | None = None,
+    ) -> Identity:
         """The identity of a keypair named by a token this manager signed (the apps
-        origin's cookie): refused when the key or user is gone or inactive."""
+        origin's cookie): refused when the key or user is gone or inactive, or when the
+        console login it was handed off from has ended (``login_generation``)."""
         cred = await self.store.get_credential(access_key)
         if cred is None or str(cred.user_id) != user_id:
             raise _fail(AuthFailure.INVALID_SESSION_COOKIE, "The app access is no longer valid")
         _check_active(cred)
-        return _identity(cred, method)
+        if login_generation is not None and login_generation != cred.login_generation:
+            raise _fail(
+                AuthFailure.SESSION_ENDED,
+                "The console login this app was opened from has ended; log in again",
+            )
+        return _identity(cred, method, login_generation)
 
 
 async def current_identity(request: Request) -> Identity:
