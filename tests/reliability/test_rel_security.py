@@ -8,10 +8,12 @@ exactly what the table says.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import re
 import stat
+import time
 from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
@@ -21,6 +23,7 @@ import httpx
 import pytest
 import sqlalchemy as sa
 
+from accelshare.api.gql_limits import GraphQLLimits
 from accelshare.api.signing import sign_request
 from accelshare.manager.clock import utcnow
 from accelshare.manager.config import ENV_CLUSTER_SECRET
@@ -906,3 +909,258 @@ async def test_the_config_store_file_is_private_from_the_first_start(tmp_path: P
         assert (await cluster.admin.get("/config/resource-slots")).status_code == 200
         live = _modes(state)
     assert live["config-store.db"] == 0o600, oct(live["config-store.db"])
+
+
+# -- GraphQL cost limits (docs/reliability.md) ----------------------------------------------
+
+
+def _gql_records(caplog: pytest.LogCaptureFixture) -> tuple[int, list[logging.LogRecord]]:
+    """(bytes written, records) of what the log got since the last clear."""
+    records = list(caplog.records)
+    text = "\n".join(logging.Formatter().format(r) for r in records)
+    return len(text.encode()), records
+
+
+@pytest.mark.parametrize(
+    ("name", "query", "limit", "value", "received"),
+    [
+        pytest.param(
+            "aliases",
+            "{" + " ".join(f'a{i}: agent(agent_id: "x") {{ id }}' for i in range(400)) + "}",
+            "max-aliases",
+            30,
+            400,
+            id="400-aliases-of-a-refused-field",
+        ),
+        pytest.param(
+            "many",  # 11 tokens each: the parse stops at the token limit
+            "{" + " ".join(f'a{i}: agent(agent_id: "x") {{ id }}' for i in range(1000)) + "}",
+            "max-tokens",
+            5000,
+            "more than 5000",
+            id="1000-aliases-of-a-refused-field",
+        ),
+        pytest.param(
+            "depth",
+            "{ images " + "{ a " * 30 + "{ b }" + " }" * 30 + " }",
+            "max-depth",
+            20,
+            32,
+            id="depth-32",
+        ),
+        pytest.param(
+            "fields",
+            "{ images { " + " ".join(["ref"] * 1500) + " } }",
+            "max-fields",
+            1000,
+            1501,
+            id="1501-fields",
+        ),
+        pytest.param(
+            "fragments",
+            "{ images { ...A } } fragment A on ImageNode { ...B ...B ...B ...B } "
+            "fragment B on ImageNode { ...C ...C ...C ...C } "
+            "fragment C on ImageNode { ref name tag description runtime architecture }",
+            "max-fields",
+            1000,
+            1 + 4 * 4 * 6 * 1,
+            id="fragments-expanded",
+        ),
+        pytest.param(
+            "tokens",
+            "{ images { " + " ".join(["ref"] * 6000) + " } }",
+            "max-tokens",
+            5000,
+            "more than 5000",
+            id="6000-tokens",
+        ),
+    ],
+)
+async def test_graphql_over_a_cost_limit_gets_a_fast_400_and_one_log_line(
+    sqlite_cluster: Cluster,
+    caplog: pytest.LogCaptureFixture,
+    name: str,
+    query: str,
+    limit: str,
+    value: int,
+    received: int | str,
+) -> None:
+    """The flood is refused before it runs: 400 naming the limit, its value and what the
+    request had, fast, and the log grows by one short line (a thousand aliases of a
+    refused field used to write 23 MB of tracebacks)."""
+    cluster = sqlite_cluster
+    if name == "fragments":  # 97 fields: under the default; the test lowers the limit
+        cluster.app.state.graphql_limits = GraphQLLimits(max_fields=50)
+        value = 50
+        received = 97
+    user, _ = await make_user(cluster, f"{name}@example.com")
+    async with user:
+        caplog.clear()
+        caplog.set_level(logging.DEBUG)
+        started = time.monotonic()
+        response = await user.post("/admin/gql", json={"query": query})
+        elapsed = time.monotonic() - started
+        written, records = _gql_records(caplog)
+    assert response.status_code == 400, response.text
+    problem = response.json()
+    assert problem["type"] == "/problems/graphql-too-complex", problem
+    assert (problem["limit"], problem["limit_value"], problem["received"]) == (
+        limit,
+        value,
+        received,
+    )
+    assert limit in problem["detail"], problem
+    assert str(value) in problem["detail"], problem
+    assert elapsed < 2.0, elapsed
+    refused = [r for r in records if "refused" in r.getMessage()]
+    assert len(refused) == 1, [r.getMessage() for r in records]
+    assert not any(r.exc_info for r in records)
+    assert written < 2000, written
+
+
+async def test_graphql_errors_within_the_limits_log_one_line(
+    sqlite_cluster: Cluster, caplog: pytest.LogCaptureFixture
+) -> None:
+    """30 aliases of a field the caller may not use: 30 errors in the answer, one log
+    line without a traceback (strawberry logged a traceback per error)."""
+    cluster = sqlite_cluster
+    user, _ = await make_user(cluster, "refused@example.com")
+    query = "{" + " ".join(f'a{i}: agent(agent_id: "x") {{ id }}' for i in range(30)) + "}"
+    async with user:
+        caplog.clear()
+        caplog.set_level(logging.DEBUG)
+        response = await user.post("/admin/gql", json={"query": query})
+        written, records = _gql_records(caplog)
+    assert response.status_code == 200, response.text
+    errors = response.json()["errors"]
+    assert len(errors) == 30, errors[:2]
+    assert "superadmin" in errors[0]["message"], errors[:2]
+    gql_lines = [r for r in records if "graphql" in r.getMessage() or r.name.startswith("straw")]
+    assert len(gql_lines) == 1, [r.getMessage() for r in gql_lines]
+    assert "30 error(s)" in gql_lines[0].getMessage()
+    assert not any(r.exc_info for r in records)
+    assert written < 2000, written
+
+
+@pytest.mark.parametrize("query", ["compute_session_list", "agent_list", "vfolder_list"])
+@pytest.mark.parametrize(
+    ("page", "argument", "bad"),
+    [("limit: -1", "limit", -1), ("limit: 1001", "limit", 1001), ("offset: -5", "offset", -5)],
+)
+async def test_graphql_page_sizes_are_capped_like_rest(
+    sqlite_cluster: Cluster, query: str, page: str, argument: str, bad: int
+) -> None:
+    response = await sqlite_cluster.admin.post(
+        "/admin/gql", json={"query": f"{{ {query}({page}) {{ total_count }} }}"}
+    )
+    assert response.status_code == 200, response.text
+    body = response.json()
+    assert body["data"] is None, body
+    message = body["errors"][0]["message"]
+    assert f"{query}({argument})" in message, message
+    assert str(bad) in message, message
+    fine = await sqlite_cluster.admin.post(
+        "/admin/gql", json={"query": f"{{ {query}(limit: 1000) {{ total_count }} }}"}
+    )
+    assert fine.status_code == 200, fine.text
+    assert "errors" not in fine.json(), fine.text
+
+
+async def test_graphql_limits_come_from_manager_toml(tmp_path: Path) -> None:
+    """``[api.graphql]`` is what the running manager enforces."""
+    url = f"sqlite+aiosqlite:///{tmp_path / 'manager.db'}"
+    api = {"graphql": {"max-aliases": 2, "max-depth": 3}}
+    async with running_cluster(url, tmp_path / "state", api=api) as cluster:
+        two = await cluster.admin.post(
+            "/admin/gql", json={"query": "{ a: images { ref } b: images { ref } }"}
+        )
+        assert two.status_code == 200, two.text
+        assert "errors" not in two.json(), two.text
+        three = await cluster.admin.post(
+            "/admin/gql",
+            json={"query": "{ a: images { ref } b: images { ref } c: images { ref } }"},
+        )
+        assert three.status_code == 400, three.text
+        assert (three.json()["limit"], three.json()["limit_value"]) == ("max-aliases", 2)
+        deep = await cluster.admin.post(
+            "/admin/gql", json={"query": "{ compute_session_list { items { containers { id } } } }"}
+        )
+        assert deep.status_code == 400, deep.text
+        assert (deep.json()["limit"], deep.json()["received"]) == ("max-depth", 4), deep.text
+
+
+# -- login throttling (docs/reliability.md) -------------------------------------------------
+
+
+def _from(cluster: Cluster, address: str) -> httpx.AsyncClient:
+    return httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=cluster.app, client=(address, 40000)),
+        base_url="http://127.0.0.1:8081",
+    )
+
+
+async def _login_as(client: httpx.AsyncClient, email: str, password: str) -> httpx.Response:
+    return await client.post("/auth/login", json={"email": email, "password": password})
+
+
+async def test_a_password_guesser_is_throttled_then_let_back_after_the_window(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """50 wrong passwords from one address: the first 5 get 401, the rest 429 with
+    ``Retry-After`` without a password check (fast), even the right password; the owner
+    logs in from another address meanwhile; after the window the guesser's address may
+    try again and the right password works."""
+    url = f"sqlite+aiosqlite:///{tmp_path / 'manager.db'}"
+    api = {"login": {"window": 2.0, "max-failures-per-account-address": 5}}
+    async with running_cluster(url, tmp_path / "state", api=api) as cluster:
+        _user, _keypair = await make_user(cluster, "victim@example.com")
+        async with _from(cluster, "6.6.6.6") as attacker, _from(cluster, "10.0.0.1") as owner:
+            statuses = []
+            started = time.monotonic()
+            for i in range(50):
+                response = await _login_as(attacker, "victim@example.com", f"guess {i}")
+                statuses.append(response.status_code)
+                if response.status_code == 429:
+                    refused = response
+            elapsed = time.monotonic() - started
+            assert statuses == [401] * 5 + [429] * 45, statuses
+            assert 1 <= int(refused.headers["Retry-After"]) <= 2, refused.headers
+            problem = refused.json()
+            assert problem["reason"] == "too-many-failures", problem
+            assert problem["limit"] == "max-failures-per-account-address", problem
+            assert "try again in" in problem["detail"], problem
+            assert elapsed < 20, elapsed
+            right = await _login_as(attacker, "victim@example.com", "long enough password")
+            assert right.status_code == 429, right.text
+            assert "set-cookie" not in right.headers
+            elsewhere = await _login_as(owner, "victim@example.com", "long enough password")
+            assert elsewhere.status_code == 200, elsewhere.text
+            await asyncio.sleep(2.05)
+            after = await _login_as(attacker, "victim@example.com", "long enough password")
+            assert after.status_code == 200, after.text
+    throttled = [r for r in caplog.records if "throttled" in r.getMessage()]
+    assert len(throttled) == 46, len(throttled)  # one line per refused attempt
+
+
+async def test_a_distributed_guess_cannot_lock_the_superadmin_out(tmp_path: Path) -> None:
+    """Guesses from 20 addresses reach the account-wide limit: a new address is refused
+    (429, bounded by the window), but the superadmin's known address still logs in."""
+    url = f"sqlite+aiosqlite:///{tmp_path / 'manager.db'}"
+    api = {"login": {"max-failures-per-account": 20, "max-failures-per-account-address": 5}}
+    async with running_cluster(url, tmp_path / "state", api=api) as cluster:
+        email, password = cluster.creds.email, cluster.creds.password
+        async with _from(cluster, "10.0.0.1") as admin:
+            assert (await _login_as(admin, email, password)).status_code == 200
+            for i in range(20):
+                async with _from(cluster, f"6.6.{i}.1") as attacker:
+                    guess = await _login_as(attacker, email, "not it")
+                    assert guess.status_code == 401, guess.text
+            async with _from(cluster, "7.7.7.7") as newcomer:
+                refused = await _login_as(newcomer, email, password)
+            assert refused.status_code == 429, refused.text
+            assert refused.json()["limit"] == "max-failures-per-account", refused.text
+            assert 1 <= int(refused.headers["Retry-After"]) <= 300
+            known = await _login_as(admin, email, password)
+            assert known.status_code == 200, known.text
+            signed = await cluster.admin.get("/whoami")  # keypairs are never throttled
+            assert signed.status_code == 200, signed.text

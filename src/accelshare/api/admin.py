@@ -281,6 +281,10 @@ async def patch_user(
             user.role = body.role
         if body.status is not None:
             user.status = body.status
+        if body.password is not None or (
+            body.status is not None and body.status is not UserStatus.ACTIVE
+        ):
+            user.login_generation += 1  # ends the user's console logins
         if body.full_name is not None:
             user.full_name = body.full_name
         if body.total_resource_slots is not None:
@@ -298,6 +302,7 @@ async def delete_user(email: str, identity: AdminIdentity, manager: ManagerDep) 
             raise Conflict("You cannot delete yourself", field="email", received=email)
         _guard_superadmin(identity, user.role)
         user.status = UserStatus.DELETED
+        user.login_generation += 1
         await db.execute(
             sa.update(Keypair).where(Keypair.user_id == user.id).values(is_active=False)
         )
@@ -393,6 +398,13 @@ async def create_keypair(
     return {**keypair_json(keypair, secret=True), "user_email": user.email}
 
 
+async def _end_logins(db: Any, user_id: uuid.UUID) -> None:
+    """End the user's console logins (a cookie may act with this keypair)."""
+    await db.execute(
+        sa.update(User).where(User.id == user_id).values(login_generation=User.login_generation + 1)
+    )
+
+
 @router.patch("/keypairs/{access_key}")
 async def patch_keypair(
     access_key: str, body: PatchKeypairBody, identity: AdminIdentity, manager: ManagerDep
@@ -408,6 +420,8 @@ async def patch_keypair(
                 )
             keypair.resource_policy = body.resource_policy
         if body.is_active is not None:
+            if keypair.is_active and not body.is_active:
+                await _end_logins(db, keypair.user_id)
             keypair.is_active = body.is_active
         if body.is_admin is not None:
             keypair.is_admin = body.is_admin
@@ -430,6 +444,7 @@ async def delete_keypair(
                 field="access_key",
                 received=access_key,
             )
+        await _end_logins(db, keypair.user_id)
         await db.delete(keypair)
     return {"result": "deleted"}
 

@@ -67,7 +67,9 @@ from . import (
 )
 from .app_origin import AppOrigin, AppsOriginMiddleware
 from .auth import Authenticator, AuthSettings, CurrentIdentity
+from .gql_limits import GraphQLLimits
 from .limits import PathCheck, install_body_limit
+from .login_throttle import LoginThrottle, ThrottleSettings
 from .problems import ServiceUnavailable, install_problem_handlers
 from .signing import API_VERSION
 
@@ -78,6 +80,8 @@ __all__ = [
     "config_store_settings",
     "create_app",
     "create_manager_app",
+    "graphql_limits_from_config",
+    "login_throttle_from_config",
     "manager_options_from_config",
 ]
 
@@ -92,6 +96,8 @@ def create_app(
     title: str = "accelshare manager",
     manager: Manager | None = None,
     apps: AppOrigin | None = None,
+    graphql_limits: GraphQLLimits | None = None,
+    login_throttle: LoginThrottle | None = None,
 ) -> FastAPI:
     """The application with authentication, problem+json errors and the base routes
     (plus the control plane's routes when a ``manager`` is given).  ``apps``: app pages
@@ -101,6 +107,8 @@ def create_app(
     app.state.db = db
     app.state.manager = manager
     app.state.apps = apps
+    app.state.graphql_limits = graphql_limits or GraphQLLimits()
+    app.state.login_throttle = login_throttle or LoginThrottle()
     if apps is not None:
         if db is not None and apps.used_tokens is None:
             # single-use hand-off tokens across the replicas sharing the database
@@ -179,6 +187,30 @@ def auth_settings_from_config(
         cookie_max_age=timedelta(seconds=config.api.session_cookie_max_age),
         cookie_secure=config.api.session_cookie_secure,
         clock=clock,
+    )
+
+
+def graphql_limits_from_config(config: ManagerConfig) -> GraphQLLimits:
+    """``[api.graphql]``."""
+    section = config.api.graphql
+    return GraphQLLimits(
+        max_depth=section.max_depth,
+        max_aliases=section.max_aliases,
+        max_fields=section.max_fields,
+        max_tokens=section.max_tokens,
+    )
+
+
+def login_throttle_from_config(config: ManagerConfig) -> LoginThrottle:
+    """``[api.login]``."""
+    section = config.api.login
+    return LoginThrottle(
+        ThrottleSettings(
+            window_s=section.window,
+            max_per_address=section.max_failures_per_address,
+            max_per_account_address=section.max_failures_per_account_address,
+            max_per_account=section.max_failures_per_account,
+        )
     )
 
 
@@ -286,6 +318,8 @@ async def create_manager_app(
         db=db,
         manager=manager,
         apps=apps_origin_from_config(config, cookie_secret=secret),
+        graphql_limits=graphql_limits_from_config(config),
+        login_throttle=login_throttle_from_config(config),
     )
 
     @asynccontextmanager

@@ -96,6 +96,9 @@ class HandOff:
     access_key: str
     user_id: str
     path: str  # where the apps origin sends the browser (under /session/{id}/apps/)
+    # the login cookie's generation when handed off from one (None: a signed request);
+    # the app cookie then ends with that console login (logout, password change...)
+    login_generation: int | None = None
 
 
 def _b64(data: bytes) -> str:
@@ -187,6 +190,7 @@ class AppOrigin:
                 "sid": handoff.session_id,
                 "ak": handoff.access_key,
                 "uid": handoff.user_id,
+                "g": handoff.login_generation,
                 "p": handoff.path,
                 "exp": self.clock() + self.token_ttl_s,
                 "n": secrets.token_urlsafe(16),
@@ -211,7 +215,7 @@ class AppOrigin:
             nonce, float(payload["exp"])
         ):
             raise AppTokenError("already used")
-        return HandOff(payload["sid"], payload["ak"], payload["uid"], path)
+        return HandOff(payload["sid"], payload["ak"], payload["uid"], path, _generation(payload))
 
     def cookie_value(self, handoff: HandOff) -> str:
         return self._sign(
@@ -220,16 +224,24 @@ class AppOrigin:
                 "sid": handoff.session_id,
                 "ak": handoff.access_key,
                 "uid": handoff.user_id,
+                "g": handoff.login_generation,
                 "exp": self.clock() + self.cookie_max_age_s,
             }
         )
 
-    def read_cookie(self, value: str, session_id: str) -> tuple[str, str]:
-        """``(access_key, user_id)`` of an app cookie for ``session_id``."""
+    def read_cookie(self, value: str, session_id: str) -> tuple[str, str, int | None]:
+        """``(access_key, user_id, login generation)`` of an app cookie for ``session_id``."""
         payload = self._verify(value, "c")
         if payload["sid"].lower() != session_id.lower():
             raise AppTokenError("for another session")
-        return payload["ak"], payload["uid"]
+        return payload["ak"], payload["uid"], _generation(payload)
+
+
+def _generation(payload: dict[str, Any]) -> int | None:
+    generation = payload.get("g")
+    if generation is not None and (isinstance(generation, bool) or not isinstance(generation, int)):
+        raise AppTokenError("malformed token")
+    return generation
 
 
 def is_apps_request(scope: Scope) -> bool:

@@ -215,14 +215,16 @@ async def _app_cookie_identity(request: Request, ref: str) -> Identity:
             reason="missing-credentials",
         )
     try:
-        access_key, user_id = apps.read_cookie(value, ref)
+        access_key, user_id, generation = apps.read_cookie(value, ref)
     except AppTokenError as e:
         raise Unauthorized(
             f"The app access cookie is not valid here ({e}); open the app from the console again",
             reason="invalid-app-cookie",
         ) from None
     authenticator: Authenticator = request.app.state.authenticator
-    return await authenticator.identity_of(access_key, user_id, AuthMethod.APP_COOKIE)
+    return await authenticator.identity_of(
+        access_key, user_id, AuthMethod.APP_COOKIE, login_generation=generation
+    )
 
 
 async def _app_identity(request: Request, ref: str) -> Identity:
@@ -330,7 +332,13 @@ def _hand_off(
     path = f"/session/{target.session_id}/apps/{rest}"
     if request.url.query:
         path += f"?{request.url.query}"
-    handoff = HandOff(str(target.session_id), identity.access_key, str(identity.user_id), path)
+    handoff = HandOff(
+        str(target.session_id),
+        identity.access_key,
+        str(identity.user_id),
+        path,
+        identity.login_generation,
+    )
     origin = apps.origin  # configured ([apps] origin or listen-addr), never the Host header
     if origin is None:
         raise ServiceUnavailable(

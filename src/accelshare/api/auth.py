@@ -86,6 +86,8 @@ class AuthFailure(enum.StrEnum):
     BAD_CREDENTIALS = "bad-credentials"
     INVALID_SESSION_COOKIE = "invalid-session-cookie"
     SESSION_EXPIRED = "session-expired"
+    SESSION_ENDED = "session-ended"
+    TOO_MANY_FAILURES = "too-many-failures"
 
 
 class AuthMethod(enum.StrEnum):
@@ -106,6 +108,7 @@ class Identity:
     is_admin_key: bool
     resource_policy: str
     method: AuthMethod
+    login_generation: int | None = None  # the login cookie's (streams re-check it)
 
     @property
     def is_superadmin(self) -> bool:
@@ -174,7 +177,9 @@ def _content_type_candidates(header: str | None) -> list[str]:
     return [bare] if bare == full else [bare, full]
 
 
-def _identity(cred: Credential, method: AuthMethod) -> Identity:
+def _identity(
+    cred: Credential, method: AuthMethod, login_generation: int | None = None
+) -> Identity:
     return Identity(
         user_id=cred.user_id,
         email=cred.email,
@@ -184,6 +189,7 @@ def _identity(cred: Credential, method: AuthMethod) -> Identity:
         is_admin_key=cred.is_admin_key,
         resource_policy=cred.resource_policy,
         method=method,
+        login_generation=login_generation,
     )
 
 
@@ -297,6 +303,12 @@ class Authenticator:
         if cred is None or str(cred.user_id) != cookie.user_id:
             raise _fail(AuthFailure.INVALID_SESSION_COOKIE, "The login session is no longer valid")
         _check_active(cred)
+        if cookie.generation != cred.login_generation:
+            raise _fail(
+                AuthFailure.SESSION_ENDED,
+                "The login session was ended (logout, password change or deactivation); "
+                "log in again",
+            )
         csrf = request.headers.get(CSRF_HEADER, "")
         if request.method in UNSAFE_METHODS and not hmac.compare_digest(
             csrf.encode(), cookie.csrf_token.encode()
@@ -306,16 +318,29 @@ class Authenticator:
                 "header returned by the login",
                 reason="csrf-token-mismatch",
             )
-        return _identity(cred, AuthMethod.COOKIE)
+        return _identity(cred, AuthMethod.COOKIE, cookie.generation)
 
-    async def identity_of(self, access_key: str, user_id: str, method: AuthMethod) -> Identity:
+    async def identity_of(
+        self,
+        access_key: str,
+        user_id: str,
+        method: AuthMethod,
+        *,
+        login_generation: int | None = None,
+    ) -> Identity:
         """The identity of a keypair named by a token this manager signed (the apps
-        origin's cookie): refused when the key or user is gone or inactive."""
+        origin's cookie): refused when the key or user is gone or inactive, or when the
+        console login it was handed off from has ended (``login_generation``)."""
         cred = await self.store.get_credential(access_key)
         if cred is None or str(cred.user_id) != user_id:
             raise _fail(AuthFailure.INVALID_SESSION_COOKIE, "The app access is no longer valid")
         _check_active(cred)
-        return _identity(cred, method)
+        if login_generation is not None and login_generation != cred.login_generation:
+            raise _fail(
+                AuthFailure.SESSION_ENDED,
+                "The console login this app was opened from has ended; log in again",
+            )
+        return _identity(cred, method, login_generation)
 
 
 async def current_identity(request: Request) -> Identity:

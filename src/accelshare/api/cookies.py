@@ -3,8 +3,11 @@
 Format: ``<payload>.<mac>`` where ``payload`` is base64url JSON and ``mac`` is
 base64url HMAC-SHA256 over ``"accelshare-session-v1." + payload`` with the manager's
 cookie secret (``<data-dir>/cookie-secret`` unless configured).  The cookie only says
-*who* logged in and until when; every request still re-reads the user and keypair,
-so deactivating either takes effect at once.
+*who* logged in, until when, and under which login generation of the user; every
+request re-reads the user and keypair, so deactivating either takes effect at once, and
+a cookie of an older generation is refused: logout, a password or status change and a
+keypair deactivated bump the generation (``users.login_generation``), which ends every
+console login of that user issued before.
 
 Each cookie carries a CSRF token: cookie-authenticated requests with an unsafe method
 (POST, PUT, PATCH, DELETE) must repeat it in the ``X-CSRF-Token`` header (the login
@@ -40,10 +43,17 @@ class SessionCookie:
     issued_at: int  # unix seconds
     expires_at: int
     csrf_token: str
+    generation: int = 0  # the user's login generation when issued
 
     @classmethod
     def issue(
-        cls, *, user_id: str, access_key: str, now: datetime, max_age: timedelta
+        cls,
+        *,
+        user_id: str,
+        access_key: str,
+        now: datetime,
+        max_age: timedelta,
+        generation: int = 0,
     ) -> SessionCookie:
         issued = int(now.timestamp())
         return cls(
@@ -52,6 +62,7 @@ class SessionCookie:
             issued_at=issued,
             expires_at=issued + int(max_age.total_seconds()),
             csrf_token=secrets.token_urlsafe(24),
+            generation=generation,
         )
 
     @property

@@ -26,14 +26,16 @@ same message a REST problem would carry.
 from __future__ import annotations
 
 import json
+import logging
 import uuid
 from typing import Annotated, Any
 
 import strawberry
-from fastapi import Depends
+from fastapi import Depends, Request
+from graphql import GraphQLError
 from strawberry.fastapi import GraphQLRouter
 from strawberry.schema.config import StrawberryConfig
-from strawberry.types import Info
+from strawberry.types import ExecutionContext, Info
 
 from accelshare.manager.agents import gpu_alloc_map_string
 from accelshare.manager.errors import ManagerError
@@ -56,8 +58,29 @@ from .compat_gql import (
     user_email,
 )
 from .deps import get_manager
+from .gql_limits import MAX_PAGE_SIZE, GraphQLLimits, LimitExceeded, check_document
+from .problems import QueryTooComplex
 
 __all__ = ["create_graphql_router", "schema"]
+
+log = logging.getLogger(__name__)
+
+# Errors a caller causes (refused role, bad argument, unknown object): one log line per
+# request; anything else is a bug, logged once with its traceback.
+_EXPECTED_ERRORS = (PermissionError, ValueError, ManagerError)
+_MAX_OFFSET = 2**31 - 1  # past SQL's range
+
+
+def _page(query: str, limit: int, offset: int) -> None:
+    """Page sizes are capped like REST's (``GET /sessions?limit=``)."""
+    if not 1 <= limit <= MAX_PAGE_SIZE:
+        raise ValueError(
+            f"{query}(limit): expected an integer from 1 to {MAX_PAGE_SIZE}, received {limit}"
+        )
+    if not 0 <= offset <= _MAX_OFFSET:
+        raise ValueError(
+            f"{query}(offset): expected an integer from 0 to {_MAX_OFFSET}, received {offset}"
+        )
 
 
 def _context(info: Info) -> tuple[Manager, Identity]:
@@ -387,6 +410,7 @@ class Query:
         manager, identity = _context(info)
         _require_superadmin(identity)
         refuse_filter_and_order(filter, order)
+        _page("agent_list", limit, offset)
         rows = await manager.list_agents(status=_agent_status(status), scaling_group=scaling_group)
         page = rows[offset : offset + limit]
         return AgentList(items=[AgentNode.from_row(r) for r in page], total_count=len(rows))
@@ -412,6 +436,7 @@ class Query:
     ) -> ComputeSessionList:
         manager, identity = _context(info)
         refuse_filter_and_order(filter, order)
+        _page("compute_session_list", limit, offset)
         statuses = session_statuses(status)
         if statuses is None:
             statuses = list(SessionStatus)
@@ -436,6 +461,7 @@ class Query:
         order: str | None = None,
     ) -> VirtualFolderList:
         """Backend.AI's virtual folders: accelshare has none (always empty)."""
+        _page("vfolder_list", limit, offset)
         return VirtualFolderList(items=[], total_count=0)
 
     @strawberry.field
@@ -448,13 +474,77 @@ class Query:
         return await keypair_node(manager, key)
 
 
-schema = strawberry.Schema(query=Query, config=StrawberryConfig(auto_camel_case=False))
+class _Schema(strawberry.Schema):
+    def process_errors(
+        self, errors: list[GraphQLError], execution_context: ExecutionContext | None = None
+    ) -> None:
+        """One line per request (strawberry logs a traceback per error: a thousand
+        aliases of a refused field wrote megabytes); a traceback only for a bug."""
+        context = execution_context.context if execution_context is not None else None
+        identity = context.get("identity") if isinstance(context, dict) else None
+        who = identity.email if isinstance(identity, Identity) else "?"
+        unexpected = [
+            e
+            for e in errors
+            if e.original_error is not None and not isinstance(e.original_error, _EXPECTED_ERRORS)
+        ]
+        if unexpected:
+            first = unexpected[0].original_error
+            log.error(
+                "graphql: %d error(s) for %s, %d unexpected; the first:",
+                len(errors),
+                who,
+                len(unexpected),
+                exc_info=(type(first), first, first.__traceback__) if first else None,
+            )
+        else:
+            log.info(
+                "graphql: %d error(s) for %s; the first: %.200s",
+                len(errors),
+                who,
+                errors[0].message,
+            )
+
+
+schema = _Schema(query=Query, config=StrawberryConfig(auto_camel_case=False))
+
+
+async def _check_cost(request: Request, identity: Identity) -> None:
+    """Refuse (400) a document over the cost limits before strawberry parses it."""
+    limits = getattr(request.app.state, "graphql_limits", None) or GraphQLLimits()
+    try:
+        body = json.loads(await request.body())
+    except ValueError:
+        return  # strawberry answers the malformed body
+    query = body.get("query") if isinstance(body, dict) else None
+    if not isinstance(query, str):
+        return
+    try:
+        check_document(query, limits)
+    except LimitExceeded as e:
+        log.warning(
+            "graphql: refused a request of %s: %s = %s, the request had %s",
+            identity.email,
+            e.limit,
+            e.value,
+            e.received,
+        )
+        raise QueryTooComplex(
+            str(e),
+            field="query",
+            expected=f"{e.limit} = {e.value}",
+            received=e.received,
+            limit=e.limit,
+            limit_value=e.value,
+        ) from None
 
 
 async def _get_context(
+    request: Request,
     identity: Annotated[Identity, Depends(current_identity)],
     manager: Annotated[Manager, Depends(get_manager)],
 ) -> dict[str, Any]:
+    await _check_cost(request, identity)
     return {"identity": identity, "manager": manager}
 
 

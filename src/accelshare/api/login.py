@@ -8,12 +8,16 @@ clears it.
 
 Unknown email and wrong password give the same 401 (``bad-credentials``) after the
 same amount of hashing work, so the endpoint does not reveal which emails exist.
+Failures are throttled per account and client address (:mod:`.login_throttle`): 429
+``too-many-failures`` with ``Retry-After``.  Logout (with the cookie) ends every console
+login of the user server-side, not only this browser's cookie.
 """
 
 from __future__ import annotations
 
 import asyncio
 import functools
+import logging
 from typing import Any
 
 from fastapi import APIRouter, Request, Response
@@ -24,13 +28,15 @@ from accelshare.manager.credentials import LoginRecord
 from accelshare.manager.models import UserStatus
 from accelshare.manager.passwords import hash_password, verify_password
 
-from .auth import Authenticator, AuthFailure, CurrentIdentity
+from .auth import Authenticator, AuthFailure, AuthMethod, CurrentIdentity
 from .cookies import SessionCookie, encode_session_cookie
-from .problems import Unauthorized
+from .login_throttle import LoginThrottle
+from .problems import TooManyRequests, Unauthorized
 
 __all__ = ["LoginRequest", "router"]
 
 router = APIRouter(prefix="/auth", tags=["auth"])
+log = logging.getLogger(__name__)
 
 
 class LoginRequest(BaseModel):
@@ -60,13 +66,46 @@ async def _check_password(record: LoginRecord | None, password: str) -> LoginRec
     return record
 
 
+def _throttle(request: Request) -> LoginThrottle:
+    throttle: LoginThrottle = request.app.state.login_throttle
+    return throttle
+
+
 @router.post("/login")
 async def login(body: LoginRequest, request: Request, response: Response) -> dict[str, Any]:
     authenticator: Authenticator = request.app.state.authenticator
     settings = authenticator.settings
+    throttle = _throttle(request)
+    address = request.client.host if request.client else "unknown"
+    refusal = throttle.check(body.email, address)
+    if refusal is not None:
+        log.warning(
+            "login: throttled %r from %s (%s = %d in %gs)",
+            body.email,
+            address,
+            refusal.limit,
+            refusal.value,
+            throttle.settings.window_s,
+        )
+        raise TooManyRequests(
+            f"Too many failed logins for {refusal.scope} ({refusal.limit} = {refusal.value} "
+            f"in {throttle.settings.window_s:g} s); try again in {refusal.retry_after_s} s",
+            retry_after_s=refusal.retry_after_s,
+            reason=AuthFailure.TOO_MANY_FAILURES.value,
+            limit=refusal.limit,
+            limit_value=refusal.value,
+            window_s=throttle.settings.window_s,
+        )
     if not _dummy_hash.cache_info().currsize:
         await asyncio.to_thread(_dummy_hash)
-    record = await _check_password(await authenticator.store.get_login(body.email), body.password)
+    try:
+        record = await _check_password(
+            await authenticator.store.get_login(body.email), body.password
+        )
+    except Unauthorized:
+        throttle.failed(body.email, address)
+        raise
+    throttle.succeeded(body.email, address)
     if record.status is not UserStatus.ACTIVE:
         raise Unauthorized(
             f"The user account is {record.status.value}", reason=AuthFailure.INACTIVE_USER.value
@@ -81,6 +120,7 @@ async def login(body: LoginRequest, request: Request, response: Response) -> dic
         access_key=record.access_key,
         now=settings.clock(),
         max_age=settings.cookie_max_age,
+        generation=record.login_generation,
     )
     response.set_cookie(
         settings.cookie_name,
@@ -103,6 +143,10 @@ async def login(body: LoginRequest, request: Request, response: Response) -> dic
 
 @router.post("/logout")
 async def logout(identity: CurrentIdentity, request: Request, response: Response) -> dict[str, Any]:
+    """Clear the cookie; with the cookie, also end the user's console logins server-side
+    (a copy of the cookie no longer works).  Signed with a keypair, nothing is ended."""
     authenticator: Authenticator = request.app.state.authenticator
+    if identity.method is AuthMethod.COOKIE:
+        await authenticator.store.end_logins(identity.user_id)
     response.delete_cookie(authenticator.settings.cookie_name, path="/")
     return {"email": identity.email, "logged_out": True}

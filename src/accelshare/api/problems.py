@@ -16,12 +16,14 @@ Exception hierarchy (raise these from routes and dependencies)::
 
     Problem                         500 internal-server-error
      ├── BadRequest                 400 bad-request
-     │    └── InvalidAPIParameters  400 invalid-api-params
+     │    ├── InvalidAPIParameters  400 invalid-api-params
+     │    └── QueryTooComplex       400 graphql-too-complex
      ├── Unauthorized               401 unauthorized     (adds WWW-Authenticate)
      ├── Forbidden                  403 forbidden
      ├── NotFound                   404 not-found
      ├── Conflict                   409 conflict
      ├── QuotaExceeded              412 quota-exceeded
+     ├── TooManyRequests            429 too-many-requests (adds Retry-After)
      └── ServiceUnavailable         503 service-unavailable
 
 The control plane's services raise ``accelshare.manager.errors.ManagerError``
@@ -62,8 +64,10 @@ __all__ = [
     "InvalidAPIParameters",
     "NotFound",
     "Problem",
+    "QueryTooComplex",
     "QuotaExceeded",
     "ServiceUnavailable",
+    "TooManyRequests",
     "Unauthorized",
     "install_problem_handlers",
     "is_database_unavailable",
@@ -146,6 +150,13 @@ class InvalidAPIParameters(BadRequest):
     title = "Invalid API parameters"
 
 
+class QueryTooComplex(BadRequest):
+    """A GraphQL document over a cost limit (:mod:`accelshare.api.gql_limits`)."""
+
+    slug = "graphql-too-complex"
+    title = "GraphQL query too complex"
+
+
 class Unauthorized(Problem):
     status = 401
     slug = "unauthorized"
@@ -179,6 +190,18 @@ class QuotaExceeded(Problem):
     status = 412
     slug = "quota-exceeded"
     title = "Quota exceeded"
+
+
+class TooManyRequests(Problem):
+    """Throttled (the login's failure limits): ``Retry-After`` says when to try again."""
+
+    status = 429
+    slug = "too-many-requests"
+    title = "Too many requests"
+
+    def __init__(self, detail: str, *, retry_after_s: int, **extra: Any) -> None:
+        super().__init__(detail, retry_after_s=retry_after_s, **extra)
+        self.headers["Retry-After"] = str(retry_after_s)
 
 
 class ServiceUnavailable(Problem):

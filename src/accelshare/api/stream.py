@@ -125,6 +125,8 @@ async def _still_allowed(authenticator: Authenticator, identity: Identity) -> st
         return "inactive-access-key"
     if cred.user_status is not UserStatus.ACTIVE:
         return "inactive-user"
+    if identity.login_generation is not None and identity.login_generation != cred.login_generation:
+        return "session-ended"  # a login cookie ended by logout, password change...
     return None
 
 

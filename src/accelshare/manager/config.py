@@ -20,6 +20,18 @@ file (or none) gives an embedded SQLite manager under ``./.accelshare``::
     [api]
     max-clock-skew = 900                   # seconds a signed request's Date may be off
 
+    [api.graphql]                          # /admin/gql cost limits (docs/reliability.md)
+    max-depth = 20
+    max-aliases = 30
+    max-fields = 1000
+    max-tokens = 5000
+
+    [api.login]                            # failed-login throttling (docs/reliability.md)
+    window = 300
+    max-failures-per-address = 30
+    max-failures-per-account-address = 5
+    max-failures-per-account = 50
+
     [apps]                                 # app pages on an origin of their own (docs/manager.md)
     listen-addr = "0.0.0.0:8091"           # a second listener for them, and/or
     origin = "https://apps.example.com"    # the origin browsers use (a host name routed here)
@@ -59,6 +71,8 @@ __all__ = [
     "AppsConfig",
     "BootstrapConfig",
     "DBConfig",
+    "GraphQLLimitsConfig",
+    "LoginThrottleConfig",
     "ManagerConfig",
     "ManagerConfigError",
     "ManagerSection",
@@ -175,12 +189,38 @@ def normalize_db_url(raw: str) -> URL:
     raise ValueError(f"unsupported database {backend!r}: expected sqlite or postgresql")
 
 
+class GraphQLLimitsConfig(_Section):
+    """``[api.graphql]``: the cost limits of ``/admin/gql`` (docs/reliability.md)."""
+
+    max_depth: int = Field(default=20, ge=1, le=1000)
+    max_aliases: int = Field(default=30, ge=0, le=100_000)
+    max_fields: int = Field(default=1000, ge=1, le=1_000_000)
+    max_tokens: int = Field(default=5000, ge=10, le=1_000_000)
+
+
+class LoginThrottleConfig(_Section):
+    """``[api.login]``: failed password logins (docs/reliability.md, "Login throttling").
+
+    Failures are counted over the last ``window`` seconds: ``max-failures-per-address``
+    from one client address (any account) throttles that address; per account, from one
+    address, ``max-failures-per-account-address``; ``max-failures-per-account`` from
+    all addresses together throttles the account everywhere, for at most ``window``
+    seconds after the failures that reached the limit."""
+
+    window: float = Field(default=300.0, gt=0, le=86_400)
+    max_failures_per_address: int = Field(default=30, ge=1)
+    max_failures_per_account_address: int = Field(default=5, ge=1)
+    max_failures_per_account: int = Field(default=50, ge=1)
+
+
 class ApiConfig(_Section):
     max_clock_skew: float = Field(default=900.0, gt=0)  # ±15 minutes
     session_cookie_name: str = "accelshare_session"
     session_cookie_max_age: int = Field(default=12 * 3600, gt=0)
     session_cookie_secure: bool = False  # set true behind HTTPS
     session_cookie_secret_file: Path | None = None  # default <data-dir>/cookie-secret
+    graphql: GraphQLLimitsConfig = GraphQLLimitsConfig()
+    login: LoginThrottleConfig = LoginThrottleConfig()
 
 
 _WILDCARD_HOSTS = frozenset({"0.0.0.0", "::", "*"})

@@ -65,6 +65,7 @@ class Credential:
     role: UserRole
     user_status: UserStatus
     domain_name: str
+    login_generation: int = 0  # console cookies of another generation are ended
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,12 +79,17 @@ class LoginRecord:
     status: UserStatus
     domain_name: str
     access_key: str | None
+    login_generation: int = 0
 
 
 class CredentialStore(Protocol):
     async def get_credential(self, access_key: str) -> Credential | None: ...
 
     async def get_login(self, email: str) -> LoginRecord | None: ...
+
+    async def end_logins(self, user_id: uuid.UUID) -> None:
+        """End every console login of the user (the cookies issued so far)."""
+        ...
 
 
 _CREDENTIAL = (
@@ -98,6 +104,7 @@ _CREDENTIAL = (
         User.role,
         User.status,
         User.domain_name,
+        User.login_generation,
     )
     .join(User, User.id == Keypair.user_id)
     .where(Keypair.access_key == sa.bindparam("access_key"))
@@ -128,6 +135,7 @@ class DBCredentialStore:
             role=row[7],
             user_status=row[8],
             domain_name=row[9],
+            login_generation=row[10],
         )
 
     async def get_login(self, email: str) -> LoginRecord | None:
@@ -152,4 +160,13 @@ class DBCredentialStore:
             status=user.status,
             domain_name=user.domain_name,
             access_key=access_key,
+            login_generation=user.login_generation,
         )
+
+    async def end_logins(self, user_id: uuid.UUID) -> None:
+        async with self.db.begin(write=True) as session:
+            await session.execute(
+                sa.update(User)
+                .where(User.id == user_id)
+                .values(login_generation=User.login_generation + 1)
+            )

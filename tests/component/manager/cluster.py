@@ -61,14 +61,16 @@ def manager_config(
     *,
     db: dict[str, Any] | None = None,
     apps: dict[str, Any] | None = None,
+    api: dict[str, Any] | None = None,
     **manager: Any,
 ) -> ManagerConfig:
     """``db_url=None``: the default layout, ``<state>/manager.db``; ``db``: more ``[db]``
-    keys (``busy-timeout``...); ``apps``: ``[apps]`` keys; ``manager``: ``[manager]``
-    keys."""
+    keys (``busy-timeout``...); ``apps``: ``[apps]`` keys; ``api``: ``[api]`` keys
+    (``{"graphql": {...}, "login": {...}}``); ``manager``: ``[manager]`` keys."""
     return ManagerConfig.model_validate(
         {
             "apps": apps or {},
+            "api": api or {},
             "manager": {
                 "data-dir": str(state),
                 "cluster-secret": SECRET,
@@ -173,9 +175,10 @@ async def running_cluster(
     hollow: HollowCluster | None = None,
     db: dict[str, Any] | None = None,
     apps: dict[str, Any] | None = None,
+    api: dict[str, Any] | None = None,
     **manager: Any,
 ) -> AsyncIterator[Cluster]:
-    config = manager_config(db_url, state, db=db, apps=apps, **manager)
+    config = manager_config(db_url, state, db=db, apps=apps, api=api, **manager)
     store = ConfigStore(EmbeddedBackend(state / "config-store.db"))
     hollow = hollow or HollowCluster()
     app = await create_manager_app(

@@ -243,6 +243,13 @@ async def test_app_pages_only_on_the_apps_origin_with_its_own_cookie(
     assert (await owner.delete(f"/session/{sid}")).json()["status"] == "TERMINATED"
     gone = await browser.get(f"{APPS}{app_path}", headers={"Cookie": app_cookie})
     assert gone.status_code == 404, gone.text
+
+    # 7. The console login the app was opened from ends: so does the app cookie.
+    out = await console.post("/auth/logout", headers={"Cookie": cookie, "X-CSRF-Token": csrf})
+    assert out.status_code == 200, out.text
+    ended = await browser.get(f"{APPS}{app_path}", headers={"Cookie": app_cookie})
+    assert ended.status_code == 401, ended.text
+    assert ended.json()["reason"] == "session-ended", ended.text
     assert urlsplit(handoff).port == APPS_PORT
     for client in (owner, console, browser):
         await client.aclose()

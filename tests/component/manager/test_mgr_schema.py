@@ -188,14 +188,23 @@ async def test_the_revision_triggers_exist(database: Database, make: str) -> Non
     assert await _triggers(database) == set()
 
 
-async def _add_users(database: Database, *emails: str) -> list[uuid.UUID]:
+def _users_before_0009() -> sa.Table:
+    """``users`` as revision 0008 left it (0009 added ``login_generation``)."""
+    columns = [c._copy() for c in User.__table__.columns if c.name != "login_generation"]
+    return sa.Table("users", sa.MetaData(), *columns)
+
+
+async def _add_users(
+    database: Database, *emails: str, table: sa.Table | None = None
+) -> list[uuid.UUID]:
     ids = [uuid.uuid4() for _ in emails]
+    users = User.__table__ if table is None else table
     async with database.connect(write=True) as conn:
         if (await conn.execute(sa.select(Domain.name))).first() is None:
             await conn.execute(sa.insert(Domain).values(name="default"))
         for user_id, email in zip(ids, emails, strict=True):
             await conn.execute(
-                sa.insert(User).values(
+                sa.insert(users).values(
                     id=user_id, email=email, password_hash="x", domain_name="default"
                 )
             )
@@ -219,7 +228,12 @@ async def test_the_email_migration_refuses_clashes_and_names_them(database: Data
     given them distinct addresses it goes through."""
     await upgrade_schema(database, "0007")
     first, second, _, fourth = await _add_users(
-        database, "UserA@x.org", "usera@x.org", "bob@x.org", "BOB@X.ORG"
+        database,
+        "UserA@x.org",
+        "usera@x.org",
+        "bob@x.org",
+        "BOB@X.ORG",
+        table=_users_before_0009(),
     )
     with pytest.raises(SchemaError) as caught:
         await upgrade_schema(database)

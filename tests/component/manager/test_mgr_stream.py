@@ -293,3 +293,35 @@ async def test_streams_end_when_the_server_stops(cluster: Cluster) -> None:
         close_streams(cluster.app)  # wakes the stream through the hub, long before poll_s
         with pytest.raises(AssertionError, match="the stream ended"):
             await events.next(timeout_s=10)
+
+
+async def test_a_cookie_stream_ends_when_the_login_is_ended(cluster: Cluster) -> None:
+    """A logout elsewhere (another copy of the cookie) ends an open cookie stream at the
+    next recheck with ``session-ended``; a keypair-signed stream is not affected."""
+    cluster.app.state.stream_settings = FAST
+    erin, keys = await make_user(cluster, "erin@example.com")
+    async with served(cluster) as base, httpx.AsyncClient(base_url=base) as browser:
+        login = await browser.post(
+            "/auth/login",
+            json={"email": "erin@example.com", "password": "long enough password"},
+        )
+        assert login.status_code == 200
+        cookies = dict(browser.cookies)
+        async with (
+            stream(base, "/events/sessions", cookies=cookies) as events,
+            stream(base, "/events/sessions", auth=signer(cluster, keys)) as signed,
+        ):
+            await events.until("sessions")
+            await signed.until("sessions")
+            out = await browser.post(
+                "/auth/logout", headers={"X-CSRF-Token": login.json()["csrf_token"]}
+            )
+            assert out.status_code == 200, out.text
+            error = await events.until("error")
+            assert error.data["reason"] == "session-ended"
+            await asyncio.sleep(FAST.recheck_s * 3)
+            async with erin:
+                created = await cluster.create({"cpu": 1}, client=erin, enqueueOnly=True)
+            assert created.status_code == 201, created.text
+            update = await signed.until("sessions")
+            assert [s["sessionId"] for s in update.data["items"]] == [created.json()["sessionId"]]

@@ -42,6 +42,14 @@ class MemoryCredentialStore:
     async def get_login(self, email: str) -> LoginRecord | None:
         return self.logins.get(email)
 
+    async def end_logins(self, user_id: uuid.UUID) -> None:
+        for key, cred in list(self.credentials.items()):
+            if cred.user_id == user_id:
+                generation = cred.login_generation + 1
+                self.credentials[key] = replace(cred, login_generation=generation)
+                login = self.logins[cred.email]
+                self.logins[cred.email] = replace(login, login_generation=generation)
+
     def add(
         self,
         email: str,

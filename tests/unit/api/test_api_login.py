@@ -13,6 +13,7 @@ from accelshare.api.cookies import (
     decode_session_cookie,
     encode_session_cookie,
 )
+from accelshare.api.signing import sign_request
 from accelshare.manager.clock import FrozenClock
 from accelshare.manager.models import UserRole, UserStatus
 
@@ -124,3 +125,59 @@ def test_cookie_codec_round_trip_and_tampering() -> None:
     with pytest.raises(CookieError) as info:
         decode_session_cookie(value, COOKIE_SECRET, T0 + timedelta(hours=1))
     assert info.value.reason == "session-expired"
+
+
+async def test_logout_ends_the_cookie_server_side(client: httpx.AsyncClient, bob: str) -> None:
+    """A copy of the cookie kept from before the logout no longer works."""
+    token = (await _login(client)).json()["csrf_token"]
+    kept = client.cookies["accelshare_session"]
+    response = await client.post("/auth/logout", headers={"X-CSRF-Token": token})
+    assert response.status_code == 200, response.text
+    client.cookies.set("accelshare_session", kept)
+    body = assert_problem(await client.get("/whoami"), 401, "session-ended")
+    assert "log in again" in body["detail"]
+    client.cookies.clear()
+    assert (await _login(client)).status_code == 200  # a new login works
+    assert (await client.get("/whoami")).status_code == 200
+
+
+async def test_a_cookie_of_an_ended_generation_is_refused(
+    client: httpx.AsyncClient, store: MemoryCredentialStore, bob: str
+) -> None:
+    await _login(client)
+    await store.end_logins(store.credentials[bob].user_id)
+    assert_problem(await client.get("/whoami"), 401, "session-ended")
+
+
+async def test_logout_signed_with_a_keypair_ends_no_console_login(
+    client: httpx.AsyncClient, store: MemoryCredentialStore, bob: str
+) -> None:
+    await _login(client)
+    kept = client.cookies["accelshare_session"]
+    cred = store.credentials[bob]
+    headers = sign_request(
+        access_key=cred.access_key,
+        secret_key=cred.secret_key,
+        method="POST",
+        path_query="/auth/logout",
+        host="testserver",
+        now=T0,
+    )
+    signed = await client.post("/auth/logout", headers=headers)
+    assert signed.status_code == 200, signed.text
+    client.cookies.set("accelshare_session", kept)
+    assert (await client.get("/whoami")).json()["auth_method"] == "cookie"
+    assert store.credentials[bob].login_generation == 0
+
+
+async def test_repeated_failures_get_429_with_retry_after(
+    client: httpx.AsyncClient, bob: str
+) -> None:
+    for _ in range(5):  # max-failures-per-account-address
+        assert_problem(await _login(client, password="wrong"), 401, "bad-credentials")
+    body = assert_problem(await _login(client), 429, "too-many-failures")  # even the right one
+    assert body["limit"] == "max-failures-per-account-address"
+    assert body["limit_value"] == 5
+    response = await _login(client)
+    assert 1 <= int(response.headers["Retry-After"]) <= 300
+    assert "set-cookie" not in response.headers

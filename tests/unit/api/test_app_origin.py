@@ -68,12 +68,29 @@ def test_cookie_for_one_session_until_it_expires() -> None:
     clock = Clock()
     apps = origin(clock, cookie_max_age_s=60)
     cookie = apps.cookie_value(handoff())
-    assert apps.read_cookie(cookie, SID.upper()) == ("AKIAOWNER", "user-1")
+    assert apps.read_cookie(cookie, SID.upper()) == ("AKIAOWNER", "user-1", None)
     with pytest.raises(AppTokenError, match="another session"):
         apps.read_cookie(cookie, "00000000-0000-0000-0000-000000000000")
     clock.now += 61
     with pytest.raises(AppTokenError, match="expired"):
         apps.read_cookie(cookie, SID)
+
+
+async def test_the_login_generation_travels_from_hand_off_to_cookie() -> None:
+    """Handed off from a console login: its generation reaches the app cookie (the
+    manager refuses the cookie once that login has ended); a forged one is malformed."""
+    clock = Clock()
+    apps = origin(clock)
+    from_login = HandOff(SID, "AKIAOWNER", "user-1", f"/session/{SID}/apps/web/", 3)
+    redeemed = await apps.redeem(apps.hand_off(from_login))
+    assert redeemed == from_login
+    assert apps.read_cookie(apps.cookie_value(redeemed), SID) == ("AKIAOWNER", "user-1", 3)
+    for bad in ("3", True, 1.5):
+        forged = apps._sign(
+            {"k": "c", "sid": SID, "ak": "AKIAOWNER", "uid": "u", "g": bad, "exp": 2e6}
+        )
+        with pytest.raises(AppTokenError, match="malformed"):
+            apps.read_cookie(forged, SID)
 
 
 def _scope(host: str, server_port: int = 8081) -> dict[str, object]:

@@ -29,6 +29,18 @@ def test_defaults_are_an_embedded_sqlite_manager() -> None:
     assert config.credentials_file == Path(".accelshare/admin-credentials.env")
     assert config.cookie_secret_file == Path(".accelshare/cookie-secret")
     assert config.api.max_clock_skew == 900
+    assert config.api.graphql.model_dump() == {
+        "max_depth": 20,
+        "max_aliases": 30,
+        "max_fields": 1000,
+        "max_tokens": 5000,
+    }
+    assert config.api.login.model_dump() == {
+        "window": 300.0,
+        "max_failures_per_address": 30,
+        "max_failures_per_account_address": 5,
+        "max_failures_per_account": 50,
+    }
     assert config.manager.service_host_port == ("127.0.0.1", 8081)
     assert config.bootstrap.admin_email == "admin@accelshare.local"
 
@@ -104,6 +116,24 @@ def test_other_components_sections_are_left_alone(tmp_path: Path) -> None:
             '[bootstrap]\nadmin-email = "admin"\n', "bootstrap.admin-email", "email", id="email"
         ),
         pytest.param('[db]\npool-size = "big"\n', "db.pool-size", "integer", id="type"),
+        pytest.param(
+            "[api.graphql]\nmax-depth = 0\n",
+            "api.graphql.max-depth",
+            "greater than or equal to 1",
+            id="graphql-depth",
+        ),
+        pytest.param(
+            "[api.graphql]\nmax-alias = 3\n", "api.graphql.max-alias", "unknown", id="graphql-typo"
+        ),
+        pytest.param(
+            "[api.login]\nwindow = 0\n", "api.login.window", "greater than 0", id="login-window"
+        ),
+        pytest.param(
+            "[api.login]\nmax-failures-per-account = 0\n",
+            "api.login.max-failures-per-account",
+            "greater than or equal to 1",
+            id="login-account",
+        ),
         pytest.param("[db\n", "<syntax>", "TOML", id="syntax"),
     ],
 )

@@ -113,6 +113,11 @@ class User(Base):
     password_hash: Mapped[str] = mapped_column(sa.String(256))
     role: Mapped[UserRole] = mapped_column(str_enum(UserRole, 16), default=UserRole.USER)
     status: Mapped[UserStatus] = mapped_column(str_enum(UserStatus, 16), default=UserStatus.ACTIVE)
+    # Console logins carry the value they were issued under; bumping it (logout, password
+    # or status change, a keypair deactivated) ends every console login of the user at once.
+    login_generation: Mapped[int] = mapped_column(
+        sa.Integer(), default=0, server_default=sa.text("0")
+    )
     domain_name: Mapped[str] = mapped_column(sa.ForeignKey("domains.name"), index=True)
     total_resource_slots: Mapped[ResourceSlot] = mapped_column(
         ResourceSlotJSON(), default=ResourceSlot
