@@ -273,3 +273,30 @@ async def test_no_daemon_where_nothing_is_shared_or_enforcement_is_off(
     finally:
         for plugin in (off, inspect, discrete):
             await plugin.close()
+
+
+async def test_supervision_survives_an_unexpected_error(
+    program: Path,
+    tmp_path: Path,
+    daemons: list[MpsDaemon],
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    daemon = make_daemon(program, tmp_path, daemons, check_interval_s=0.02)
+    await daemon.start()
+    calls = 0
+    real_check = daemon.check
+
+    async def flaky() -> bool:
+        nonlocal calls
+        calls += 1
+        if calls == 1:
+            raise OSError("a passing failure")
+        return await real_check()
+
+    monkeypatch.setattr(daemon, "check", flaky)
+    with caplog.at_level(logging.ERROR, logger="accelshare.accel.cuda.mps"):
+        daemon.supervise()
+        await until(lambda: calls >= 3)  # it went on checking after the error
+    assert "checking the MPS control daemon failed" in caplog.text
+    await daemon.close()

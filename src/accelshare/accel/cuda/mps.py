@@ -380,7 +380,12 @@ class MpsDaemon:
         backoff = 1.0
         while True:
             await asyncio.sleep(self.check_interval_s)
-            if await self.check():
+            try:
+                running = await self.check()
+            except Exception:  # never let supervision end silently
+                log.exception("cuda: checking the MPS control daemon failed")
+                running = False
+            if running:
                 backoff = 1.0
                 continue
             await asyncio.sleep(backoff)
