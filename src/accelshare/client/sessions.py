@@ -92,6 +92,7 @@ class SessionsAPI:
         enqueue_only: bool = False,
         max_wait_s: int = 0,
         service_ports: Mapping[str, int] | None = None,
+        wait_for_agents: bool = False,
     ) -> CreatedSession:
         """Enqueue a session (``POST /session``).
 
@@ -99,7 +100,9 @@ class SessionsAPI:
         carries its reason), or with ``max_wait_s`` once the session is RUNNING or
         ended (at most that long); ``enqueue_only`` returns at once.
         ``service_ports``: ``{name: port}`` of HTTP app services the session offers
-        (proxied at ``/session/{id}/apps/{name}/``).
+        (proxied at ``/session/{id}/apps/{name}/``).  ``wait_for_agents``: queue a
+        session no agent of the scaling group could hold even when empty (refused
+        otherwise) for agents yet to join.
         """
         config: dict[str, Any] = {"resources": request_amounts(resources or {})}
         if resource_opts:
@@ -131,6 +134,8 @@ class SessionsAPI:
             body["enqueueOnly"] = True
         if max_wait_s:
             body["maxWaitSeconds"] = max_wait_s
+        if wait_for_agents:
+            body["waitForAgents"] = True
         return CreatedSession.model_validate(
             await self._http.request("POST", "/session", json_body=body)
         )

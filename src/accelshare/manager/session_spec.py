@@ -191,6 +191,11 @@ class CreateSessionBody(BaseModel):
     enqueue_only: bool = Field(
         default=False, validation_alias=_aliases("enqueueOnly", "enqueue_only")
     )
+    # Keep a session no agent of its scaling group could hold even when empty (it is
+    # refused otherwise): it waits, saying so, for an agent that can to join.
+    wait_for_agents: bool = Field(
+        default=False, validation_alias=_aliases("waitForAgents", "wait_for_agents")
+    )
     max_wait_seconds: int = Field(
         default=0, ge=0, le=3600, validation_alias=_aliases("maxWaitSeconds", "max_wait_seconds")
     )
