@@ -1105,12 +1105,9 @@ async def _check_some_agent_could_hold(
     )
     if largest is None:  # pragma: no cover - the loop above found none that fits
         return
-    slot_types = dict.fromkeys(("mem",), SlotTypes.BYTES)
-    most = ", ".join(
-        f"{s} {format_slot_amount(s, v, slot_types.get(s))}" for s, v in largest.items()
-    )
+    most = ", ".join(f"{s} {format_slot_amount(s, v, known.get(s))}" for s, v in largest.items())
     asked = ", ".join(
-        f"{s} {format_slot_amount(s, v, slot_types.get(s))}" for s, v in requested.items() if v > 0
+        f"{s} {format_slot_amount(s, v, known.get(s))}" for s, v in requested.items() if v > 0
     )
     alive = sum(a.status is AgentStatus.ALIVE for a in agents)
     raise InvalidRequest(

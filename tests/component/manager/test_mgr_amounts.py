@@ -64,3 +64,25 @@ async def test_a_json_number_is_read_as_written_not_as_a_float(cluster: Cluster)
     )
     assert accepted.status_code == 201, accepted.text
     assert accepted.json()["session"]["requestedSlots"]["cuda.shares"] == "0.13"
+
+
+async def test_admin_slot_amounts_use_the_same_parser(cluster: Cluster) -> None:
+    await cluster.add_agent("i-node01")  # registers cuda.shares
+    for value, words in (
+        (True, "a decimal number"),
+        ("1_0", "no '_'"),
+        ("１", "ASCII digits"),
+        ("0.0005", "at least 0.001"),
+    ):
+        response = await cluster.admin.post(
+            "/admin/resource-policies",
+            json={"name": "p", "total_resource_slots": {"cuda.shares": value}},
+        )
+        problem = problem_of(response)
+        assert problem["field"] == "total_resource_slots.cuda.shares", (value, problem)
+        assert words in problem["expected"], (value, problem)
+    made = await cluster.admin.post(
+        "/admin/resource-policies",
+        json={"name": "p", "total_resource_slots": {"cuda.shares": "1.25", "cpu": "inf"}},
+    )
+    assert made.status_code == 201, made.text
