@@ -8,17 +8,25 @@ Rules (spec 01 "Known slot types", spec 04)::
     {"cpu": "1", "mem": "1g", "rocm.device": "1"}     -> UnsupportedResource('rocm.device')
     {"mem": "1g"}                                     -> KernelRequestError (cpu missing)
 
-Amounts are decimal strings; a ``bytes`` slot also takes a binary size (``"2g"``).  Known
-slots requested as 0 are dropped as well (a map never allocates nothing).
+Amounts are decimal strings; a ``bytes`` slot also takes a binary size (``"2g"``).  They
+are read by the strict parser of the pure core, exactly as written: ``"1_0"``, full-width
+digits or junk fail the kernel with KernelRequestError; the allocation maps then refuse
+an amount off their quantum grid (``NotMultipleOfQuantum``, nearest valid amounts named).
+Known slots requested as 0 are dropped as well (a map never allocates nothing).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from decimal import Decimal, InvalidOperation
+from decimal import Decimal
 
 from accelshare.alloc import UnsupportedResource
-from accelshare.common import BinarySize, CommonValueError, NegativeBinarySize, SlotTypes
+from accelshare.common import (
+    CommonValueError,
+    InvalidResourceSlotQuantity,
+    SlotTypes,
+    parse_amount,
+)
 
 __all__ = ["REQUIRED_SLOTS", "KernelRequestError", "parse_requested_slots"]
 
@@ -38,24 +46,28 @@ class KernelRequestError(ValueError):
 
 
 def _amount(slot: str, text: str, slot_type: SlotTypes | None) -> Decimal:
-    value: Decimal | None
-    try:
-        value = Decimal(text.strip())
-    except (InvalidOperation, ValueError, AttributeError):
-        value = None
-    if value is None and slot_type in (SlotTypes.BYTES, None):
+    """One amount, read by the strict parser (:func:`accelshare.common.parse_amount`):
+    exactly as written, or refused (``1_0``, full-width digits, junk).  A slot this
+    agent does not know is read as a count, or else as a byte size."""
+    kinds = (slot_type,) if slot_type is not None else (SlotTypes.COUNT, SlotTypes.BYTES)
+    value: Decimal | None = None
+    refusal: CommonValueError | None = None
+    for kind in kinds:
         try:
-            value = Decimal(int(BinarySize.finite_from_str(text)))
-        except NegativeBinarySize:
+            value = parse_amount(slot, text, kind)
+        except InvalidResourceSlotQuantity:
             raise KernelRequestError(
                 f"the amount {text!r} of slot {slot!r} cannot be negative"
             ) from None
-        except CommonValueError:
-            value = None
+        except CommonValueError as e:
+            refusal = refusal or e
+            continue
+        break
     if value is None or not value.is_finite():
-        raise KernelRequestError(f"the amount {text!r} of slot {slot!r} is not a finite number")
-    if value < 0:
-        raise KernelRequestError(f"the amount {text!r} of slot {slot!r} cannot be negative")
+        expected = f": expected {refusal.expected}" if refusal is not None else ""
+        raise KernelRequestError(
+            f"the amount {text!r} of slot {slot!r} is not a finite number{expected}"
+        )
     return value
 
 

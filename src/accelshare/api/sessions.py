@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator
+from decimal import Decimal
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Request, Response
@@ -52,7 +53,7 @@ async def create_session(
 
     The official Backend.AI client also waits for a scheduled session to run
     (:func:`.compat.wait_like_backendai`)."""
-    spec = compat.normalize_resource_opts(body)
+    spec = compat.normalize_resource_opts(await _exact_amounts(request, body))
     with use_known_slots(await manager.known_slots.load()):
         result = await manager.sessions.create(identity, spec)
     if not result.created:
@@ -60,6 +61,27 @@ async def create_session(
     if compat.is_backendai_client(request):
         return await compat.wait_like_backendai(manager, identity, spec, result.body)
     return result.body
+
+
+async def _exact_amounts(
+    request: Request, body: compat.CreateSessionRequest
+) -> compat.CreateSessionRequest:
+    """The body with ``config.resources``' JSON numbers as written (``Decimal``): JSON
+    decoding made them floats, and ``0.10000000000000000001`` as a float is ``0.1`` —
+    an amount silently changed before the parser could refuse it."""
+    resources = body.config.resources
+    if not any(isinstance(v, float) for v in resources.values()):
+        return body
+    raw = json.loads(await request.body(), parse_float=Decimal)  # parsed once already
+    written = ((raw.get("config") or {}) if isinstance(raw, dict) else {}).get("resources")
+    if not isinstance(written, dict):  # pragma: no cover - the model read it from there
+        return body
+    exact = {
+        k: written[k] if isinstance(v, float) and isinstance(written.get(k), Decimal) else v
+        for k, v in resources.items()
+    }
+    config = body.config.model_copy(update={"resources": exact})
+    return body.model_copy(update={"config": config})
 
 
 @router.get("/sessions")

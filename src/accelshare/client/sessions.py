@@ -3,7 +3,10 @@
 A session is named by its id or by its name (the caller's own sessions).  Resource
 amounts are user input as the server parses it (``{"cpu": "1", "mem": "1g",
 "cuda.shares": "0.2"}``); the server refuses unknown slots, negative amounts and
-amounts off the quantum grid with a problem naming the field.
+amounts off the quantum grid with a problem naming the field.  Before sending, each
+amount is read by the same strict parser (:func:`accelshare.common.parse_amount`):
+a boolean, ``"1_0"``, full-width digits or junk raise a ``SlotValueError`` (a
+``ValueError``) naming the slot; a ``Decimal`` or ``float`` is sent as its exact text.
 """
 
 from __future__ import annotations
@@ -14,9 +17,16 @@ import contextlib
 import time
 from collections.abc import AsyncGenerator, Collection, Mapping, Sequence
 from datetime import datetime
+from decimal import Decimal
 from typing import Any, Literal
 from urllib.parse import quote
 
+from accelshare.common import (
+    InvalidResourceSlotQuantity,
+    SlotTypes,
+    canonical_decimal,
+    parse_amount,
+)
 from accelshare.sched.lifecycle import FINAL_STATUSES
 
 from .http import HttpCaller
@@ -34,6 +44,29 @@ __all__ = ["SessionsAPI"]
 SessionType = Literal["interactive", "batch"]
 
 
+def request_amounts(resources: Mapping[str, Any]) -> dict[str, str | int]:
+    """The ``resources`` of a create body, each amount's syntax checked by the strict
+    parser (the sign and the quantum are the server's to judge: its problem names them)
+    and sent as written: text and ints as given, a ``Decimal`` or ``float`` as its exact
+    decimal text.
+
+    >>> request_amounts({"cpu": 1, "mem": "1g", "cuda.shares": 0.25})
+    {'cpu': 1, 'mem': '1g', 'cuda.shares': '0.25'}
+    """
+    out: dict[str, str | int] = {}
+    for slot, value in resources.items():
+        kind = SlotTypes.BYTES if "mem" in slot else SlotTypes.COUNT
+        with contextlib.suppress(InvalidResourceSlotQuantity):  # the server names it
+            parse_amount(slot, value, kind)
+        if isinstance(value, str | int):
+            out[slot] = value
+        else:  # a Decimal or a float (what else the parser accepts)
+            out[slot] = canonical_decimal(
+                Decimal(repr(value)) if isinstance(value, float) else value
+            )
+    return out
+
+
 def _path(ref: str, suffix: str = "") -> str:
     return f"/session/{quote(ref, safe='')}{suffix}"
 
@@ -46,7 +79,7 @@ class SessionsAPI:
         self,
         image: str,
         *,
-        resources: Mapping[str, str | int | float] | None = None,
+        resources: Mapping[str, Any] | None = None,
         name: str | None = None,
         type: SessionType | None = None,
         priority: int | None = None,
@@ -59,6 +92,7 @@ class SessionsAPI:
         enqueue_only: bool = False,
         max_wait_s: int = 0,
         service_ports: Mapping[str, int] | None = None,
+        wait_for_agents: bool = False,
     ) -> CreatedSession:
         """Enqueue a session (``POST /session``).
 
@@ -66,9 +100,11 @@ class SessionsAPI:
         carries its reason), or with ``max_wait_s`` once the session is RUNNING or
         ended (at most that long); ``enqueue_only`` returns at once.
         ``service_ports``: ``{name: port}`` of HTTP app services the session offers
-        (proxied at ``/session/{id}/apps/{name}/``).
+        (proxied at ``/session/{id}/apps/{name}/``).  ``wait_for_agents``: queue a
+        session no agent of the scaling group could hold even when empty (refused
+        otherwise) for agents yet to join.
         """
-        config: dict[str, Any] = {"resources": dict(resources or {})}
+        config: dict[str, Any] = {"resources": request_amounts(resources or {})}
         if resource_opts:
             config["resource_opts"] = dict(resource_opts)
         if environ:
@@ -98,6 +134,8 @@ class SessionsAPI:
             body["enqueueOnly"] = True
         if max_wait_s:
             body["maxWaitSeconds"] = max_wait_s
+        if wait_for_agents:
+            body["waitForAgents"] = True
         return CreatedSession.model_validate(
             await self._http.request("POST", "/session", json_body=body)
         )

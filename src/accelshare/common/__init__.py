@@ -3,13 +3,16 @@
 No I/O happens here (a test checks that no I/O library is imported).
 """
 
+from .amounts import COUNT_QUANTUM, check_on_grid, grid_neighbours, parse_amount
 from .binary_size import BinarySize
 from .errors import (
+    BelowOneQuantum,
     CommonValueError,
     InvalidBinarySize,
     InvalidResourceSlotQuantity,
     InvalidSlotName,
     NegativeBinarySize,
+    NotMultipleOfQuantum,
     SlotValueError,
     UnknownResourceSlotType,
 )
@@ -18,7 +21,9 @@ from .slot import ACCELERATOR_MAJOR_TYPES, INTRINSIC_SLOTS, SlotName, SlotTypes
 
 __all__ = [
     "ACCELERATOR_MAJOR_TYPES",
+    "COUNT_QUANTUM",
     "INTRINSIC_SLOTS",
+    "BelowOneQuantum",
     "BinarySize",
     "CommonValueError",
     "DefaultForUnspecified",
@@ -26,11 +31,15 @@ __all__ = [
     "InvalidResourceSlotQuantity",
     "InvalidSlotName",
     "NegativeBinarySize",
+    "NotMultipleOfQuantum",
     "ResourceSlot",
     "SlotName",
     "SlotTypes",
     "SlotValueError",
     "UnknownResourceSlotType",
     "canonical_decimal",
+    "check_on_grid",
+    "grid_neighbours",
     "normalize_amount",
+    "parse_amount",
 ]

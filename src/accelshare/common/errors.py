@@ -6,7 +6,9 @@ Hierarchy (every class is also a ``ValueError`` because each one reports bad inp
      └── CommonValueError              base of this module, carries ``field``/``expected``/``received``
           ├── InvalidSlotName          a slot name that does not parse as <device>[.<major>[:<minor>]]
           ├── SlotValueError           a slot amount that cannot be converted to a Decimal
-          │    └── InvalidResourceSlotQuantity   a negative amount
+          │    ├── InvalidResourceSlotQuantity   a negative amount
+          │    └── NotMultipleOfQuantum           an amount off its slot's quantum grid
+          │         └── BelowOneQuantum           a positive amount below one quantum
           ├── UnknownResourceSlotType  a slot that is not in the known set
           └── InvalidBinarySize        a byte-size expression that does not parse
                └── NegativeBinarySize  a byte size below zero
@@ -17,14 +19,17 @@ operator can fix a request or a configuration file from the message alone.
 
 from __future__ import annotations
 
+from decimal import Decimal
 from typing import Any
 
 __all__ = [
+    "BelowOneQuantum",
     "CommonValueError",
     "InvalidBinarySize",
     "InvalidResourceSlotQuantity",
     "InvalidSlotName",
     "NegativeBinarySize",
+    "NotMultipleOfQuantum",
     "SlotValueError",
     "UnknownResourceSlotType",
 ]
@@ -70,6 +75,59 @@ class InvalidResourceSlotQuantity(SlotValueError):
             expected="an amount >= 0",
             received=received,
         )
+
+
+def _plain(value: Decimal) -> str:
+    """A finite Decimal as fixed-point text (``0.01``, never ``1E-2``)."""
+    return format(value.normalize(), "f") if value else "0"
+
+
+class NotMultipleOfQuantum(SlotValueError):
+    """An amount off its slot's quantum grid, never rounded: ``lower`` and ``upper`` are
+    the nearest valid amounts (multiples of ``quantum``) below and above it."""
+
+    def __init__(
+        self,
+        slot: str,
+        received: Any,
+        amount: Decimal,
+        quantum: Decimal,
+        *,
+        lower: Decimal,
+        upper: Decimal,
+    ) -> None:
+        q = _plain(quantum)
+        CommonValueError.__init__(
+            self,
+            f"{slot}={_plain(amount)} is not a multiple of the quantum {q}"
+            f" (nearest valid amounts: {_plain(lower)} and {_plain(upper)})",
+            field=slot,
+            expected=f"a multiple of {q}",
+            received=received,
+        )
+        self.amount = amount
+        self.quantum = quantum
+        self.lower = lower
+        self.upper = upper
+
+
+class BelowOneQuantum(NotMultipleOfQuantum):
+    """A positive amount smaller than one quantum: it would be no device at all."""
+
+    def __init__(self, slot: str, received: Any, amount: Decimal, quantum: Decimal) -> None:
+        q = _plain(quantum)
+        CommonValueError.__init__(
+            self,
+            f"{slot}={_plain(amount)} is below one quantum ({q}): ask for at least {q},"
+            f" or leave {slot} out (nearest valid amounts: 0 and {q})",
+            field=slot,
+            expected=f"0 or a multiple of {q} (at least {q})",
+            received=received,
+        )
+        self.amount = amount
+        self.quantum = quantum
+        self.lower = Decimal(0)
+        self.upper = quantum
 
 
 class UnknownResourceSlotType(CommonValueError):

@@ -13,23 +13,28 @@ No operation mutates an operand: ``a + b`` returns a new slot.
 from __future__ import annotations
 
 import enum
-from collections.abc import ItemsView, Iterable, Iterator, KeysView, Mapping, ValuesView
+from collections.abc import Collection, ItemsView, Iterable, Iterator, KeysView, Mapping, ValuesView
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
+from .amounts import COUNT_QUANTUM, MAX_AMOUNT_EXPONENT, check_on_grid, parse_amount
 from .binary_size import BinarySize
 from .errors import (
     CommonValueError,
-    InvalidResourceSlotQuantity,
-    NegativeBinarySize,
     SlotValueError,
     UnknownResourceSlotType,
 )
 from .slot import SlotTypes
 
-__all__ = ["DefaultForUnspecified", "ResourceSlot", "canonical_decimal"]
+__all__ = [
+    "COUNT_QUANTUM",
+    "MAX_AMOUNT_EXPONENT",
+    "DefaultForUnspecified",
+    "ResourceSlot",
+    "canonical_decimal",
+    "normalize_amount",
+]
 
-COUNT_QUANTUM = Decimal("0.001")
 _ZERO = Decimal(0)
 _INFINITY = Decimal("Infinity")
 
@@ -75,43 +80,30 @@ def _to_decimal(slot: str, value: Any, expected: str) -> Decimal:
     return number
 
 
-MAX_AMOUNT_EXPONENT = 21  # finite amounts stay below 10**21 (about 867 EiB)
+def normalize_amount(
+    slot: str, value: Any, slot_type: SlotTypes | str, *, quantum: Decimal | None = None
+) -> Decimal:
+    """Parse one amount of ``slot`` according to its type (see spec 01), exactly.
 
-
-def _check_magnitude(slot: str, value: Any, number: Decimal) -> None:
-    """Refuse absurd finite amounts: beyond the decimal context's 28 digits they made
-    ``quantize`` raise InvalidOperation, a 500 from the API (docs/reliability.md)."""
-    if number.is_finite() and number.adjusted() >= MAX_AMOUNT_EXPONENT:
-        raise SlotValueError(slot, value, f"an amount below 10^{MAX_AMOUNT_EXPONENT}")
-
-
-def normalize_amount(slot: str, value: Any, slot_type: SlotTypes | str) -> Decimal:
-    """Parse one amount of ``slot`` according to its type (see spec 01)."""
+    :func:`~accelshare.common.amounts.parse_amount` on the slot's grid: ``quantum``
+    when given, else :data:`COUNT_QUANTUM` for a count; bytes must be whole.
+    """
     slot_type = SlotTypes(slot_type)
-    if slot_type is SlotTypes.BYTES:
-        expected = "a byte size such as 1073741824, '512m' or '2g'"
-        if isinstance(value, str):
-            try:
-                size = BinarySize.from_str(value)
-            except NegativeBinarySize:
-                raise InvalidResourceSlotQuantity(slot, value) from None  # as for "-1" (spec 01)
-            except CommonValueError as e:
-                raise SlotValueError(slot, value, expected) from e
-            number = Decimal(size)
-        else:
-            number = _to_decimal(slot, value, expected)
-        _check_magnitude(slot, value, number)
-        if number.is_finite() and number != number.to_integral_value():
-            raise SlotValueError(slot, value, "a whole number of bytes")
-    else:
-        expected = f"a decimal number ({slot_type.value})"
-        number = _to_decimal(slot, value, expected)
-        _check_magnitude(slot, value, number)
-        if number.is_finite():
-            number = number.quantize(COUNT_QUANTUM)
-    if number < 0:
-        raise InvalidResourceSlotQuantity(slot, value)
-    return number
+    if slot_type is not SlotTypes.BYTES and quantum is None:
+        quantum = COUNT_QUANTUM
+    return parse_amount(slot, value, slot_type, quantum=quantum)
+
+
+def _user_amount(
+    slot: str, raw: Any, slot_type: SlotTypes | str, steps: Collection[Decimal] | None
+) -> Decimal:
+    """One requested amount on its grid: a multiple of one of ``steps`` (the slot's
+    plugins' quanta) when there are any, else :func:`normalize_amount`'s grid."""
+    if not steps or SlotTypes(slot_type) is SlotTypes.BYTES:
+        return normalize_amount(slot, raw, slot_type)
+    amount = parse_amount(slot, raw, slot_type)
+    check_on_grid(slot, amount, steps, raw)
+    return amount
 
 
 class ResourceSlot(Mapping[str, Decimal]):
@@ -301,21 +293,29 @@ class ResourceSlot(Mapping[str, Decimal]):
         cls,
         values: Mapping[str, Any],
         known_slot_types: Mapping[str, SlotTypes | str] | None,
+        *,
+        quanta: Mapping[str, Collection[Decimal]] | None = None,
     ) -> ResourceSlot:
-        """Parse a user's request (see spec 01, "Parsing user input").
+        """Parse a user's request (see spec 01, "Parsing user input"), every amount
+        exactly as written (:func:`~accelshare.common.amounts.parse_amount`).
 
         Zero entries are dropped (so asking for ``cuda.shares=0`` is fine anywhere);
         with ``known_slot_types`` an unknown non-zero slot raises
         :class:`UnknownResourceSlotType` and missing known slots are filled with 0.
+        ``quanta``: slot -> the quanta its plugins use (a count amount must be a
+        multiple of one of them); a count slot without any must be a multiple of
+        :data:`COUNT_QUANTUM`.  Off the grid: ``NotMultipleOfQuantum`` /
+        ``BelowOneQuantum``, never rounded.
         """
         data: dict[str, Decimal] = {}
+        steps_of = quanta or {}
         for key, raw in values.items():
             slot = str(key)
             amount: Decimal | None
             if known_slot_types is None:
-                amount = normalize_amount(slot, raw, _guess_slot_type(slot))
+                amount = _user_amount(slot, raw, _guess_slot_type(slot), steps_of.get(slot))
             elif slot in known_slot_types:
-                amount = normalize_amount(slot, raw, known_slot_types[slot])
+                amount = _user_amount(slot, raw, known_slot_types[slot], steps_of.get(slot))
             else:
                 try:
                     amount = normalize_amount(slot, raw, _guess_slot_type(slot))

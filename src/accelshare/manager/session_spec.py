@@ -11,9 +11,12 @@ reported (known slot types, quanta, discrete slots):
   refused ("Unknown requested resource slot: ...");
 * missing ``cpu`` / ``mem`` come from the scaling group's defaults; both must end up
   positive;
-* a fractional slot's amount must be a multiple of the quantum the agents report
-  (the message names the nearest valid amounts); a discrete slot's a whole number; a
-  unique slot's exactly 1.
+* every amount is read exactly as written (:func:`accelshare.common.parse_amount`):
+  a count must be a multiple of a quantum its agents report, or of 0.001 when no
+  agent of the scaling group reports one; off the grid it is refused with the nearest
+  valid amounts (``NotMultipleOfQuantum``), below one quantum too
+  (``BelowOneQuantum``), never rounded; a discrete slot's amount must be a whole
+  number; a unique slot's exactly 1.
 """
 
 from __future__ import annotations
@@ -23,17 +26,20 @@ import re
 import uuid
 from collections.abc import Mapping, Sequence, Set
 from datetime import UTC, datetime
-from decimal import ROUND_CEILING, ROUND_FLOOR, Decimal
+from decimal import Decimal
 from typing import Any, Literal
 
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, field_validator
 
 from accelshare.common import (
+    BelowOneQuantum,
     CommonValueError,
+    NotMultipleOfQuantum,
     ResourceSlot,
     SlotTypes,
     UnknownResourceSlotType,
     canonical_decimal,
+    grid_neighbours,
 )
 from accelshare.common.text_input import check_env_name, check_text
 
@@ -133,7 +139,9 @@ def app_services(
 class SessionConfigBody(BaseModel):
     model_config = ConfigDict(extra="ignore", populate_by_name=True)
 
-    resources: dict[str, str | int | float] = Field(default_factory=dict)
+    # Any: the amounts are parsed (exactly, or refused by name) by resolve_resources;
+    # a narrower type here would let pydantic turn a JSON ``true`` into 1.
+    resources: dict[str, Any] = Field(default_factory=dict)
     resource_opts: dict[str, Any] = Field(
         default_factory=dict, validation_alias=_aliases("resource_opts", "resourceOpts")
     )
@@ -194,6 +202,11 @@ class CreateSessionBody(BaseModel):
     enqueue_only: bool = Field(
         default=False, validation_alias=_aliases("enqueueOnly", "enqueue_only")
     )
+    # Keep a session no agent of its scaling group could hold even when empty (it is
+    # refused otherwise): it waits, saying so, for an agent that can to join.
+    wait_for_agents: bool = Field(
+        default=False, validation_alias=_aliases("waitForAgents", "wait_for_agents")
+    )
     max_wait_seconds: int = Field(
         default=0, ge=0, le=3600, validation_alias=_aliases("maxWaitSeconds", "max_wait_seconds")
     )
@@ -251,13 +264,6 @@ def _field(slot: str) -> str:
     return f"config.resources.{slot}"
 
 
-def _nearest(amount: Decimal, step: Decimal) -> tuple[Decimal, Decimal]:
-    units = amount / step
-    lower = units.to_integral_value(rounding=ROUND_FLOOR) * step
-    upper = units.to_integral_value(rounding=ROUND_CEILING) * step
-    return lower, upper
-
-
 def resolve_resources(
     raw: Mapping[str, Any],
     *,
@@ -273,7 +279,7 @@ def resolve_resources(
     Raises :class:`~accelshare.manager.errors.InvalidRequest` naming the field and value.
     """
     try:
-        parsed = ResourceSlot.from_user_input(raw, known)
+        parsed = ResourceSlot.from_user_input(raw, known, quanta=quanta)
     except UnknownResourceSlotType as e:
         slot = e.slot
         hint = (
@@ -287,6 +293,16 @@ def resolve_resources(
             field=_field(slot),
             expected="a slot some agent reports: " + ", ".join(known),
             received=raw.get(slot),
+        ) from None
+    except NotMultipleOfQuantum as e:
+        raise InvalidRequest(
+            str(e),
+            field=_field(e.field),
+            expected=e.expected,
+            received=raw.get(e.field, e.received),
+            error="BelowOneQuantum" if isinstance(e, BelowOneQuantum) else "NotMultipleOfQuantum",
+            quantum=canonical_decimal(e.quantum),
+            nearest=[canonical_decimal(e.lower), canonical_decimal(e.upper)],
         ) from None
     except CommonValueError as e:
         slot = e.field or "?"
@@ -328,20 +344,8 @@ def resolve_resources(
                 expected="exactly 1",
                 received=raw.get(slot),
             )
-        steps = quanta.get(slot)
-        if steps and not any(amount % q == 0 for q in steps):
-            q = min(steps)
-            lower, upper = _nearest(amount, q)
-            raise InvalidRequest(
-                f"{slot}={shown} is not a multiple of the quantum {canonical_decimal(q)}"
-                f" (nearest valid amounts: {canonical_decimal(lower)} and"
-                f" {canonical_decimal(upper)})",
-                field=_field(slot),
-                expected=f"a multiple of {canonical_decimal(q)}",
-                received=raw.get(slot),
-            )
         if slot in discrete and amount != amount.to_integral_value():
-            lower, upper = _nearest(amount, Decimal(1))
+            lower, upper = grid_neighbours(amount, Decimal(1))
             raise InvalidRequest(
                 f"{slot}={shown} must be a whole number (nearest whole amounts:"
                 f" {canonical_decimal(lower)} and {canonical_decimal(upper)})",

@@ -26,8 +26,15 @@ from typing import Any, Protocol, cast
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from accelshare.common import ResourceSlot, SlotTypes
+from accelshare.common import ResourceSlot, SlotTypes, canonical_decimal
 from accelshare.sched.explain import explain
+from accelshare.sched.fit import (
+    DeviceLedger,
+    fits_capacity,
+    format_slot_amount,
+    largest_placements,
+    totals_shortfall,
+)
 from accelshare.sched.images import (
     ImageRequirement,
     ImageRuleError,
@@ -68,6 +75,7 @@ from .models import (
     UserRole,
 )
 from .scheduler.binding import BINDABLE
+from .scheduler.snapshot import reported_map_states
 from .session_spec import (
     CreateSessionBody,
     app_services,
@@ -417,10 +425,6 @@ class SessionService:
             agents = await _group_agents(db, sgroup.name)
             resources = self._resources(agents, sgroup, body, known)
             image_ref, resources = await self._image(db, body, resources, sgroup.name, agents)
-            await self._check_limits(db, owner, resources)
-            deps = await self._dependencies(db, caller, owner.access_key, body.dependencies)
-            designated = await self._designated(db, caller, body, sgroup.name)
-            now = self.clock()
             opts = dict(body.config.resource_opts)
             opts.setdefault(
                 "allow_fractional_resource_fragmentation",
@@ -430,6 +434,19 @@ class SessionService:
                     )
                 ),
             )
+            if not body.wait_for_agents:
+                await _check_some_agent_could_hold(
+                    db,
+                    agents,
+                    sgroup.name,
+                    resources,
+                    known,
+                    allow_fragmentation=bool(opts["allow_fractional_resource_fragmentation"]),
+                )
+            await self._check_limits(db, owner, resources)
+            deps = await self._dependencies(db, caller, owner.access_key, body.dependencies)
+            designated = await self._designated(db, caller, body, sgroup.name)
+            now = self.clock()
             values: dict[str, Any] = {
                 "id": uuid.uuid4(),
                 "name": name,
@@ -999,6 +1016,8 @@ class _GroupAgent:
     images: list[str] | None
     quanta: dict[str, Any] | None
     compute_plugins: dict[str, Any] | None
+    status: AgentStatus
+    available_slots: ResourceSlot
 
 
 async def _group_agents(db: AsyncSession, sgroup_name: str) -> list[_GroupAgent]:
@@ -1036,6 +1055,78 @@ def _check_some_agent_has(
             expected="an image some agent of the scaling group has",
             received=rules.ref,
         )
+
+
+_VIEWS_CHUNK = 8  # agents whose reported maps are read at a time (13 kB each at 8 GPUs)
+
+
+async def _check_some_agent_could_hold(
+    db: AsyncSession,
+    agents: Sequence[_GroupAgent],
+    sgroup_name: str,
+    requested: ResourceSlot,
+    known: Mapping[str, SlotTypes],
+    *,
+    allow_fragmentation: bool,
+) -> None:
+    """Refuse a session that no agent of the scaling group could hold even if that agent
+    were empty: the scheduler's verdict (:func:`~accelshare.sched.fit.fits_capacity`, its
+    ``could_fit``) on each agent's totals and last reported maps, LOST agents included.
+
+    Judged only while at least one agent of the group is ALIVE: a group whose agents
+    are all starting, restarting or lost keeps the session queued (its why-pending says
+    what it waits for).  The agents whose totals cover the request are dry-run one,
+    then a few at a time until one could hold it (usually the first); every agent's
+    maps are read only to word a refusal."""
+    if not any(a.status is AgentStatus.ALIVE for a in agents):
+        return
+    empty = ResourceSlot()
+    candidates = [a for a in agents if not totals_shortfall(a.available_slots, empty, requested)]
+    start = 0
+    while start < len(candidates):
+        # the first candidate alone (it usually fits), then a few at a time
+        chunk = candidates[start : start + (1 if start == 0 else _VIEWS_CHUNK)]
+        start += len(chunk)
+        views = await _agent_views(db, [a.id for a in chunk])
+        for agent in chunk:
+            ledger = DeviceLedger(agent.id, reported_map_states(views.get(agent.id)))
+            if fits_capacity(
+                agent.available_slots, ledger, requested, allow_fragmentation=allow_fragmentation
+            ):
+                return
+    views = await _agent_views(db, [a.id for a in agents])
+    largest = largest_placements(
+        [
+            (a.available_slots, DeviceLedger(a.id, reported_map_states(views.get(a.id))))
+            for a in agents
+        ],
+        requested,
+        allow_fragmentation=allow_fragmentation,
+    )
+    if largest is None:  # pragma: no cover - the loop above found none that fits
+        return
+    most = ", ".join(f"{s} {format_slot_amount(s, v, known.get(s))}" for s, v in largest.items())
+    asked = ", ".join(
+        f"{s} {format_slot_amount(s, v, known.get(s))}" for s, v in requested.items() if v > 0
+    )
+    alive = sum(a.status is AgentStatus.ALIVE for a in agents)
+    raise InvalidRequest(
+        f"No agent of scaling group {sgroup_name} could hold this session, even with"
+        f" nothing else running (judged by its {alive} alive and {len(agents) - alive}"
+        f" lost agent(s)): the most one agent can give one kernel is {most}"
+        f" (requested: {asked}). Ask for less, or set waitForAgents"
+        " (CLI: --wait-for-agents) to keep it queued for agents yet to join.",
+        field="config.resources",
+        expected=f"at most what one agent of scaling group {sgroup_name} can hold: {most}",
+        received=requested.to_json(),
+        error="NoAgentCouldHold",
+        largest={s: canonical_decimal(v) for s, v in largest.items()},
+    )
+
+
+async def _agent_views(db: AsyncSession, ids: Sequence[str]) -> dict[str, dict[str, Any]]:
+    rows = await db.execute(_AGENT_VIEWS, {"ids": list(ids)})
+    return {row.id: row.device_allocs for row in rows}
 
 
 # The create path's statements, prebuilt: a statement built per call (and its cache key,
@@ -1092,12 +1183,17 @@ _GROUP_AGENTS = (
         Agent.images,
         Agent.quanta,
         Agent.compute_plugins,
+        Agent.status,
+        Agent.available_slots,
     )
     .where(Agent.scaling_group == sa.bindparam("sgroup"), Agent.status != AgentStatus.TERMINATED)
     .order_by(Agent.id)
 )
 # the destroy's
 _AGENT_REACH = sa.select(Agent.id, Agent.address, Agent.status).where(
+    Agent.id.in_(sa.bindparam("ids", expanding=True))
+)
+_AGENT_VIEWS = sa.select(Agent.id, Agent.device_allocs).where(
     Agent.id.in_(sa.bindparam("ids", expanding=True))
 )
 _AGENT_STATUS = sa.select(Agent.status).where(Agent.id == sa.bindparam("id"))

@@ -59,6 +59,7 @@ __all__ = [
     "device_allocation",
     "fits_capacity",
     "format_slot_amount",
+    "largest_placements",
     "merge_device_ledger",
     "sum_allocations",
     "totals_shortfall",
@@ -440,6 +441,20 @@ class DeviceLedger:
                 return False
         return True
 
+    def largest_when_empty(self, slot: str, *, allow_fragmentation: bool = True) -> Decimal | None:
+        """The most of ``slot`` one kernel could get here if nothing were allocated
+        (for fractional GPUs: what an empty agent could give one kernel); None when no
+        map reports ``slot`` per device (its totals are all there is)."""
+        self._index()
+        owner = self._slot_owner.get(slot)
+        if owner is None:
+            return None
+        if self._empty_maps is None:
+            self._empty_maps = {s.key: s.build(empty=True) for s in self.states}
+        return self._empty_maps[owner].largest_fit(
+            slot, allow_resource_fragmentation=allow_fragmentation
+        )
+
     def _explain(self, error: ResourceError, allow_fragmentation: bool) -> str:
         slot = error.slot
         if isinstance(error, InsufficientResource | FractionalResourceFragmented) and slot:
@@ -480,6 +495,43 @@ def fits_capacity(
     if totals_shortfall(available, ResourceSlot(), requested):
         return False
     return ledger.fits_when_empty(requested, allow_fragmentation=allow_fragmentation)
+
+
+def largest_placements(
+    agents: Sequence[tuple[ResourceSlot, DeviceLedger]],
+    requested: ResourceSlot,
+    *,
+    allow_fragmentation: bool = True,
+) -> dict[str, Decimal] | None:
+    """None when some agent could hold ``requested`` if it were empty (the planner's
+    :func:`fits_capacity` verdict, as for its ``could_fit``); else, for each requested
+    slot, the largest single placement on any of ``agents`` (``(available totals,
+    ledger)``) when empty: what the biggest agent could give one kernel.  No agents:
+    None (nothing to judge by).
+
+    >>> two_gpus = DeviceLedger("a", (MapState("cuda", MapKind.FRACTIONAL, tuple(
+    ...     DeviceState(f"GPU{i}", "cuda.shares", SlotTypes.COUNT, Decimal(1))
+    ...     for i in (1, 2)), quantum=Decimal("0.1")),))
+    >>> largest_placements([(ResourceSlot({"cuda.shares": 2}), two_gpus)],
+    ...                    ResourceSlot({"cuda.shares": 3}))
+    {'cuda.shares': Decimal('2.0')}
+    """
+    if not agents or any(
+        fits_capacity(available, ledger, requested, allow_fragmentation=allow_fragmentation)
+        for available, ledger in agents
+    ):
+        return None
+    largest: dict[str, Decimal] = {}
+    for slot, amount in requested.items():
+        if amount <= 0:
+            continue
+        best = _ZERO
+        for available, ledger in agents:
+            total = max(available.get_amount(slot), _ZERO)
+            per_device = ledger.largest_when_empty(slot, allow_fragmentation=allow_fragmentation)
+            best = max(best, total if per_device is None else min(per_device, total))
+        largest[slot] = best
+    return largest
 
 
 def device_allocation(allocation: KernelAllocation) -> dict[str, dict[str, Decimal]]:

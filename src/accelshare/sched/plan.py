@@ -85,6 +85,7 @@ from .selectors import DEFAULT_RESOURCE_PRIORITY, SelectorName, iter_ranked
 
 __all__ = [
     "MAX_AGENT_REASONS",
+    "NEVER_FITS",
     "AgentSnapshot",
     "Assignment",
     "Failure",
@@ -101,6 +102,11 @@ __all__ = [
 _EMPTY = ResourceSlot()
 _ZERO = Decimal(0)
 _MAX_REASONS_IN_MSG = 3
+NEVER_FITS = (
+    "No agent could hold the request even if it were empty; waiting for an agent that can to join: "
+)
+"""The why-pending of a session no agent of its pool could ever hold (kept by
+``waitForAgents``, or enqueued before any agent of its scaling group was alive)."""
 MAX_AGENT_REASONS = 10
 """A failure lists the per-agent reasons of the first 10 agents (by id) and one
 ``"... and N more agent(s)"`` line: a 1,000-agent cluster would otherwise compute (a
@@ -559,7 +565,11 @@ class _Pass:
             kind = FailureKind.NO_AGENT
             shown = reasons[: min(_MAX_REASONS_IN_MSG, result.refused)]
             more = result.refused - len(shown)
-            msg = "No agent can hold the request now: " + "; ".join(shown)
+            msg = (
+                NEVER_FITS
+                if not self.fit_could_fit(result)
+                else "No agent can hold the request now: "
+            ) + "; ".join(shown)
             if more:
                 msg += f"; and {more} more agent(s)"
             retries = session.retries + 1

@@ -57,6 +57,24 @@ def test_resource_opts_forbid_fragmentation(cli: Cli) -> None:
     assert _info(cli, "no-split")["status"] == "PENDING"
 
 
+def test_a_request_no_agent_could_hold_is_refused_unless_waiting_for_agents(cli: Cli) -> None:
+    """3 shares on the agent's two 1.0-share GPUs: refused with each slot's largest
+    placement; ``--wait-for-agents`` queues it, and its reason says what it waits for."""
+    refused = cli("session", "create", "-r", "cuda.shares=3", "--name", "huge", "python")
+    assert refused.code != 0, refused
+    assert "could hold this session" in refused.stderr + refused.stdout
+    assert "cuda.shares 2" in refused.stderr + refused.stdout
+    queued = cli(
+        "session", "create", "-r", "cuda.shares=3", "--name", "huge", "--wait-for-agents",
+        "python",
+    )  # fmt: skip
+    assert queued.code == 0, queued
+    assert "is enqueued (PENDING: No agent could hold the request even if it were empty" in (
+        queued.stdout
+    )
+    assert _info(cli, "huge")["status"] == "PENDING"
+
+
 def test_starts_at_waits_before_start_time_then_runs(cli: Cli) -> None:
     created = cli("session", "create", "--starts-at", "+2s", "--name", "later", *LONG)
     assert created.code == 0, created

@@ -268,7 +268,10 @@ def test_admin_commands(cli: Cli) -> None:
             1,
             "nearest valid amounts: 0.2 and 0.3",
         ),
-        (["session", "create", "-r", "cpu=lots", "python"], 1, "cpu"),
+        # amounts the core's strict parser refuses never leave the CLI (a usage error)
+        (["session", "create", "-r", "cpu=lots", "python"], 2, "-r cpu=lots: expected"),
+        (["session", "create", "-r", "cuda.shares=1_0", "python"], 2, "no '_' separators"),
+        (["session", "create", "-r", "cpu=２", "python"], 2, "ASCII digits only"),
         (["session", "create", "--type", "daemon", "python"], 2, "interactive or batch"),
         (
             ["session", "create", "--starts-at", "tomorrow", "python", "--", "-c", "1"],

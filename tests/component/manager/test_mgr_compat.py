@@ -223,12 +223,16 @@ async def test_create_body_of_the_sdk(cluster: Cluster) -> None:
 
 async def test_a_session_that_cannot_start_is_answered_pending_at_once(cluster: Cluster) -> None:
     """Backend.AI would block the CLI until resources free up; accelshare answers
-    PENDING with the reason ("is enqueued for scheduling")."""
+    PENDING with the reason ("is enqueued for scheduling").  (A request no agent could
+    ever hold is refused instead: test_mgr_impossible.py.)"""
     await cluster.add_agent("i-node01")
+    filler = await cluster.create({"cuda.shares": "2"}, name="filler")
+    assert filler.status_code == 201, filler.text
+    await cluster.wait_status("filler", "RUNNING")
     body = {
         "image": "python:3.11",
         "name": "too-big",
-        "config": {"resources": {"cuda.shares": "3"}},
+        "config": {"resources": {"cuda.shares": "1"}},
     }
     created = await cluster.admin.post("/session", json=body, headers=UA)
     assert created.status_code == 201, created.text

@@ -53,8 +53,13 @@ async def test_heartbeats_accumulate_slot_types_and_never_remove_one(cluster: Cl
     assert await stored_slots(cluster) == {"cuda.shares": "count", "rocm.device": "count"}
     agent = (await cluster.admin.get("/agents/i-rocm")).json()
     assert "rocm.device" not in agent["availableSlots"]
-    # so a session may still ask for it: it waits (no agent has it now), it is not refused
-    waiting = await cluster.create({"rocm.device": 1}, enqueueOnly=True)
+    # so a session may still ask for it: no alive agent could hold it, so it is refused
+    # naming the largest (0) unless it waits for agents; then it waits, it is not
+    # refused as an unknown slot
+    refused = await cluster.create({"rocm.device": 1}, enqueueOnly=True)
+    assert refused.status_code == 400, refused.text
+    assert refused.json()["largest"]["rocm.device"] == "0"
+    waiting = await cluster.create({"rocm.device": 1}, enqueueOnly=True, waitForAgents=True)
     assert waiting.status_code == 201, waiting.text
     assert waiting.json()["status"] == "PENDING"
 

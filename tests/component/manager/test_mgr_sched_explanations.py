@@ -24,7 +24,9 @@ async def too_big(cluster: Cluster, n: int) -> list[str]:
     await cluster.add_agent("i-node01")  # two GPUs of 1.0 share
     ids = []
     for i in range(n):
-        created = await cluster.create({"cuda.shares": "3"}, name=f"big{i}", enqueueOnly=True)
+        created = await cluster.create(
+            {"cuda.shares": "3"}, name=f"big{i}", enqueueOnly=True, waitForAgents=True
+        )
         assert created.status_code == 201, created.text
         ids.append(created.json()["sessionId"])
     return ids

@@ -88,7 +88,9 @@ async def test_binds_start_before_the_failures_are_worked_out_or_written_and_ret
     await cluster.add_agent("i-node01")  # two GPUs of 1.0 share
     for name in ("fits", "too-big"):
         shares = "2" if name == "fits" else "3"
-        created = await cluster.create({"cuda.shares": shares}, name=name, enqueueOnly=True)
+        created = await cluster.create(
+            {"cuda.shares": shares}, name=name, enqueueOnly=True, waitForAgents=True
+        )
         assert created.status_code == 201, created.text
     order: list[str] = []
     binder = cluster.manager.binder
@@ -108,8 +110,8 @@ async def test_binds_start_before_the_failures_are_worked_out_or_written_and_ret
     [result] = await cluster.manager.scheduler.run_once()
     assert order == ["binds", "explain", "failures"]
     assert result.plan is not None
-    assert [f.msg.split(":")[0] for f in result.plan.failures] == [
-        "No agent can hold the request now"
+    assert [f.msg.split(";")[0] for f in result.plan.failures] == [
+        "No agent could hold the request even if it were empty"  # 3 shares, 2 GPUs
     ]
     await cluster.wait_status("fits", "RUNNING")
     first = (await cluster.session("too-big"))["statusData"]["scheduler"]
@@ -129,7 +131,9 @@ async def test_with_many_sessions_left_pending_the_binds_get_a_head_start(
     cluster, _clock = frozen
     await cluster.add_agent("i-node01")
     for name, shares in (("fits", "1"), ("too-big", "3")):
-        created = await cluster.create({"cuda.shares": shares}, name=name, enqueueOnly=True)
+        created = await cluster.create(
+            {"cuda.shares": shares}, name=name, enqueueOnly=True, waitForAgents=True
+        )
         assert created.status_code == 201, created.text
     order: list[str] = []
     binder = cluster.manager.binder

@@ -81,7 +81,9 @@ async def test_unchanged_rows_are_reused_and_changed_ones_reread(
     )
     assert patched.status_code == 200, patched.text
     # too large for the agent: stays pending, pass after pass
-    big = await cluster.create({"cuda.shares": "100"}, name="big", enqueueOnly=True)
+    big = await cluster.create(
+        {"cuda.shares": "100"}, name="big", enqueueOnly=True, waitForAgents=True
+    )
     assert big.status_code == 201, big.text
     await cluster.manager.scheduler.run_once()
     cache = cache_of(cluster)
@@ -130,12 +132,16 @@ async def test_new_and_cancelled_pending_sessions_and_the_memory_bound(
     cluster: Cluster, checked: list[LoadedSnapshot]
 ) -> None:
     await cluster.add_agent("i-node01")
-    first = await cluster.create({"cuda.shares": "100"}, name="a", enqueueOnly=True)
+    first = await cluster.create(
+        {"cuda.shares": "100"}, name="a", enqueueOnly=True, waitForAgents=True
+    )
     assert first.status_code == 201, first.text
     await cluster.manager.scheduler.run_once()
     cache = cache_of(cluster)
     assert len(cache.pending) == 1
-    second = await cluster.create({"cuda.shares": "100"}, name="b", enqueueOnly=True)
+    second = await cluster.create(
+        {"cuda.shares": "100"}, name="b", enqueueOnly=True, waitForAgents=True
+    )
     assert second.status_code == 201, second.text
     await cluster.manager.scheduler.run_once()
     assert {p.name for p in checked[-1].snapshot.pending} == {"a", "b"}
@@ -170,7 +176,11 @@ async def test_an_image_requirement_is_kept_while_equal_and_renewed_when_it_chan
     )
     assert added.status_code == 201, added.text
     big = await cluster.create(
-        {"cuda.shares": "100"}, image="python:3.11", name="big", enqueueOnly=True
+        {"cuda.shares": "100"},
+        image="python:3.11",
+        name="big",
+        enqueueOnly=True,
+        waitForAgents=True,
     )
     assert big.status_code == 201, big.text
     await cluster.manager.scheduler.run_once()
@@ -203,8 +213,8 @@ async def test_the_fast_path_serves_last_pass_entries_only_while_their_inputs_ho
     fragmentation default or of reading retries goes the full way (``checked`` compares
     every pass with a snapshot built from scratch)."""
     await cluster.add_agent("i-node01")
-    a = await cluster.create({"cuda.shares": "100"}, name="a", enqueueOnly=True)
-    b = await cluster.create({"cuda.shares": "100"}, name="b", enqueueOnly=True)
+    a = await cluster.create({"cuda.shares": "100"}, name="a", enqueueOnly=True, waitForAgents=True)
+    b = await cluster.create({"cuda.shares": "100"}, name="b", enqueueOnly=True, waitForAgents=True)
     assert a.status_code == b.status_code == 201, (a.text, b.text)
     await cluster.manager.scheduler.run_once()
     cache = cache_of(cluster)
@@ -305,7 +315,9 @@ async def test_held_kernels_rewritten_behind_the_scheduler_are_read_again(
     assert small.status_code == 201, small.text
     await cluster.manager.scheduler.run_once()
     await cluster.wait_status("small", "RUNNING")
-    big = await cluster.create({"cuda.shares": "100"}, name="big", enqueueOnly=True)
+    big = await cluster.create(
+        {"cuda.shares": "100"}, name="big", enqueueOnly=True, waitForAgents=True
+    )
     assert big.status_code == 201, big.text  # never fits: every run_once makes a pass
     async with cluster.manager.db.begin() as db:
         kernel_id, holder = (

@@ -60,3 +60,29 @@ def test_refused(requested: dict[str, str], message: str) -> None:
     with pytest.raises(KernelRequestError, match=message) as info:
         parse_requested_slots(requested, KNOWN)
     assert str(info.value).startswith("KernelRequestError: ")
+
+
+@pytest.mark.parametrize(
+    ("text", "expected_part"),
+    [
+        pytest.param("1_0", "no '_' separators", id="underscore"),
+        pytest.param("１", "ASCII digits only", id="full-width"),
+        pytest.param("0x1", "a decimal number", id="hex"),
+    ],
+)
+def test_amounts_are_read_strictly(text: str, expected_part: str) -> None:
+    with pytest.raises(KernelRequestError, match="not a finite number") as info:
+        parse_requested_slots({"cpu": text, "mem": "1g"}, KNOWN)
+    assert expected_part in str(info.value)
+
+
+def test_amounts_keep_every_digit() -> None:
+    parsed = parse_requested_slots({"cpu": "1", "mem": "1g", "cuda.shares": "0.1004"}, KNOWN)
+    assert parsed["cuda.shares"] == Decimal("0.1004")  # the map checks its grid, not this
+
+
+def test_an_unknown_slot_is_read_as_a_count_or_a_size() -> None:
+    with pytest.raises(UnsupportedResource, match=r"rocm\.mem"):
+        parse_requested_slots({"cpu": "1", "mem": "1g", "rocm.mem": "2g"}, KNOWN)
+    with pytest.raises(KernelRequestError, match=r"'rocm\.x' is not a finite number"):
+        parse_requested_slots({"cpu": "1", "mem": "1g", "rocm.x": "1_0"}, KNOWN)

@@ -138,6 +138,11 @@ def test_constructor_rejects_nan_and_junk() -> None:
     with pytest.raises(SlotValueError, match="'a'"):
         ResourceSlot({"a": "junk"})
     assert ResourceSlot({"a": 3, "b": "1.5"}) == {"a": D(3), "b": D("1.5")}
+    # computed and stored amounts (not user input: that is parse_amount's)
+    for junk in (True, None, [1]):
+        with pytest.raises(SlotValueError, match="'a'"):
+            ResourceSlot({"a": junk})  # type: ignore[dict-item]
+    assert ResourceSlot({"a": 0.1}) == {"a": D("0.1")}  # type: ignore[dict-item]
 
 
 # -- from_user_input ---------------------------------------------------------------------------
@@ -198,7 +203,6 @@ def test_from_user_input_without_known_types_guesses() -> None:
 @pytest.mark.parametrize(
     ("raw", "slot_type", "expected"),
     [
-        ("0.12345", "count", D("0.123")),
         (0.2, "count", D("0.2")),
         (3, "count", D(3)),
         ("inf", "count", INF),

@@ -175,3 +175,67 @@ def test_startup_commands_and_values_keep_tabs_and_line_breaks() -> None:
     )
     assert body.startup_command == "set -e\n\techo a\r\n"
     assert body.config.environ["CERT"] == "line1\nline2"
+
+
+# -- amounts exactly as written (no silent rounding) ----------------------------------------------
+
+FINE = {"cuda.shares": {Decimal("0.01")}}
+
+
+def resolve_fine(raw: dict[str, Any]) -> ResourceSlot:
+    return resolve_resources(raw, known=KNOWN, defaults=DEFAULTS, quanta=FINE, discrete={"cpu"})
+
+
+def test_an_amount_is_kept_to_the_last_digit() -> None:
+    assert resolve_fine({"cuda.shares": "0.13"})["cuda.shares"] == Decimal("0.13")
+    assert resolve_fine({"cuda.shares": Decimal("0.10")})["cuda.shares"] == Decimal("0.1")
+
+
+def test_off_the_grid_is_refused_with_the_nearest_valid_amounts() -> None:
+    with pytest.raises(InvalidRequest) as info:
+        resolve_fine({"cuda.shares": "0.1004"})
+    error = info.value
+    assert error.field == "config.resources.cuda.shares"
+    assert error.expected == "a multiple of 0.01"
+    assert error.received == "0.1004"
+    assert error.extra == {
+        "error": "NotMultipleOfQuantum",
+        "quantum": "0.01",
+        "nearest": ["0.1", "0.11"],
+    }
+    assert "nearest valid amounts: 0.1 and 0.11" in error.detail
+
+
+def test_below_one_quantum_is_refused_not_turned_into_no_gpu() -> None:
+    with pytest.raises(InvalidRequest) as info:
+        resolve_fine({"cuda.shares": "0.0005"})
+    assert info.value.extra["error"] == "BelowOneQuantum"
+    assert info.value.extra["nearest"] == ["0", "0.01"]
+    assert "below one quantum (0.01)" in info.value.detail
+
+
+def test_without_a_reported_quantum_the_count_grid_applies() -> None:
+    with pytest.raises(InvalidRequest, match=r"quantum 0\.001"):
+        resolve_resources(
+            {"cuda.shares": "0.1004"}, known=KNOWN, defaults=DEFAULTS, quanta={}, discrete=set()
+        )
+
+
+@pytest.mark.parametrize(
+    ("value", "expected_part"),
+    [
+        pytest.param(True, "a decimal number", id="json-true"),
+        pytest.param("1_0", "no '_' separators", id="underscore"),
+        pytest.param("１", "ASCII digits only", id="full-width"),
+    ],
+)
+def test_booleans_underscores_and_non_ascii_digits_are_refused(
+    value: object, expected_part: str
+) -> None:
+    body = CreateSessionBody.model_validate({"image": "x", "config": {"resources": {"cpu": value}}})
+    assert body.config.resources["cpu"] is value  # the body keeps it as sent (no coercion)
+    with pytest.raises(InvalidRequest) as info:
+        resolve(dict(body.config.resources))
+    assert info.value.field == "config.resources.cpu"
+    assert expected_part in (info.value.expected or "")
+    assert info.value.received is value

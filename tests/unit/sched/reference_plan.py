@@ -18,6 +18,7 @@ from accelshare.sched.images import ImageRequirement, image_refusal
 from accelshare.sched.model import AgentState, PendingSession, PredicateResult
 from accelshare.sched.pickers import PickerName, pick
 from accelshare.sched.plan import (
+    NEVER_FITS,
     AgentSnapshot,
     Assignment,
     Failure,
@@ -212,7 +213,9 @@ class _Pass:
             kind = FailureKind.NO_AGENT
             shown = reasons[: min(_MAX_REASONS_IN_MSG, result.refused)]
             more = result.refused - len(shown)
-            msg = "No agent can hold the request now: " + "; ".join(shown)
+            msg = (
+                NEVER_FITS if not result.usable else "No agent can hold the request now: "
+            ) + "; ".join(shown)
             if more:
                 msg += f"; and {more} more agent(s)"
             retries = session.retries + 1

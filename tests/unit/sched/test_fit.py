@@ -301,3 +301,33 @@ def test_empty_fit_verdicts_are_shared_by_layout_and_never_mixed() -> None:
     assert two.fits_when_empty({"cuda.shares": D("1.5")})
     assert not two.fits_when_empty({"cuda.shares": D("2.5")})
     assert DeviceLedger("d", (gpu_map(1, 1),)).fits_when_empty({"cuda.shares": D("1.5")})
+
+
+# -- largest_placements: a request no agent could hold even when empty --------------------------
+
+
+def test_largest_placements_none_when_some_empty_agent_fits() -> None:
+    full = DeviceLedger("a", (gpu_map(1, 1), cpu_map(8, 8)))  # busy now, fine when empty
+    assert (
+        fit.largest_placements([(slots(cuda_shares=2, cpu=8), full)], slots(cuda_shares=2)) is None
+    )
+    assert fit.largest_placements([], slots(cuda_shares=9)) is None  # nothing to judge by
+
+
+def test_largest_placements_names_each_slot_on_the_biggest_agent() -> None:
+    small = DeviceLedger("a", (gpu_map(0, 0), cpu_map(4)))
+    big = DeviceLedger("b", (gpu_map(0, 0, 0), cpu_map(2)))
+    agents = [(slots(cuda_shares=2, cpu=4, mem=100), small), (slots(cuda_shares=3, cpu=2), big)]
+    largest = fit.largest_placements(agents, slots(cuda_shares=4, cpu=1, mem=10, tpu=0))
+    # cuda.shares: 3 GPUs of 1.0; cpu: 4 cores; mem: no per-device map, its total; tpu: 0 asked
+    assert largest == {"cuda.shares": D(3), "cpu": D(4), "mem": D(100)}
+
+
+def test_largest_placements_of_a_slot_no_agent_has_is_zero() -> None:
+    ledger = DeviceLedger("a", (gpu_map(0, 0),))
+    request = slots(cuda_shares="1.5", rocm_device=1)
+    largest = fit.largest_placements([(slots(cuda_shares=2), ledger)], request)
+    assert largest == {"cuda.shares": D(2), "rocm.device": D(0)}
+    assert ledger.largest_when_empty("rocm.device") is None
+    # an even split over empty GPUs is not fragmentation: 2.0 either way
+    assert ledger.largest_when_empty("cuda.shares", allow_fragmentation=False) == D(2)

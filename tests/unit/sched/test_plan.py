@@ -15,6 +15,7 @@ from accelshare.sched.fit import sum_allocations
 from accelshare.sched.model import AgentState, KeypairLimits
 from accelshare.sched.pickers import PickerName
 from accelshare.sched.plan import (
+    NEVER_FITS,
     AgentSnapshot,
     FailureKind,
     SchedulerOptions,
@@ -62,6 +63,20 @@ def test_seed_two_of_three_one_fgpu_sessions_fit() -> None:
     data = failure.scheduler_data(T0)
     assert data["msg"] == f"No agent can hold the request now: {reason}"
     assert {p["name"] for p in data["passed_predicates"]} >= {"reserved_time", "concurrency"}
+
+
+def test_a_session_no_empty_agent_could_hold_says_it_waits_for_one_to_join() -> None:
+    """3 shares on two 1.0 GPUs: not "now" but never, while the agents stay as they are."""
+    agent = gpu_agent("i-node01", 0, 0)
+    plan = plan_pass(snap([agent], [session("big", requested_slots=gpu_req("3"))]))
+    (failure,) = plan.failures
+    assert failure.kind is FailureKind.NO_AGENT
+    assert failure.msg == NEVER_FITS + "; ".join(failure.agent_reasons)
+    assert failure.msg.startswith(
+        "No agent could hold the request even if it were empty; waiting for an agent"
+        " that can to join: i-node01: cuda.shares needs 3"
+    )
+    assert not failure.blocks_lower_priorities
 
 
 def test_canonical_placement_recorded_in_the_assignment() -> None:

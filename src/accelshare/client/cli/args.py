@@ -3,7 +3,8 @@
 * ``-r/--resources``: ``cpu=1``, ``mem=1g``, ``cuda.shares=0.2``.  A bare ``mem``
   number means MiB, as in Backend.AI's client: ``mem=256`` -> ``256m``.  The server
   checks slot names and amounts against the cluster (unknown slot, quantum); here
-  only the shape and the sign are checked.
+  the shape and the sign are checked by the strict parser of the pure core
+  (``1_0``, full-width digits or junk are an error line, never a guess).
 * ``--resource-opts`` / ``--opt``: values read as JSON when they parse
   (``true``, ``3``, ``[1, 2]``), else kept as strings.
 * ``-e/--env``: ``NAME=value`` strings.
@@ -14,11 +15,13 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Sequence
-from decimal import Decimal, InvalidOperation
 from typing import Any
+
+from accelshare.common import CommonValueError, SlotTypes, parse_amount
 
 __all__ = ["ArgumentError", "parse_environ", "parse_json_pairs", "parse_pairs", "parse_resources"]
 
+_PLAIN_NUMBER = re.compile(r"[0-9]+(?:\.[0-9]*)?|\.[0-9]+")
 _SLOT_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_.:-]*$")
 _ENV_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
@@ -55,13 +58,13 @@ def parse_resources(values: Sequence[str]) -> dict[str, str]:
                 f"-r {slot}={amount}: amounts cannot be negative; ask for a positive amount"
                 " (or leave the slot out)"
             )
-        if slot == "mem":
-            try:
-                number = Decimal(amount)
-            except InvalidOperation:
-                continue
-            if number.is_finite():
-                resources[slot] = f"{amount}m"  # a bare number: MiB
+        kind = SlotTypes.BYTES if "mem" in slot else SlotTypes.COUNT
+        try:
+            parse_amount(slot, amount, kind)
+        except CommonValueError as e:
+            raise ArgumentError(f"-r {slot}={amount}: expected {e.expected}") from None
+        if slot == "mem" and _PLAIN_NUMBER.fullmatch(amount):
+            resources[slot] = f"{amount}m"  # a bare number: MiB
     return resources
 
 

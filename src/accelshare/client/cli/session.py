@@ -153,6 +153,14 @@ def create_command(
     enqueue_only: Annotated[
         bool, typer.Option("--enqueue-only", help="Return at once, without waiting.")
     ] = False,
+    wait_for_agents: Annotated[
+        bool,
+        typer.Option(
+            "--wait-for-agents",
+            help="Queue the session even when no agent of the scaling group could hold it"
+            " when empty (it is refused otherwise), for agents yet to join.",
+        ),
+    ] = False,
     max_wait: Annotated[
         int,
         typer.Option(
@@ -235,6 +243,7 @@ def create_command(
                 enqueue_only=enqueue_only,
                 max_wait_s=max_wait,
                 service_ports=ports,
+                wait_for_agents=wait_for_agents,
             )
             info = created.session
             if not enqueue_only and info.status in _STARTED:

@@ -79,6 +79,7 @@ __all__ = [
     "load_snapshot",
     "map_states_from_views",
     "parse_views",
+    "reported_map_states",
 ]
 
 _ZERO = Decimal(0)
@@ -192,6 +193,13 @@ def parse_views(device_allocs: Mapping[str, Any] | None) -> dict[str, PluginMapV
         except ValidationError:
             continue
     return views
+
+
+def reported_map_states(device_allocs: Mapping[str, Any] | None) -> tuple[MapState, ...]:
+    """An agent's maps as its last heartbeat reported them (``agents.device_allocs``),
+    as the scheduler's pass reads them: what the enqueue judges "could an empty agent
+    hold this?" by (:func:`accelshare.sched.fit.largest_placements`)."""
+    return tuple(m.alone for m in _reported_maps(parse_views(device_allocs)))
 
 
 _VIEWS = TypeAdapter(dict[str, PluginMapView])
