@@ -22,10 +22,12 @@ whose app proxy connects to the agent host's port.
 from __future__ import annotations
 
 import contextlib
+import ipaddress
 import re
 import socket
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
+from urllib.parse import urlsplit
 
 from .wire import ServicePortMapping
 
@@ -37,6 +39,7 @@ __all__ = [
     "mappings_from_json",
     "port_is_free",
     "ports_in_environ",
+    "proxy_address",
 ]
 
 SERVICE_PORT_ENV_PREFIX = "BACKENDAI_SERVICE_PORT_"
@@ -45,6 +48,44 @@ _SERVICE_NAME_RE = re.compile(r"^[a-z][a-z0-9_]{0,31}$")
 
 class PortRangeExhausted(RuntimeError):
     """No free host port is left in the configured range."""
+
+
+def proxy_address(rpc_url: str, *, resolve: Callable[[str], str] = socket.gethostbyname) -> str:
+    """The host address the manager's app proxy connects to for this agent's app ports
+    (the docker runtime publishes them there only): the host of the agent's advertised
+    RPC URL (what the proxy uses), as an IP address: ``127.0.0.1`` for ``localhost``
+    (a single host), a name resolved with ``resolve``.
+
+    >>> proxy_address("http://10.0.0.5:6001")
+    '10.0.0.5'
+    >>> proxy_address("http://localhost:6001")
+    '127.0.0.1'
+
+    A wildcard address or a name that does not resolve is a ``ValueError`` naming the
+    URL (set ``[agent] rpc-advertise-url``).
+    """
+    host = urlsplit(rpc_url).hostname
+    if not host:
+        raise ValueError(f"agent RPC URL {rpc_url!r} has no host to publish app ports on")
+    if host == "localhost":
+        return "127.0.0.1"
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        try:
+            return resolve(host)
+        except OSError as e:
+            raise ValueError(
+                f"cannot resolve {host!r} (the host of the agent RPC URL {rpc_url!r}) to"
+                f" publish app ports on: {e}; set [agent] rpc-advertise-url to an address"
+                " the manager reaches"
+            ) from e
+    if address.is_unspecified:
+        raise ValueError(
+            f"agent RPC URL {rpc_url!r}: app ports cannot be published on the wildcard"
+            " address; set [agent] rpc-advertise-url to an address the manager reaches"
+        )
+    return str(address)
 
 
 def declared_services(environ: Mapping[str, str]) -> list[tuple[str, int]]:

@@ -76,6 +76,7 @@ from .ports import (
     declared_services,
     mappings_from_json,
     ports_in_environ,
+    proxy_address,
 )
 from .recovery import discover_kernels
 from .requests import KernelRequestError, parse_requested_slots
@@ -89,6 +90,7 @@ from .runtime import (
     ProcessEnvironment,
     ProcessRuntime,
     ProcessRuntimeConfig,
+    RuntimeUnavailable,
     default_environments,
 )
 from .scratch import is_valid_kernel_id
@@ -101,7 +103,7 @@ from .state_files import (
     write_device_history,
     write_kernel_meta,
 )
-from .stats import StatsCollector, build_heartbeat
+from .stats import StatsCollector, build_heartbeat, rpc_url_of
 from .wire import (
     AllocMapView,
     CreateKernelRequest,
@@ -343,6 +345,10 @@ class AgentService:
         if container.runtime == "docker":
             from .runtime.docker import DockerRuntime, DockerRuntimeConfig
 
+            try:
+                publish_host = await asyncio.to_thread(proxy_address, rpc_url_of(self.config))
+            except ValueError as e:
+                raise RuntimeUnavailable(f"docker runtime: {e}") from e
             return await DockerRuntime.connect(
                 DockerRuntimeConfig(
                     scratch_root=self.scratch_root,
@@ -351,6 +357,9 @@ class AgentService:
                     stop_grace_s=container.stop_grace_s,
                     network_mode=container.docker_network,
                     pull_timeout_s=container.docker_pull_timeout_s,
+                    kernel_uid=container.kernel_uid,
+                    kernel_gid=container.kernel_gid,
+                    publish_host=publish_host,
                 )
             )
         return ProcessRuntime(

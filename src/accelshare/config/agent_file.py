@@ -42,6 +42,8 @@ Keys the daemon adds (docs/agent.md has the full table)::
     docker-url = "unix:///run/docker.sock"
     docker-network = "bridge"         # or "host", "none", "container:NAME", a network name
     port-range = [30000, 31000]       # host ports for the kernels' app services
+    kernel-uid = 1000                 # docker runtime: the non-root user kernels run as
+    kernel-gid = 1000
     [container.environments.torch]    # more process-runtime "images"
     command-prefix = ["/opt/venvs/torch/bin/python"]
     [cuda]                            # real NVIDIA GPUs (the cuda plugin)
@@ -252,6 +254,10 @@ class ContainerSection(_Section):
     # An image absent from the engine is pulled at most this long (keep it below the
     # manager's agent RPC timeout); 0 = never pull.
     docker_pull_timeout_s: float = Field(20.0, alias="docker-pull-timeout-s", ge=0, le=3600)
+    # Docker runtime: the non-root user kernels run as (Backend.AI's ``work`` user); the
+    # agent gives each kernel's work folder to it.
+    kernel_uid: int = Field(1000, alias="kernel-uid", ge=1, le=2**31 - 1)
+    kernel_gid: int = Field(1000, alias="kernel-gid", ge=1, le=2**31 - 1)
     # Host ports for the kernels' app services (inclusive; Backend.AI's port-range): each
     # declared service of each kernel gets its own (docs/agent.md).
     port_range: tuple[int, int] = Field((30000, 31000), alias="port-range")
@@ -472,6 +478,8 @@ EXPECTED: dict[str, str] = {
         '"bridge", "host", "none", "container:NAME" or the name of a Docker network'
     ),
     "container.docker-pull-timeout-s": "a number of seconds from 0 to 3600, such as 20",
+    "container.kernel-uid": "a user id from 1 to 2147483647 (not root), such as 1000",
+    "container.kernel-gid": "a group id from 1 to 2147483647 (not root), such as 1000",
     "container.environments": "a table of environments ([container.environments.NAME])",
     "resource": "a table ([resource])",
     "resource.reserved-cpu": "an integer >= 0 (cores)",

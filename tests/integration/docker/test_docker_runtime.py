@@ -271,3 +271,82 @@ async def test_plugin_files_appear_under_home_config(
     assert (docker_runtime.scratch_root / kernel_id / "config" / "bin" / smi.SCRIPT_FILE).exists()
     await docker_runtime.destroy_kernel(kernel_id)
     await docker_runtime.cleanup_kernel(kernel_id)
+
+
+# Reports who the kernel runs as and what it may do, into its work folder.
+WHOAMI = (
+    "r=/home/work/report; echo uid=$(id -u) gid=$(id -g) > $r; "
+    "(echo x > /etc/owned) 2>/dev/null && echo etc=written >> $r || echo etc=refused >> $r; "
+    "(echo x > /home/config/x) 2>/dev/null && echo config=written >> $r "
+    "|| echo config=refused >> $r; "
+    "mkdir /home/work/sub && echo ok > /home/work/sub/f && echo work=written >> $r; "
+    "cat /proc/self/status >> $r; echo END >> $r"
+)
+
+
+def _status_field(report: str, name: str) -> str:
+    (line,) = [x for x in report.splitlines() if x.startswith(f"{name}:")]
+    return line.split(":", 1)[1].strip()
+
+
+async def test_the_kernel_runs_as_the_non_root_user_without_privileges(
+    docker_runtime: DockerRuntime, busybox_image: str
+) -> None:
+    """The configured uid/gid (not 0), writes in its work folder only, no capabilities,
+    no new privileges; the engine holds the same settings."""
+    kernel_id = new_kernel_id()
+    info = await docker_runtime.create_kernel(
+        KernelSpec(
+            kernel_id=kernel_id,
+            image=busybox_image,
+            resource_txt=RESOURCE_TXT,
+            startup_command=WHOAMI,
+        )
+    )
+    scratch = docker_runtime.scratch_root / kernel_id
+    report = await poll_file(scratch / "work" / "report", "END")
+    uid, gid = docker_runtime.config.kernel_uid, docker_runtime.config.kernel_gid
+    assert uid != 0
+    assert f"uid={uid} gid={gid}" in report
+    assert "etc=refused" in report
+    assert "config=refused" in report  # /home/config is read-only
+    assert "work=written" in report
+    assert (scratch / "work" / "sub" / "f").stat().st_uid == uid  # as seen from the host
+    assert _status_field(report, "NoNewPrivs") == "1"
+    assert int(_status_field(report, "CapEff"), 16) == 0
+    assert int(_status_field(report, "CapBnd"), 16) == 0
+    assert _status_field(report, "Uid").split() == [str(uid)] * 4
+
+    assert info.cid is not None
+    data = await (await docker_runtime.docker.containers.get(info.cid)).show()
+    assert data["Config"]["User"] == f"{uid}:{gid}"
+    assert data["HostConfig"]["Privileged"] is False
+    assert data["HostConfig"]["CapDrop"] == ["ALL"]
+    assert data["HostConfig"]["SecurityOpt"] == ["no-new-privileges:true"]
+    assert sorted(m["Destination"] for m in data["Mounts"]) == ["/home/config", "/home/work"]
+    assert {m["Source"] for m in data["Mounts"]} == {
+        str(scratch / "config"),
+        str(scratch / "work"),
+    }
+    await docker_runtime.destroy_kernel(kernel_id, grace_s=0)
+
+
+async def test_the_kernel_user_is_configurable(
+    docker_runtime: DockerRuntime, busybox_image: str
+) -> None:
+    runtime = DockerRuntime(
+        replace(docker_runtime.config, kernel_uid=4321, kernel_gid=4322), docker_runtime.docker
+    )
+    kernel_id = new_kernel_id()
+    await runtime.create_kernel(
+        KernelSpec(
+            kernel_id=kernel_id,
+            image=busybox_image,
+            resource_txt=RESOURCE_TXT,
+            startup_command=WHOAMI,
+        )
+    )
+    report = await poll_file(runtime.scratch_root / kernel_id / "work" / "report", "END")
+    assert "uid=4321 gid=4322" in report
+    assert "work=written" in report
+    await runtime.destroy_kernel(kernel_id, grace_s=0)

@@ -214,6 +214,17 @@ async def test_sessions_run_as_containers(
         await docker.close()
 
 
+def _non_loopback_address() -> str | None:
+    """An IPv4 address of this host other than loopback (the route's source), if any."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        try:
+            probe.connect(("10.255.255.255", 1))  # no packet is sent
+        except OSError:
+            return None
+        address = str(probe.getsockname()[0])
+    return None if address.startswith("127.") or address == "0.0.0.0" else address
+
+
 # Serves who.txt (its session id and the port it listens on) with busybox httpd on its
 # declared port, inside the container.
 WHO_HTTPD = (
@@ -266,9 +277,18 @@ async def test_app_services_of_bridge_containers_through_the_proxy(
                     (container,) = await docker.containers.list(filters=filters)
                     shown = await container.show()
                     assert shown["HostConfig"]["NetworkMode"] == network_name
+                    # Published on the address the proxy connects to (the agent's
+                    # RPC host, 127.0.0.1 here) only, not on every address.
                     assert shown["HostConfig"]["PortBindings"] == {
-                        "8080/tcp": [{"HostIp": "", "HostPort": str(app["hostPort"])}]
+                        "8080/tcp": [{"HostIp": "127.0.0.1", "HostPort": str(app["hostPort"])}]
                     }
+                    assert shown["NetworkSettings"]["Ports"]["8080/tcp"] == [
+                        {"HostIp": "127.0.0.1", "HostPort": str(app["hostPort"])}
+                    ]
+                    other = _non_loopback_address()
+                    if other is not None:  # nothing listens there for the app
+                        with pytest.raises(ConnectionRefusedError):
+                            socket.create_connection((other, app["hostPort"]), timeout=2).close()
 
                     async def who(sid: str = sid) -> httpx.Response | None:
                         response = await client.get(f"/session/{sid}/apps/web/who.txt")

@@ -41,10 +41,16 @@ async def test_docker_terminal_env_size_resize_and_exit(
     )
     terminal = await docker_runtime.open_terminal(kernel_id, cols=100, rows=30)
     try:
-        await terminal.write(b"echo mock=$BACKENDAI_MOCK_CUDA_DEVICES; pwd; stty size\r")
+        await terminal.write(
+            b"echo mock=$BACKENDAI_MOCK_CUDA_DEVICES; pwd; echo who=$(id -u):$(id -g); stty size\r"
+        )
         screen = await read_until(terminal, "30 100")
         assert "mock=gpu-a" in screen
         assert "/home/work" in screen
+        # The kernel's non-root user, not the exec's default root.
+        config = docker_runtime.config
+        assert f"who={config.kernel_uid}:{config.kernel_gid}" in screen
+        assert config.kernel_uid != 0
         await terminal.resize(120, 40)
         await terminal.write(b"stty size\r")
         await read_until(terminal, "40 120")

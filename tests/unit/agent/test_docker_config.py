@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from decimal import Decimal
 from pathlib import Path
@@ -13,6 +14,7 @@ from accelshare.agent.runtime.base import KernelSpec, ResourceLimits
 from accelshare.agent.runtime.docker import (
     DockerRuntimeConfig,
     container_config,
+    give_work_dir,
     gpu_device_request,
     repo_tags,
 )
@@ -182,7 +184,10 @@ def test_repo_tags_are_the_images_a_kernel_can_name() -> None:
 
 
 def test_app_service_ports_are_published_on_their_host_ports(tmp_path: Path) -> None:
-    config = DockerRuntimeConfig(scratch_root=tmp_path, network_mode="bridge")
+    """Published on the address the app proxy connects to only (never all addresses)."""
+    config = DockerRuntimeConfig(
+        scratch_root=tmp_path, network_mode="bridge", publish_host="10.0.0.5"
+    )
     spec = KernelSpec(
         kernel_id="k1",
         image="python:3.11",
@@ -193,9 +198,15 @@ def test_app_service_ports_are_published_on_their_host_ports(tmp_path: Path) -> 
     body = container_config(spec, ScratchDir(tmp_path, "k1"), config)
     assert body["ExposedPorts"] == {"8888/tcp": {}, "8080/tcp": {}}
     assert body["HostConfig"]["PortBindings"] == {
-        "8888/tcp": [{"HostPort": "30001"}],
-        "8080/tcp": [{"HostPort": "30002"}],
+        "8888/tcp": [{"HostIp": "10.0.0.5", "HostPort": "30001"}],
+        "8080/tcp": [{"HostIp": "10.0.0.5", "HostPort": "30002"}],
     }
+    single_host = container_config(
+        spec, ScratchDir(tmp_path, "k1"), DockerRuntimeConfig(scratch_root=tmp_path)
+    )
+    assert single_host["HostConfig"]["PortBindings"]["8888/tcp"] == [
+        {"HostIp": "127.0.0.1", "HostPort": "30001"}
+    ]
     # The kernel keeps listening on its declared port inside the container.
     assert "BACKENDAI_SERVICE_PORT_JUPYTER=8888" in body["Env"]
     plain = container_config(
@@ -205,3 +216,59 @@ def test_app_service_ports_are_published_on_their_host_ports(tmp_path: Path) -> 
     )
     assert "ExposedPorts" not in plain
     assert "PortBindings" not in plain["HostConfig"]
+
+
+def test_kernels_run_as_the_non_root_user_unprivileged(tmp_path: Path) -> None:
+    """Backend.AI's work user by default, all capabilities dropped, no privilege gain,
+    and the only host paths mounted are the kernel's own config and work folders."""
+    scratch = ScratchDir(tmp_path, "k1")
+    body = container_config(KernelSpec("k1", "busybox", ""), scratch, DockerRuntimeConfig(tmp_path))
+    assert body["User"] == "1000:1000"
+    host = body["HostConfig"]
+    assert host["Privileged"] is False
+    assert host["CapDrop"] == ["ALL"]
+    assert "CapAdd" not in host
+    assert host["SecurityOpt"] == ["no-new-privileges:true"]
+    assert [(m["Source"], m["Target"], m["ReadOnly"]) for m in host["Mounts"]] == [
+        (str(scratch.config_dir), "/home/config", True),
+        (str(scratch.work_dir), "/home/work", False),
+    ]
+    assert "HOME=/home/work" in body["Env"]
+    custom = container_config(
+        KernelSpec("k1", "busybox", "", env={"HOME": "/tmp"}),
+        scratch,
+        DockerRuntimeConfig(tmp_path, kernel_uid=2001, kernel_gid=3002),
+    )
+    assert custom["User"] == "2001:3002"
+    assert "HOME=/tmp" in custom["Env"]  # the session's own HOME wins
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"kernel_uid": 0}, "kernel_uid must be an integer from 1 to 2147483647.*received 0"),
+        ({"kernel_gid": -1}, "kernel_gid must be an integer from 1.*received -1"),
+        ({"kernel_uid": True}, "kernel_uid.*received True"),
+        ({"host_config": {"Privileged": True}}, r"must not set \['Privileged'\]"),
+        ({"host_config": {"CapAdd": ["SYS_ADMIN"], "ShmSize": 1}}, r"\['CapAdd'\]"),
+        ({"publish_host": "0.0.0.0"}, "publish_host.*received '0.0.0.0'"),
+        ({"publish_host": ""}, "publish_host.*received ''"),
+    ],
+)
+def test_bad_security_settings_are_refused(
+    tmp_path: Path, kwargs: dict[str, object], message: str
+) -> None:
+    with pytest.raises(ValueError, match=message):
+        DockerRuntimeConfig(tmp_path, **kwargs)  # type: ignore[arg-type]
+
+
+def test_the_work_folder_is_given_to_the_kernel_user(tmp_path: Path) -> None:
+    work = tmp_path / "work"
+    work.mkdir()
+    if os.geteuid() == 0:
+        give_work_dir(work, 2001, 3002)
+        assert (work.stat().st_uid, work.stat().st_gid) == (2001, 3002)
+        assert work.stat().st_mode & 0o777 == 0o750
+    else:  # not root: only to the agent's own uid, else a clear error
+        with pytest.raises(PermissionError, match=r"set \[container\] kernel-uid"):
+            give_work_dir(work, os.geteuid() + 1, os.getegid())

@@ -14,6 +14,7 @@ from accelshare.agent.ports import (
     declared_services,
     mappings_from_json,
     port_is_free,
+    proxy_address,
 )
 
 
@@ -116,3 +117,30 @@ def test_pool_invariants(steps: list[tuple[str, int, int]], size: int) -> None:
         owners = pool.held
         assert all(40000 <= p < 40000 + size for p in owners)
         assert {p: k for k, ports in held.items() for p in ports} == dict(owners)
+
+
+def test_proxy_address_is_the_advertised_host_as_an_ip() -> None:
+    assert proxy_address("http://10.0.0.5:6001") == "10.0.0.5"
+    assert proxy_address("http://localhost:6001") == "127.0.0.1"
+    assert proxy_address("http://[fd00::5]:6001") == "fd00::5"
+    assert proxy_address("http://node01:6001", resolve={"node01": "10.0.0.7"}.__getitem__) == (
+        "10.0.0.7"
+    )
+
+
+def _unresolvable(name: str) -> str:
+    raise OSError(f"no such host {name}")
+
+
+@pytest.mark.parametrize(
+    ("url", "message"),
+    [
+        ("http://0.0.0.0:6001", "wildcard address.*rpc-advertise-url"),
+        ("http://[::]:6001", "wildcard address"),
+        ("http://node99:6001", "cannot resolve 'node99'.*no such host node99.*rpc-advertise-url"),
+        ("http://:6001", "has no host"),
+    ],
+)
+def test_proxy_address_refuses_what_the_proxy_cannot_reach(url: str, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        proxy_address(url, resolve=_unresolvable)

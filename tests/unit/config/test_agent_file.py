@@ -223,3 +223,24 @@ def test_docker_network_refuses_what_the_engine_would(network: Any) -> None:
     assert err.key == "container.docker-network"
     assert err.expected == EXPECTED["container.docker-network"]
     assert err.received == network
+
+
+def test_kernel_user_defaults_to_the_work_user_and_takes_other_ids() -> None:
+    default = parse_agent_config({}).container
+    assert (default.kernel_uid, default.kernel_gid) == (1000, 1000)
+    custom = parse_agent_config({"container": {"kernel-uid": 2001, "kernel-gid": 3002}})
+    assert (custom.container.kernel_uid, custom.container.kernel_gid) == (2001, 3002)
+    assert custom.unknown_keys == ()
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [("kernel-uid", 0), ("kernel-gid", 0), ("kernel-uid", -5), ("kernel-uid", "1000")],
+)
+def test_kernel_user_refuses_root_and_non_ids(key: str, value: Any) -> None:
+    err = error_of({"container": {key: value}})
+    assert str(err) == (
+        f"{SOURCE}: key 'container.{key}': expected {EXPECTED[f'container.{key}']},"
+        f" received {value!r}"
+    )
+    assert "not root" in err.expected

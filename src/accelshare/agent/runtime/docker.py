@@ -7,10 +7,17 @@ A kernel's container::
     image    the spec's image (pulled first when the engine lacks it: ``ensure_image``)
     cmd      the spec's command, ``/bin/sh -c <startup command>``, or an idle shell
              loop that stops on SIGTERM
+    user     ``<kernel-uid>:<kernel-gid>`` (Backend.AI's ``work`` user, 1000:1000 by
+             default), never root; the work folder is chowned to it at prepare
+    security ``CapDrop: ["ALL"]``, ``SecurityOpt: ["no-new-privileges:true"]``,
+             ``Privileged: false``
     env      the plugins' variables + ACCELSHARE_KERNEL_ID / BACKENDAI_KERNEL_ID /
-             ACCELSHARE_RESOURCE_TXT=/home/config/resource.txt
+             ACCELSHARE_RESOURCE_TXT=/home/config/resource.txt, HOME=/home/work
     mounts   <scratch>/config -> /home/config (ro), <scratch>/work -> /home/work (rw),
-             + the plugins' mounts
+             + the plugins' mounts (the MPS pipe folder of enforced GPU shares); no
+             other host path
+    ports    each app service's container port published on ``publish_host`` only
+             (the address the manager's app proxy connects to), never 0.0.0.0
     limits   NanoCpus, Memory (= MemorySwap: no swap), PidsLimit, CpusetCpus
     devices  the plugins' device nodes and DeviceRequests (real CUDA:
              ``{"Driver": "nvidia", "DeviceIDs": [...], "Capabilities": [["gpu"]]}``,
@@ -31,6 +38,7 @@ import contextlib
 import json
 import logging
 import math
+import os
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -65,9 +73,13 @@ from .errors import (
 from .terminal import DockerTerminal
 
 __all__ = [
+    "DEFAULT_KERNEL_GID",
+    "DEFAULT_KERNEL_UID",
+    "SECURITY_HOST_CONFIG_KEYS",
     "DockerRuntime",
     "DockerRuntimeConfig",
     "container_config",
+    "give_work_dir",
     "gpu_device_request",
     "repo_tags",
 ]
@@ -75,6 +87,15 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 _DEVICE_REQUEST_KEYS = frozenset({"Driver", "Count", "DeviceIDs", "Capabilities", "Options"})
+#: ``HostConfig`` keys that decide the container's privileges: set by
+#: :func:`container_config` only, never through ``DockerRuntimeConfig.host_config``.
+SECURITY_HOST_CONFIG_KEYS = frozenset(
+    {"Privileged", "CapAdd", "CapDrop", "SecurityOpt", "UsernsMode", "PortBindings", "Mounts"}
+)
+#: Backend.AI's ``work`` user of kernel containers.
+DEFAULT_KERNEL_UID = 1000
+DEFAULT_KERNEL_GID = 1000
+MAX_ID = 2**31 - 1
 DEFAULT_IDLE_COMMAND = (
     "/bin/sh",
     "-c",
@@ -91,7 +112,12 @@ class DockerRuntimeConfig:
     * ``agent_id``: labels every container, so that several agents can share one engine
       and each recovers only its own kernels.
     * ``network_mode``: e.g. ``"none"`` or a network name; None keeps the engine default.
-    * ``host_config``: extra ``HostConfig`` keys merged in (``ShmSize``, ``Ulimits``...).
+    * ``host_config``: extra ``HostConfig`` keys merged in (``ShmSize``, ``Ulimits``...);
+      none of :data:`SECURITY_HOST_CONFIG_KEYS`.
+    * ``kernel_uid`` / ``kernel_gid``: the non-root user the kernel runs as (``User``),
+      the owner of its work folder.
+    * ``publish_host``: the host address app ports are published on: the one the
+      manager's app proxy connects to (see :func:`accelshare.agent.ports.proxy_address`).
     """
 
     scratch_root: Path
@@ -109,6 +135,34 @@ class DockerRuntimeConfig:
     # most this long (the create RPC waits for it: keep it below the manager's
     # agent-rpc-timeout); 0 = never pull (an absent image is an error at once).
     pull_timeout_s: float = 20.0
+    kernel_uid: int = DEFAULT_KERNEL_UID
+    kernel_gid: int = DEFAULT_KERNEL_GID
+    publish_host: str = "127.0.0.1"
+
+    def __post_init__(self) -> None:
+        for name in ("kernel_uid", "kernel_gid"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_ID:
+                raise ValueError(
+                    f"docker runtime: {name} must be an integer from 1 to {MAX_ID}"
+                    f" (a non-root user), received {value!r}"
+                )
+        forbidden = sorted(SECURITY_HOST_CONFIG_KEYS & set(self.host_config))
+        if forbidden:
+            raise ValueError(
+                f"docker runtime: host_config must not set {forbidden}: expected other"
+                f" HostConfig keys (such as ShmSize), received {sorted(self.host_config)}"
+            )
+        if not self.publish_host or self.publish_host in ("0.0.0.0", "::"):
+            raise ValueError(
+                "docker runtime: publish_host must be the address the app proxy"
+                f" connects to (such as 127.0.0.1), received {self.publish_host!r}"
+            )
+
+    @property
+    def user(self) -> str:
+        """The container's ``User`` (and the terminal exec's): ``"uid:gid"``."""
+        return f"{self.kernel_uid}:{self.kernel_gid}"
 
 
 def gpu_device_request(
@@ -147,6 +201,7 @@ def container_config(
         BACKENDAI_KERNEL_ID_ENV: kernel_id,
         RESOURCE_TXT_ENV: f"{config.config_target}/resource.txt",
     }
+    env.setdefault("HOME", config.work_target)
     mounts: list[dict[str, Any]] = [
         {
             "Type": "bind",
@@ -165,7 +220,12 @@ def container_config(
         {"Type": "bind", "Source": m.source, "Target": m.target, "ReadOnly": m.read_only}
         for m in spec.mounts
     ]
-    host_config: dict[str, Any] = {"Mounts": mounts}
+    host_config: dict[str, Any] = {
+        "Mounts": mounts,
+        "Privileged": False,
+        "CapDrop": ["ALL"],
+        "SecurityOpt": ["no-new-privileges:true"],
+    }
     limits = spec.limits
     if limits.cpu_count is not None:
         host_config["NanoCpus"] = int(limits.cpu_count * 1_000_000_000)
@@ -193,12 +253,15 @@ def container_config(
         host_config["NetworkMode"] = config.network_mode
     exposed: dict[str, dict[str, Any]] = {}
     if spec.published_ports:
-        # App services: container port -> the host port the agent gave it.
+        # App services: container port -> the host port the agent gave it, on the
+        # address the app proxy connects to only.
         bindings: dict[str, list[dict[str, str]]] = {}
         for container_port, host_port in spec.published_ports:
             key = f"{container_port}/tcp"
             exposed[key] = {}
-            bindings.setdefault(key, []).append({"HostPort": str(host_port)})
+            bindings.setdefault(key, []).append(
+                {"HostIp": config.publish_host, "HostPort": str(host_port)}
+            )
         host_config["PortBindings"] = bindings
     if config.use_init:
         host_config["Init"] = True
@@ -208,6 +271,7 @@ def container_config(
         command = ("/bin/sh", "-c", spec.startup_command)
     body: dict[str, Any] = {
         "Image": spec.image,
+        "User": config.user,
         "Cmd": list(command),
         "Env": [f"{key}={value}" for key, value in env.items()],
         "Labels": {**spec.labels, KERNEL_ID_LABEL: kernel_id, AGENT_ID_LABEL: config.agent_id},
@@ -342,7 +406,11 @@ class DockerRuntime:
                     return info
                 raise KernelConflict(kernel_id, "has exited and its scratch dir was not cleaned up")
             log.info("kernel %s: preparing scratch dir %s", kernel_id, scratch.root)
-            await asyncio.to_thread(self._prepare, scratch, spec)
+            try:
+                await asyncio.to_thread(self._prepare, scratch, spec)
+            except OSError as e:
+                self._record(scratch, KernelExit(ExitReason.FAILED, error=str(e)))
+                raise KernelStartFailed(kernel_id, str(e)) from e
             try:
                 body = container_config(spec, scratch, self.config)
             except ValueError as e:
@@ -375,13 +443,13 @@ class DockerRuntime:
             log.info("kernel %s: running as container %s", kernel_id, container_id[:12])
             return self._info_from_inspect(kernel_id, scratch, data)
 
-    @staticmethod
-    def _prepare(scratch: ScratchDir, spec: KernelSpec) -> None:
+    def _prepare(self, scratch: ScratchDir, spec: KernelSpec) -> None:
         # The plugins' files land under /home/config; the image's PATH is its own (no
         # config/bin on it: the mock nvidia-smi's wrapper names a host interpreter).
         scratch.prepare()
         scratch.write_resource_txt(spec.resource_txt)
         scratch.write_config_files(spec.config_files)
+        give_work_dir(scratch.work_dir, self.config.kernel_uid, self.config.kernel_gid)
 
     @staticmethod
     def _write_cid(scratch: ScratchDir, container_id: str) -> None:
@@ -470,7 +538,9 @@ class DockerRuntime:
             raise KernelNotFound(kernel_id)
         try:
             container = await self._docker.containers.get(self._container_name(kernel_id))
-            return await DockerTerminal.start(container, cols=cols, rows=rows)
+            return await DockerTerminal.start(
+                container, cols=cols, rows=rows, user=self.config.user
+            )
         except DockerError as e:
             if e.status in (404, 409):  # gone, or stopped since
                 raise KernelNotFound(kernel_id) from None
@@ -639,6 +709,22 @@ class DockerRuntime:
     async def close(self) -> None:
         """Close the engine connection (containers keep running)."""
         await self._docker.close()
+
+
+def give_work_dir(work_dir: Path, uid: int, gid: int) -> None:
+    """Make the kernel's work folder its user's (mode 0750), so that the non-root kernel
+    can write there.  Needs root, or an agent running as that uid: otherwise an
+    ``OSError`` that says which key to set."""
+    try:
+        os.chown(work_dir, uid, gid)
+    except PermissionError as e:
+        raise PermissionError(
+            e.errno,
+            f"cannot give the work folder {work_dir} to the kernel user {uid}:{gid}: the"
+            f" agent runs as uid {os.geteuid()}, not root; run it as root or set"
+            f" [container] kernel-uid = {os.geteuid()} (and kernel-gid)",
+        ) from e
+    os.chmod(work_dir, 0o750)
 
 
 def _destroy_requested(scratch: ScratchDir) -> bool:

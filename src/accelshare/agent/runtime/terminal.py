@@ -241,12 +241,15 @@ class DockerTerminal:
         self._exit_code: int | None = None
 
     @classmethod
-    async def start(cls, container: Any, *, cols: int, rows: int) -> DockerTerminal:
+    async def start(cls, container: Any, *, cols: int, rows: int, user: str = "") -> DockerTerminal:
+        """``user``: ``"uid:gid"`` the shell runs as (the kernel's user); "" = the
+        container's ``User``."""
         check_size(cols, rows)
         exec_ = await container.exec(
             cmd=["/bin/sh", "-c", DOCKER_SHELL_SCRIPT],
             stdin=True,
             tty=True,
+            user=user,
             environment={"TERM": "xterm-256color"},
         )
         stream = exec_.start(detach=False)
