@@ -338,7 +338,11 @@ class SessionService:
         access_key: str | None = None,
         limit: int = 100,
         offset: int = 0,
+        newest_first: bool = False,
     ) -> dict[str, Any]:
+        """A page of the sessions the caller may see (a user: their own; an admin: the
+        domain's; a superadmin: all), oldest first, or with ``newest_first`` the most
+        recently changed first (the console's history of ended sessions)."""
         wanted = (
             sorted(statuses)
             if statuses is not None
@@ -355,7 +359,7 @@ class SessionService:
                 await db.scalars(
                     sa.select(Session)
                     .where(*where)
-                    .order_by(Session.created_at, Session.id)
+                    .order_by(*(_NEWEST_FIRST if newest_first else _OLDEST_FIRST))
                     .limit(limit)
                     .offset(offset)
                 )
@@ -1037,6 +1041,10 @@ def _check_some_agent_has(
             received=rules.ref,
         )
 
+
+_OLDEST_FIRST = (Session.created_at, Session.id)
+# an ended session's last change is its end (terminated, cancelled, failed)
+_NEWEST_FIRST = (Session.status_changed_at.desc(), Session.created_at.desc(), Session.id.desc())
 
 # The create path's statements, prebuilt: a statement built per call (and its cache key,
 # computed per call) cost about as much on SQLite as running it.
