@@ -696,6 +696,34 @@ def test_launch_dialog_offers_the_image_catalogue(page: Any, console: Console) -
     destroy(page, "lib-latest")
 
 
+def test_launch_dialog_shows_the_refusal_of_an_unknown_image(page: Any, console: Console) -> None:
+    """A name neither in the catalogue nor among the agent's environments is refused by
+    the server; the dialog stays open with its reason (focused) and nothing is created."""
+    log_in(page, console, USER_EMAIL, USER_PASSWORD)
+    page.get_by_role("button", name="Launch sessions").click()
+    dialog = page.get_by_role("dialog", name="Launch sessions")
+    dialog.get_by_label("Image").fill("pyhton")
+    dialog.get_by_label("Number of sessions").fill("3")
+    dialog.get_by_role("button", name="Launch", exact=True).click()
+    error = dialog.locator("#launch-error")
+    expect(error).to_contain_text("0 launched, 3 refused")
+    expect(error).to_contain_text("Unknown image 'pyhton'")
+    expect(error).to_contain_text("did you mean python")
+    expect(error).to_be_focused()
+    expect(dialog.locator("#err-image")).to_contain_text("Unknown image 'pyhton'")
+    expect(dialog.get_by_label("Image")).to_have_attribute("aria-invalid", "true")
+    shoot(page, "launch-unknown-image")
+    assert console.live_sessions() == []
+    # corrected, the same dialog launches (the agent's "shell" environment is known too)
+    dialog.get_by_label("Image").fill("shell")
+    expect(dialog.locator("#err-image")).to_be_hidden()
+    dialog.get_by_label("Number of sessions").fill("1")
+    dialog.get_by_label("Name (optional)").fill("known-shell")
+    dialog.get_by_role("button", name="Launch", exact=True).click()
+    expect(dialog).to_be_hidden()
+    expect(status_of(page, "known-shell")).to_have_text("RUNNING")
+
+
 def test_launch_dialog_validates_before_submitting(page: Any, console: Console) -> None:
     log_in(page, console, console.admin.email, console.admin.password)
     page.get_by_role("button", name="Launch sessions").click()

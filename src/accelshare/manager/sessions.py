@@ -51,7 +51,7 @@ from .errors import (
     Unavailable,
 )
 from .hub import ChangeHub
-from .images import lookup, requirement_of
+from .images import check_known_name, lookup, requirement_of
 from .models import (
     Agent,
     AgentStatus,
@@ -632,9 +632,17 @@ class SessionService:
     ) -> tuple[str, ResourceSlot]:
         """The catalogue reference the body's image stands for (an alias resolved) and
         the resources after the image's rules (accelerator labels, minimum resources;
-        :mod:`accelshare.sched.images`).  A name outside the catalogue is kept as is."""
+        :mod:`accelshare.sched.images`).  A name outside the catalogue is kept as is when
+        an agent of the group reports it (or nothing can judge it); otherwise refused."""
         image = await lookup(db, body.image)
         if image is None:
+            await check_known_name(
+                db,
+                body.image,
+                sgroup=sgroup_name,
+                reported={name for agent in agents for name in agent.images or ()},
+                pulls=any(agent.runtime == "docker" for agent in agents),
+            )
             return body.image, resources
         rules = requirement_of(image)
         try:
