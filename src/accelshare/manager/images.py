@@ -126,8 +126,8 @@ async def check_known_name(
     catalogue nor among the images the scaling group's agents report (``reported``),
     naming the close known names; ``pulls`` (a docker agent in the group) or nothing to
     judge by accepts it (:func:`accelshare.sched.images.unknown_image`)."""
-    if pulls:
-        return
+    if pulls or name in reported:
+        return  # no catalogue query
     catalogue = set((await db.execute(_CATALOGUE_NAMES)).scalars())
     if not unknown_image(name, catalogue=catalogue, reported=reported, pulls=pulls):
         return
