@@ -449,6 +449,114 @@ def test_sessions_page_ages_and_logs(page: Any, console: Console) -> None:
     assert page.evaluate("window.__notReloaded") is True
 
 
+def history_row(page: Any, name: str) -> Any:
+    return page.locator(f'#history-body tr[data-session-name="{name}"]')
+
+
+def test_history_keeps_ended_sessions_with_reason_and_logs(page: Any, console: Console) -> None:
+    """A batch session that printed and exited, one cancelled while pending and the
+    admin's own ended session: the user's History page lists the user's two, most
+    recent first, with the reason each ended, and opens the logs the agent kept."""
+
+    def create(client: httpx.Client, body: dict[str, Any]) -> str:
+        created = client.post("/session", json=body)
+        assert created.status_code == 201, created.text
+        session_id: str = created.json()["sessionId"]
+        return session_id
+
+    def ended(client: httpx.Client, session_id: str) -> bool:
+        status = client.get(f"/session/{session_id}").json()["status"]
+        return status in ("TERMINATED", "CANCELLED")
+
+    admins = create(
+        console.api,
+        {"image": "python", "name": "admins-ended", "config": {"resources": {"cpu": "1"}}},
+    )
+    console.api.delete(f"/session/{admins}", params={"forced": "true"})
+    with logged_in_client(console.base, USER_EMAIL, USER_PASSWORD) as user:
+        printed = create(
+            user,
+            {
+                "image": "shell",
+                "type": "batch",
+                "name": "printed-and-exited",
+                "startupCommand": "echo hello-from-an-ended-session; exit 3",
+                "config": {"resources": {"cpu": "1"}},
+            },
+        )
+        console.until(lambda: ended(user, printed), "the batch session to end")
+        waiting = create(
+            user,
+            {
+                "image": "python",
+                "name": "never-ran",
+                "enqueueOnly": True,
+                "config": {"resources": {"cuda.shares": "9"}},  # more than 2 × 1.0 fGPU
+            },
+        )
+        assert user.delete(f"/session/{waiting}").json()["status"] == "CANCELLED"
+
+    log_in(page, console, USER_EMAIL, USER_PASSWORD)
+    page.get_by_role("link", name="History").click()
+    expect(page.get_by_role("heading", name="History")).to_be_visible()
+    rows = page.locator("#history-body tr")
+    names = rows.evaluate_all("(els) => els.map((e) => e.dataset.sessionName)")
+    assert names[:2] == ["never-ran", "printed-and-exited"], names  # most recent first
+    expect(history_row(page, "admins-ended")).to_have_count(0)  # the admin's is not hers
+    expect(history_row(page, "never-ran").locator(".badge")).to_have_text("CANCELLED")
+    expect(history_row(page, "never-ran").locator(".reason")).to_contain_text(
+        f"destroyed by {USER_EMAIL}"
+    )
+    printed_row = history_row(page, "printed-and-exited")
+    expect(printed_row.locator(".reason")).to_contain_text("exit code 3")
+    expect(printed_row.locator(".reason")).to_contain_text("result FAILURE")
+    expect(page.locator("#history-range")).to_have_text(re.compile(r"^1–\d+ of \d+$"))
+    shoot(page, "history")
+
+    page.get_by_role("button", name="Logs of printed-and-exited").click()
+    logs = page.get_by_role("dialog", name="Logs of printed-and-exited")
+    expect(logs.get_by_label("Session logs")).to_contain_text("hello-from-an-ended-session")
+    logs.get_by_role("button", name="Close").click()
+    expect(logs).to_be_hidden()
+
+    # The admin's History has everyone's, the admin's own included.
+    page.get_by_role("button", name="Log out").click()
+    log_in(page, console, console.admin.email, console.admin.password)
+    page.goto(console.base + "/console/#/history")
+    expect(history_row(page, "admins-ended")).to_have_count(1)
+    expect(history_row(page, "printed-and-exited")).to_have_count(1)
+
+
+def test_history_pages_through_a_long_history(page: Any, console: Console) -> None:
+    """More ended sessions than a page holds: Older and Newer move a page at a time."""
+    for i in range(22):  # the page holds 20
+        created = console.api.post(
+            "/session",
+            json={
+                "image": "python",
+                "name": f"paged-{i:02}",
+                "enqueueOnly": True,
+                "config": {"resources": {"cuda.shares": "9"}},
+            },
+        )
+        assert created.status_code == 201, created.text
+        console.api.delete(f"/session/{created.json()['sessionId']}")
+    log_in(page, console, console.admin.email, console.admin.password)
+    page.get_by_role("link", name="History").click()
+    rows = page.locator("#history-body tr")
+    expect(rows).to_have_count(20)
+    expect(rows.first).to_have_attribute("data-session-name", "paged-21")
+    newer = page.get_by_role("button", name="Newer")
+    older = page.get_by_role("button", name="Older")
+    expect(newer).to_be_disabled()
+    older.click()
+    expect(page.locator("#history-range")).to_have_text(re.compile(r"^21–"))
+    expect(rows.first).to_have_attribute("data-session-name", "paged-01")
+    expect(newer).to_be_enabled()
+    newer.click()
+    expect(rows.first).to_have_attribute("data-session-name", "paged-21")
+
+
 def add_domain(console: Console, name: str) -> None:
     """accelshare has no API that creates a domain (the bootstrap makes one); the second
     one these checks need is written into the dev cluster's SQLite database."""
@@ -586,6 +694,34 @@ def test_launch_dialog_offers_the_image_catalogue(page: Any, console: Console) -
     expect(row(page, "lib-latest").locator("td.image")).to_have_text("demo-lib:2.0")
     destroy(page, "lib-one")
     destroy(page, "lib-latest")
+
+
+def test_launch_dialog_shows_the_refusal_of_an_unknown_image(page: Any, console: Console) -> None:
+    """A name neither in the catalogue nor among the agent's environments is refused by
+    the server; the dialog stays open with its reason (focused) and nothing is created."""
+    log_in(page, console, USER_EMAIL, USER_PASSWORD)
+    page.get_by_role("button", name="Launch sessions").click()
+    dialog = page.get_by_role("dialog", name="Launch sessions")
+    dialog.get_by_label("Image").fill("pyhton")
+    dialog.get_by_label("Number of sessions").fill("3")
+    dialog.get_by_role("button", name="Launch", exact=True).click()
+    error = dialog.locator("#launch-error")
+    expect(error).to_contain_text("0 launched, 3 refused")
+    expect(error).to_contain_text("Unknown image 'pyhton'")
+    expect(error).to_contain_text("did you mean python")
+    expect(error).to_be_focused()
+    expect(dialog.locator("#err-image")).to_contain_text("Unknown image 'pyhton'")
+    expect(dialog.get_by_label("Image")).to_have_attribute("aria-invalid", "true")
+    shoot(page, "launch-unknown-image")
+    assert console.live_sessions() == []
+    # corrected, the same dialog launches (the agent's "shell" environment is known too)
+    dialog.get_by_label("Image").fill("shell")
+    expect(dialog.locator("#err-image")).to_be_hidden()
+    dialog.get_by_label("Number of sessions").fill("1")
+    dialog.get_by_label("Name (optional)").fill("known-shell")
+    dialog.get_by_role("button", name="Launch", exact=True).click()
+    expect(dialog).to_be_hidden()
+    expect(status_of(page, "known-shell")).to_have_text("RUNNING")
 
 
 def test_launch_dialog_validates_before_submitting(page: Any, console: Console) -> None:

@@ -11,7 +11,7 @@
 | ``GET /session/{ref}/logs`` | ``{"result": {"logs": "..."}}`` (Backend.AI's shape) |
 | ``GET /session/{ref}/why`` | ``{sessionId, status, statusInfo, scheduler, agents, explanation}`` |
 | ``GET /session/{ref}/events`` | ``text/event-stream``: ``event: status`` / ``data: {sessionId, from, status, reason, at}``; history first, ends at a final status |
-| ``GET /sessions`` | ``{items, total, limit, offset}``; ``?status=RUNNING,PENDING`` (default: every non-final status; ``all``), ``?access_key=`` |
+| ``GET /sessions`` | ``{items, total, limit, offset}``; ``?status=RUNNING,PENDING`` (default: every non-final status; ``all``), ``?access_key=``, ``?order=created`` (oldest first, the default) or ``recent`` (last changed first: the history of ended sessions) |
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 from collections.abc import AsyncIterator
 from decimal import Decimal
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Query, Request, Response
 from fastapi.responses import StreamingResponse
@@ -94,10 +94,19 @@ async def list_sessions(
     access_key: str | None = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
     offset: Annotated[int, Query(ge=0, le=2**31 - 1)] = 0,  # past SQL's range: a 500
+    order: Annotated[
+        Literal["created", "recent"],
+        Query(description="created: oldest first; recent: most recently changed first"),
+    ] = "created",
 ) -> dict[str, Any]:
     statuses = parse_statuses(status)
     return await manager.sessions.list_sessions(
-        identity, statuses=statuses, access_key=access_key, limit=limit, offset=offset
+        identity,
+        statuses=statuses,
+        access_key=access_key,
+        limit=limit,
+        offset=offset,
+        newest_first=order == "recent",
     )
 
 

@@ -8,7 +8,7 @@ pure and live in :mod:`accelshare.sched.images`.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping, Sequence, Set
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,16 +19,25 @@ from accelshare.common import ResourceSlot
 from accelshare.sched.images import (
     RUNTIMES,
     ImageRequirement,
+    close_names,
     is_valid_ref,
     resolve_image,
     split_ref,
+    unknown_image,
 )
 
 from .db import Database
 from .errors import Conflict, InvalidRequest, NotFound
 from .models import Image, ImageAlias
 
-__all__ = ["ImageService", "NewImage", "image_json", "lookup", "requirement_of"]
+__all__ = [
+    "ImageService",
+    "NewImage",
+    "check_known_name",
+    "image_json",
+    "lookup",
+    "requirement_of",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,6 +114,40 @@ async def lookup(db: AsyncSession, name: str) -> Image | None:
     aliases = {name: alias_ref} if alias_ref is not None else {}
     ref = resolve_image(name, found.keys() & {name}, aliases)
     return None if ref is None else found.get(ref)
+
+
+_CATALOGUE_NAMES = sa.union(sa.select(Image.ref), sa.select(ImageAlias.alias))
+
+
+async def check_known_name(
+    db: AsyncSession, name: str, *, sgroup: str, reported: Set[str], pulls: bool
+) -> None:
+    """Refuse ``name`` (which :func:`lookup` did not find) when it is neither in the
+    catalogue nor among the images the scaling group's agents report (``reported``),
+    naming the close known names; ``pulls`` (a docker agent in the group) or nothing to
+    judge by accepts it (:func:`accelshare.sched.images.unknown_image`)."""
+    if pulls or name in reported:
+        return  # no catalogue query
+    catalogue = set((await db.execute(_CATALOGUE_NAMES)).scalars())
+    if not unknown_image(name, catalogue=catalogue, reported=reported, pulls=pulls):
+        return
+    known = catalogue | reported
+    close = close_names(name, known)
+    hint = (
+        f"did you mean {', '.join(close)}?"
+        if close
+        else f"known images: {', '.join(sorted(known)[:10])}"
+        + (f" and {len(known) - 10} more" if len(known) > 10 else "")
+    )
+    raise InvalidRequest(
+        f"Unknown image {name!r}: not in the image catalogue and no agent of scaling group"
+        f" {sgroup} reports it; {hint}",
+        field="image",
+        expected="an image of the catalogue (GET /images) or one an agent of scaling group"
+        f" {sgroup} reports" + (f" (close: {', '.join(close)})" if close else ""),
+        received=name,
+        closeNames=close,
+    )
 
 
 class ImageService:

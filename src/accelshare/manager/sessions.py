@@ -58,7 +58,7 @@ from .errors import (
     Unavailable,
 )
 from .hub import ChangeHub
-from .images import lookup, requirement_of
+from .images import check_known_name, lookup, requirement_of
 from .models import (
     Agent,
     AgentStatus,
@@ -346,7 +346,11 @@ class SessionService:
         access_key: str | None = None,
         limit: int = 100,
         offset: int = 0,
+        newest_first: bool = False,
     ) -> dict[str, Any]:
+        """A page of the sessions the caller may see (a user: their own; an admin: the
+        domain's; a superadmin: all), oldest first, or with ``newest_first`` the most
+        recently changed first (the console's history of ended sessions)."""
         wanted = (
             sorted(statuses)
             if statuses is not None
@@ -363,7 +367,7 @@ class SessionService:
                 await db.scalars(
                     sa.select(Session)
                     .where(*where)
-                    .order_by(Session.created_at, Session.id)
+                    .order_by(*(_NEWEST_FIRST if newest_first else _OLDEST_FIRST))
                     .limit(limit)
                     .offset(offset)
                 )
@@ -645,9 +649,17 @@ class SessionService:
     ) -> tuple[str, ResourceSlot]:
         """The catalogue reference the body's image stands for (an alias resolved) and
         the resources after the image's rules (accelerator labels, minimum resources;
-        :mod:`accelshare.sched.images`).  A name outside the catalogue is kept as is."""
+        :mod:`accelshare.sched.images`).  A name outside the catalogue is kept as is when
+        an agent of the group reports it (or nothing can judge it); otherwise refused."""
         image = await lookup(db, body.image)
         if image is None:
+            await check_known_name(
+                db,
+                body.image,
+                sgroup=sgroup_name,
+                reported={name for agent in agents for name in agent.images or ()},
+                pulls=any(agent.runtime == "docker" for agent in agents),
+            )
             return body.image, resources
         rules = requirement_of(image)
         try:
@@ -1128,6 +1140,10 @@ async def _agent_views(db: AsyncSession, ids: Sequence[str]) -> dict[str, dict[s
     rows = await db.execute(_AGENT_VIEWS, {"ids": list(ids)})
     return {row.id: row.device_allocs for row in rows}
 
+
+_OLDEST_FIRST = (Session.created_at, Session.id)
+# an ended session's last change is its end (terminated, cancelled, failed)
+_NEWEST_FIRST = (Session.status_changed_at.desc(), Session.created_at.desc(), Session.id.desc())
 
 # The create path's statements, prebuilt: a statement built per call (and its cache key,
 # computed per call) cost about as much on SQLite as running it.

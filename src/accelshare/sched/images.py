@@ -8,8 +8,14 @@ calls these functions at enqueue and in every scheduling pass; nothing here does
 ``python:3.11``); a registered reference is itself; a name without a tag that has
 one registered tag is *not* guessed (it would turn ambiguous as soon as a second
 tag is added) -- register an alias instead.  A name the catalogue does not know resolves to
-``None``: the session keeps that name and is placed without an image check (the
-behaviour before the catalogue existed; documented in docs/images.md).
+``None``; the session may still name it when an agent of its scaling group reports it (a
+process environment outside the catalogue), and is then placed without an image check.
+
+**Unknown names** (:func:`unknown_image`): a name that is neither in the catalogue nor
+reported by an agent of the scaling group is refused at enqueue, with the close known
+names (:func:`close_names`), unless nothing can judge it: a scaling group with a *docker*
+agent (it pulls any reference), or no catalogue and no agent reporting any image (no
+agent registered yet, agents that do not report images): those are accepted as before.
 
 **Accelerators**: a request for any slot of a device other than ``cpu``/``mem``
 (``cuda.shares``, ``cuda.device``, ``rocm.device``...) needs that device name among
@@ -32,6 +38,7 @@ when the kernel is prepared (PULLING), so the agent need not report it.
 
 from __future__ import annotations
 
+import difflib
 import re
 from collections.abc import Collection, Mapping, Set
 from dataclasses import dataclass, field
@@ -46,10 +53,12 @@ __all__ = [
     "ImageRuleError",
     "apply_minimum",
     "check_accelerators",
+    "close_names",
     "image_refusal",
     "is_valid_ref",
     "resolve_image",
     "split_ref",
+    "unknown_image",
 ]
 
 RUNTIMES = ("process", "docker")
@@ -185,3 +194,47 @@ def image_refusal(
     if image.runtime == "process" and image.ref not in agent_images:
         return f"does not have image {image.ref} (no such environment configured)"
     return None
+
+
+def unknown_image(name: str, *, catalogue: Set[str], reported: Set[str], pulls: bool) -> bool:
+    """Whether ``name`` (outside the catalogue's references and aliases) is certainly not
+    runnable in the scaling group: no agent reports it (``reported``: the union of the
+    group's agents' images), no agent pulls (``pulls``: a docker agent), and there is
+    something to judge by (a catalogue, or an agent reporting images).
+
+    >>> unknown_image("pyhton", catalogue={"python"}, reported={"shell"}, pulls=False)
+    True
+    >>> unknown_image("shell", catalogue={"python"}, reported={"shell"}, pulls=False)
+    False
+    >>> unknown_image("x", catalogue=set(), reported=set(), pulls=False)  # nothing to judge by
+    False
+    """
+    if pulls or name in catalogue or name in reported:
+        return False
+    return bool(catalogue or reported)
+
+
+def close_names(name: str, known: Set[str], limit: int = 5) -> list[str]:
+    """The known names closest to ``name``: at most ``limit``, closest first, by the
+    spelling of the whole name or of its repository part (``python:3.11`` is close to
+    ``pyhton``), ties by the whole name's, then alphabetically; none when nothing is close.
+
+    >>> close_names("pyhton", {"python", "python:3.11", "shell"})
+    ['python', 'python:3.11']
+    >>> close_names("demo-lib:3.0", {"demo-lib:1.0", "demo-lib:2.0", "shell"}, limit=1)
+    ['demo-lib:1.0']
+    >>> close_names("cobol", {"python", "shell"})
+    []
+    """
+    base = split_ref(name)[0].lower()
+    scored = []
+    for other in known:
+        whole = difflib.SequenceMatcher(None, name.lower(), other.lower()).ratio()
+        repo = difflib.SequenceMatcher(None, base, split_ref(other)[0].lower()).ratio()
+        score = max(whole, repo)
+        if score >= _CLOSE:
+            scored.append((-score, -whole, other))
+    return [other for *_, other in sorted(scored)[:limit]]
+
+
+_CLOSE = 0.6  # difflib's ratio from which a name counts as close (its get_close_matches default)

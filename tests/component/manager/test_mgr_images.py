@@ -110,8 +110,23 @@ async def test_alias_resolves_and_only_agents_with_the_image_run_it(cluster: Clu
     session = await cluster.wait_status("old", "RUNNING")
     assert {k["agentId"] for k in session["kernels"]} == {"i-bare"}
 
-    unregistered = await cluster.create({"cpu": 1}, image="shell", name="sh", maxWaitSeconds=10)
-    assert unregistered.json()["status"] == "RUNNING", unregistered.text  # not checked
+    # a name neither in the catalogue nor reported by an agent: refused, close names listed
+    unknown = await cluster.create({"cpu": 1}, image="shell", name="sh")
+    assert unknown.status_code == 400, unknown.text
+    problem = unknown.json()
+    assert (problem["field"], problem["received"]) == ("image", "shell"), problem
+    assert problem["detail"].startswith(
+        "Unknown image 'shell': not in the image catalogue and no agent of scaling group"
+        " default reports it; known images: demo-lib:1.0, demo-lib:2.0, python, python:3.11"
+    ), problem
+    typo = (await cluster.create({"cpu": 1}, image="pyhton:3.11", name="typo")).json()
+    assert typo["closeNames"] == ["python:3.11", "python"], typo
+    assert typo["detail"].endswith("did you mean python:3.11, python?"), typo
+    # reported by an agent (a process environment outside the catalogue): accepted
+    demo.images = [*demo.images, "shell"]
+    await demo.heartbeat()
+    reported = await cluster.create({"cpu": 1}, image="shell", name="sh", maxWaitSeconds=10)
+    assert reported.json()["status"] == "RUNNING", reported.text
 
 
 async def test_accelerator_support_and_minimum_resources(cluster: Cluster) -> None:
@@ -177,3 +192,29 @@ async def test_docker_image_absent_from_the_engine_goes_through_pulling(cluster:
     assert process.json()["detail"].endswith(
         "i-docker runs docker kernels; image demo-lib:1.0 needs the process runtime"
     )
+
+
+async def test_unknown_names_without_anything_to_judge_by(cluster: Cluster) -> None:
+    """No catalogue and no agent reporting images (no agent yet, or agents that report
+    none): a name is accepted and waits or runs as before.  A catalogue alone judges."""
+    early = await cluster.create({"cpu": 1}, image="anything:1", name="early", enqueueOnly=True)
+    assert early.status_code == 201, early.text
+    assert early.json()["status"] == "PENDING"
+    await cluster.add_agent("i-node01")  # a hollow agent reports no images
+    ran = await cluster.create({"cpu": 1}, image="other:2", name="ran", maxWaitSeconds=10)
+    assert ran.json()["status"] == "RUNNING", ran.text
+
+    await add_image(cluster, ref="python:3.11", aliases=["python"])
+    refused = await cluster.create({"cpu": 1}, image="other:2", name="refused")
+    assert refused.status_code == 400, refused.text
+    assert refused.json()["received"] == "other:2"
+    assert "known images: python, python:3.11" in refused.json()["detail"]
+
+
+async def test_a_docker_agent_takes_unknown_names_to_pull(cluster: Cluster) -> None:
+    engine = await cluster.add_agent("i-docker")
+    engine.runtime = "docker"
+    engine.images = ["lablup/python:3.11"]
+    await engine.heartbeat()
+    pulled = await cluster.create({}, image="lablup/other:1.0", name="pulled", maxWaitSeconds=10)
+    assert pulled.json()["status"] == "RUNNING", pulled.text

@@ -6,16 +6,20 @@ from dataclasses import replace
 from datetime import timedelta
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from accelshare.sched.images import (
     ImageRequirement,
     ImageRuleError,
     apply_minimum,
     check_accelerators,
+    close_names,
     image_refusal,
     is_valid_ref,
     resolve_image,
     split_ref,
+    unknown_image,
 )
 from accelshare.sched.plan import AgentSnapshot, FailureKind, SchedulingSnapshot, plan_pass
 
@@ -188,3 +192,60 @@ def test_pass_explains_a_missing_image_per_agent() -> None:
         "b: does not have image demo:2.0 (no such environment configured)",
     )
     assert "does not have image demo:2.0" in failure.scheduler_data(T0)["msg"]
+
+
+@pytest.mark.parametrize(
+    ("name", "catalogue", "reported", "pulls", "expected"),
+    [
+        pytest.param("pyhton", {"python"}, {"shell"}, False, True, id="nowhere"),
+        pytest.param("python", {"python"}, set(), False, False, id="in-the-catalogue"),
+        pytest.param("shell", {"python"}, {"shell"}, False, False, id="an-agent-reports-it"),
+        pytest.param("shell", set(), {"python"}, False, True, id="agents-only-judge"),
+        pytest.param("x", set(), set(), False, False, id="nothing-to-judge-by"),
+        pytest.param("lablup/x:1", {"python"}, {"shell"}, True, False, id="a-docker-agent-pulls"),
+    ],
+)
+def test_unknown_image(
+    name: str, catalogue: set[str], reported: set[str], pulls: bool, expected: bool
+) -> None:
+    assert unknown_image(name, catalogue=catalogue, reported=reported, pulls=pulls) is expected
+
+
+def test_close_names_by_spelling_and_repository() -> None:
+    known = {"python", "python:3.11", "demo-lib:1.0", "demo-lib:2.0", "shell"}
+    assert close_names("pyhton", known) == ["python", "python:3.11"]
+    assert close_names("python:3.12", known)[:2] == ["python:3.11", "python"]
+    assert close_names("demo-lib", known) == ["demo-lib:1.0", "demo-lib:2.0"]
+    assert close_names("shel", known, limit=1) == ["shell"]
+    assert close_names("cobol", known) == []
+    assert close_names("x", set()) == []
+
+
+NAMES = st.text(alphabet="abcdeyhlnopt:.-0123", min_size=1, max_size=12)
+
+
+@given(name=NAMES, known=st.sets(NAMES, max_size=12), limit=st.integers(0, 6))
+def test_close_names_are_known_distinct_bounded_and_exact_first(
+    name: str, known: set[str], limit: int
+) -> None:
+    found = close_names(name, known, limit)
+    assert set(found) <= known
+    assert len(found) == len(set(found)) <= limit
+    if name in known and limit > 0:
+        assert found[0] == name  # nothing is closer than the name itself
+
+
+@given(
+    name=NAMES,
+    catalogue=st.sets(NAMES, max_size=5),
+    reported=st.sets(NAMES, max_size=5),
+    pulls=st.booleans(),
+)
+def test_a_known_name_or_a_pulling_agent_is_never_unknown(
+    name: str, catalogue: set[str], reported: set[str], pulls: bool
+) -> None:
+    unknown = unknown_image(name, catalogue=catalogue, reported=reported, pulls=pulls)
+    if pulls or name in catalogue | reported or not (catalogue or reported):
+        assert not unknown
+    else:
+        assert unknown

@@ -1,11 +1,13 @@
-// Entry point: who is logged in, the hash router (#/sessions, #/agents), the login page.
+// Entry point: who is logged in, the hash router (#/sessions, #/history, #/agents), the login page.
 
 import { api, hasCsrfToken, login, logout, setUnauthorizedHandler } from "./api.js";
 import { mountAgents } from "./agents.js";
+import { mountHistory } from "./history.js";
 import { mountSessions } from "./sessions.js";
 
 const $ = (id) => document.getElementById(id);
-const PAGES = { sessions: mountSessions, agents: mountAgents };
+const PAGES = { sessions: mountSessions, history: mountHistory, agents: mountAgents };
+const TITLES = { sessions: "Sessions", history: "History", agents: "Agents" };
 
 const ctx = {
   me: null, // GET /whoami
@@ -74,7 +76,7 @@ function route() {
     if (link.dataset.page === name) link.setAttribute("aria-current", "page");
     else link.removeAttribute("aria-current");
   }
-  document.title = `${name === "agents" ? "Agents" : "Sessions"} · accelshare`;
+  document.title = `${TITLES[name]} · accelshare`;
   unmount = PAGES[name](ctx);
 }
 

@@ -279,14 +279,22 @@ export async function openLaunchDialog(ctx) {
           launched += 1;
         } catch (error) {
           failures.push(`${body.name ?? `session ${i}`}: ${error.message}`);
+          if (error.body?.field === "image") {
+            // the image itself was refused (unknown, or no agent can run it): the next
+            // sessions would be too; the reason goes under the field as well
+            setError(form.elements.image, $("err-image"), error.message);
+            break;
+          }
         }
       }
     } finally {
       submit.disabled = false;
     }
     if (failures.length) {
-      launchError.textContent = `${launched} launched, ${failures.length} refused — ${failures.join("; ")}`;
+      const refused = count - launched;
+      launchError.textContent = `${launched} launched, ${refused} refused — ${failures.join("; ")}`;
       launchError.hidden = false;
+      launchError.focus(); // a keyboard or screen-reader user lands on the server's reason
       return;
     }
     dialog.close();

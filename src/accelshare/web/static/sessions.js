@@ -89,7 +89,9 @@ function row(ctx, session, actions) {
   );
 }
 
-async function showLogs(session) {
+/** The logs dialog for ``session`` (also the history page's): the agent's output, read
+ * again on Refresh; an ended session shows what its agent kept, if anything. */
+export async function showLogs(session) {
   const dialog = $("logs-dialog");
   const text = $("logs-text");
   $("logs-title").textContent = `Logs of ${session.sessionName}`;
@@ -97,7 +99,8 @@ async function showLogs(session) {
     text.textContent = "Loading…";
     try {
       const answer = await api("GET", `/session/${encodeURIComponent(session.sessionId)}/logs`);
-      text.textContent = answer?.result?.logs || "(no output yet)";
+      const ended = FINAL.has(session.status) || session.status === "ERROR";
+      text.textContent = answer?.result?.logs || (ended ? "(no logs kept for this session)" : "(no output yet)");
     } catch (error) {
       text.textContent = `Could not read the logs: ${error.message}`;
     }
