@@ -247,11 +247,6 @@ def _event_stream(
     max_age_s = settings.poll_s / 2
 
     async def stream() -> AsyncIterator[bytes]:
-        with lease:
-            async for chunk in events():
-                yield chunk
-
-    async def events() -> AsyncIterator[bytes]:
         last: str | None = None
         last_sent = time.monotonic()
         last_check = time.monotonic()
