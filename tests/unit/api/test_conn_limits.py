@@ -4,9 +4,14 @@ reads of the event streams (accelshare.api.stream.SharedSnapshots)."""
 from __future__ import annotations
 
 import asyncio
+import json
+from types import SimpleNamespace
+from typing import Any
 
 import pytest
+from starlette.websockets import WebSocket
 
+from accelshare.api.app_proxy import _ws_lease
 from accelshare.api.conn_limits import (
     ConnectionKind,
     ConnectionLimits,
@@ -117,3 +122,38 @@ async def test_at_most_max_concurrent_reads_run_at_once() -> None:
     await asyncio.gather(*(shared.get(f"q{i}", 1, 10.0, read) for i in range(8)))
     assert peak == 2
     assert shared.reads == 8
+
+
+async def _handshake(extensions: dict[str, Any]) -> list[dict[str, Any]]:
+    """The ASGI messages the app proxy sends to a WebSocket handshake over its limit."""
+    limits = ConnectionLimits(ConnectionSettings(max_terminals_per_user=1))
+    held = limits.acquire(TERMINAL, "alice")
+    sent: list[dict[str, Any]] = []
+
+    async def receive() -> dict[str, Any]:
+        return {"type": "websocket.connect"}
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    app = SimpleNamespace(state=SimpleNamespace(connection_limits=limits))
+    scope = {"type": "websocket", "path": "/session/s/terminal", "headers": [], "app": app}
+    socket = WebSocket({**scope, "extensions": extensions}, receive, send)
+    identity = SimpleNamespace(user_id="alice")
+    assert await _ws_lease(socket, TERMINAL, identity) is None  # type: ignore[arg-type]
+    assert limits.total == 1  # the refused handshake took nothing
+    held.release()
+    return sent
+
+
+async def test_a_websocket_over_its_limit_gets_an_http_429_or_close_code_4429() -> None:
+    denial = await _handshake({"websocket.http.response": {}})
+    assert denial[0]["type"] == "websocket.http.response.start"
+    assert denial[0]["status"] == 429
+    body = json.loads(b"".join(m.get("body", b"") for m in denial[1:]))
+    assert (body["limit"], body["limit_value"], body["held"]) == ("max-terminals-per-user", 1, 1)
+    # A server without the denial-response extension: accepted, then closed with 4429.
+    closed = await _handshake({})
+    assert [m["type"] for m in closed] == ["websocket.accept", "websocket.close"]
+    assert closed[1]["code"] == 4429
+    assert "max-terminals-per-user is 1" in closed[1]["reason"]
