@@ -67,6 +67,7 @@ from . import (
 )
 from .app_origin import AppOrigin, AppsOriginMiddleware
 from .auth import Authenticator, AuthSettings, CurrentIdentity
+from .conn_limits import ConnectionLimits, ConnectionSettings
 from .gql_limits import GraphQLLimits
 from .limits import PathCheck, install_body_limit
 from .login_throttle import LoginThrottle, ThrottleSettings
@@ -78,6 +79,7 @@ __all__ = [
     "auth_settings_from_config",
     "cluster_secret_from_config",
     "config_store_settings",
+    "connection_limits_from_config",
     "create_app",
     "create_manager_app",
     "graphql_limits_from_config",
@@ -98,6 +100,7 @@ def create_app(
     apps: AppOrigin | None = None,
     graphql_limits: GraphQLLimits | None = None,
     login_throttle: LoginThrottle | None = None,
+    connection_limits: ConnectionLimits | None = None,
 ) -> FastAPI:
     """The application with authentication, problem+json errors and the base routes
     (plus the control plane's routes when a ``manager`` is given).  ``apps``: app pages
@@ -109,6 +112,7 @@ def create_app(
     app.state.apps = apps
     app.state.graphql_limits = graphql_limits or GraphQLLimits()
     app.state.login_throttle = login_throttle or LoginThrottle()
+    app.state.connection_limits = connection_limits or ConnectionLimits()
     if apps is not None:
         if db is not None and apps.used_tokens is None:
             # single-use hand-off tokens across the replicas sharing the database
@@ -210,6 +214,20 @@ def login_throttle_from_config(config: ManagerConfig) -> LoginThrottle:
             max_per_address=section.max_failures_per_address,
             max_per_account_address=section.max_failures_per_account_address,
             max_per_account=section.max_failures_per_account,
+        )
+    )
+
+
+def connection_limits_from_config(config: ManagerConfig) -> ConnectionLimits:
+    """``[api.connections]``."""
+    section = config.api.connections
+    return ConnectionLimits(
+        ConnectionSettings(
+            max_event_streams_per_user=section.max_event_streams_per_user,
+            max_terminals_per_user=section.max_terminals_per_user,
+            max_app_websockets_per_user=section.max_app_websockets_per_user,
+            max_total=section.max_total,
+            retry_after_s=section.retry_after,
         )
     )
 
@@ -320,6 +338,7 @@ async def create_manager_app(
         apps=apps_origin_from_config(config, cookie_secret=secret),
         graphql_limits=graphql_limits_from_config(config),
         login_throttle=login_throttle_from_config(config),
+        connection_limits=connection_limits_from_config(config),
     )
 
     @asynccontextmanager

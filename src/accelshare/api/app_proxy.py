@@ -15,7 +15,10 @@ the console's login cookie.  A WebSocket with the cookie must come from the mana
 origin (``Origin`` host = ``Host``), or any page could open a terminal in the user's name.
 WebSockets are refused after the handshake with a close code: 4401 not authenticated,
 4403 not allowed (or foreign origin), 4404 no such session (or ended), 4409 not running,
-4502 the agent cannot be reached; the reason says which.
+4502 the agent cannot be reached; the reason says which.  Terminals and app WebSockets
+count against ``[api.connections]``'s per-user limits (:mod:`.conn_limits`): beyond one,
+the handshake is answered with 429 problem+json (close code 4429 where the server cannot
+send an HTTP answer to a WebSocket); the slot is given back when the WebSocket ends.
 
 The app's requests never carry the caller's ``Authorization`` or login cookie on to the
 service.  On the apps origin an app's own cookies go both ways (its ``Set-Cookie`` kept
@@ -49,8 +52,16 @@ from accelshare.manager.sessions import ProxyTarget
 
 from .app_origin import APP_COOKIE, AUTH_PATH, AppOrigin, AppTokenError, HandOff, is_apps_request
 from .auth import Authenticator, AuthMethod, CurrentIdentity, Identity, current_identity
+from .conn_limits import ConnectionKind, ConnectionLimits, Lease, TooManyConnections
 from .deps import ManagerDep, get_manager
-from .problems import Forbidden, NotFound, Problem, ServiceUnavailable, Unauthorized
+from .problems import (
+    Forbidden,
+    NotFound,
+    Problem,
+    ServiceUnavailable,
+    Unauthorized,
+    problem_response,
+)
 
 __all__ = ["router"]
 
@@ -122,11 +133,13 @@ class _WsRefusal(Exception):
         self.reason = reason
 
 
-async def _ws_target(websocket: WebSocket, ref: str, *, app: bool = False) -> ProxyTarget:
+async def _ws_target(
+    websocket: WebSocket, ref: str, *, app: bool = False
+) -> tuple[Identity, ProxyTarget]:
     try:
         identity = await _ws_identity(websocket, ref, app=app)
         manager = get_manager(websocket)  # type: ignore[arg-type]
-        return await manager.sessions.proxy_target(identity, ref)
+        return identity, await manager.sessions.proxy_target(identity, ref)
     except (Problem, ManagerError) as e:
         raise _WsRefusal(_WS_CODES.get(e.status, 4500), str(e)) from None
 
@@ -135,6 +148,19 @@ async def _refuse(websocket: WebSocket, code: int, reason: str) -> None:
     await websocket.accept()
     # A close reason is at most 123 bytes.
     await websocket.close(code=code, reason=reason.encode()[:120].decode(errors="ignore"))
+
+
+async def _ws_lease(websocket: WebSocket, kind: ConnectionKind, identity: Identity) -> Lease | None:
+    """A connection slot, or None once the handshake got its 429."""
+    limits: ConnectionLimits = websocket.app.state.connection_limits
+    try:
+        return limits.acquire(kind, str(identity.user_id))
+    except TooManyConnections as e:
+        if "websocket.http.response" in websocket.scope.get("extensions", {}):
+            await websocket.send_denial_response(problem_response(e, websocket.url.path))
+        else:
+            await _refuse(websocket, 4429, e.detail)
+        return None
 
 
 async def _relay(websocket: WebSocket, upstream_url: str, headers: dict[str, str]) -> None:
@@ -186,7 +212,7 @@ async def _relay(websocket: WebSocket, upstream_url: str, headers: dict[str, str
 @router.websocket("/session/{ref}/terminal")
 async def session_terminal(websocket: WebSocket, ref: str) -> None:
     try:
-        target = await _ws_target(websocket, ref)
+        identity, target = await _ws_target(websocket, ref)
     except _WsRefusal as e:
         await _refuse(websocket, e.code, e.reason)
         return
@@ -195,7 +221,13 @@ async def session_terminal(websocket: WebSocket, ref: str) -> None:
     base = base.replace("https://", "wss://", 1)
     query = websocket.url.query
     url = f"{base}/v1/kernels/{target.kernel_id}/terminal" + (f"?{query}" if query else "")
-    await _relay(websocket, url, {CLUSTER_SECRET_HEADER: manager.sessions.client.cluster_secret})
+    lease = await _ws_lease(websocket, ConnectionKind.TERMINAL, identity)
+    if lease is None:
+        return
+    with lease:
+        await _relay(
+            websocket, url, {CLUSTER_SECRET_HEADER: manager.sessions.client.cluster_secret}
+        )
 
 
 # -- the apps origin (api/app_origin.py) --------------------------------------------------------
@@ -462,7 +494,7 @@ for _method in ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"):
 @router.websocket("/session/{ref}/apps/{name}/{path:path}")
 async def session_app_ws(websocket: WebSocket, ref: str, name: str, path: str) -> None:
     try:
-        target = await _ws_target(websocket, ref, app=True)
+        identity, target = await _ws_target(websocket, ref, app=True)
         base = _service_base(target, name, ref).replace("http://", "ws://", 1)
     except _WsRefusal as e:
         await _refuse(websocket, e.code, e.reason)
@@ -471,4 +503,8 @@ async def session_app_ws(websocket: WebSocket, ref: str, name: str, path: str) -
         await _refuse(websocket, _WS_CODES.get(e.status, 4500), str(e))
         return
     query = websocket.url.query
-    await _relay(websocket, f"{base}/{path}" + (f"?{query}" if query else ""), {})
+    lease = await _ws_lease(websocket, ConnectionKind.APP_WEBSOCKET, identity)
+    if lease is None:
+        return
+    with lease:
+        await _relay(websocket, f"{base}/{path}" + (f"?{query}" if query else ""), {})

@@ -8,7 +8,14 @@
 How it works: a stream re-reads the database (and, for agents, asks each agent for its
 live map and stats) after each :class:`~accelshare.manager.hub.ChangeHub` wake-up and
 at least every ``poll_s`` (the fallback that also sees changes made by another manager
-replica), and sends an event only when the answer differs from the last one sent.  A
+replica), and sends an event only when the answer differs from the last one sent.
+Streams asking the same question (the same caller's visibility and parameters) share
+one read per wake-up (:class:`SharedSnapshots`), and at most ``max_concurrent_reads``
+reads of all streams run at once, so that streams never hold more than that many of
+the database pool's connections: requests and agent heartbeats keep the rest (150 streams
+each running its own query after every change once took the whole pool; docs/reliability.md).
+Each stream holds a slot of ``[api.connections] max-event-streams-per-user``
+(:mod:`.conn_limits`): 429 beyond it; the slot is given back when the stream ends.  A
 ``: keepalive`` comment goes out after ``keepalive_s`` of silence so that proxies keep
 the connection open.  Every ``recheck_s`` the caller's keypair and user are read again:
 a deactivated key or user gets ``event: error`` (``{reason, detail}``) and the stream
@@ -27,14 +34,15 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Awaitable, Callable, Hashable
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Annotated, Any
 
 import sqlalchemy as sa
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import StreamingResponse
+from starlette.types import Receive, Scope, Send
 
 from accelshare.manager.agents import agent_json
 from accelshare.manager.models import Agent, AgentStatus, Kernel, Session, UserStatus
@@ -43,10 +51,11 @@ from accelshare.sched.lifecycle import FINAL_STATUSES, SessionStatus
 
 from .agents import hide_other_domains
 from .auth import AdminIdentity, Authenticator, CurrentIdentity, Identity
+from .conn_limits import ConnectionKind, ConnectionLimits, Lease
 from .deps import ManagerDep
 from .problems import InvalidAPIParameters
 
-__all__ = ["StreamSettings", "close_streams", "parse_statuses", "router"]
+__all__ = ["SharedSnapshots", "StreamSettings", "close_streams", "parse_statuses", "router"]
 
 router = APIRouter(prefix="/events", tags=["events"])
 
@@ -56,6 +65,73 @@ class StreamSettings:
     poll_s: float = 2.0  # re-read at least this often (other replicas, agent stats)
     keepalive_s: float = 15.0
     recheck_s: float = 30.0  # re-read the caller's keypair and user this often
+    max_concurrent_reads: int = 4  # database reads of all streams together
+
+
+Snapshot = dict[str, Any]
+
+
+@dataclass(slots=True)
+class _Read:
+    version: int  # the hub's version when the read started
+    started: float  # time.monotonic()
+    result: asyncio.Future[Snapshot]
+
+
+@dataclass
+class SharedSnapshots:
+    """One database read per question and wake-up, shared by the streams asking it.
+
+    :meth:`get` answers with a read of ``key`` that started after the hub's latest
+    publish and less than ``max_age_s`` ago, running a new one (through a semaphore of
+    ``max_concurrent`` reads) otherwise.  A stream cancelled while it waits does not
+    cancel the read the others wait for.
+    """
+
+    max_concurrent: int = 4
+    reads: int = 0  # reads run (tests and docs/reliability.md's figures)
+    _entries: dict[Hashable, _Read] = field(default_factory=dict)
+    _gate: asyncio.Semaphore | None = None
+    _last_sweep: float = 0.0
+
+    async def get(
+        self,
+        key: Hashable,
+        version: int,
+        max_age_s: float,
+        read: Callable[[], Awaitable[Snapshot]],
+    ) -> Snapshot:
+        now = time.monotonic()
+        self._sweep(now, max_age_s)
+        entry = self._entries.get(key)
+        if entry is None or entry.version != version or now - entry.started >= max_age_s:
+            future = asyncio.ensure_future(self._read(read))
+            future.add_done_callback(_retrieve)
+            entry = _Read(version, now, future)
+            self._entries[key] = entry
+        return await asyncio.shield(entry.result)
+
+    async def _read(self, read: Callable[[], Awaitable[Snapshot]]) -> Snapshot:
+        if self._gate is None:
+            self._gate = asyncio.Semaphore(self.max_concurrent)
+        async with self._gate:
+            self.reads += 1
+            return await read()
+
+    def _sweep(self, now: float, max_age_s: float) -> None:
+        """Forget finished reads too old to be shared (questions no stream asks now)."""
+        if now - self._last_sweep < max(max_age_s, 1.0):
+            return
+        self._last_sweep = now
+        for key, entry in list(self._entries.items()):
+            if entry.result.done() and now - entry.started >= max_age_s:
+                del self._entries[key]
+
+
+def _retrieve(future: asyncio.Future[Snapshot]) -> None:
+    """Mark a failed read's error as seen (its waiters got it; none may be left)."""
+    if not future.cancelled():
+        future.exception()
 
 
 def close_streams(app: Any) -> None:
@@ -86,6 +162,29 @@ def _closing(request: Request) -> bool:
 def _settings(request: Request) -> StreamSettings:
     settings = getattr(request.app.state, "stream_settings", None)
     return settings if isinstance(settings, StreamSettings) else StreamSettings()
+
+
+def _shared(request: Request, settings: StreamSettings) -> SharedSnapshots:
+    shared = getattr(request.app.state, "stream_snapshots", None)
+    if not isinstance(shared, SharedSnapshots):
+        shared = SharedSnapshots(max_concurrent=settings.max_concurrent_reads)
+        request.app.state.stream_snapshots = shared
+    return shared
+
+
+class _LeasedStream(StreamingResponse):
+    """A stream holding a connection slot, given back however the response ends (also
+    when the client left before its body started, so the generator never ran)."""
+
+    def __init__(self, content: AsyncIterator[bytes], lease: Lease, **kwargs: Any) -> None:
+        super().__init__(content, **kwargs)
+        self.lease = lease
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            self.lease.release()
 
 
 def parse_statuses(status: str | None) -> list[SessionStatus] | None:
@@ -135,11 +234,17 @@ def _event_stream(
     identity: Identity,
     manager: Manager,
     event: str,
-    snapshot: Callable[[], Awaitable[dict[str, Any]]],
+    key: Hashable,
+    snapshot: Callable[[], Awaitable[Snapshot]],
 ) -> StreamingResponse:
-    """Send ``snapshot()`` as ``event`` now and whenever it changes (see the module doc)."""
+    """Send ``snapshot()`` as ``event`` now and whenever it changes (see the module doc);
+    ``key``: the question ``snapshot`` answers (streams with equal keys share reads)."""
     settings = _settings(request)
     authenticator: Authenticator = request.app.state.authenticator
+    limits: ConnectionLimits = request.app.state.connection_limits
+    shared = _shared(request, settings)
+    lease = limits.acquire(ConnectionKind.EVENT_STREAM, str(identity.user_id))
+    max_age_s = settings.poll_s / 2
 
     async def stream() -> AsyncIterator[bytes]:
         last: str | None = None
@@ -147,7 +252,7 @@ def _event_stream(
         last_check = time.monotonic()
         yield f"retry: {int(settings.poll_s * 1000)}\n\n".encode()
         while not _closing(request):
-            body = await snapshot()
+            body = await shared.get((event, key), manager.hub.version, max_age_s, snapshot)
             fingerprint = json.dumps(body, sort_keys=True, default=str)
             if fingerprint != last:
                 last = fingerprint
@@ -165,8 +270,9 @@ def _event_stream(
             await manager.hub.wait(settings.poll_s)
             await asyncio.sleep(0)  # let a burst of publishes settle into one re-read
 
-    return StreamingResponse(
+    return _LeasedStream(
         stream(),
+        lease,
         media_type="text/event-stream",
         headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
     )
@@ -189,7 +295,15 @@ async def session_stream(
         listed = await manager.sessions.list_sessions(identity, statuses=statuses, limit=limit)
         return {"items": listed["items"], "total": listed["total"]}
 
-    return _event_stream(request, identity, manager, "sessions", snapshot)
+    key = (
+        identity.user_id,
+        identity.access_key,
+        identity.role,
+        identity.domain_name,
+        status,
+        limit,
+    )
+    return _event_stream(request, identity, manager, "sessions", key, snapshot)
 
 
 async def _kernel_holders(manager: Manager) -> dict[str, dict[str, Any]]:
@@ -262,4 +376,5 @@ async def agent_stream(
             views = [{**v, "allocMap": m} for v, m in zip(views, maps, strict=True)]
         return {"items": list(views), "kernels": kernels}
 
-    return _event_stream(request, identity, manager, "agents", snapshot)
+    key = (identity.is_superadmin, identity.domain_name, scaling_group)
+    return _event_stream(request, identity, manager, "agents", key, snapshot)

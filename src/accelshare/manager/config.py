@@ -32,6 +32,13 @@ file (or none) gives an embedded SQLite manager under ``./.accelshare``::
     max-failures-per-account-address = 5
     max-failures-per-account = 50
 
+    [api.connections]                      # long-lived connections (docs/reliability.md)
+    max-event-streams-per-user = 32
+    max-terminals-per-user = 16
+    max-app-websockets-per-user = 64
+    max-total = 2048                       # all users together
+    retry-after = 5
+
     [apps]                                 # app pages on an origin of their own (docs/manager.md)
     listen-addr = "0.0.0.0:8091"           # a second listener for them, and/or
     origin = "https://apps.example.com"    # the origin browsers use (a host name routed here)
@@ -213,6 +220,19 @@ class LoginThrottleConfig(_Section):
     max_failures_per_account: int = Field(default=50, ge=1)
 
 
+class ConnectionLimitsConfig(_Section):
+    """``[api.connections]``: long-lived connections (event streams, web terminals, app
+    WebSockets) a user may hold at once, each kind counted per user; ``max-total``: all
+    kinds of all users together on this manager; ``retry-after``: seconds in the
+    ``Retry-After`` of a ``max-total`` refusal (docs/reliability.md)."""
+
+    max_event_streams_per_user: int = Field(default=32, ge=1, le=100_000)
+    max_terminals_per_user: int = Field(default=16, ge=1, le=100_000)
+    max_app_websockets_per_user: int = Field(default=64, ge=1, le=100_000)
+    max_total: int = Field(default=2048, ge=1, le=1_000_000)
+    retry_after: int = Field(default=5, ge=1, le=3600)
+
+
 class ApiConfig(_Section):
     max_clock_skew: float = Field(default=900.0, gt=0)  # ±15 minutes
     session_cookie_name: str = "accelshare_session"
@@ -221,6 +241,7 @@ class ApiConfig(_Section):
     session_cookie_secret_file: Path | None = None  # default <data-dir>/cookie-secret
     graphql: GraphQLLimitsConfig = GraphQLLimitsConfig()
     login: LoginThrottleConfig = LoginThrottleConfig()
+    connections: ConnectionLimitsConfig = ConnectionLimitsConfig()
 
 
 _WILDCARD_HOSTS = frozenset({"0.0.0.0", "::", "*"})

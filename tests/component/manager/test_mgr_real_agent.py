@@ -52,11 +52,13 @@ async def real_cluster(
     extra_toml: str = "",
     agent_container_toml: str = "",
     agent_plugins_toml: str = MOCK_PLUGINS,
+    manager_toml: str = "",
 ) -> AsyncIterator[httpx.AsyncClient]:
     """A manager process and one agent process; ``extra_toml`` is appended to both
     files (e.g. a ``[redis]`` table), ``agent_container_toml`` to the agent's
     ``[container]`` table, ``agent_plugins_toml`` (the mock GPUs of two-fgpu.toml by
-    default) to its ``[agent]`` table.  cuda's allocation_mode is fractional."""
+    default) to its ``[agent]`` table, ``manager_toml`` to the manager's file only (an
+    ``[api.connections]`` table...).  cuda's allocation_mode is fractional."""
     port, rpc_port = free_port(), free_port()
     store_path = tmp_path / "config-store.db"
     async with ConfigStore(EmbeddedBackend(store_path)) as store:
@@ -64,7 +66,7 @@ async def real_cluster(
     (tmp_path / "manager.toml").write_text(
         f'[manager]\ndata-dir = "{tmp_path / "state"}"\nservice-addr = "127.0.0.1:{port}"\n'
         f'cluster-secret = "{SECRET}"\n[db]\nurl = "{db_url}"\n'
-        f'[config-store]\npath = "{store_path}"\n' + extra_toml
+        f'[config-store]\npath = "{store_path}"\n' + extra_toml + manager_toml
     )
     (tmp_path / "agent.toml").write_text(
         f'[agent]\nid = "i-node01"\nrpc-listen-addr = "127.0.0.1:{rpc_port}"\n'

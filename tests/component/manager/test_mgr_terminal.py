@@ -6,6 +6,7 @@ and an anonymous caller's access runs against it, then again after the session e
 
 from __future__ import annotations
 
+import asyncio
 import json
 import shlex
 import socket
@@ -15,7 +16,7 @@ from pathlib import Path
 import httpx
 import pytest
 import websockets
-from websockets.exceptions import ConnectionClosed
+from websockets.exceptions import ConnectionClosed, InvalidStatus
 
 from accelshare.testing.terminal import TerminalScreen
 
@@ -245,3 +246,117 @@ async def test_app_service_proxied_for_its_owner_only(admin: httpx.AsyncClient) 
     await anonymous.aclose()
     await owner.aclose()
     await other.aclose()
+
+
+async def ws_refusal(url: str, headers: dict[str, str]) -> tuple[int, dict[str, str], bytes]:
+    """The HTTP answer to a WebSocket handshake the server refused."""
+    with pytest.raises(InvalidStatus) as refused:
+        async with websockets.connect(url, additional_headers=headers):
+            pass
+    response = refused.value.response
+    return response.status_code, dict(response.headers), response.body or b""
+
+
+async def drain(ws: websockets.ClientConnection) -> None:
+    """Read until the server closes ``ws`` (ConnectionClosed), for at most 15 s."""
+    async with asyncio.timeout(15):
+        while True:
+            await ws.recv()
+
+
+async def test_terminals_and_app_websockets_beyond_the_per_user_limit_get_429(
+    sqlite_url: str, tmp_path: Path
+) -> None:
+    limits = "[api.connections]\nmax-terminals-per-user = 2\nmax-app-websockets-per-user = 1\n"
+    async with real_cluster(sqlite_url, tmp_path, manager_toml=limits) as admin:
+        owner = await make_user(admin, "owner@example.com")
+        ws_port = _free_port()
+        body = {
+            "image": "python",
+            "name": "web",
+            "type": "batch",
+            "startupCommand": f"-c {shlex.quote(APP_SCRIPT)}",
+            "maxWaitSeconds": 30,
+            "config": {
+                "resources": {"cpu": 1, "mem": "256m"},
+                "service_ports": [
+                    {"name": "web", "protocol": "http", "port": _free_port()},
+                    {"name": "echo", "protocol": "http", "port": ws_port},
+                ],
+            },
+        }
+        created = await owner.post("/session", json=body)
+        assert created.status_code == 201, created.text
+        sid = created.json()["sessionId"]
+        term, echo = f"/session/{sid}/terminal", f"/session/{sid}/apps/echo/ws"
+
+        async def terminal() -> websockets.ClientConnection:
+            ws = await websockets.connect(
+                ws_url(owner, term), additional_headers=signed_headers(owner, term)
+            )
+            await ws.send(b"echo up\r")
+            await TerminalScreen(ws).until("up")
+            return ws
+
+        first, second = await terminal(), await terminal()
+        status, headers, raw = await ws_refusal(ws_url(owner, term), signed_headers(owner, term))
+        assert status == 429
+        assert headers["content-type"] == "application/problem+json"
+        problem = json.loads(raw)
+        assert (problem["limit"], problem["limit_value"], problem["held"]) == (
+            "max-terminals-per-user",
+            2,
+            2,
+        )
+        assert problem["kind"] == "terminal"
+        # The apps' count is its own: one echo WebSocket while two terminals are open.
+        from accelshare.testing.waiting import until
+
+        async def echo_ws() -> websockets.ClientConnection | None:
+            try:
+                ws = await websockets.connect(
+                    ws_url(owner, echo), additional_headers=signed_headers(owner, echo)
+                )
+            except InvalidStatus as e:
+                if e.response.status_code != 429:
+                    raise
+                return None
+            try:
+                await ws.send("ping")
+                if await ws.recv() == "echo:ping":
+                    return ws
+            except ConnectionClosed:
+                pass  # the app is not listening yet (4502 / closed)
+            await ws.close()
+            return None
+
+        app_ws = await until(echo_ws, "the echo app", timeout_s=15, interval_s=0.2)
+        status, _, raw = await ws_refusal(ws_url(owner, echo), signed_headers(owner, echo))
+        assert status == 429
+        assert json.loads(raw)["limit"] == "max-app-websockets-per-user"
+        # Closing gives the slots back: by the client, and by the kernel's side ending.
+        await first.close()
+        await app_ws.close()
+
+        async def opens() -> websockets.ClientConnection | None:
+            try:
+                return await terminal()
+            except InvalidStatus:
+                return None
+
+        third = await until(opens, "a terminal slot given back", timeout_s=10, interval_s=0.1)
+        await until(echo_ws, "an app slot given back", timeout_s=10, interval_s=0.1)
+        assert (await owner.delete(f"/session/{sid}")).json()["status"] == "TERMINATED"
+        for ws in (second, third):  # the session ended: the manager closes the relays
+            with pytest.raises(ConnectionClosed):
+                await drain(ws)
+        created = await owner.post("/session", json={**body, "name": "web2"})
+        assert created.status_code == 201, created.text
+        term2 = f"/session/{created.json()['sessionId']}/terminal"
+        for _ in range(2):  # both slots are free again
+            ws = await websockets.connect(
+                ws_url(owner, term2), additional_headers=signed_headers(owner, term2)
+            )
+            await ws.send(b"echo again\r")
+            await TerminalScreen(ws).until("again")
+        await owner.aclose()

@@ -41,6 +41,13 @@ def test_defaults_are_an_embedded_sqlite_manager() -> None:
         "max_failures_per_account_address": 5,
         "max_failures_per_account": 50,
     }
+    assert config.api.connections.model_dump() == {
+        "max_event_streams_per_user": 32,
+        "max_terminals_per_user": 16,
+        "max_app_websockets_per_user": 64,
+        "max_total": 2048,
+        "retry_after": 5,
+    }
     assert config.manager.service_host_port == ("127.0.0.1", 8081)
     assert config.bootstrap.admin_email == "admin@accelshare.local"
 
@@ -133,6 +140,18 @@ def test_other_components_sections_are_left_alone(tmp_path: Path) -> None:
             "api.login.max-failures-per-account",
             "greater than or equal to 1",
             id="login-account",
+        ),
+        pytest.param(
+            "[api.connections]\nmax-terminals-per-user = 0\n",
+            "api.connections.max-terminals-per-user",
+            "greater than or equal to 1",
+            id="connections-terminals",
+        ),
+        pytest.param(
+            "[api.connections]\nmax-streams = 3\n",
+            "api.connections.max-streams",
+            "unknown",
+            id="connections-typo",
         ),
         pytest.param("[db\n", "<syntax>", "TOML", id="syntax"),
     ],
