@@ -491,7 +491,8 @@ def test_history_keeps_ended_sessions_with_reason_and_logs(page: Any, console: C
                 "image": "python",
                 "name": "never-ran",
                 "enqueueOnly": True,
-                "config": {"resources": {"cuda.shares": "9"}},  # more than 2 × 1.0 fGPU
+                "waitForAgents": True,  # more than 2 × 1.0 fGPU: no agent could hold it
+                "config": {"resources": {"cuda.shares": "9"}},
             },
         )
         assert user.delete(f"/session/{waiting}").json()["status"] == "CANCELLED"
@@ -536,6 +537,7 @@ def test_history_pages_through_a_long_history(page: Any, console: Console) -> No
                 "image": "python",
                 "name": f"paged-{i:02}",
                 "enqueueOnly": True,
+                "waitForAgents": True,  # queued (no agent could hold it), then cancelled
                 "config": {"resources": {"cuda.shares": "9"}},
             },
         )
