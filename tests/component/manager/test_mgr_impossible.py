@@ -86,3 +86,17 @@ async def test_each_agent_is_dry_run_until_one_could_hold_it(cluster: Cluster) -
     assert response.status_code == 201, response.text
     body = await cluster.wait_status("odd", "RUNNING")
     assert body["kernels"][0]["agentId"] == "i-b"
+
+
+async def test_the_verdict_follows_an_agent_whose_devices_changed(cluster: Cluster) -> None:
+    """The enqueue keeps each agent's parsed maps while they stay the same; an agent that
+    comes back with more GPUs (new maps, same id) is judged by its new ones at once."""
+    agent = await cluster.add_agent("i-node01")  # two GPUs
+    first = await cluster.create({"cpu": 1, "mem": "1g", "cuda.shares": 3})
+    assert first.status_code == 400, first.text
+    again = await cluster.create({"cpu": 1, "mem": "1g", "cuda.shares": 3})
+    assert again.json()["largest"]["cuda.shares"] == "2"  # the same maps: the same verdict
+    cluster.hollow.remove(agent)
+    await cluster.add_agent("i-node01", mock_config=FOUR_FGPU)  # restarted with four
+    grown = await cluster.create({"cpu": 1, "mem": "1g", "cuda.shares": 3}, enqueueOnly=True)
+    assert grown.status_code == 201, grown.text
