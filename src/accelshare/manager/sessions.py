@@ -1167,20 +1167,21 @@ async def _empty_ledgers(
     layout is what :func:`fits_capacity` judges), read from the database only for
     agents whose maps changed since they were last read here."""
     found: dict[str, DeviceLedger] = {}
-    stale: list[_GroupAgent] = []
+    stale: list[tuple[_GroupAgent, tuple[Any, ...]]] = []
     for agent in agents:
+        key = _maps_key(agent)
         entry = _empty_ledgers_cache.get(agent.id)
-        if entry is not None and entry[0] == _maps_key(agent):
+        if entry is not None and entry[0] == key:
             found[agent.id] = entry[1]
         else:
-            stale.append(agent)
+            stale.append((agent, key))
     if stale:
-        views = await _agent_views(db, [a.id for a in stale])
+        views = await _agent_views(db, [a.id for a, _ in stale])
         if len(_empty_ledgers_cache) + len(stale) > _EMPTY_LEDGERS_MAX:
             _empty_ledgers_cache.clear()
-        for agent in stale:
+        for agent, key in stale:
             ledger = DeviceLedger(agent.id, reported_map_states(views.get(agent.id)))
-            _empty_ledgers_cache[agent.id] = (_maps_key(agent), ledger)
+            _empty_ledgers_cache[agent.id] = (key, ledger)
             found[agent.id] = ledger
     return found
 

@@ -290,7 +290,6 @@ class CudaPlugin:
         # Each stats tick is also written here for the sessions' nvidia-smi (None: not).
         self.stats_file = stats_file
         self.python = python
-        self._driver_version, self._cuda_version = driver_version, cuda_version
         # How fractional shares are enforced: "mps", or "none" with the reason.
         self.enforcement = (
             enforcement if options.allocation_mode is AllocationMode.FRACTIONAL else ""
@@ -361,8 +360,8 @@ class CudaPlugin:
                 held,
                 attached,
                 self.options,
-                driver_version=self._driver_version or "N/A",
-                cuda_version=self._cuda_version or "N/A",
+                driver_version=str(self._inventory.extra_info["nvidia_driver"] or "N/A"),
+                cuda_version=str(self._inventory.extra_info["cuda_runtime"] or "N/A"),
                 stats_file=self.stats_file,
                 python=self.python,
                 fallback=True,
@@ -384,8 +383,9 @@ class CudaPlugin:
             return {}
         status = {"enforcement": self.enforcement}
         if self.mps is not None:
-            status.update({f"mps_{k}": v for k, v in self.mps.status().items()})
-            status["mps"] = describe_status(self.mps.status())
+            daemon = self.mps.status()
+            status.update({f"mps_{k}": v for k, v in daemon.items()})
+            status["mps"] = describe_status(daemon)
         return status
 
     def _samples(self) -> dict[str, DeviceSample]:
