@@ -93,6 +93,8 @@ from .runtime import (
     RuntimeUnavailable,
     default_environments,
 )
+from .runtime.sandbox import SandboxConfig, hidden_defaults
+from .runtime.sandbox import probe as probe_sandbox
 from .scratch import is_valid_kernel_id
 from .state_files import (
     AgentLock,
@@ -195,6 +197,8 @@ class AgentService:
         self._loaded: LoadedPlugins | None = None
         self._ledger: AllocLedger | None = None
         self._runtime: KernelRuntime | None = None
+        # Why sessions are not sandboxed (process runtime): then one user's at a time.
+        self._unsandboxed: str | None = None
         self._stats: StatsCollector | None = None
         self._link: ManagerLink | None = None
         self._bus = bus  # the Redis bus (None: stats by RPC, events over HTTP only)
@@ -362,6 +366,13 @@ class AgentService:
                     publish_host=publish_host,
                 )
             )
+        sandbox = await self._sandbox()
+        publish_host = "127.0.0.1"
+        if sandbox is not None:
+            try:
+                publish_host = await asyncio.to_thread(proxy_address, rpc_url_of(self.config))
+            except ValueError as e:
+                raise RuntimeUnavailable(f"process runtime (sandboxed): {e}") from e
         return ProcessRuntime(
             ProcessRuntimeConfig(
                 scratch_root=self.scratch_root,
@@ -369,12 +380,56 @@ class AgentService:
                 use_cgroups=container.use_cgroups,
                 cgroup_parent=container.cgroup_parent,
                 rlimit_memory=container.rlimit_memory,
-                isolate_namespaces=container.isolate_namespaces,
+                sandbox=sandbox,
+                publish_host=publish_host,
                 stop_grace_s=container.stop_grace_s,
                 prespawn_launchers=container.prespawn_launchers,
                 fork_server=container.launcher_fork_server,
             )
         )
+
+    async def _sandbox(self) -> SandboxConfig | None:
+        """The process runtime's sandbox (``[container] sandbox``), or None: then the
+        agent says loudly that sessions are not isolated and holds one user's only."""
+        container = self.config.container
+        if container.sandbox == "off":
+            why = "[container] sandbox = 'off'"
+        else:
+            hidden = [self.config.source_path, self.config.agent.cluster_secret_file]
+            config = SandboxConfig(
+                uid=container.kernel_uid,
+                gid=container.kernel_gid,
+                network=container.sandbox_network,
+                ro_paths=tuple(container.sandbox_ro_paths),
+                hidden=hidden_defaults(p for p in hidden if p is not None),
+            )
+            problem = await asyncio.to_thread(probe_sandbox, config)
+            if problem is None:
+                uid, gid = config.effective_ids()
+                log.info(
+                    "sessions are sandboxed (bubblewrap): uid %d, gid %d, network %s%s",
+                    uid,
+                    gid,
+                    config.network,
+                    ""
+                    if os.geteuid() == 0
+                    else " (the agent is not root: kernels run as"
+                    " its own user, in a user namespace)",
+                )
+                return config
+            if container.sandbox == "required":
+                raise RuntimeUnavailable(f"[container] sandbox = 'required', but {problem}")
+            why = problem
+        self._unsandboxed = why
+        log.warning(
+            "SESSIONS ARE NOT SANDBOXED: %s. Kernels run as the agent's user (uid %d) and see"
+            " the host's files and network; this agent accepts one user's sessions at a"
+            " time. Install bubblewrap (apt-get install bubblewrap) and run the agent as"
+            " root to isolate sessions (docs/agent-runtimes.md).",
+            why,
+            os.geteuid(),
+        )
+        return None
 
     async def stop(self, *, end_kernels: bool = False) -> None:
         """Stop serving; kernels keep running (the next agent re-adopts them).
@@ -629,6 +684,8 @@ class AgentService:
                     f"invalid kernel id {kernel_id!r}: letters, digits, '_', '.', '-' "
                     "(at most 128, starting with a letter or digit)"
                 )
+            if self._unsandboxed is not None:
+                self._check_single_user(record)
             requested = parse_requested_slots(
                 request.requested_slots, ledger.slot_types, kernel_id=kernel_id
             )
@@ -653,6 +710,20 @@ class AgentService:
         record.allocations = ledger.recorded(kernel_id)
         log.info("kernel %s: allocated %s", kernel_id, record.report().allocations)
         return _Admitted(record, requested, allocation, request, published)
+
+    def _check_single_user(self, record: KernelRecord) -> None:
+        """An unsandboxed agent holds one user's kernels at a time (they could read and
+        signal each other's): refuse another user's while any is live."""
+        others = {
+            r.owner_access_key
+            for r in self.registry.live()
+            if r.kernel_id != record.kernel_id and r.owner_access_key != record.owner_access_key
+        }
+        if others:
+            raise KernelRequestError(
+                "this agent runs sessions unsandboxed and single-user"
+                f" ({self._unsandboxed}); it holds another user's sessions now"
+            )
 
     async def _launch(self, request: CreateKernelRequest, admitted: _Admitted) -> KernelReport:
         """Start an admitted kernel through the runtime: RUNNING (watched), or FAILED
@@ -703,18 +774,22 @@ class AgentService:
     ) -> tuple[CreateKernelRequest, tuple[tuple[int, int], ...]]:
         """Give each declared app service a host port (``[container] port-range``).
 
-        On the host's network (process runtime, docker ``host``) the kernel listens on the
-        host port itself: its ``BACKENDAI_SERVICE_PORT_<NAME>`` becomes that port.  On a
-        docker bridge network the kernel keeps its declared port and the container
-        publishes it on the host port (the returned pairs).  A container without a
+        On the host's network (an unsandboxed process kernel, docker ``host``) the kernel
+        listens on the host port itself: its ``BACKENDAI_SERVICE_PORT_<NAME>`` becomes that
+        port.  With a network of its own (docker bridge, a sandboxed process kernel) the
+        kernel keeps its declared port and the runtime publishes it on the host port (the
+        returned pairs: docker publishes, the process runtime relays into the sandbox).  A container without a
         network of its own to publish from (``none``, ``container:NAME``) gets none."""
         services = declared_services(request.environ)
         if not services:
             return request, ()
         network = self.config.container.docker_network
-        on_host = self.runtime.name != "docker" or network == "host"
-        if not on_host and (network == "none" or network.startswith("container:")):
-            return request, ()
+        if self.runtime.name == "docker":
+            on_host = network == "host"
+            if network == "none" or network.startswith("container:"):
+                return request, ()
+        else:
+            on_host = not getattr(self.runtime, "publishes_ports", False)
         async with self._alloc_lock:
             mapped = self.ports.allocate(record.kernel_id, services)
         record.service_ports = mapped

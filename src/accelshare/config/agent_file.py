@@ -34,7 +34,10 @@ Keys the daemon adds (docs/agent.md has the full table)::
     stop-grace-s = 5.0                # SIGTERM -> SIGKILL on destroy
     use-cgroups = true
     cgroup-parent = "accelshare"
-    isolate-namespaces = false
+    sandbox = "auto"                  # process runtime: kernels in a bubblewrap sandbox where the
+                                      # host can ("auto"), always ("required") or never ("off")
+    sandbox-network = "none"          # or "outbound" (slirp4netns: other hosts, not the host's loopback)
+    sandbox-ro-paths = []             # more host folders every sandbox sees read-only
     rlimit-memory = "data"            # or "as"
     launcher-fork-server = true       # process runtime: creates fork one kept launcher
     prespawn-launchers = 2            # kernel launchers started ahead (when it is off)
@@ -42,7 +45,7 @@ Keys the daemon adds (docs/agent.md has the full table)::
     docker-url = "unix:///run/docker.sock"
     docker-network = "bridge"         # or "host", "none", "container:NAME", a network name
     port-range = [30000, 31000]       # host ports for the kernels' app services
-    kernel-uid = 1000                 # docker runtime: the non-root user kernels run as
+    kernel-uid = 1000                 # the non-root user kernels run as (both runtimes)
     kernel-gid = 1000
     [container.environments.torch]    # more process-runtime "images"
     command-prefix = ["/opt/venvs/torch/bin/python"]
@@ -234,10 +237,16 @@ class ContainerSection(_Section):
     keep_scratch: bool = Field(False, alias="keep-scratch")
     stop_grace_s: float = Field(5.0, alias="stop-grace-s", ge=0)
     # Process runtime: limits through cgroups (else rlimits), where kernel cgroups go
-    # (relative to the agent's own cgroup unless absolute), namespaces, rlimit kind.
+    # (relative to the agent's own cgroup unless absolute), rlimit kind.
     use_cgroups: bool = Field(True, alias="use-cgroups")
     cgroup_parent: str = Field("accelshare", alias="cgroup-parent")
-    isolate_namespaces: bool = Field(False, alias="isolate-namespaces")
+    # Process runtime: each kernel in a bubblewrap sandbox (agent/runtime/sandbox.py):
+    # "auto" where the host can (else unsandboxed and single-user, loudly), "required"
+    # (the agent does not start without), "off" (single-user); its network, and more
+    # host folders it sees read-only.
+    sandbox: Literal["auto", "required", "off"] = "auto"
+    sandbox_network: Literal["none", "outbound"] = Field("none", alias="sandbox-network")
+    sandbox_ro_paths: list[Path] = Field(default_factory=list, alias="sandbox-ro-paths")
     rlimit_memory: Literal["data", "as"] = Field("data", alias="rlimit-memory")
     # Process runtime: one launcher kept up as a fork server, forked per create (saves
     # the Python start on each create); false: spare launchers started ahead (0: none).
@@ -254,8 +263,8 @@ class ContainerSection(_Section):
     # An image absent from the engine is pulled at most this long (keep it below the
     # manager's agent RPC timeout); 0 = never pull.
     docker_pull_timeout_s: float = Field(20.0, alias="docker-pull-timeout-s", ge=0, le=3600)
-    # Docker runtime: the non-root user kernels run as (Backend.AI's ``work`` user); the
-    # agent gives each kernel's work folder to it.
+    # The non-root user kernels run as (docker: Backend.AI's ``work`` user; process: in
+    # the sandbox); the agent gives each kernel's work folder to it.
     kernel_uid: int = Field(1000, alias="kernel-uid", ge=1, le=2**31 - 1)
     kernel_gid: int = Field(1000, alias="kernel-gid", ge=1, le=2**31 - 1)
     # Host ports for the kernels' app services (inclusive; Backend.AI's port-range): each
@@ -269,6 +278,15 @@ class ContainerSection(_Section):
     @classmethod
     def _path(cls, value: Any) -> Any:
         return Path(value) if isinstance(value, str) else value
+
+    @field_validator("sandbox_ro_paths", mode="before")
+    @classmethod
+    def _ro_paths(cls, value: Any) -> Any:
+        if not isinstance(value, list) or not all(
+            isinstance(v, str) and v.startswith("/") and "\x00" not in v for v in value
+        ):
+            raise ValueError(EXPECTED["container.sandbox-ro-paths"])
+        return [Path(v) for v in value]
 
     @field_validator("cgroup_parent")
     @classmethod
@@ -467,7 +485,9 @@ EXPECTED: dict[str, str] = {
     "container.stop-grace-s": "a number of seconds >= 0, such as 5.0",
     "container.use-cgroups": _TRUE_FALSE,
     "container.cgroup-parent": 'a cgroup path such as "accelshare" or "/accelshare"',
-    "container.isolate-namespaces": _TRUE_FALSE,
+    "container.sandbox": '"auto", "required" or "off"',
+    "container.sandbox-network": '"none" or "outbound"',
+    "container.sandbox-ro-paths": 'a list of absolute folder paths such as ["/data/datasets"]',
     "container.rlimit-memory": '"data" or "as"',
     "container.launcher-fork-server": _TRUE_FALSE,
     "container.prespawn-launchers": "an integer from 0 to 16",

@@ -25,6 +25,8 @@ from accelshare.agent.daemon import start_agent_service
 from accelshare.agent.rpc import create_rpc_app
 from accelshare.agent.runtime import ProcessRuntime, ProcessRuntimeConfig, ResourceLimits
 from accelshare.agent.runtime.cgroups import CgroupLayout, CgroupManager
+from accelshare.agent.runtime.sandbox import SandboxConfig
+from accelshare.agent.runtime.sandbox import probe as probe_sandbox
 from accelshare.agent.service import AgentService
 from accelshare.agent.wire import CLUSTER_SECRET_HEADER
 from accelshare.config import open_config_store
@@ -84,21 +86,9 @@ def cgroup_support() -> dict[str, str | None]:
 
 
 @pytest.fixture(scope="session")
-def namespace_support() -> str | None:
-    """None when ``unshare --pid --fork --mount-proc`` works here, else why not."""
-    unshare = shutil.which("unshare")
-    if unshare is None:
-        return "the 'unshare' command (util-linux) is not installed"
-    result = subprocess.run(
-        [unshare, "--pid", "--fork", "--kill-child", "--mount-proc", "--", "true"],
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=10,
-    )
-    if result.returncode != 0:
-        return f"unshare --pid --mount-proc fails here: {result.stderr.strip()}"
-    return None
+def sandbox_support() -> str | None:
+    """None when a bubblewrap sandbox can be made here (as the kernels' user), else why not."""
+    return probe_sandbox(SandboxConfig())
 
 
 @pytest.fixture

@@ -27,6 +27,7 @@ from accelshare.agent.runtime import (
 )
 from accelshare.agent.runtime.cgroups import CgroupVersion
 from accelshare.agent.runtime.procfs import read_environ, read_stat
+from accelshare.agent.runtime.sandbox import SandboxConfig
 
 RuntimeFactory = Callable[..., ProcessRuntime]
 Eventually = Callable[..., Awaitable[Any]]
@@ -301,34 +302,34 @@ async def test_rlimit_fallback_without_cgroups(make_runtime: RuntimeFactory) -> 
     assert "MemoryError" in await runtime_as.get_logs(hog.kernel_id)
 
 
-async def test_namespace_isolation(
-    make_runtime: RuntimeFactory, namespace_support: str | None, eventually: Eventually
+async def test_a_sandboxed_kernel_has_its_own_pid_namespace(
+    make_runtime: RuntimeFactory, sandbox_support: str | None, eventually: Eventually
 ) -> None:
-    if namespace_support is not None:
-        pytest.skip(namespace_support)
-    runtime = make_runtime(isolate_namespaces=True)
+    if sandbox_support is not None:
+        pytest.skip(sandbox_support)
+    runtime = make_runtime(sandbox=SandboxConfig())
     kernel = spec(("echo pid=$$ procs=$(ls /proc | grep -c '^[0-9]'); exec sleep 60",))
     await runtime.create_kernel(kernel)
     log_file = runtime.scratch_root / kernel.kernel_id / "logs/kernel.log"
     log = await eventually(lambda: "pid=" in (t := log_file.read_text()) and t)
-    assert "pid=1 " in log
+    assert "pid=2 " in log  # pid 1 is the sandbox's init (bwrap), the command is next
     procs = int(log.split("procs=")[1].split()[0])
-    assert procs <= 5  # its own /proc: sh, the $(...) subshell, ls, grep; not the host's
+    assert procs <= 6  # its own /proc: init, sh, the $(...) subshell, ls, grep; not the host's
     info = await runtime.destroy_kernel(kernel.kernel_id, grace_s=0.5)
     assert info.exit is not None
     assert info.exit.reason is ExitReason.DESTROYED
 
 
-async def test_an_isolated_kernels_terminal_runs_in_its_namespaces(
-    make_runtime: RuntimeFactory, namespace_support: str | None, eventually: Eventually
+async def test_a_sandboxed_kernels_terminal_runs_in_its_namespaces(
+    make_runtime: RuntimeFactory, sandbox_support: str | None, eventually: Eventually
 ) -> None:
     """The shell sees the kernel's PID namespace and /proc, not the host's: it cannot
     find (or signal) the agent or other sessions' processes."""
-    if namespace_support is not None:
-        pytest.skip(namespace_support)
-    runtime = make_runtime(isolate_namespaces=True)
+    if sandbox_support is not None:
+        pytest.skip(sandbox_support)
+    runtime = make_runtime(sandbox=SandboxConfig())
     kernel = spec(("exec sleep 60",))
-    await runtime.create_kernel(kernel)  # opened at once: before `unshare` may have forked
+    await runtime.create_kernel(kernel)
     terminal = await runtime.open_terminal(kernel.kernel_id, cols=80, rows=24)
     try:
         await terminal.write(

@@ -38,6 +38,7 @@ import contextlib
 import json
 import os
 import resource
+import select
 import signal
 import socket
 import sys
@@ -96,7 +97,25 @@ def enter_kernel_limits(cfg: dict[str, Any]) -> None:
         os.sched_setaffinity(0, cfg["cpu_affinity"])
 
 
-def _exec_kernel(cfg: dict[str, Any], err_w: int) -> NoReturn:
+#: Signals bwrap (a sandboxed kernel's own processes outside the command) ignores, so
+#: that a destroy's SIGTERM to the kernel's process group ends the command gracefully
+#: rather than bwrap at once; the command gets the defaults back inside (``env
+#: --default-signal``, see sandbox.py).
+_SANDBOX_IGNORED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT)
+
+
+def sandbox_argv(cfg: dict[str, Any], info_fd: int, block_fd: int | None) -> list[str]:
+    """bwrap's command line for a sandboxed kernel (``cfg["sandbox"]``, see sandbox.py)."""
+    sandbox = cfg["sandbox"]
+    argv = [sandbox["bwrap"], *sandbox["args"], "--info-fd", str(info_fd)]
+    if block_fd is not None:
+        argv += ["--block-fd", str(block_fd)]
+    return [*argv, "--", *sandbox["command_prefix"], *cfg["argv"]]
+
+
+def _exec_kernel(
+    cfg: dict[str, Any], err_w: int, info_fd: int | None = None, block_fd: int | None = None
+) -> NoReturn:
     try:
         os.setsid()
         enter_kernel_limits(cfg)
@@ -118,6 +137,10 @@ def _exec_kernel(cfg: dict[str, Any], err_w: int) -> NoReturn:
         ):
             signal.signal(signum, signal.SIG_DFL)
         argv = cfg["argv"]
+        if cfg.get("sandbox") and info_fd is not None:
+            for signum in _SANDBOX_IGNORED:
+                signal.signal(signum, signal.SIG_IGN)
+            argv = sandbox_argv(cfg, info_fd, block_fd)
         os.execvpe(argv[0], argv, cfg["env"])
     except BaseException as e:  # report anything, then die without running atexit handlers
         try:
@@ -134,42 +157,155 @@ def _read_all(fd: int) -> bytes:
     return b"".join(chunks)
 
 
+def _read_sandbox_info(fd: int) -> int | None:
+    """The sandbox's pid (its init, as the host sees it) from bwrap's ``--info-fd``;
+    None when bwrap ended without creating it (its reason is in the kernel log)."""
+    try:
+        info = json.loads(_read_all(fd).decode(errors="replace") or "null")
+    except ValueError:
+        return None
+    pid = info.get("child-pid") if isinstance(info, dict) else None
+    return pid if isinstance(pid, int) and pid > 0 else None
+
+
+def _log_tail(path: str, limit: int = 600) -> str:
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - limit))
+            return f.read().decode(errors="replace").strip()
+    except OSError:
+        return ""
+
+
+def _start_network(cfg: dict[str, Any], sandbox_pid: int) -> tuple[int, int]:
+    """Outbound networking for a sandbox: slirp4netns in the kernel's cgroups, attached
+    to the sandbox's network namespace (it reaches other hosts, never the host's
+    loopback).  An agent that is root owns the namespace: slirp4netns then runs in a
+    sandbox of its own with its capabilities dropped (``--enable-sandbox``) and a
+    syscall filter; otherwise it runs as the agent's user and enters the sandbox's user
+    namespace first.  Returns ``(pid, exit_fd)``: closing ``exit_fd`` ends it.  Raises
+    ``OSError`` when it does not report ready within 10 s."""
+    sandbox = cfg["sandbox"]
+    ready_r, ready_w = os.pipe()
+    exit_r, exit_w = os.pipe()
+    argv = [
+        sandbox["slirp4netns"],
+        "--configure",
+        "--mtu=65520",
+        "--disable-host-loopback",
+        f"--ready-fd={ready_w}",
+        f"--exit-fd={exit_r}",
+    ]
+    if os.geteuid() == 0:
+        argv += ["--enable-sandbox", "--enable-seccomp"]
+    else:
+        argv += [f"--userns-path=/proc/{sandbox_pid}/ns/user"]
+    argv += [str(sandbox_pid), "tap0"]
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.close(ready_r)
+            os.close(exit_w)
+            os.set_inheritable(ready_w, True)
+            os.set_inheritable(exit_r, True)
+            enter_kernel_limits(cfg)
+            os.execv(argv[0], argv)
+        finally:
+            os._exit(127)
+    os.close(ready_w)
+    os.close(exit_r)
+    try:
+        ready = select.select([ready_r], [], [], 10.0)[0] and os.read(ready_r, 16)
+    finally:
+        os.close(ready_r)
+    if not ready:
+        os.close(exit_w)
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        raise OSError("slirp4netns did not set up the sandbox's network within 10 s")
+    return pid, exit_w
+
+
+def _fail_start(cfg: dict[str, Any], status_fd: int, error: str) -> int:
+    _write_json_atomic(
+        cfg["exit_file"],
+        {"reason": "failed", "error": error, "exit_code": None, "finished_at": time.time()},
+    )
+    _report(status_fd, {"ok": False, "error": error})
+    return 1
+
+
 def supervise(cfg: dict[str, Any], status_fd: int) -> int:
     os.setsid()
+    sandboxed = bool(cfg.get("sandbox"))
+    outbound = sandboxed and cfg["sandbox"].get("network") == "outbound"
     err_r, err_w = os.pipe()  # both ends close-on-exec: EOF means the exec succeeded
+    info_r, info_w = os.pipe() if sandboxed else (-1, -1)
+    block_r, block_w = os.pipe() if outbound else (-1, -1)
     kernel_pid = os.fork()
     if kernel_pid == 0:
         os.close(err_r)
-        _exec_kernel(cfg, err_w)
+        if sandboxed:
+            os.close(info_r)
+            os.set_inheritable(info_w, True)
+        if outbound:
+            os.close(block_w)
+            os.set_inheritable(block_r, True)
+        _exec_kernel(cfg, err_w, info_w if sandboxed else None, block_r if outbound else None)
     os.close(err_w)
+    for fd in (info_w, block_r):
+        if fd >= 0:
+            os.close(fd)
     for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(signum, signal.SIG_IGN)  # stay to record the exit code
     error = _read_all(err_r).decode(errors="replace")
     if error:
         os.waitpid(kernel_pid, 0)
-        _write_json_atomic(
-            cfg["exit_file"],
-            {"reason": "failed", "error": error, "exit_code": None, "finished_at": time.time()},
-        )
-        _report(status_fd, {"ok": False, "error": error})
-        return 1
+        return _fail_start(cfg, status_fd, error)
+    sandbox_pid = None
+    network: tuple[int, int] | None = None
+    if sandboxed:
+        sandbox_pid = _read_sandbox_info(info_r)
+        if sandbox_pid is None:
+            _, status = os.waitpid(kernel_pid, 0)
+            why = _log_tail(cfg["log_file"]) or f"exit code {os.waitstatus_to_exitcode(status)}"
+            return _fail_start(cfg, status_fd, f"the sandbox could not be set up: {why}")
+        if outbound:
+            try:
+                network = _start_network(cfg, sandbox_pid)
+            except OSError as e:
+                with contextlib.suppress(OSError):
+                    os.killpg(kernel_pid, signal.SIGKILL)
+                os.waitpid(kernel_pid, 0)
+                return _fail_start(cfg, status_fd, f"the sandbox's network: {e}")
+            os.write(block_w, b"1")  # the command may start now
+            os.close(block_w)
     supervisor_pid = os.getpid()
-    _write_json_atomic(
-        cfg["proc_file"],
-        {
-            "supervisor_pid": supervisor_pid,
-            "supervisor_start": _start_ticks(supervisor_pid),
-            "kernel_pid": kernel_pid,
-            "kernel_start": _start_ticks(kernel_pid),
-            "started_at": time.time(),
-        },
-    )
+    proc = {
+        "supervisor_pid": supervisor_pid,
+        "supervisor_start": _start_ticks(supervisor_pid),
+        "kernel_pid": kernel_pid,
+        "kernel_start": _start_ticks(kernel_pid),
+        "started_at": time.time(),
+    }
+    if sandbox_pid is not None:
+        proc["sandbox_pid"] = sandbox_pid
+        proc["sandbox_start"] = _start_ticks(sandbox_pid)
+    _write_json_atomic(cfg["proc_file"], proc)
     _report(status_fd, {"ok": True, "supervisor_pid": supervisor_pid, "kernel_pid": kernel_pid})
     _, status = os.waitpid(kernel_pid, 0)
     code = os.waitstatus_to_exitcode(status)
     killed_by = -code if code < 0 else None
+    if sandboxed and killed_by is None and 128 < code <= 128 + 64:
+        killed_by = code - 128  # bwrap exits 128 + N when a signal N killed the command
     with contextlib.suppress(OSError):  # the kernel has ended: so has what it left in its group
         os.killpg(kernel_pid, signal.SIGKILL)
+    if network is not None:
+        os.close(network[1])  # slirp4netns ends with its exit fd
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(network[0], 0)
     _write_json_atomic(
         cfg["exit_file"],
         {

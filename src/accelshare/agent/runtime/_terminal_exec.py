@@ -7,11 +7,12 @@ stdout and stderr on the slave side of a fresh pty and in a new session
 cgroups (the ``procs_files`` of ``launch.json``) *before* it execs the shell, applies
 the kernel's rlimits and CPU affinity (all three through ``_launcher.py``'s
 ``enter_kernel_limits``, loaded by path: one implementation for kernels and
-terminals), with a third argument (a pid in an ``isolate-namespaces`` kernel's
-namespaces) enters the kernel's PID and mount namespaces and forks (the shell runs there,
-this process waits and exits as it did), changes to the kernel's cwd and execs the shell
-with the kernel's environment (so the plugins' tools, such as the mock ``nvidia-smi``
-in ``config/bin``, are on PATH) and ``TERM=xterm-256color``.  Any failure is written
+terminals).  For a sandboxed kernel (a third argument: the sandbox's pid, see
+sandbox.py) it sets no-new-privileges and execs ``nsenter`` into all the sandbox's
+namespaces, its root and working folder, as the kernel's user, which execs the shell;
+otherwise it execs the shell in the kernel's cwd.  Either way the shell gets the
+kernel's environment (so the plugins' tools, such as the mock ``nvidia-smi`` in
+``config/bin``, are on PATH) and ``TERM=xterm-256color``.  Any failure is written
 to stderr (the terminal) and the exit code is 127.
 """
 
@@ -44,33 +45,32 @@ def load_launcher() -> ModuleType:
     return module
 
 
-def enter_namespaces(pid: int) -> None:
-    """Join the PID and mount namespaces of ``pid`` (``setns(2)`` through libc: Python
-    3.11 has no ``os.setns``).  The PID namespace applies to children only: the caller
-    must fork.  Both files are opened before either is entered (the mount namespace
-    brings its own ``/proc``)."""
-    libc = ctypes.CDLL(None, use_errno=True)
-    fds = [os.open(f"/proc/{pid}/ns/{kind}", os.O_RDONLY) for kind in ("pid", "mnt")]
-    try:
-        for fd, kind in zip(fds, ("pid", "mnt"), strict=True):
-            if libc.setns(fd, 0) != 0:
-                err = ctypes.get_errno()
-                raise OSError(err, f"setns({kind} of {pid}): {os.strerror(err)}")
-    finally:
-        for fd in fds:
-            os.close(fd)
+PR_SET_NO_NEW_PRIVS = 38
 
 
-def relay_exit(child: int) -> int:
-    """Wait for the shell forked into the namespaces and exit as it did.  The pty stays
-    the shell's: this process closes its side, ignores the terminal's job-control keys
-    (it is in the foreground group) and dies with the group on SIGHUP."""
-    for fd in (0, 1, 2):
-        os.close(fd)
-    for signum in (signal.SIGINT, signal.SIGQUIT, signal.SIGTSTP):
-        signal.signal(signum, signal.SIG_IGN)
-    _, status = os.waitpid(child, 0)
-    return os.waitstatus_to_exitcode(status) & 0xFF
+def nsenter_argv(sandbox: dict[str, object], pid: int, cwd: str, shell: str) -> list[str]:
+    """``nsenter`` into a sandboxed kernel (sandbox.py): all its namespaces, its root and
+    the working folder, as the kernel's user (root agent: ``--setuid``; otherwise the
+    sandbox's user namespace maps the agent's own uid, kept as it is)."""
+    argv = [
+        "/usr/bin/nsenter" if os.path.exists("/usr/bin/nsenter") else "nsenter",
+        f"--target={pid}",
+        "--mount",
+        "--uts",
+        "--ipc",
+        "--net",
+        "--pid",
+        "--cgroup",
+        # the target's root and working folder (an explicit --wd=PATH would be opened in
+        # the host's namespace, leaving the shell's cwd outside the sandbox's root)
+        "--root",
+        "--wd",
+    ]
+    if sandbox.get("userns"):
+        argv += ["--user", "--preserve-credentials"]
+    else:
+        argv += [f"--setuid={sandbox['uid']}", f"--setgid={sandbox['gid']}"]
+    return [*argv, "--", "/usr/bin/env", f"--chdir={cwd}", shell]
 
 
 def main(argv: list[str]) -> int:
@@ -81,17 +81,23 @@ def main(argv: list[str]) -> int:
             cfg = json.load(f)
         fcntl.ioctl(0, termios.TIOCSCTTY, 0)
         load_launcher().enter_kernel_limits(cfg)
-        if namespace_pid is not None:
-            enter_namespaces(namespace_pid)
-            child = os.fork()  # the child is in the kernel's PID namespace
-            if child:
-                return relay_exit(child)
-        os.chdir(cfg["cwd"])
         for signum in (signal.SIGPIPE, signal.SIGXFSZ, signal.SIGINT, signal.SIGQUIT):
             signal.signal(signum, signal.SIG_DFL)
         env = dict(cfg["env"])
         env["TERM"] = "xterm-256color"
         env["SHELL"] = shell
+        sandbox = cfg.get("sandbox")
+        if sandbox and namespace_pid is not None:
+            # The shell in the kernel's sandbox, as its user, never gaining privileges
+            # (no set-uid program inside can raise them).
+            libc = ctypes.CDLL(None, use_errno=True)
+            if libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
+                raise OSError(ctypes.get_errno(), "prctl(PR_SET_NO_NEW_PRIVS)")
+            argv = nsenter_argv(sandbox, namespace_pid, cfg["cwd"], shell)
+            os.execvpe(argv[0], argv, env)
+        if namespace_pid is not None:
+            raise ValueError("a sandbox pid was given for a kernel without a sandbox")
+        os.chdir(cfg["cwd"])
         os.execve(shell, [shell], env)
     except BaseException as e:
         os.write(2, f"accelshare: cannot start the terminal: {type(e).__name__}: {e}\r\n".encode())

@@ -6,7 +6,9 @@ How a kernel runs (see ``_launcher.py`` for the supervisor's side)::
                        └─ supervisor (own session; records pids, waits, records exit)
                             └─ kernel (own session + process group, in its cgroups,
                                        rlimits, cwd = work/, stdout+stderr -> logs/kernel.log)
-                                 [└─ with isolation: unshare --pid --mount-proc -> command as PID 1]
+                                 [└─ sandboxed (the agent's default where the host can):
+                                     bwrap -> the command in its own namespaces, as the
+                                     kernel's unprivileged user (see :mod:`.sandbox`)]
 
 Nothing lives only in the agent's memory: ``state/launch.json`` (written before the
 start), ``state/proc.json`` (pids + start times, by the supervisor) and
@@ -66,7 +68,9 @@ from .errors import (
     UnknownEnvironment,
 )
 from .forkserver import ForkServer
+from .netns_forward import NetnsForwarder
 from .procfs import find_marked_processes, is_same_process
+from .sandbox import OUTBOUND_RESOLV_CONF, SandboxConfig, sandbox_record
 from .terminal import ProcessTerminal, pick_shell
 
 __all__ = ["ProcessRuntime", "ProcessRuntimeConfig"]
@@ -74,7 +78,9 @@ __all__ = ["ProcessRuntime", "ProcessRuntimeConfig"]
 log = logging.getLogger(__name__)
 
 LAUNCHER = Path(__file__).with_name("_launcher.py")
-_UNSHARE_ARGS = ("--pid", "--fork", "--kill-child", "--mount-proc", "--")
+#: Agent-wide files every kernel may read (the mock GPUs' statistics), under the scratch
+#: root: a sandbox binds this folder read-only, never the scratch root itself.
+NODE_SHARED_DIR = ".node"
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,10 +90,14 @@ class ProcessRuntimeConfig:
     * ``use_cgroups``: False forces the rlimit fallback (tests, unprivileged agents).
     * ``cgroup_parent``: relative to the agent's own cgroup unless absolute.
     * ``rlimit_memory``: which rlimit enforces memory when cgroups cannot.
-    * ``isolate_namespaces``: run the command in new PID + mount namespaces (needs
-      ``unshare`` from util-linux and privileges); off by default.  The command is then
-      PID 1 of its namespace: it only gets SIGTERM if it installs a handler, so
-      ``destroy`` falls back to SIGKILL after the grace period.
+    * ``sandbox``: run each kernel in a bubblewrap sandbox (:mod:`.sandbox`): its own
+      namespaces, an unprivileged user, only its own folders; None (the default here;
+      the agent turns it on where the host can): the kernel runs as the agent's user on
+      the host's filesystem and network.
+    * ``publish_host``: where a sandboxed kernel's published app ports listen
+      (``KernelSpec.published_ports``: the agent relays each host port to the kernel's
+      own port inside its network namespace).  Without a sandbox a kernel listens on
+      the host's network itself and publishes nothing.
     * ``passthrough_env``: the agent's own variables a kernel inherits (nothing else
       leaks from the agent's environment).
     """
@@ -97,7 +107,10 @@ class ProcessRuntimeConfig:
     use_cgroups: bool = True
     cgroup_parent: str = "accelshare"
     rlimit_memory: Literal["data", "as"] = "data"
-    isolate_namespaces: bool = False
+    sandbox: SandboxConfig | None = None
+    # Sandboxed kernels' app ports are relayed from this host address (the one the app
+    # proxy connects to) into their network namespaces (:mod:`.netns_forward`).
+    publish_host: str = "127.0.0.1"
     stop_grace_s: float = 5.0
     start_timeout_s: float = 10.0
     kill_timeout_s: float = 10.0
@@ -135,15 +148,15 @@ class ProcessRuntime:
         # Inspecting/removing a kernel's recorded cgroups needs no layout: kernels made
         # by an earlier agent with cgroups are still collected if this one has none.
         self._cgroup_ops = self._cgroups or CgroupManager(CgroupLayout())
-        self._unshare: str | None = None
-        if config.isolate_namespaces:
-            self._unshare = shutil.which("unshare")
-            if self._unshare is None:
-                raise RuntimeUnavailable(
-                    "isolate-namespaces needs the 'unshare' command (util-linux), not found on PATH"
-                )
+        self._sandbox = config.sandbox
+        if self._sandbox is not None and shutil.which(self._sandbox.bwrap) is None:
+            raise RuntimeUnavailable(
+                f"the sandbox needs bubblewrap ({self._sandbox.bwrap!r}), not found on PATH"
+            )
+        (self._root / NODE_SHARED_DIR).mkdir(parents=True, exist_ok=True)
         self._locks: dict[str, asyncio.Lock] = {}
         self._terminals: dict[str, set[ProcessTerminal]] = {}
+        self._forwarders: dict[str, NetnsForwarder] = {}
         self._starting: set[str] = set()
         self._collect_lock = threading.Lock()
         self._spare_lock = threading.Lock()
@@ -158,7 +171,12 @@ class ProcessRuntime:
             "process runtime: scratch root %s, limits via %s%s",
             self._root,
             limits_via,
-            ", PID+mount namespaces" if self._unshare else "",
+            (
+                f", sandboxed (uid {self._sandbox.effective_ids()[0]},"
+                f" network {self._sandbox.network})"
+                if self._sandbox
+                else ", not sandboxed"
+            ),
         )
 
     def _usable_cgroups(self, cgroups: CgroupManager | None) -> tuple[CgroupManager | None, str]:
@@ -206,6 +224,15 @@ class ProcessRuntime:
     def cgroups(self) -> CgroupManager | None:
         return self._cgroups
 
+    @property
+    def sandbox(self) -> SandboxConfig | None:
+        return self._sandbox
+
+    @property
+    def node_shared_dir(self) -> Path:
+        """Where agent-wide files kernels may read go (see ``NODE_SHARED_DIR``)."""
+        return self._root / NODE_SHARED_DIR
+
     async def list_images(self) -> list[str]:
         """The environment names a kernel may ask for (its "images"): those this host
         really has (:meth:`ProcessEnvironment.missing`), re-checked on every call."""
@@ -243,9 +270,58 @@ class ProcessRuntime:
                 raise KernelConflict(kernel_id, "has exited and its scratch dir was not cleaned up")
             self._starting.add(kernel_id)
             try:
-                return await asyncio.to_thread(self._start, spec, environment, scratch)
+                info = await asyncio.to_thread(self._start, spec, environment, scratch)
             finally:
                 self._starting.discard(kernel_id)
+        if self._sandbox is not None and spec.published_ports:
+            try:
+                await self._forward(kernel_id)
+            except OSError as e:
+                await self.destroy_kernel(kernel_id, grace_s=0)
+                raise KernelStartFailed(kernel_id, f"cannot publish its app ports: {e}") from e
+        return info
+
+    @property
+    def publishes_ports(self) -> bool:
+        """Whether app ports are published (relayed) rather than listened on by the kernel
+        on the host's network: sandboxed kernels have a network of their own."""
+        return self._sandbox is not None
+
+    async def _forward(self, kernel_id: str) -> None:
+        """Relay a running sandboxed kernel's published ports (its ``launch.json``) into
+        its network namespace, unless already relayed."""
+        if kernel_id in self._forwarders:
+            return
+        scratch = self._scratch(kernel_id)
+        launch = read_json(scratch.launch_file) or {}
+        ports = [tuple(p) for p in launch.get("published_ports") or ()]
+        proc = read_json(scratch.proc_file) or {}
+        pid, start = proc.get("sandbox_pid"), proc.get("sandbox_start")
+        if not ports or not isinstance(pid, int):
+            return
+        if not is_same_process(
+            pid, start if isinstance(start, int) else None, proc_root=self._proc_root
+        ):
+            raise OSError(f"the sandbox of kernel {kernel_id} (pid {pid}) is gone")
+        forwarder = await NetnsForwarder.start(
+            netns_path=str(self._proc_root / str(pid) / "ns" / "net"),
+            listen_host=self.config.publish_host,
+            ports=[(int(c), int(h)) for c, h in ports],
+        )
+        if kernel_id in self._forwarders:  # started meanwhile by another caller
+            await forwarder.close()
+            return
+        self._forwarders[kernel_id] = forwarder
+        log.info(
+            "kernel %s: app ports relayed %s",
+            kernel_id,
+            ", ".join(f"{self.config.publish_host}:{h} -> {c}" for c, h in forwarder.ports),
+        )
+
+    async def _stop_forwarding(self, kernel_id: str) -> None:
+        forwarder = self._forwarders.pop(kernel_id, None)
+        if forwarder is not None:
+            await forwarder.close()
 
     def _start(
         self, spec: KernelSpec, environment: ProcessEnvironment, scratch: ScratchDir
@@ -317,18 +393,18 @@ class ProcessRuntime:
             if how.startswith("not enforced"):
                 log.warning("kernel %s: %s limit %s", spec.kernel_id, limit, how)
         argv = _kernel_argv(spec, environment)
-        if self._unshare is not None:
-            argv = (self._unshare, *_UNSHARE_ARGS, *argv)
+        cwd = environment.work_dir_for(
+            work=scratch.work_dir, scratch=scratch.root, kernel_id=spec.kernel_id
+        )
+        sandbox = None
+        if self._sandbox is not None:
+            sandbox = self._sandbox_record(spec, environment, scratch, cwd)
         return {
             "kernel_id": spec.kernel_id,
             "image": spec.image,
             "argv": list(argv),
             "env": self._kernel_env(spec, environment, scratch),
-            "cwd": str(
-                environment.work_dir_for(
-                    work=scratch.work_dir, scratch=scratch.root, kernel_id=spec.kernel_id
-                )
-            ),
+            "cwd": str(cwd),
             "log_file": str(scratch.log_file),
             "proc_file": str(scratch.proc_file),
             "exit_file": str(scratch.exit_file),
@@ -337,9 +413,44 @@ class ProcessRuntime:
             "cpu_affinity": affinity,
             "cgroup": cgroup.to_json() if cgroup else None,
             "limits_applied": applied,
-            "isolated": self._unshare is not None,
+            "sandbox": sandbox,
+            "published_ports": [list(p) for p in spec.published_ports] if sandbox else [],
             "created_at": time.time(),
         }
+
+    def _sandbox_record(
+        self,
+        spec: KernelSpec,
+        environment: ProcessEnvironment,
+        scratch: ScratchDir,
+        cwd: Path,
+    ) -> dict[str, Any]:
+        """The kernel's sandbox (:func:`.sandbox.sandbox_record`); its work folder (and a
+        work dir of its own elsewhere) is given to the kernel's user."""
+        assert self._sandbox is not None
+        uid, gid = self._sandbox.effective_ids()
+        if os.geteuid() == 0:
+            for folder in {scratch.work_dir, cwd}:
+                os.chown(folder, uid, gid)
+        resolv_conf = None
+        if self._sandbox.network == "outbound":
+            resolv_conf = scratch.state_dir / "resolv.conf"
+            resolv_conf.write_text(OUTBOUND_RESOLV_CONF, encoding="utf-8")
+        return sandbox_record(
+            self._sandbox,
+            kernel_id=spec.kernel_id,
+            work_dir=scratch.work_dir,
+            config_dir=scratch.config_dir,
+            cwd=cwd,
+            program=environment.command_prefix[0],
+            image_dir=environment.image_dir,
+            shared_ro=(self.node_shared_dir,),
+            mounts=spec.mounts,
+            device_nodes=spec.device_nodes,
+            nvidia=bool(spec.device_requests),
+            ipc_host=spec.ipc_host,
+            resolv_conf=resolv_conf,
+        )
 
     def _kernel_env(
         self, spec: KernelSpec, environment: ProcessEnvironment, scratch: ScratchDir
@@ -481,7 +592,17 @@ class ProcessRuntime:
         raise KernelNotFound(kernel_id)
 
     async def scan_kernels(self) -> list[KernelInfo]:
-        return await asyncio.to_thread(self._scan)
+        """Every kernel of the scratch root; a running sandboxed kernel re-adopted from an
+        earlier agent gets its app ports relayed again."""
+        infos = await asyncio.to_thread(self._scan)
+        if self._sandbox is not None:
+            for info in infos:
+                if info.is_running and info.scratch_dir is not None:
+                    try:
+                        await self._forward(info.kernel_id)
+                    except OSError as e:
+                        log.warning("kernel %s: cannot relay its app ports: %s", info.kernel_id, e)
+        return infos
 
     def _scan(self) -> list[KernelInfo]:
         marked = find_marked_processes(self._root, self._proc_root)
@@ -641,6 +762,7 @@ class ProcessRuntime:
         while True:
             info = await self.get_kernel(kernel_id)
             if not info.is_running:
+                await self._stop_forwarding(kernel_id)
                 return info
             remaining = None if deadline is None else deadline - time.monotonic()
             if remaining is not None and remaining <= 0:
@@ -748,16 +870,17 @@ class ProcessRuntime:
         if info.state is not KernelState.RUNNING or not scratch.launch_file.exists():
             raise KernelNotFound(kernel_id)
         namespace_pid = None
-        if self._unshare is not None:
-            # the kernel's pid is `unshare`'s; its child is PID 1 of the kernel's namespaces
-            # (a kernel created a moment ago may not have forked it yet: wait up to 2 s)
-            deadline = time.monotonic() + 2.0
-            while (
-                namespace_pid := _first_child(int(info.cid), self._proc_root) if info.cid else None
-            ) is None and time.monotonic() < deadline:
-                await asyncio.sleep(0.02)
-            if namespace_pid is None:
+        launch = read_json(scratch.launch_file) or {}
+        sandbox = launch.get("sandbox")
+        if sandbox:
+            # the sandbox's init: the shell joins its namespaces, as the kernel's user
+            proc = read_json(scratch.proc_file) or {}
+            pid, start = proc.get("sandbox_pid"), proc.get("sandbox_start")
+            if not isinstance(pid, int) or not is_same_process(
+                pid, start if isinstance(start, int) else None, proc_root=self._proc_root
+            ):
                 raise KernelNotFound(kernel_id)
+            namespace_pid = pid
         terminal = await asyncio.to_thread(
             ProcessTerminal.spawn,
             scratch.launch_file,
@@ -779,6 +902,7 @@ class ProcessRuntime:
         return await asyncio.to_thread(scratch.read_log_tail, tail_bytes)
 
     async def cleanup_kernel(self, kernel_id: str) -> None:
+        await self._stop_forwarding(kernel_id)
         async with self._lock(kernel_id):
             info = await self.get_kernel(kernel_id)
             if info.is_running:
@@ -797,7 +921,10 @@ class ProcessRuntime:
 
     async def close(self) -> None:
         """Stop the fork server and the spare launchers, if any; kernels keep running
-        without the agent."""
+        without the agent (their app ports are relayed again by the next agent's
+        :meth:`scan_kernels`)."""
+        for kernel_id in list(self._forwarders):
+            await self._stop_forwarding(kernel_id)
         if self._fork_server is not None:
             await asyncio.to_thread(self._fork_server.close)
         with self._spare_lock:
@@ -869,12 +996,3 @@ def _read_status(fd: int, timeout_s: float) -> dict[str, Any]:
     if not isinstance(status, dict):
         return {"ok": False, "error": "the launcher exited without reporting (see launcher.log)"}
     return status
-
-
-def _first_child(pid: int, proc_root: Path) -> int | None:
-    """The oldest child of ``pid`` (``/proc/PID/task/PID/children``), or None."""
-    try:
-        children = (proc_root / str(pid) / "task" / str(pid) / "children").read_text().split()
-    except OSError:
-        return None
-    return min((int(c) for c in children if c.isdigit()), default=None)

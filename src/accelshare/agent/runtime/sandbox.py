@@ -1,0 +1,354 @@
+"""The process runtime's sandbox: each kernel in its own bubblewrap (``bwrap``) sandbox.
+
+What a sandboxed kernel gets (``[container] sandbox``, docs/agent-runtimes.md)::
+
+    user        an unprivileged uid/gid ([container] kernel-uid / kernel-gid; the agent's
+                own when the agent is not root), in a user namespace that maps only it
+    namespaces  its own user, mount, PID, network, IPC, UTS and cgroup namespaces
+    files       the host's system folders read-only (/usr, /etc, /sys; /bin, /lib ... as
+                the host has them), its environment's interpreter read-only, its own
+                work/ folder writable (HOME), its config/ folder (resource.txt, the
+                plugins' tools) read-only, a private /tmp, /dev and /proc; nothing else
+                of the host: not the agent's or manager's data, configuration or secrets,
+                not the other kernels' folders.  ``/etc/accelshare`` and the agent's own
+                configuration files are hidden even though /etc is visible.
+    network     a private loopback only (``sandbox-network = "none"``), or with
+                ``"outbound"`` a user-mode network (slirp4netns) to other hosts and the
+                internet, never to the host's loopback
+    signals     the kernel sees only its own processes; it cannot signal others
+
+The agent reaches a kernel's app ports through :mod:`.netns_forward` (the host port is
+bridged into the kernel's network namespace) and starts web terminals inside the same
+namespaces as the same user (``nsenter``, see ``_terminal_exec.py``).
+
+This module decides *what* the sandbox holds (:func:`sandbox_record`, stored in the
+kernel's ``launch.json``); the launcher (``_launcher.py``, standard library only) turns
+the record into bwrap's command line at exec time: it opens each bind source as root
+and hands bwrap the file descriptors (``--ro-bind-fd``), so a source under a folder the
+kernel's user cannot enter (a Python under ``/root/.pyenv``) is still bound, and
+nothing but what is listed becomes visible.
+
+:func:`probe` tells whether this host can sandbox at all (bwrap present, user and
+network namespaces allowed); the agent says so at start and, where it cannot, runs its
+sessions unsandboxed for a single user only (``[container] sandbox``).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+__all__ = [
+    "DEFAULT_HIDDEN",
+    "SandboxConfig",
+    "interpreter_paths",
+    "probe",
+    "sandbox_record",
+]
+
+#: Hidden inside the sandbox even though /etc is visible (the product's own settings).
+DEFAULT_HIDDEN = ("/etc/accelshare",)
+#: System folders bound read-only (a symlink such as Debian's /bin -> usr/bin is
+#: recreated as the same symlink).
+_SYSTEM_DIRS = ("/usr", "/etc", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
+#: The device nodes of NVIDIA GPUs, bound when a kernel holds CUDA devices.
+_NVIDIA_GLOBS = ("nvidia[0-9]*", "nvidiactl", "nvidia-uvm", "nvidia-uvm-tools", "nvidia-modeset")
+#: Signals the sandbox's own processes (bwrap) ignore so that a destroy's SIGTERM reaches
+#: the command only; ``env --default-signal`` gives the command the defaults back.
+RESET_SIGNALS = "TERM,INT,HUP,QUIT"
+
+
+@dataclass(frozen=True, slots=True)
+class SandboxConfig:
+    """How kernels are sandboxed.
+
+    * ``uid`` / ``gid``: the kernels' user (never 0).  An agent that is not root cannot
+      change user: its kernels run as the agent's own uid (:func:`probe` says so).
+    * ``network``: ``"none"`` (a private loopback) or ``"outbound"`` (slirp4netns).
+    * ``ro_paths``: more host folders every kernel sees read-only (datasets, shared
+      virtualenvs), at the same path.
+    * ``hidden``: paths made empty inside the sandbox (``/etc/accelshare``, the agent's
+      configuration and secret files).
+    """
+
+    uid: int = 1000
+    gid: int = 1000
+    network: Literal["none", "outbound"] = "none"
+    ro_paths: tuple[Path, ...] = ()
+    hidden: tuple[Path, ...] = tuple(Path(p) for p in DEFAULT_HIDDEN)
+    bwrap: str = "bwrap"
+    slirp4netns: str = "slirp4netns"
+    env_program: str = "/usr/bin/env"
+    setpriv: str = "/usr/bin/setpriv"
+    extra_args: tuple[str, ...] = field(default=())
+
+    def effective_ids(self) -> tuple[int, int]:
+        """The uid/gid kernels really run as: the configured ones when the agent is root,
+        else the agent's own."""
+        if os.geteuid() == 0:
+            return self.uid, self.gid
+        return os.geteuid(), os.getegid()
+
+
+def probe(config: SandboxConfig, *, timeout_s: float = 10.0) -> str | None:
+    """Why this host cannot sandbox kernels (``None``: it can).
+
+    Runs a real sandbox once, as the kernels' user, with every namespace a kernel gets
+    (so a host that forbids unprivileged user namespaces, or a container without them,
+    is found here rather than at the first create)."""
+    bwrap = shutil.which(config.bwrap)
+    if bwrap is None:
+        return (
+            f"bubblewrap ({config.bwrap!r}) is not installed (Debian/Ubuntu: apt-get install"
+            " bubblewrap)"
+        )
+    if not os.access(config.env_program, os.X_OK):
+        return f"{config.env_program} (coreutils) is not there"
+    if os.geteuid() == 0 and not os.access(config.setpriv, os.X_OK):
+        return f"{config.setpriv} (util-linux) is not there"
+    if config.network == "outbound" and shutil.which(config.slirp4netns) is None:
+        return (
+            f"sandbox-network = 'outbound' needs slirp4netns ({config.slirp4netns!r}), not"
+            " installed (apt-get install slirp4netns)"
+        )
+    argv = [
+        bwrap,
+        *_identity_args(),
+        *_NAMESPACE_ARGS,
+        *_system_args(),
+        "--proc",
+        "/proc",
+        "--dev",
+        "/dev",
+        "--",
+        *_command_prefix(config),
+        "true",
+    ]
+    try:
+        done = subprocess.run(argv, capture_output=True, timeout=timeout_s, check=False)
+    except (OSError, subprocess.SubprocessError) as e:
+        return f"bubblewrap could not run: {e}"
+    if done.returncode != 0:
+        why = done.stderr.decode(errors="replace").strip().splitlines()
+        detail = why[-1] if why else f"exit code {done.returncode}"
+        if os.geteuid() == 0:
+            return f"bubblewrap cannot create the sandbox ({detail})"
+        return (
+            f"bubblewrap cannot create the sandbox as uid {os.geteuid()} ({detail});"
+            " unprivileged user namespaces may be disabled (sysctl"
+            " kernel.unprivileged_userns_clone=1, user.max_user_namespaces > 0)"
+        )
+    return None
+
+
+def _identity_args() -> list[str]:
+    """Root: bwrap makes the namespaces itself and keeps only the right to change user,
+    which ``setpriv`` uses then drops (the kernel's uid is the host's kernel-uid, no user
+    namespace: the same uid inside and out).  Not root: a user namespace mapping the
+    agent's own uid, and no further user namespaces inside."""
+    if os.geteuid() == 0:
+        return ["--cap-add", "CAP_SETUID,CAP_SETGID"]
+    return ["--unshare-user", "--disable-userns"]
+
+
+def _command_prefix(config: SandboxConfig) -> list[str]:
+    """What runs inside before the kernel's argv: as root, ``setpriv`` to the kernel's
+    user with no capabilities left; then ``env`` giving the command the default signal
+    dispositions bwrap itself ran with ignored (see ``RESET_SIGNALS``)."""
+    prefix: list[str] = []
+    if os.geteuid() == 0:
+        uid, gid = config.effective_ids()
+        prefix = [
+            config.setpriv,
+            f"--reuid={uid}",
+            f"--regid={gid}",
+            "--clear-groups",
+            "--inh-caps=-all",
+            "--bounding-set=-all",
+            "--",
+        ]
+    return [*prefix, config.env_program, f"--default-signal={RESET_SIGNALS}"]
+
+
+_NAMESPACE_ARGS = (
+    "--unshare-pid",
+    "--unshare-net",
+    "--unshare-uts",
+    "--unshare-cgroup-try",
+)
+
+
+def _system_args() -> list[str]:
+    args: list[str] = []
+    for name in _SYSTEM_DIRS:
+        path = Path(name)
+        if path.is_symlink():
+            args += ["--symlink", os.readlink(path), name]
+        elif path.is_dir():
+            args += ["--ro-bind", name, name]
+    return args
+
+
+def interpreter_paths(program: str) -> list[Path]:
+    """The host folders a program needs to run, for a Python interpreter: each prefix on
+    its symlink chain (``.venv/bin/python`` -> ``.venv`` and the base Python it links
+    to); for the agent's own interpreter also ``sys.prefix`` and ``sys.base_prefix``.
+    Folders under the system folders (``/usr``) are left out: those are bound anyway.
+
+    >>> interpreter_paths("/usr/bin/sh")
+    []
+    """
+    found = shutil.which(program)
+    if found is None:
+        return []
+    paths: list[Path] = []
+    current = Path(found)
+    for _ in range(16):  # a symlink chain, at most this long
+        parent = current.parent
+        paths.append(parent.parent if parent.name == "bin" else parent)
+        if not current.is_symlink():
+            break
+        current = (current.parent / os.readlink(current)).absolute()
+    if Path(found).resolve() == Path(sys.executable).resolve() or found == sys.executable:
+        paths += [Path(sys.prefix), Path(sys.base_prefix)]
+    return _outside_system(paths)
+
+
+def _outside_system(paths: Iterable[Path]) -> list[Path]:
+    kept: list[Path] = []
+    for given in paths:
+        path = Path(os.path.normpath(given))
+        if path != Path("/") and not _under_system(path) and path not in kept:
+            kept.append(path)
+    return kept
+
+
+def sandbox_record(
+    config: SandboxConfig,
+    *,
+    kernel_id: str,
+    work_dir: Path,
+    config_dir: Path,
+    cwd: Path,
+    program: str,
+    image_dir: Path | None = None,
+    shared_ro: Sequence[Path] = (),
+    mounts: Sequence[Any] = (),
+    device_nodes: Sequence[Any] = (),
+    nvidia: bool = False,
+    ipc_host: bool = False,
+    resolv_conf: Path | None = None,
+) -> dict[str, Any]:
+    """The sandbox part of a kernel's ``launch.json`` (see ``_launcher.py``).
+
+    ``args`` are bwrap's options (the launcher adds ``--info-fd`` and, for outbound
+    networking, ``--block-fd``), ``command_prefix`` goes between bwrap's ``--`` and the
+    kernel's argv; ``uid`` / ``gid`` are the kernel's user.  ``shared_ro``: agent-wide folders every kernel reads (the mock
+    GPUs' statistics); ``mounts`` / ``device_nodes``: the plugins'
+    (:class:`~accelshare.accel.types.Mount`, ``DeviceNode``); ``nvidia``: the kernel
+    holds CUDA devices (the NVIDIA device nodes are bound).
+    """
+    uid, gid = config.effective_ids()
+    binds: list[list[str]] = []
+
+    def bind(mode: str, host: Path | str, target: Path | str | None = None) -> None:
+        entry = [mode, str(host), str(target if target is not None else host)]
+        if entry not in binds:
+            binds.append(entry)
+
+    for path in interpreter_paths(program):
+        if path.is_dir():
+            bind("ro", path)
+    if image_dir is not None and image_dir.is_dir():
+        bind("ro", image_dir)
+    for path in (*config.ro_paths, *shared_ro):
+        if path.exists():
+            bind("ro", path)
+    bind("ro", config_dir)
+    bind("rw", work_dir)
+    resolved_cwd = cwd.resolve()
+    if not resolved_cwd.is_relative_to(work_dir.resolve()):
+        bind("rw", resolved_cwd)  # an environment's work-dir outside the scratch dir
+    for mount in mounts:
+        bind("ro" if mount.read_only else "rw", mount.source, mount.target)
+    devices = [(d.host_path, d.container_path) for d in device_nodes]
+    if nvidia:
+        dev = Path("/dev")
+        for pattern in _NVIDIA_GLOBS:
+            devices += [(str(p), str(p)) for p in sorted(dev.glob(pattern))]
+        if (dev / "nvidia-caps").is_dir():
+            devices.append(("/dev/nvidia-caps", "/dev/nvidia-caps"))
+    for host, target in devices:
+        bind("dev", host, target)
+    if resolv_conf is not None:
+        bind("ro", resolv_conf, "/etc/resolv.conf")
+    args = [
+        *_identity_args(),
+        *_NAMESPACE_ARGS,
+        *([] if ipc_host else ["--unshare-ipc"]),
+        *_system_args(),
+        "--ro-bind-try",
+        "/sys",
+        "/sys",
+    ]
+    # The cgroup tree names every kernel on the host: an empty folder instead.
+    args += ["--tmpfs", "/sys/fs/cgroup"] if Path("/sys/fs/cgroup").is_dir() else []
+    args += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--tmpfs", "/run"]
+    made: set[str] = set()
+    for mode, host, target in binds:
+        # bwrap would create a missing parent with the host folder's mode (/root: 0700,
+        # then nothing below it is reachable for the kernel's user): make them 0755.
+        for parent in reversed(Path(target).parents[:-1]):
+            if str(parent) not in made and not _under_system(parent):
+                made.add(str(parent))
+                args += ["--dir", str(parent)]
+        option = {"ro": "--ro-bind", "rw": "--bind", "dev": "--dev-bind"}[mode]
+        args += [option, host, target]
+    for hidden in config.hidden:  # after the binds: none of them may show it again
+        if hidden.is_dir():
+            args += ["--tmpfs", str(hidden)]
+        elif hidden.exists():
+            args += ["--ro-bind", "/dev/null", str(hidden)]
+    args += ["--hostname", _hostname(kernel_id), "--chdir", str(resolved_cwd)]
+    args += list(config.extra_args)
+    return {
+        "bwrap": shutil.which(config.bwrap) or config.bwrap,
+        "uid": uid,
+        "gid": gid,
+        "userns": os.geteuid() != 0,  # see _identity_args
+        "args": args,
+        "command_prefix": _command_prefix(config),
+        "network": config.network,
+        "slirp4netns": shutil.which(config.slirp4netns) or config.slirp4netns,
+    }
+
+
+def _under_system(path: Path) -> bool:
+    return any(path == Path(s) or path.is_relative_to(s) for s in _SYSTEM_DIRS)
+
+
+def _hostname(kernel_id: str) -> str:
+    """A valid host name from the kernel id (letters, digits, '-'; at most 63)."""
+    name = "".join(c if c.isalnum() and c.isascii() else "-" for c in kernel_id)[:63]
+    return name.strip("-") or "kernel"
+
+
+def hidden_defaults(extra: Iterable[Path | str]) -> tuple[Path, ...]:
+    """``DEFAULT_HIDDEN`` plus ``extra`` (the agent's config and secret files), each once."""
+    seen: list[Path] = []
+    for path in (*DEFAULT_HIDDEN, *extra):
+        p = Path(path).absolute()
+        if p not in seen:
+            seen.append(p)
+    return tuple(seen)
+
+
+#: The sandbox's ``/etc/resolv.conf`` with outbound networking: slirp4netns's DNS
+#: forwarder (the host's may name a resolver on its own loopback, unreachable here).
+OUTBOUND_RESOLV_CONF = "nameserver 10.0.2.3\n"
