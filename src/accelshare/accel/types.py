@@ -20,6 +20,7 @@ from typing import Any, Literal, TypeAlias
 from accelshare.common import SlotTypes
 
 __all__ = [
+    "SESSION_SHARED_DIR",
     "AllocationMode",
     "AttachedDevice",
     "ConfigFile",
@@ -37,6 +38,11 @@ __all__ = [
     "PluginInventory",
     "SlotMetadata",
 ]
+
+#: Under the agent's scratch root: files of the node that every session may read (the
+#: mock GPUs' statistics for the sessions' nvidia-smi).  A sandboxed kernel sees this
+#: folder read-only, never the scratch root itself (the other kernels' folders).
+SESSION_SHARED_DIR = ".node"
 
 KernelAllocation: TypeAlias = Mapping[str, Mapping[str, Decimal]]
 """What an allocation map's ``allocate()`` returns: slot name -> device id -> amount."""

@@ -32,6 +32,7 @@ from urllib.parse import urlsplit
 from .wire import ServicePortMapping
 
 __all__ = [
+    "PUBLISHED_PORTS_ENV",
     "SERVICE_PORT_ENV_PREFIX",
     "HostPortPool",
     "PortRangeExhausted",
@@ -43,6 +44,8 @@ __all__ = [
 ]
 
 SERVICE_PORT_ENV_PREFIX = "BACKENDAI_SERVICE_PORT_"
+#: A sandboxed process kernel's relayed host ports, comma-separated (see ports_in_environ).
+PUBLISHED_PORTS_ENV = "ACCELSHARE_PUBLISHED_PORTS"
 _SERVICE_NAME_RE = re.compile(r"^[a-z][a-z0-9_]{0,31}$")
 
 
@@ -123,9 +126,11 @@ def ports_in_environ(pids: Iterable[int], port_range: tuple[int, int]) -> list[i
     """The host ports of ``port_range`` that the processes ``pids`` were told to listen on.
 
     For a re-adopted kernel whose meta file is gone (an orphan): the process runtime
-    rewrites each ``BACKENDAI_SERVICE_PORT_<NAME>`` to the kernel's host port, so its
-    processes' environments (``/proc/<pid>/environ``) still say which ports it uses.
-    Unreadable processes are skipped.
+    rewrites each ``BACKENDAI_SERVICE_PORT_<NAME>`` to the kernel's host port, or, for
+    a sandboxed kernel (which keeps its declared ports), lists the host ports relayed to
+    it in ``ACCELSHARE_PUBLISHED_PORTS`` (``"30001,30002"``), so its processes'
+    environments (``/proc/<pid>/environ``) still say which ports it uses.  Unreadable
+    processes are skipped.
 
     >>> ports_in_environ([], (30000, 30010))
     []
@@ -144,6 +149,8 @@ def ports_in_environ(pids: Iterable[int], port_range: tuple[int, int]) -> list[i
             if sep:
                 environ[key] = value
         found.update(p for _, p in declared_services(environ) if low <= p <= high)
+        published = environ.get(PUBLISHED_PORTS_ENV, "").split(",")
+        found.update(int(p) for p in published if p.isdigit() and low <= int(p) <= high)
     return sorted(found)
 
 

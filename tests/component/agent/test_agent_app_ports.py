@@ -9,6 +9,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from accelshare.agent.ports import port_is_free
 
 Factory = Callable[..., Any]
@@ -40,11 +42,28 @@ def _kernel_environ(pid: int) -> dict[str, str]:
     return dict(item.decode().split("=", 1) for item in raw if b"=" in item)
 
 
+def _assert_told(
+    env: dict[str, str], relayed: bool, declared: dict[str, str], ports: list[int]
+) -> None:
+    """A sandboxed kernel keeps its declared ports (the agent relays the host ports into
+    its network namespace, listed in ACCELSHARE_PUBLISHED_PORTS); an unsandboxed one
+    listens on the host ports itself: its variables say so."""
+    if relayed:
+        for name, port in declared.items():
+            assert env[name] == port
+        assert env["ACCELSHARE_PUBLISHED_PORTS"] == ",".join(map(str, ports))
+        assert not any(port_is_free(p) for p in ports)  # the agent's relay listens
+    else:
+        for name, port in zip(sorted(declared), ports, strict=True):
+            assert env[name] == str(port)
+
+
+@pytest.mark.parametrize("sandbox", ["auto", "off"])
 async def test_ports_from_the_range_kept_over_a_restart_freed_on_destroy(
-    agent_toml: Factory, start_agent: Factory
+    agent_toml: Factory, start_agent: Factory, sandbox: str
 ) -> None:
     low = _low()
-    path = agent_toml(container={"port-range": [low, low + 2]})
+    path = agent_toml(container={"port-range": [low, low + 2], "sandbox": sandbox})
     first = await start_agent(path)
     k1, k2, k3, k4 = (f"p-{uuid.uuid4().hex[:8]}" for _ in range(4))
     declared = {"BACKENDAI_SERVICE_PORT_WEB": "8888", "BACKENDAI_SERVICE_PORT_LAB": "8889"}
@@ -54,16 +73,19 @@ async def test_ports_from_the_range_kept_over_a_restart_freed_on_destroy(
         {"name": "lab", "protocol": "http", "container_port": 8889, "host_port": low},
         {"name": "web", "protocol": "http", "container_port": 8888, "host_port": low + 1},
     ]
-    # The process runtime's kernel listens on the host port: its variables say so.
     env = _kernel_environ(int(report["container_id"]))
-    assert env["BACKENDAI_SERVICE_PORT_LAB"] == str(low)
-    assert env["BACKENDAI_SERVICE_PORT_WEB"] == str(low + 1)
+    relayed = first.service.runtime.publishes_ports
+    assert relayed is (sandbox == "auto" and first.service.runtime.sandbox is not None)
+    _assert_told(env, relayed, declared, [low, low + 1])
     await first.service.stop()
 
     second = await start_agent(path)
     listed = {k["kernel_id"]: k for k in (await second.client.get("/v1/kernels")).json()["kernels"]}
     assert listed[k1]["service_ports"] == report["service_ports"]
     assert second.service.ports.ports_of(k1) == [low, low + 1]
+    if relayed:  # the restarted agent relays them again
+        assert not port_is_free(low)
+        assert not port_is_free(low + 1)
     # One port left in the range: a kernel with two services cannot have them.
     failed = await _create(second, k2, declared)
     assert failed["status"] == "FAILED"
@@ -102,7 +124,9 @@ async def test_a_create_answered_before_the_start_reports_the_host_ports(
         await asyncio.sleep(0.05)
     assert listed["status"] == "RUNNING", listed
     env = _kernel_environ(int(listed["container_id"]))
-    assert env["BACKENDAI_SERVICE_PORT_WEB"] == str(low)
+    _assert_told(
+        env, agent.service.runtime.publishes_ports, {"BACKENDAI_SERVICE_PORT_WEB": "8888"}, [low]
+    )
     # the "started" event carries them too (it may reach the manager before the answer)
     for _ in range(200):
         started = [e for e in agent.manager.events_of(kernel_id) if e["event"] == "started"]
@@ -116,13 +140,14 @@ async def test_a_create_answered_before_the_start_reports_the_host_ports(
     assert agent.service.ports.ports_of(kernel_id) == []
 
 
+@pytest.mark.parametrize("sandbox", ["auto", "off"])
 async def test_kernels_with_an_unknown_allocation_keep_their_ports_over_a_restart(
-    agent_toml: Factory, start_agent: Factory, scratch_root: Path
+    agent_toml: Factory, start_agent: Factory, scratch_root: Path, sandbox: str
 ) -> None:
     """A re-adopted kernel whose allocation is unknown still uses its app ports: a new
     kernel must never be given one (its app may just not be listening right now)."""
     low = _low()
-    path = agent_toml(container={"port-range": [low, low + 2]})
+    path = agent_toml(container={"port-range": [low, low + 2], "sandbox": sandbox})
     first = await start_agent(path)
     k1, k2, k3 = (f"p-{uuid.uuid4().hex[:8]}" for _ in range(3))
     two = {"BACKENDAI_SERVICE_PORT_WEB": "8888", "BACKENDAI_SERVICE_PORT_LAB": "8889"}

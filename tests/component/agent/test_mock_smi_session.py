@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from accelshare.accel.mock import smi
+from accelshare.accel.types import SESSION_SHARED_DIR
 
 Factory = Callable[..., Any]
 Eventually = Callable[..., Awaitable[Any]]
@@ -40,7 +41,7 @@ async def run_smi_in_kernel(
     assert report["status"] == "RUNNING", report
     response = await agent.client.get("/v1/stats/node")  # one tick: writes the stats file
     assert response.status_code == 200
-    stats = json.loads((scratch_root / smi.STATS_FILE).read_text())
+    stats = json.loads((scratch_root / SESSION_SHARED_DIR / smi.STATS_FILE).read_text())
     work = scratch_root / kernel_id / "work"
     (work / "go").touch()
     await eventually((work / "done").exists, timeout_s=20, what="nvidia-smi runs")

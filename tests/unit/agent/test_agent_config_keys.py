@@ -42,7 +42,9 @@ def test_all_new_keys_parse_and_none_is_unknown(tmp_path: Path) -> None:
             "stop-grace-s": 0.5,
             "use-cgroups": False,
             "cgroup-parent": "/accelshare",
-            "isolate-namespaces": True,
+            "sandbox": "required",
+            "sandbox-network": "outbound",
+            "sandbox-ro-paths": ["/data/datasets"],
             "rlimit-memory": "as",
             "docker-url": "unix:///run/docker.sock",
             "docker-network": "none",
@@ -57,6 +59,9 @@ def test_all_new_keys_parse_and_none_is_unknown(tmp_path: Path) -> None:
     assert config.agent.heartbeat_interval_s == 1.0
     assert config.container.docker_network == "none"
     assert config.container.launcher_fork_server is False
+    assert config.container.sandbox == "required"
+    assert config.container.sandbox_network == "outbound"
+    assert config.container.sandbox_ro_paths == [Path("/data/datasets")]
     assert rpc_url_of(config) == "http://10.0.0.5:6001"
     assert resolve_scratch_root(config) == tmp_path / "kernels"
     environments = _environments(config)
@@ -73,6 +78,10 @@ def test_all_new_keys_parse_and_none_is_unknown(tmp_path: Path) -> None:
         ({"container": {"stop-grace-s": -1}}, "container.stop-grace-s"),
         ({"container": {"prespawn-launchers": 99}}, "container.prespawn-launchers"),
         ({"container": {"launcher-fork-server": "yes"}}, "container.launcher-fork-server"),
+        ({"container": {"sandbox": "on"}}, "container.sandbox"),
+        ({"container": {"sandbox-network": "host"}}, "container.sandbox-network"),
+        ({"container": {"sandbox-ro-paths": ["data"]}}, "container.sandbox-ro-paths"),
+        ({"container": {"sandbox-ro-paths": "/data"}}, "container.sandbox-ro-paths"),
         ({"container": {"environments": {"x": "not a table"}}}, "container.environments.x"),
     ],
 )

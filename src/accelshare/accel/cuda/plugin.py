@@ -65,6 +65,7 @@ from ..protocol import PluginContext
 from ..session_smi import smi_files, write_stats
 from ..stats import TEMPERATURE_MAX_C, DeviceSample
 from ..types import (
+    SESSION_SHARED_DIR,
     AllocationMode,
     ConfigFile,
     Device,
@@ -486,7 +487,7 @@ async def create_plugin(
             cuda_version=layer.cuda_driver_version(),
             unknown_sm=unknown_sm,
             stats_file=(
-                ctx.agent_config.scratch_root_path() / smi.STATS_FILE
+                ctx.agent_config.scratch_root_path() / SESSION_SHARED_DIR / smi.STATS_FILE
                 if ctx.manage_services
                 else None
             ),

@@ -48,6 +48,7 @@ from ..protocol import PluginContext
 from ..session_smi import smi_files, write_stats
 from ..stats import MockStatsGenerator
 from ..types import (
+    SESSION_SHARED_DIR,
     AllocationMode,
     AttachedDevice,
     ConfigFile,
@@ -267,7 +268,7 @@ async def create_plugin(ctx: PluginContext) -> MockPlugin:
     """Entry point ``mock``: read mock-accelerator.toml and the store's options."""
     config = load_mock_config(ctx.agent_config.mock_accelerator_path())
     options = await load_mock_options(ctx, config.slot_name)
-    stats_file = ctx.agent_config.scratch_root_path() / smi.STATS_FILE
+    stats_file = ctx.agent_config.scratch_root_path() / SESSION_SHARED_DIR / smi.STATS_FILE
     plugin = MockPlugin(config, options, stats_file=stats_file)
     for warning in plugin.warnings:
         log.warning("%s", warning)

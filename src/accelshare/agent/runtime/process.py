@@ -45,6 +45,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
+from accelshare.accel.types import SESSION_SHARED_DIR
+
 from ..resource_txt import with_container_id
 from ..scratch import ScratchDir, list_kernel_ids, read_json
 from .base import (
@@ -80,7 +82,7 @@ log = logging.getLogger(__name__)
 LAUNCHER = Path(__file__).with_name("_launcher.py")
 #: Agent-wide files every kernel may read (the mock GPUs' statistics), under the scratch
 #: root: a sandbox binds this folder read-only, never the scratch root itself.
-NODE_SHARED_DIR = ".node"
+NODE_SHARED_DIR = SESSION_SHARED_DIR
 
 
 @dataclass(frozen=True, slots=True)
@@ -465,6 +467,9 @@ class ProcessRuntime:
         env[KERNEL_ID_ENV] = spec.kernel_id
         env[BACKENDAI_KERNEL_ID_ENV] = spec.kernel_id
         env[RESOURCE_TXT_ENV] = str(scratch.resource_txt)
+        if self._sandbox is not None and spec.published_ports:
+            # what an agent restarting without this kernel's scratch dir reads back
+            env["ACCELSHARE_PUBLISHED_PORTS"] = ",".join(str(h) for _, h in spec.published_ports)
         if any(f.path.startswith(f"{CONFIG_BIN_DIR}/") for f in spec.config_files):
             # The plugins' tools (the mock nvidia-smi) win over the host's same-named ones.
             env["PATH"] = f"{scratch.config_dir / CONFIG_BIN_DIR}:{env['PATH']}"
