@@ -15,12 +15,18 @@ on stdin (one line; EOF without one: exit quietly), moves its own output to the 
    no byte of the command runs unlimited), applies rlimits and CPU affinity
    (:func:`enter_kernel_limits`, shared with ``_terminal_exec.py``), sends
    stdout/stderr to the kernel log, and execs the command;
+   A sandboxed kernel (``launch.json`` has a ``sandbox`` record, see sandbox.py) execs
+   bubblewrap instead, with the signals bwrap must not die of ignored (the command gets
+   them back inside); bwrap reports the sandbox's pid through an info pipe, and for
+   outbound networking waits on a block pipe until slirp4netns has set the network up;
 4. reports through STATUS_FD: an exec failure comes back through a close-on-exec
    pipe as ``{"ok": false, "error": ...}``; success writes ``state/proc.json``
-   (both pids and their start times, the identity a restarted agent checks) and
-   then ``{"ok": true, ...}``;
-5. waits for the kernel, kills what is left of its process group, and writes
-   ``state/exit.json`` (exit code, signal): the exit code is recorded even if no
+   (both pids and their start times, the identity a restarted agent checks, and the
+   sandbox's pid) and then ``{"ok": true, ...}``; a sandbox bwrap could not set up is a
+   failed start carrying the end of the kernel log (bwrap's complaint);
+5. waits for the kernel, kills what is left of its process group (and stops the
+   sandbox's slirp4netns), and writes ``state/exit.json`` (exit code, signal; bwrap's
+   ``128 + N`` is read as signal N): the exit code is recorded even if no
    agent was running when the kernel ended.
 
 Fork-server mode (``--fork-server CONTROL_FD``, :func:`serve`): one long-lived launcher

@@ -132,11 +132,13 @@ class KernelSpec:
     * ``config_files``: the plugins' files, written into the config dir next to
       ``resource.txt`` (process runtime: ``config/bin`` goes first on the kernel's PATH
       when any file lies there; docker: they appear under ``/home/config``).
-    * ``device_nodes``, ``mounts``, ``device_requests``: for the docker runtime, as the
-      plugins return them (``device_requests`` entries in Docker's ``DeviceRequests``
-      shape); the process runtime ignores them (it has no device isolation).
-    * ``ipc_host``: docker: the host's IPC namespace (MPS clients need it); the process
-      runtime shares the host's anyway.
+    * ``device_nodes``, ``mounts``, ``device_requests``: as the plugins return them
+      (``device_requests`` entries in Docker's ``DeviceRequests`` shape).  Docker passes
+      them to the engine; a sandboxed process kernel gets the device nodes and mounts
+      bound, and the NVIDIA device nodes when it has device requests; an unsandboxed one
+      sees the host's devices anyway.
+    * ``ipc_host``: the host's IPC namespace (MPS clients need it): docker's ``IpcMode``;
+      a sandboxed process kernel then keeps the host's IPC namespace.
     """
 
     kernel_id: str

@@ -427,13 +427,25 @@ class ProcessRuntime:
         scratch: ScratchDir,
         cwd: Path,
     ) -> dict[str, Any]:
-        """The kernel's sandbox (:func:`.sandbox.sandbox_record`); its work folder (and a
-        work dir of its own elsewhere) is given to the kernel's user."""
+        """The kernel's sandbox (:func:`.sandbox.sandbox_record`); its work folder (and the
+        environment's work dir when it lies in the scratch dir) is given to the kernel's
+        user."""
         assert self._sandbox is not None
+        inside = cwd.resolve()
+        work = scratch.work_dir.resolve()
+        if inside.is_relative_to(scratch.root.resolve()) and not inside.is_relative_to(work):
+            # the kernel would get its own state/ (launch.json, read by the agent as root)
+            raise ValueError(
+                f"environment {environment.name!r}: a sandboxed kernel's work-dir must lie in"
+                f" {{work}} or outside the scratch dir, not {inside}"
+            )
         uid, gid = self._sandbox.effective_ids()
         if os.geteuid() == 0:
+            # (a work dir of the environment's outside the scratch dir is the operator's:
+            # left as it is)
             for folder in {scratch.work_dir, cwd}:
-                os.chown(folder, uid, gid)
+                if folder.resolve().is_relative_to(scratch.root.resolve()):
+                    os.chown(folder, uid, gid)
         resolv_conf = None
         if self._sandbox.network == "outbound":
             resolv_conf = scratch.state_dir / "resolv.conf"

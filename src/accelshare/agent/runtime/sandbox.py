@@ -2,9 +2,11 @@
 
 What a sandboxed kernel gets (``[container] sandbox``, docs/agent-runtimes.md)::
 
-    user        an unprivileged uid/gid ([container] kernel-uid / kernel-gid; the agent's
-                own when the agent is not root), in a user namespace that maps only it
-    namespaces  its own user, mount, PID, network, IPC, UTS and cgroup namespaces
+    user        an unprivileged uid/gid ([container] kernel-uid / kernel-gid) with no
+                capabilities and no way to gain any (no-new-privileges); an agent that
+                is not root cannot change user: its kernels then run as its own uid, in
+                a user namespace that maps only that uid and allows no further ones
+    namespaces  its own mount, PID, network, IPC, UTS and cgroup namespaces
     files       the host's system folders read-only (/usr, /etc, /sys; /bin, /lib ... as
                 the host has them), its environment's interpreter read-only, its own
                 work/ folder writable (HOME), its config/ folder (resource.txt, the
@@ -22,11 +24,11 @@ bridged into the kernel's network namespace) and starts web terminals inside the
 namespaces as the same user (``nsenter``, see ``_terminal_exec.py``).
 
 This module decides *what* the sandbox holds (:func:`sandbox_record`, stored in the
-kernel's ``launch.json``); the launcher (``_launcher.py``, standard library only) turns
-the record into bwrap's command line at exec time: it opens each bind source as root
-and hands bwrap the file descriptors (``--ro-bind-fd``), so a source under a folder the
-kernel's user cannot enter (a Python under ``/root/.pyenv``) is still bound, and
-nothing but what is listed becomes visible.
+kernel's ``launch.json``); the launcher (``_launcher.py``, standard library only) runs
+bwrap with it.  As root, bwrap sets the sandbox up with the agent's rights, so a source
+under a folder the kernel's user cannot enter (a Python under ``/root/.pyenv``) is still
+bound; the folders above each bound path are created inside with mode 0755, and nothing
+but what is listed becomes visible.
 
 :func:`probe` tells whether this host can sandbox at all (bwrap present, user and
 network namespaces allowed); the agent says so at start and, where it cannot, runs its
@@ -262,7 +264,9 @@ def sandbox_record(
         if entry not in binds:
             binds.append(entry)
 
-    for path in interpreter_paths(program):
+    # The environment's interpreter, and the agent's own (the plugins' tools in config/bin,
+    # such as the mock nvidia-smi, run under it).
+    for path in (*interpreter_paths(program), *interpreter_paths(sys.executable)):
         if path.is_dir():
             bind("ro", path)
     if image_dir is not None and image_dir.is_dir():
