@@ -17,9 +17,9 @@ so what runs in the terminal counts against the session's limits exactly like th
 kernel's own processes.  Docker runtime (:class:`DockerTerminal`): ``exec`` with a tty in
 the kernel's container (its cgroup, namespaces and environment), ``/home/config/bin``
 first on PATH, cwd ``/home/work``, bash when the image has it.  A process kernel started
-with ``isolate-namespaces`` gets its terminal inside its PID and mount namespaces (the
-helper enters them and forks the shell there), so the shell sees and can signal only
-the kernel's processes.
+in a sandbox gets its terminal inside the sandbox: the helper execs ``nsenter`` into all
+its namespaces and its root, as the kernel's user, so the shell sees the kernel's files
+and processes only and can signal nothing else.
 """
 
 from __future__ import annotations
@@ -111,8 +111,8 @@ class ProcessTerminal:
         shell: str,
         namespace_pid: int | None = None,
     ) -> ProcessTerminal:
-        """``namespace_pid``: a process in the kernel's PID + mount namespaces
-        (``isolate-namespaces``); the shell is started inside them."""
+        """``namespace_pid``: the kernel's sandbox (its init's pid); the shell is started
+        inside it, as the kernel's user."""
         check_size(cols, rows)
         argv = [sys.executable, "-I", "-S", str(_EXEC_HELPER), str(launch_file), shell]
         if namespace_pid is not None:
