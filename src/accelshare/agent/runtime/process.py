@@ -464,6 +464,7 @@ class ProcessRuntime:
             nvidia=bool(spec.device_requests),
             ipc_host=spec.ipc_host,
             resolv_conf=resolv_conf,
+            scratch_root=self._root,
         )
 
     def _kernel_env(

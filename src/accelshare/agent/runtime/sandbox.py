@@ -246,6 +246,7 @@ def sandbox_record(
     nvidia: bool = False,
     ipc_host: bool = False,
     resolv_conf: Path | None = None,
+    scratch_root: Path | None = None,
 ) -> dict[str, Any]:
     """The sandbox part of a kernel's ``launch.json`` (see ``_launcher.py``).
 
@@ -254,7 +255,10 @@ def sandbox_record(
     kernel's argv; ``uid`` / ``gid`` are the kernel's user.  ``shared_ro``: agent-wide folders every kernel reads (the mock
     GPUs' statistics); ``mounts`` / ``device_nodes``: the plugins'
     (:class:`~accelshare.accel.types.Mount`, ``DeviceNode``); ``nvidia``: the kernel
-    holds CUDA devices (the NVIDIA device nodes are bound).
+    holds CUDA devices (the NVIDIA device nodes are bound); ``scratch_root``: the folder
+    of every kernel's scratch dir, made empty inside when a read-only path above it is
+    bound (``ro_paths = ["/data"]`` with the scratch root in ``/data/scratch`` would
+    otherwise show the other kernels' folders), before this kernel's own are bound.
     """
     uid, gid = config.effective_ids()
     binds: list[list[str]] = []
@@ -305,7 +309,17 @@ def sandbox_record(
     args += ["--tmpfs", "/sys/fs/cgroup"] if Path("/sys/fs/cgroup").is_dir() else []
     args += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--tmpfs", "/run"]
     made: set[str] = set()
+    root = Path(os.path.normpath(scratch_root)) if scratch_root is not None else None
+    root_shown = False  # a bind so far holds the scratch root (a ro_path above it)
     for mode, host, target in binds:
+        if root is not None and mode != "dev":
+            if root.is_relative_to(target):
+                root_shown = True
+            elif root_shown and Path(target).is_relative_to(root):
+                # the other kernels' folders: an empty one instead, ours bound on top
+                args += ["--tmpfs", str(root)]
+                made = {m for m in made if not Path(m).is_relative_to(root)} | {str(root)}
+                root_shown = False
         # bwrap would create a missing parent with the host folder's mode (/root: 0700,
         # then nothing below it is reachable for the kernel's user): make them 0755.
         for parent in reversed(Path(target).parents[:-1]):
