@@ -252,10 +252,10 @@ def sandbox_record(
 
     ``args`` are bwrap's options (the launcher adds ``--info-fd`` and, for outbound
     networking, ``--block-fd``), ``command_prefix`` goes between bwrap's ``--`` and the
-    kernel's argv; ``uid`` / ``gid`` are the kernel's user.  ``shared_ro``: agent-wide folders every kernel reads (the mock
-    GPUs' statistics); ``mounts`` / ``device_nodes``: the plugins'
-    (:class:`~accelshare.accel.types.Mount`, ``DeviceNode``); ``nvidia``: the kernel
-    holds CUDA devices (the NVIDIA device nodes are bound); ``scratch_root``: the folder
+    kernel's argv; ``uid`` / ``gid`` are the kernel's user.  ``shared_ro``: agent-wide
+    folders every kernel reads (the mock GPUs' statistics); ``mounts`` /
+    ``device_nodes``: the plugins' (:class:`~accelshare.accel.types.Mount`,
+    ``DeviceNode``); ``nvidia``: the kernel holds CUDA devices (the NVIDIA device nodes are bound); ``scratch_root``: the folder
     of every kernel's scratch dir, made empty inside when a read-only path above it is
     bound (``ro_paths = ["/data"]`` with the scratch root in ``/data/scratch`` would
     otherwise show the other kernels' folders), before this kernel's own are bound.
