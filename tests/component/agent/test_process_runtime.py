@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import re
 import signal
+import sys
 import uuid
 from collections.abc import Awaitable, Callable
 from decimal import Decimal
@@ -375,3 +376,24 @@ async def test_environment_work_dir_template(
     assert f"cwd={expected}" in log
     with pytest.raises(KernelStartFailed, match="is not a folder"):
         await runtime.create_kernel(spec(("true",), image="shared"))
+
+
+@pytest.mark.parametrize("sandboxed", [False, True])
+async def test_the_environments_interpreter_comes_first_on_path(
+    make_runtime: RuntimeFactory,
+    eventually: Eventually,
+    sandbox_support: str | None,
+    sandboxed: bool,
+) -> None:
+    """``python`` in a session of an interpreter's environment (its scripts, its
+    terminal) is that interpreter, not whichever Python the host's PATH finds first."""
+    if sandboxed and sandbox_support is not None:
+        pytest.skip(sandbox_support)
+    # PATH = the default (/bin:/usr/bin): only the environment can put `python` on it.
+    runtime = make_runtime(sandbox=SandboxConfig() if sandboxed else None, passthrough_env=())
+    code = "import shutil; print('python=' + str(shutil.which('python')))"
+    kernel = spec(("-c", code), image="python")
+    await runtime.create_kernel(kernel)
+    log_file = runtime.scratch_root / kernel.kernel_id / "logs/kernel.log"
+    log = await eventually(lambda: "python=" in (t := log_file.read_text()) and t)
+    assert f"python={Path(sys.executable).parent / 'python'}\n" in log

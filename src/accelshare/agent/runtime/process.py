@@ -83,6 +83,8 @@ LAUNCHER = Path(__file__).with_name("_launcher.py")
 #: Agent-wide files every kernel may read (the mock GPUs' statistics), under the scratch
 #: root: a sandbox binds this folder read-only, never the scratch root itself.
 NODE_SHARED_DIR = SESSION_SHARED_DIR
+#: Left where PATH has them (an environment of /bin/sh changes nothing).
+_SYSTEM_BIN_DIRS = frozenset({"/bin", "/sbin", "/usr/bin", "/usr/sbin", "/usr/local/bin"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -475,6 +477,12 @@ class ProcessRuntime:
         env["HOME"] = str(scratch.work_dir)
         if environment.image_dir is not None:
             env["PATH"] = f"{environment.image_dir / 'bin'}:{env['PATH']}"
+        else:
+            # The environment's interpreter first: `python` in the session (its terminal,
+            # its scripts) is the one the environment names, not the host's default.
+            program = Path(environment.command_prefix[0])
+            if program.is_absolute() and str(program.parent) not in _SYSTEM_BIN_DIRS:
+                env["PATH"] = f"{program.parent}:{env['PATH']}"
         env.update(environment.env)
         env.update(spec.env)
         env[KERNEL_ID_ENV] = spec.kernel_id
