@@ -28,6 +28,7 @@ from .errors import (
 from .maps import build_alloc_map, device_slots
 from .protocol import (
     ComputePlugin,
+    ObservesAllocations,
     PluginContext,
     PluginFactory,
     ReportsStatus,
@@ -83,6 +84,7 @@ __all__ = [
     "Mount",
     "NodeMetric",
     "NumberFormat",
+    "ObservesAllocations",
     "PluginConfigError",
     "PluginContext",
     "PluginEntry",

@@ -192,9 +192,13 @@ def kernel_metrics(
 ) -> list[KernelMetric]:
     """Per-kernel ``<key>_mem`` and ``<key>_util`` derived from the device samples.
 
-    A kernel holding ``s`` of a device's ``C`` shares sees ``util × s / C`` and uses the
-    device's memory fraction of the ``unit_mem × s`` bytes it holds; a whole device or a
-    MIG slice is seen in full.  Capacities: the memory held, 100 % per device.
+    A kernel holding ``s`` of a device's ``C`` shares accounts for the part
+    ``p = min(1, (s / C) / allocated)`` of the device's load where the sample says what is
+    allocated (mock devices, whose load follows the allocations: its part of them), else
+    ``p = s / C`` (real GPUs).  It sees ``util × p``; its memory is ``min(held, used × p)``
+    with ``allocated`` known, else the device's memory fraction of the ``unit_mem × s``
+    bytes it holds.  A whole device or a MIG slice is seen in full.  Capacities: the
+    memory held, 100 % per device.
     """
     mem: dict[str, Measurement] = {}
     util: dict[str, Measurement] = {}
@@ -205,18 +209,23 @@ def kernel_metrics(
             sample = samples.get(h.device.device_id)
             if sample is None:
                 continue
+            share = Decimal(1)
+            if h.is_shares and h.device.capacity > 0:
+                share = min(Decimal(1), h.amount / h.device.capacity)
+            part = sample.part(share)
             if sample.util is not None:
                 devices += 1
-                share = Decimal(1)
-                if h.is_shares and h.device.capacity > 0:
-                    share = min(Decimal(1), h.amount / h.device.capacity)
-                util_value += (sample.util * share).quantize(Decimal("0.1"))
+                util_value += (sample.util * part).quantize(Decimal("0.1"))
             if h.is_shares:
                 held_bytes = Decimal(options.limits(h.amount)[0])
             else:
                 held_bytes = Decimal(h.device.memory_bytes)
             mem_held += held_bytes
-            mem_used += (held_bytes * sample.mem_fraction).to_integral_value()
+            if sample.allocated is None:
+                used = held_bytes * sample.mem_fraction
+            else:
+                used = min(held_bytes, sample.mem_used * part)
+            mem_used += used.to_integral_value()
         mem[kernel_id] = Measurement(min(mem_used, mem_held), mem_held)
         util[kernel_id] = Measurement(util_value, Decimal(100 * devices))
     return [

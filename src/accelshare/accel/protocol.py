@@ -11,6 +11,8 @@ plugin it returns is then mostly pure::
     plugin.inventory                      # PluginInventory: key, slots, devices, map spec,
                                           # UI metadata, extra info, version (pure data)
     plugin.kernel_resources(allocation)   # env vars, resource.txt lines, devices (pure)
+    plugin.observe_allocations(held)      # optional (ObservesAllocations): before
+                                          # each node_stats tick, what kernels hold
     await plugin.node_stats()             # per-node and per-device metrics (I/O)
     await plugin.kernel_stats(targets)    # per-kernel metrics (I/O)
     await plugin.close()
@@ -45,6 +47,7 @@ from .types import (
 
 __all__ = [
     "ComputePlugin",
+    "ObservesAllocations",
     "PluginContext",
     "PluginFactory",
     "ReportsStatus",
@@ -75,6 +78,20 @@ class ReportsStatus(Protocol):
 
     def status(self) -> Mapping[str, str]:
         """Short texts for ``agent info`` (cuda: ``enforcement``, ``mps``); {} for none."""
+        ...
+
+
+@runtime_checkable
+class ObservesAllocations(Protocol):
+    """A plugin whose statistics follow what is allocated on its devices (optional).
+
+    The agent calls :meth:`observe_allocations` before every ``node_stats()`` tick, so a
+    simulated device (the mock plugin) can show the load of the sessions that hold it.
+    """
+
+    def observe_allocations(self, allocations: Mapping[str, KernelAllocation]) -> None:
+        """What every kernel holds now, by kernel id: this plugin's slots only
+        (``{slot: {device_id: amount}}``), including kernels still starting."""
         ...
 
 

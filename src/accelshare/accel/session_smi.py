@@ -9,7 +9,8 @@ config files (see :mod:`accelshare.accel.mock.smi`, the tool itself)::
     config/mock-cuda-smi.json    the devices as the session sees them
 
 so that ``nvidia-smi`` in the session shows its share: ``unit_mem × shares`` as each
-device's memory, utilisation scaled by the share.  Readings come from the node
+device's memory, utilisation (and, on mock devices, memory use) scaled by its part of
+the device's load.  Readings come from the node
 statistics file the plugin rewrites on every stats tick (:func:`write_stats`).
 
 For a real GPU the devices file also says ``fallback``: options the tool does not
@@ -125,6 +126,7 @@ def write_stats(path: Path, samples: Mapping[str, DeviceSample], *, who: str) ->
             power=s.power,
             power_max=s.power_max,
             temperature=s.temperature,
+            allocated=s.allocated,
         )
         for device_id, s in samples.items()
     }

@@ -980,8 +980,13 @@ class AgentService:
         return self.ledger.compat_view()
 
     async def node_stats(self) -> NodeStats:
+        """One tick; the plugins that simulate their load (mock) are told what every
+        kernel holds, recorded legacy holdings included."""
         assert self._stats is not None
-        return await self._stats.node_stats()
+        ledger = self.ledger
+        return await self._stats.node_stats(
+            {kernel_id: ledger.recorded(kernel_id) for kernel_id in ledger.kernel_ids()}
+        )
 
     async def kernel_stats(self) -> KernelStats:
         assert self._stats is not None

@@ -18,7 +18,13 @@ from decimal import Decimal
 import psutil  # type: ignore[import-untyped,unused-ignore]
 
 import accelshare
-from accelshare.accel import ComputePlugin, KernelStatTarget, Measurement, PluginInventory
+from accelshare.accel import (
+    ComputePlugin,
+    KernelStatTarget,
+    Measurement,
+    ObservesAllocations,
+    PluginInventory,
+)
 from accelshare.alloc import KernelAllocation
 from accelshare.common import canonical_decimal
 from accelshare.config.agent_file import AgentConfig
@@ -70,10 +76,27 @@ class StatsCollector:
         self._plugins = plugins
         self._agent_id = agent_id
 
-    async def node_stats(self) -> NodeStats:
+    async def node_stats(
+        self, allocations: Mapping[str, Mapping[str, Mapping[str, Decimal]]] | None = None
+    ) -> NodeStats:
+        """One tick of every plugin's node stats.  ``allocations``: what every kernel
+        holds (kernel id -> slot -> device -> amount), told first to the plugins whose
+        stats follow it (:class:`~accelshare.accel.ObservesAllocations`); None: not told."""
         metrics: list[MetricValue] = []
         for key, plugin in self._plugins.items():
             try:
+                if allocations is not None and isinstance(plugin, ObservesAllocations):
+                    slots = plugin.inventory.slot_types
+                    plugin.observe_allocations(
+                        {
+                            kernel_id: {
+                                slot: dict(per_device)
+                                for slot, per_device in held.items()
+                                if slot in slots
+                            }
+                            for kernel_id, held in allocations.items()
+                        }
+                    )
                 ticks = await plugin.node_stats()
             except Exception:
                 log.exception("node stats of plugin %r failed", key)

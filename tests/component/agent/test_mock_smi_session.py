@@ -69,9 +69,17 @@ async def test_nvidia_smi_in_a_half_gpu_session_shows_its_memory_share(
         scratch_root / kernel_id / "config" / "bin" / "nvidia-smi"
     )
     # two-fgpu: 2 GiB GPUs, unit_mem 2 GiB (1.0 share each): 0.5 share -> 1024 MiB.
+    # The agent told the plugin what the kernel holds: its GPU is half allocated, the
+    # other one free, and the kernel, alone on its GPU, accounts for all of its load.
     reading = stats["devices"][gpu]
-    util = int((Decimal(reading["util"]) / 2).to_integral_value(ROUND_FLOOR))
-    used = int((Decimal(1 << 30) * Decimal(reading["mem_fraction"])).to_integral_value(ROUND_FLOOR))
+    (other,) = set(stats["devices"]) - {gpu}
+    assert reading["allocated"] == "0.5"
+    assert Decimal(reading["util"]) >= 35  # 0.5 × U(70, 100)
+    assert stats["devices"][other]["allocated"] == "0"
+    assert Decimal(stats["devices"][other]["util"]) == 0
+    util = int(Decimal(reading["util"]).to_integral_value(ROUND_FLOOR))
+    device_used = Decimal(2 << 30) * Decimal(reading["mem_fraction"])
+    used = int(min(Decimal(1 << 30), device_used).to_integral_value(ROUND_FLOOR))
     assert (work / "query.csv").read_text() == f"0, GPU-{gpu}, 1024, {used >> 20}, {util}\n"
     assert (work / "list.txt").read_text() == f"GPU 0: CUDA GPU (UUID: GPU-{gpu})\n"
     table = (work / "table.txt").read_text()

@@ -16,7 +16,8 @@ What every ComputePlugin must satisfy:
   each slot add up to it); whole devices and MIG slices count 1;
 - an allocation map can be built, and what a kernel gets for an allocation is
   deterministic (same result whatever the dict order, every time, strings only);
-- stats are within their declared ranges and only name known devices/kernels;
+- stats are within their declared ranges and only name known devices/kernels, before
+  and after a plugin that follows allocations (:class:`ObservesAllocations`) is told some;
 - metadata covers every exposed slot and names it.
 """
 
@@ -38,6 +39,7 @@ import pytest
 from accelshare.accel import (
     ComputePlugin,
     KernelStatTarget,
+    ObservesAllocations,
     PluginContext,
     PluginEntry,
     PluginFactory,
@@ -442,7 +444,9 @@ async def test_stats_within_declared_ranges(built: Built) -> None:
     plugin = built.plugin
     inv = plugin.inventory
     device_ids = {d.device_id for d in inv.devices}
-    for _ in range(3):
+    for tick in range(6):
+        if tick == 3 and isinstance(plugin, ObservesAllocations):  # then with kernels
+            plugin.observe_allocations({f"k{i}": a for i, a in enumerate(one_of_each(plugin))})
         for metric in await plugin.node_stats():
             assert metric.key.startswith(f"{inv.key}_") or metric.key == inv.key
             readings = [metric.node, *metric.per_device.values()]

@@ -14,6 +14,8 @@ from accelshare.accel.errors import PluginConfigError
 from accelshare.accel.maps import build_alloc_map
 from accelshare.accel.mock import MockPlugin, load_mock_config
 from accelshare.accel.mock import create_plugin as create_mock
+from accelshare.accel.mock.plugin import device_loads
+from accelshare.accel.stats import DeviceLoad, memory_baseline
 from accelshare.accel.types import KernelStatTarget
 from accelshare.alloc import FractionAllocMap, InvalidResourceCombination
 from accelshare.common import SlotTypes
@@ -327,6 +329,7 @@ def seeded(smoothing: str, seed: int = 7) -> MockPlugin:
 
 async def test_stats_metrics_and_ranges() -> None:
     plugin = mock_plugin("mock-accelerator.toml")
+    plugin.observe_allocations({"k": {"cuda.device": {f"{U}1": D(1), f"{U}3": D(1)}}})
     for _ in range(50):
         metrics = {m.key: m for m in await plugin.node_stats()}
         assert list(metrics) == ["cuda_mem", "cuda_util", "cuda_power", "cuda_temperature"]
@@ -339,10 +342,14 @@ async def test_stats_metrics_and_ranges() -> None:
         }
         for device_id, m in metrics["cuda_mem"].per_device.items():
             assert m.capacity == 40 * GIB
-            assert 0.2 * 40 * GIB - 1 <= m.value <= 40 * GIB, device_id
-        for m in metrics["cuda_util"].per_device.values():
+            if device_id in (f"{U}1", f"{U}3"):  # held whole: baseline + U(0.2, 1) of it
+                assert 0.2 * 40 * GIB <= m.value <= 40 * GIB, device_id
+            else:  # free: the baseline only
+                assert m.value == memory_baseline(40 * GIB), device_id
+        for device_id, m in metrics["cuda_util"].per_device.items():
             assert 0 <= m.value <= 100
             assert m.capacity == 100
+            assert (m.value >= 70) if device_id in (f"{U}1", f"{U}3") else (m.value == 0)
         for m in metrics["cuda_power"].per_device.values():
             assert 0 <= m.value <= 250
             assert m.capacity == 250
@@ -353,9 +360,71 @@ async def test_stats_metrics_and_ranges() -> None:
         assert metrics["cuda_util"].node.capacity == 400
 
 
+async def test_a_free_mock_gpu_idles() -> None:
+    """Issue #33: a free mock GPU showed 62 %, 1.75 GiB used and 94 °C."""
+    plugin = mock_plugin("mock-accelerator.toml", FRACTIONAL)
+    for _ in range(20):
+        metrics = {m.key: m for m in await plugin.node_stats()}
+        for device_id in metrics["cuda_util"].per_device:
+            assert metrics["cuda_util"].per_device[device_id].value == 0
+            assert metrics["cuda_mem"].per_device[device_id].value == 256 * 2**20
+            assert metrics["cuda_temperature"].per_device[device_id].value < 45
+            assert metrics["cuda_power"].per_device[device_id].value < 70
+
+
+def test_device_loads_sum_what_the_kernels_hold() -> None:
+    plugin = mock_plugin("two-fgpu.toml", FRACTIONAL)  # 1.0 share of 2 GiB each
+    opts = plugin.options
+    loads = device_loads(
+        plugin.inventory,
+        opts,
+        [
+            {"cuda.shares": {f"{U}1": D("0.2")}},
+            {"cuda.shares": {f"{U}1": D("0.4"), f"{U}2": D("1.0")}},
+            {"cuda.device": {f"{U}1": D(1)}},  # not a slot in this mode: skipped
+            {"cuda.shares": {"GPU-gone": D("0.5")}},  # not a device here: skipped
+            {"cuda.shares": {f"{U}2": D(0)}},
+        ],
+    )
+    assert loads == {
+        f"{U}1": DeviceLoad(D("0.6"), opts.limits(D("0.2"))[0] + opts.limits(D("0.4"))[0]),
+        f"{U}2": DeviceLoad(D(1), 2 * GIB),
+    }
+    mig = mock_plugin("cuda-mock-mig.toml")
+    assert device_loads(
+        mig.inventory, mig.options, [{"cuda.device:10g-mig": {f"MIG-{U}3/3/0": D(1)}}]
+    ) == {f"MIG-{U}3/3/0": DeviceLoad(D(1), 10 * GIB)}
+    shares = mock_plugin("mock-accelerator.toml", FRACTIONAL)  # 13.50 shares of 40 GiB
+    (load,) = device_loads(
+        shares.inventory, shares.options, [{"cuda.shares": {f"{U}4": D("2.7")}}]
+    ).values()
+    assert load == DeviceLoad(D("0.2"), shares.options.limits(D("2.7"))[0])
+
+
+async def test_readings_follow_allocations_as_they_come_and_go() -> None:
+    plugin = seeded("ema")
+    held = {"k": {"cuda.shares": {f"{U}1": D("0.5")}}}
+
+    async def util() -> dict[str, Decimal]:
+        metric = {m.key: m for m in await plugin.node_stats()}["cuda_util"]
+        return {device: m.value for device, m in metric.per_device.items()}
+
+    assert await util() == {f"{U}1": 0, f"{U}2": 0}
+    plugin.observe_allocations(held)
+    rising = [await util() for _ in range(30)]
+    assert all(r[f"{U}2"] == 0 for r in rising)
+    assert rising[0][f"{U}1"] <= D("0.3") * 100  # smoothed: it rises over ticks
+    assert 35 <= rising[-1][f"{U}1"] <= 50  # 0.5 × U(70, 100)
+    plugin.observe_allocations({})
+    assert await util() == {f"{U}1": 0, f"{U}2": 0}  # released: the work stops
+
+
 @pytest.mark.parametrize("smoothing", ["none", "ema", "random-walk"])
 async def test_seed_makes_stats_reproducible(smoothing: str) -> None:
     first, second = seeded(smoothing), seeded(smoothing)
+    held = {"k": {"cuda.shares": {f"{U}1": D("0.7")}}}
+    first.observe_allocations(held)
+    second.observe_allocations(held)
     for _ in range(5):
         assert await first.node_stats() == await second.node_stats()
     assert await seeded(smoothing, seed=1).node_stats() != await seeded(smoothing, 2).node_stats()
@@ -368,6 +437,7 @@ async def test_smoothing_makes_stats_move_less() -> None:
     series: dict[str, list[Decimal]] = {}
     for smoothing in ("none", "ema", "random-walk"):
         plugin = seeded(smoothing)
+        plugin.observe_allocations({"k": {"cuda.shares": {f"{U}1": D("0.8")}}})
         values = []
         for _ in range(200):
             util = {m.key: m for m in await plugin.node_stats()}["cuda_util"]
@@ -377,26 +447,45 @@ async def test_smoothing_makes_stats_move_less() -> None:
     assert total_jump(series["random-walk"]) < total_jump(series["none"]) / 2
 
 
-async def test_kernel_stats_scaled_by_share() -> None:
+async def test_kernel_stats_are_each_kernels_part_of_the_load() -> None:
     plugin = seeded("none")
+    allocations = {
+        "k-small": {"cuda.shares": {f"{U}1": D("0.2")}},
+        "k-two": {"cuda.shares": {f"{U}1": D("0.4"), f"{U}2": D("1.0")}},
+        "k-none": {},
+    }
+    plugin.observe_allocations(allocations)
     node = {m.key: m for m in await plugin.node_stats()}
     util_1 = node["cuda_util"].per_device[f"{U}1"].value
     util_2 = node["cuda_util"].per_device[f"{U}2"].value
-    kernels = {
-        "k-half": KernelStatTarget({"cuda.shares": {f"{U}1": D("0.5")}}),
-        "k-two": KernelStatTarget({"cuda.shares": {f"{U}1": D("0.5"), f"{U}2": D("1.0")}}),
-        "k-none": KernelStatTarget({}),
-    }
+    used_1 = node["cuda_mem"].per_device[f"{U}1"].value
+    assert util_1 > 0
+    assert util_2 > 0
+    kernels = {k: KernelStatTarget(a) for k, a in allocations.items()}
     stats = {m.key: m.per_kernel for m in await plugin.kernel_stats(kernels)}
-    assert stats["cuda_util"]["k-half"].value == (util_1 * D("0.5")).quantize(D("0.1"))
-    assert stats["cuda_util"]["k-half"].capacity == 100
+    # 2d01 is 0.6 allocated: k-small accounts for a third of its load, k-two for two.
+    third = (util_1 * D("0.2") / D("0.6")).quantize(D("0.1"))
+    assert stats["cuda_util"]["k-small"].value == third
+    assert stats["cuda_util"]["k-small"].capacity == 100
     assert stats["cuda_util"]["k-two"].capacity == 200
-    assert stats["cuda_util"]["k-two"].value == (util_1 * D("0.5")).quantize(D("0.1")) + util_2
-    mem = stats["cuda_mem"]["k-half"]
-    assert mem.capacity == GIB  # 0.5 share × 2 GiB unit
-    assert 0 < mem.value <= mem.capacity
+    two_thirds = (util_1 * D("0.4") / D("0.6")).quantize(D("0.1"))
+    assert stats["cuda_util"]["k-two"].value == two_thirds + util_2  # 2d02 is all its own
+    small = stats["cuda_mem"]["k-small"]
+    assert small.capacity == plugin.options.limits(D("0.2"))[0]
+    assert 0 < small.value <= small.capacity
+    assert small.value <= (used_1 * D("0.2") / D("0.6")).to_integral_value() + 1
     assert stats["cuda_mem"]["k-none"].value == 0
     assert stats["cuda_util"]["k-none"].capacity == 0
+
+
+async def test_kernel_stats_alone_take_a_tick_with_the_observed_load() -> None:
+    plugin = seeded("none")
+    allocation = {"cuda.shares": {f"{U}2": D(1)}}
+    plugin.observe_allocations({"k": allocation})
+    stats = {
+        m.key: m.per_kernel for m in await plugin.kernel_stats({"k": KernelStatTarget(allocation)})
+    }
+    assert stats["cuda_util"]["k"].value >= 70
 
 
 # -- metadata ---------------------------------------------------------------------------

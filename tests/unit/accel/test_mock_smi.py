@@ -248,6 +248,72 @@ def test_utilisation_is_scaled_by_the_share_held(
     assert v.memory_used_mib(device) == expected_used_mib
 
 
+@pytest.mark.parametrize(
+    ("device", "allocated", "util", "mem_fraction", "expected_util", "expected_used_mib"),
+    [
+        # Alone on the device: the whole (allocation-driven) load is the session's.
+        pytest.param(HALF, "0.5", "93.0", "0.25", 93, 512, id="half-share-alone"),
+        # Another session holds the other half: half the load and memory are this one's.
+        pytest.param(HALF, "1", "93.0", "0.25", 46, 256, id="half-share-of-a-full-device"),
+        pytest.param(
+            smi.SmiDevice(GPU1, "CUDA GPU", "x", 5 * GIB, 40 * GIB, 21, D("2.7"), D("13.50")),
+            "0.2",
+            "18.0",
+            "0.1",
+            18,
+            4096,  # 10 % of the 40 GiB device, all of it this session's
+            id="2.7-of-13.5-alone",
+        ),
+        pytest.param(
+            smi.SmiDevice(GPU1, "CUDA GPU", "x", 5 * GIB, 40 * GIB, 21, D("2.7"), D("13.50")),
+            "0.2",
+            "18.0",
+            "0.9",
+            18,
+            5120,  # never more than the 5 GiB it holds
+            id="2.7-of-13.5-capped",
+        ),
+        pytest.param(
+            smi.SmiDevice(GPU1, "CUDA GPU", "x", 40 * GIB, 40 * GIB, 108),
+            "1",
+            "77.9",
+            "0.5",
+            77,
+            20480,
+            id="whole-device",
+        ),
+    ],
+)
+def test_mock_readings_are_the_sessions_part_of_what_is_allocated(
+    device: smi.SmiDevice,
+    allocated: str,
+    util: str,
+    mem_fraction: str,
+    expected_util: int,
+    expected_used_mib: int,
+) -> None:
+    reading = smi.SmiReading(D(util), D(mem_fraction), allocated=D(allocated))
+    v = view(device, reading)
+    assert v.util_percent(device) == expected_util
+    assert v.memory_used_mib(device) == expected_used_mib
+
+
+def test_the_stats_file_carries_the_allocated_fraction(tmp_path: Path) -> None:
+    stats_file = tmp_path / smi.STATS_FILE
+    mock = smi.SmiReading(D("40"), D("0.5"), D("200"), D("250"), D("90"), allocated=D("0.5"))
+    real = smi.SmiReading(D("40"), D("0.5"))
+    stats_file.write_text(smi.stats_json({GPU1: mock, GPU2: real}, at=1000.0))
+    raw = json.loads(stats_file.read_text())["devices"]
+    assert raw[GPU1]["allocated"] == "0.5"
+    assert "allocated" not in raw[GPU2]  # measured readings: the old format
+    plugin = MockPlugin(
+        load_mock_config(SAMPLES / "two-fgpu.toml"), options(FRACTIONAL), stats_file=stats_file
+    )
+    env = session(tmp_path, plugin, {"cuda.shares": {GPU1: D("0.5"), GPU2: D("0.5")}})
+    v = smi.read_view(env, now=1000.0)
+    assert v.readings == {GPU1: mock, GPU2: real}
+
+
 def test_without_readings_usage_is_zero_and_power_na() -> None:
     v = view(HALF)
     assert (v.util_percent(HALF), v.memory_used_mib(HALF)) == (0, 0)
@@ -271,15 +337,18 @@ def test_node_stats_reach_the_session_through_the_stats_file(tmp_path: Path) -> 
     config = load_mock_config(SAMPLES / "two-fgpu.toml")
     stats_file = tmp_path / "scratch" / smi.STATS_FILE
     plugin = MockPlugin(config, options(FRACTIONAL), stats_file=stats_file)
-    env = session(tmp_path, plugin, {"cuda.shares": {GPU1: D("0.5")}})
+    allocation = {"cuda.shares": {GPU1: D("0.5")}}
+    env = session(tmp_path, plugin, allocation)
     assert query(env, "utilization.gpu,memory.used") == ["0, 0"]  # no tick yet
+    plugin.observe_allocations({"k": allocation})  # what the agent does before a tick
     metrics = {m.key: m for m in asyncio.run(plugin.node_stats())}
     util = metrics["cuda_util"].per_device[GPU1].value
-    used = metrics["cuda_mem"].per_device[GPU1]
-    fraction = used.value / (used.capacity or 1)
-    expected_util = int(util * D("0.5"))  # 0.5 of a 1.0-share device: half its load
-    expected_mib = int(GIB * fraction) // 2**20
-    assert query(env, "utilization.gpu,memory.used") == [f"{expected_util}, {expected_mib}"]
+    used = metrics["cuda_mem"].per_device[GPU1].value
+    assert util >= 35  # 0.5 × U(70, 100): the session's load
+    # The session is all that is allocated on the device: its whole load and memory use
+    # are the session's (memory within the 1 GiB it holds).
+    expected_mib = int(min(used, D(GIB))) // 2**20
+    assert query(env, "utilization.gpu,memory.used") == [f"{int(util)}, {expected_mib}"]
 
 
 def test_stale_readings_are_not_shown(tmp_path: Path) -> None:

@@ -15,8 +15,12 @@ accelshare extensions (optional, top level)::
 
     stats_smoothing = "none"          # "none" (independent samples, as Backend.AI),
                                       # "ema" or "random-walk"
-    stats_smoothing_factor = 0.3      # EMA weight of a new sample / walk step (share of range)
+    stats_smoothing_factor = 0.3      # EMA weight of a new sample / the walk's pull and
+                                      # step; the most a reading moves per tick (x range)
     stats_seed = 42                   # reproducible stats
+
+The readings themselves follow what is allocated on each device
+(:mod:`accelshare.accel.stats`); the file declares no ranges of its own.
 """
 
 from __future__ import annotations

@@ -13,6 +13,12 @@ MIG-split GPU) from slots, allocation and stats; a mask entry matching no device
 configuration error, a mask hiding every device is a warning logged at start.  In fractional
 mode a device below one quantum of shares (e.g. 0.00 with a ``unit_mem`` larger than
 its memory) is a configuration error naming the limiting option.
+
+Statistics follow the allocations: the agent tells the plugin what every kernel holds
+(:meth:`MockPlugin.observe_allocations`, before each node-stats tick) and each device's
+readings are drawn around its allocated fraction (:mod:`accelshare.accel.stats`): a
+free device shows 0 % and idle power/temperature, a fully allocated one runs hot.
+Allocation is the only signal, since mocked devices run nothing (no per-kernel activity).
 """
 
 from __future__ import annotations
@@ -20,7 +26,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from decimal import Decimal
 from pathlib import Path
 
@@ -46,7 +52,7 @@ from ..options import (
 )
 from ..protocol import PluginContext
 from ..session_smi import smi_files, write_stats
-from ..stats import MockStatsGenerator
+from ..stats import DeviceLoad, MockStatsGenerator
 from ..types import (
     SESSION_SHARED_DIR,
     AllocationMode,
@@ -64,7 +70,13 @@ from ..types import (
 from . import smi
 from .config import MockConfig, MockDeviceSpec, load_mock_config, mig_profile
 
-__all__ = ["MOCK_DEFAULT_QUANTUM", "MockPlugin", "create_plugin", "mig_slot_name"]
+__all__ = [
+    "MOCK_DEFAULT_QUANTUM",
+    "MockPlugin",
+    "create_plugin",
+    "device_loads",
+    "mig_slot_name",
+]
 
 MOCK_DEFAULT_QUANTUM = Decimal("0.1")
 log = logging.getLogger(__name__)
@@ -73,6 +85,31 @@ log = logging.getLogger(__name__)
 def mig_slot_name(model_name: str) -> str:
     """``MIG-10g`` -> ``cuda.device:10g-mig``."""
     return f"cuda.device:{mig_profile(model_name)}-mig"
+
+
+def device_loads(
+    inventory: PluginInventory,
+    options: AcceleratorOptions,
+    allocations: Iterable[KernelAllocation],
+) -> dict[str, DeviceLoad]:
+    """What the kernels hold on each device, for the stats: the allocated fraction
+    (shares held / the device's shares, at most 1; 1 for a whole device or MIG slice) and
+    the memory the holdings may use (``unit_mem × shares`` per kernel, or the whole
+    device; at most its memory).  Free devices are left out; entries that are not this
+    plugin's devices are skipped."""
+    held: dict[str, tuple[Device, Decimal, int]] = {}
+    for allocation in allocations:
+        for h in held_devices(inventory, allocation, strict=False):
+            memory = options.limits(h.amount)[0] if h.is_shares else h.device.memory_bytes
+            _, amount, held_bytes = held.get(h.device.device_id, (h.device, Decimal(0), 0))
+            held[h.device.device_id] = (h.device, amount + h.amount, held_bytes + memory)
+    loads: dict[str, DeviceLoad] = {}
+    for device_id, (device, amount, held_bytes) in held.items():
+        fraction = Decimal(1)
+        if device.capacity > 0:
+            fraction = min(Decimal(1), amount / device.capacity)
+        loads[device_id] = DeviceLoad(fraction, min(held_bytes, device.memory_bytes))
+    return loads
 
 
 def _apply_mask(config: MockConfig, options: AcceleratorOptions) -> list[MockDeviceSpec]:
@@ -91,7 +128,8 @@ def _apply_mask(config: MockConfig, options: AcceleratorOptions) -> list[MockDev
 
 
 class MockPlugin:
-    """A mocked accelerator; see the module docstring.  Only stats change over time.
+    """A mocked accelerator; see the module docstring.  Only stats change over time,
+    following what :meth:`observe_allocations` last said the kernels hold.
 
     ``stats_file``: where each node-stats tick is also written for the sessions' mock
     ``nvidia-smi`` (cuda key only; None: not written, the tool then shows 0 % / 0 MiB).
@@ -197,6 +235,7 @@ class MockPlugin:
             factor=config.stats_smoothing_factor,
             seed=config.stats_seed,
         )
+        self._loads: dict[str, DeviceLoad] = {}
 
     @property
     def inventory(self) -> PluginInventory:
@@ -241,14 +280,20 @@ class MockPlugin:
             python=self.python,
         )
 
+    def observe_allocations(self, allocations: Mapping[str, KernelAllocation]) -> None:
+        """What every kernel holds now (kernel id -> allocation): the next ticks' load.
+        Until the first call every device is free."""
+        self._loads = device_loads(self._inventory, self.options, allocations.values())
+
     async def node_stats(self) -> Sequence[NodeMetric]:
-        samples = self._stats.tick()
+        samples = self._stats.tick(self._loads)
         if self.stats_file is not None:
             await asyncio.to_thread(write_stats, self.stats_file, samples, who="mock")
         return node_metrics(self._inventory.key, samples)
 
     async def kernel_stats(self, kernels: Mapping[str, KernelStatTarget]) -> Sequence[KernelMetric]:
-        return kernel_metrics(self._inventory, self.options, self._stats.current(), kernels)
+        samples = self._stats.current(self._loads)
+        return kernel_metrics(self._inventory, self.options, samples, kernels)
 
     async def close(self) -> None:
         return None

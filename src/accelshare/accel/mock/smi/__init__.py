@@ -22,8 +22,14 @@ What a session sees, per device (the spec's inverse of the share formula)::
 
     whole device / MIG slice:   memory.total = the device's memory_size
     s fractional shares:        memory.total = unit_mem × s   (spec 03, CUDA_MEMORY_LIMITS)
-                                utilization  = device util × min(1, s / device shares)
+                                utilization  = device util × p
     memory.used                 = memory.total × the device's sampled memory fraction
+
+where ``p``, the session's part of the device's load, is ``min(1, s / device shares)``
+(1 for a whole device or MIG slice).  Mock devices also say which fraction of them is
+allocated (``allocated`` in the stats file): their load follows the allocations, so
+there ``p = min(1, (s / device shares) / allocated)``, the session's part of what is
+allocated, and ``memory.used = min(memory.total, device memory used × p)``.
 
 e.g. ``two-fgpu.toml`` (2 GiB GPUs, default unit_mem 2 GiB) at 0.5 shares: ``1024MiB``.
 Without statistics (no stats tick yet, the last one over :data:`STALE_AFTER_S` old, or
@@ -198,6 +204,7 @@ class SmiReading:
     power: Decimal | None = None
     power_max: Decimal | None = None
     temperature: Decimal | None = None
+    allocated: Decimal | None = None  # 0..1 of the device held (mock devices), else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -212,21 +219,32 @@ class SmiView:
     def reading(self, device: SmiDevice) -> SmiReading | None:
         return self.readings.get(device.device_id)
 
+    @staticmethod
+    def part(device: SmiDevice, reading: SmiReading) -> Decimal:
+        """The session's part of the device's load (see the module docstring)."""
+        share = device.util_scale
+        if reading.allocated is None or reading.allocated <= 0:
+            return share
+        return min(Decimal(1), share / reading.allocated)
+
     def util_percent(self, device: SmiDevice) -> int:
         """The session's utilisation of ``device``, whole percent (rounded down)."""
         reading = self.reading(device)
         if reading is None:
             return 0
-        return int((reading.util * device.util_scale).to_integral_value(ROUND_FLOOR))
+        return int((reading.util * self.part(device, reading)).to_integral_value(ROUND_FLOOR))
 
     def memory_used_mib(self, device: SmiDevice) -> int:
         reading = self.reading(device)
         if reading is None:
             return 0
-        used = (
-            Decimal(device.memory_bytes) * min(Decimal(1), reading.mem_fraction)
-        ).to_integral_value(ROUND_FLOOR)
-        return int(used) // MIB
+        fraction = min(Decimal(1), reading.mem_fraction)
+        if reading.allocated is None:
+            used = Decimal(device.memory_bytes) * fraction
+        else:
+            device_used = Decimal(device.device_memory_bytes) * fraction
+            used = min(Decimal(device.memory_bytes), device_used * self.part(device, reading))
+        return int(used.to_integral_value(ROUND_FLOOR)) // MIB
 
 
 def memory_mib(num_bytes: int) -> int:
@@ -276,6 +294,7 @@ def stats_json(readings: Mapping[str, SmiReading], *, at: float) -> str:
                     "power": text(r.power),
                     "power_max": text(r.power_max),
                     "temperature": text(r.temperature),
+                    **({} if r.allocated is None else {"allocated": str(r.allocated)}),
                 }
                 for device_id, r in readings.items()
             },
@@ -304,6 +323,7 @@ def _read_readings(path: Path, now: float) -> dict[str, SmiReading]:
                 power=opt("power"),
                 power_max=opt("power_max"),
                 temperature=opt("temperature"),
+                allocated=opt("allocated"),
             )
         return readings
     except (OSError, ValueError, KeyError, TypeError, AttributeError, InvalidOperation):
