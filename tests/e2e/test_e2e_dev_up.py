@@ -150,12 +150,20 @@ def test_dev_up_runs_stops_and_keeps_state(data_dir: Path) -> None:
     for name in ("client.env", "cluster-secret", "admin-credentials.env"):
         assert _mode(data_dir / name) == 0o600, name
     env_file = data_dir / "client.env"
-    assert env_file.read_text().count("export ACCELSHARE_") == 3
+    # the endpoint and keypair; the config store, the other selector emptied, its namespace
+    assert env_file.read_text().count("export ACCELSHARE_") == 6
     config = load_client_config(config_file=env_file, env={})
     assert config.endpoint == f"http://127.0.0.1:{port}"
-    # The README: `source .accelshare/client.env`, then `accelshare ...` in a new shell.
+    # The README: `source .accelshare/client.env`, then `accelshare ...` in a new shell,
+    # `mgr etcd` included, from any folder (here `/`, which has no store).
     sourced = subprocess.run(
-        ["bash", "-c", f"source '{env_file}' && command -v accelshare && accelshare agent list"],
+        [
+            "bash",
+            "-c",
+            f"source '{env_file}' && command -v accelshare && accelshare agent list"
+            " && cd / && accelshare mgr etcd get --verbose"
+            " config/plugins/accelerator/cuda/allocation_mode",
+        ],
         capture_output=True,
         text=True,
         env={"PATH": "/usr/bin:/bin", "HOME": str(data_dir)},
@@ -165,6 +173,11 @@ def test_dev_up_runs_stops_and_keeps_state(data_dir: Path) -> None:
     assert sourced.returncode == 0, sourced.stderr
     assert sourced.stdout.splitlines()[0] == str(Path(sys.executable).parent / "accelshare")
     assert "i-dev-02" in sourced.stdout
+    assert sourced.stdout.splitlines()[-1] == "fractional"  # what dev up wrote there
+    store = data_dir.resolve() / "config-store.db"
+    assert sourced.stderr == (
+        f"using the embedded store at {store} (namespace 'local'; from $ACCELSHARE_CONFIG_STORE)\n"
+    )
 
     second = subprocess.run(
         [*CLI, "dev", "up", "--data-dir", str(data_dir), "--port", str(free_port())],

@@ -167,9 +167,9 @@ def test_manager_toml_never_crashes(
 @given(
     st.one_of(
         st.text(max_size=200),
-        tables(["addr", "endpoints", "path", "namespace", "backend", "user", "password"]).map(
-            to_toml
-        ),
+        tables(
+            ["addr", "endpoints", "path", "namespace", "backend", "user", "password", "data-dir"]
+        ).map(to_toml),
     )
 )
 def test_config_store_settings_never_crash(
@@ -515,7 +515,7 @@ def test_put_json_never_crashes_and_refuses_whole(
 
     seed = tmp / "seed.json"
     seed.write_text('{"config": {"keep": "me"}}')
-    assert cli("put-json", "", str(seed)).exit_code == 0
+    assert cli("put-json", "", str(seed), "--create").exit_code == 0
     before = cli("get", "--prefix", "", "--json").stdout
     result = cli("put-json", key, str(upload))
     assert result.exit_code in (0, 1), (result.exit_code, result.output, result.exception)
@@ -538,7 +538,7 @@ def test_put_json_refusal_and_success_are_both_seen(tmp_path: Path) -> None:
     good, bad = tmp_path / "good.json", tmp_path / "bad.json"
     good.write_text('{"config": {"a": "1"}}')
     bad.write_text('{"config": {"b": "2", "": {"\\u0000": [1, {"c": null}]}}}')
-    assert cli("put-json", "", str(good)).exit_code == 0
+    assert cli("put-json", "", str(good), "--create").exit_code == 0
     before = cli("get", "--prefix", "", "--json").stdout
     refused = cli("put-json", "", str(bad))
     assert refused.exit_code == 1, refused.output

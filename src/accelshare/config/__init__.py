@@ -10,6 +10,7 @@ See docs/config-store.md for the layout, scopes, CLI and backup/restore.
 from .errors import (
     ConfigFileError,
     ConfigStoreError,
+    ConfigStoreNotFound,
     ConfigStoreUnavailable,
     InvalidConfigInput,
     InvalidKey,
@@ -24,6 +25,7 @@ from .settings import (
     ConfigStoreSettings,
     EmbeddedSettings,
     EtcdSettings,
+    config_store_env,
     load_config_store_settings,
 )
 from .store import ConfigStore, make_scope_prefix_map
@@ -34,6 +36,7 @@ __all__ = [
     "ConfigScopes",
     "ConfigStore",
     "ConfigStoreError",
+    "ConfigStoreNotFound",
     "ConfigStoreSettings",
     "ConfigStoreUnavailable",
     "EmbeddedSettings",
@@ -49,6 +52,7 @@ __all__ = [
     "WatchEvent",
     "WatchEventType",
     "build_backend",
+    "config_store_env",
     "load_config_store_settings",
     "make_scope_prefix_map",
     "open_config_store",

@@ -56,7 +56,13 @@ from .backend import (
     TxnOp,
     in_tree,
 )
-from .errors import ConfigStoreError, ConfigStoreUnavailable, LeaseNotFound, LockTimeout
+from .errors import (
+    ConfigStoreError,
+    ConfigStoreNotFound,
+    ConfigStoreUnavailable,
+    LeaseNotFound,
+    LockTimeout,
+)
 from .types import WatchEvent, WatchEventType
 
 __all__ = ["EmbeddedBackend"]
@@ -204,8 +210,12 @@ class EmbeddedBackend(KVBackend):
         poll_interval_s: float = 0.05,
         event_retention_s: float = 600.0,
         clock: Callable[[], float] = time.time,
+        create: bool = True,
     ) -> None:
+        """``create``: make the file (and its folder) if it does not exist; without it a
+        missing file is :class:`ConfigStoreNotFound` and nothing is written to disk."""
         self._path = Path(path)
+        self._create = create
         self.description = f"the embedded config store at {self._path}"
         self._timeout_s = timeout_s
         self._poll_interval_s = poll_interval_s
@@ -242,10 +252,17 @@ class EmbeddedBackend(KVBackend):
     def _connection(self) -> sqlite3.Connection:
         if self._conn is None:
             try:
-                # private from the start: the tree may hold secrets (etcd credentials,
-                # plugin options); SQLite gives its -wal/-shm files the main file's mode
-                self._path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-                os.close(os.open(self._path, os.O_RDWR | os.O_CREAT, 0o600))
+                if self._create:
+                    # private from the start: the tree may hold secrets (etcd credentials,
+                    # plugin options); SQLite gives its -wal/-shm files the main file's mode
+                    self._path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+                    os.close(os.open(self._path, os.O_RDWR | os.O_CREAT, 0o600))
+                else:
+                    os.close(os.open(self._path, os.O_RDWR))
+            except FileNotFoundError as e:
+                if not self._create:
+                    raise ConfigStoreNotFound(self._path) from e
+                raise ConfigStoreUnavailable(f"cannot create {self._path}: {e}") from e
             except OSError as e:
                 raise ConfigStoreUnavailable(f"cannot create {self._path}: {e}") from e
             # Switching a new file to WAL does not wait on SQLite's busy handler: two

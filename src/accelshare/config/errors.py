@@ -5,6 +5,7 @@ Hierarchy::
     Exception
      └── ConfigStoreError                 base: anything the store cannot do
           ├── ConfigStoreUnavailable      the backend cannot be reached within the timeout
+          ├── ConfigStoreNotFound         the embedded store's file does not exist (not created)
           ├── LockTimeout                 a lock was not acquired within ``timeout_s``
           ├── LeaseNotFound               refreshing a lease that expired or was revoked
           ├── TransactionRejected         the backend refused a transaction; nothing was written
@@ -21,11 +22,13 @@ the command line or the file from the message alone.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 __all__ = [
     "ConfigFileError",
     "ConfigStoreError",
+    "ConfigStoreNotFound",
     "ConfigStoreUnavailable",
     "InvalidConfigInput",
     "InvalidKey",
@@ -43,6 +46,15 @@ class ConfigStoreError(Exception):
 
 class ConfigStoreUnavailable(ConfigStoreError):
     """The backend did not answer within the configured timeout (etcd down, DB locked)."""
+
+
+class ConfigStoreNotFound(ConfigStoreError):
+    """The embedded store's file does not exist, and the store was opened without
+    ``create`` (``accelshare mgr etcd`` without ``--create``)."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(f"no configuration store at {path}")
+        self.path = path
 
 
 class LockTimeout(ConfigStoreError):

@@ -9,8 +9,12 @@ from .store import ConfigStore, make_scope_prefix_map
 __all__ = ["build_backend", "open_config_store"]
 
 
-def build_backend(settings: ConfigStoreSettings) -> KVBackend:
-    """The backend named by ``settings``, not yet connected."""
+def build_backend(settings: ConfigStoreSettings, *, create: bool = True) -> KVBackend:
+    """The backend named by ``settings``, not yet connected.
+
+    ``create=False``: a missing embedded store is :class:`ConfigStoreNotFound` (on first
+    use) instead of a new, empty one; etcd is unaffected.
+    """
     if settings.backend == "etcd":
         from .etcd import EtcdBackend  # grpc is heavy: import it only when needed
 
@@ -27,7 +31,10 @@ def build_backend(settings: ConfigStoreSettings) -> KVBackend:
 
     embedded = settings.embedded
     return EmbeddedBackend(
-        embedded.path, timeout_s=embedded.timeout_s, poll_interval_s=embedded.poll_interval_s
+        embedded.path,
+        timeout_s=embedded.timeout_s,
+        poll_interval_s=embedded.poll_interval_s,
+        create=create,
     )
 
 
@@ -37,17 +44,20 @@ async def open_config_store(
     sgroup: str | None = None,
     node_id: str | None = None,
     check: bool = True,
+    create: bool = True,
 ) -> ConfigStore:
     """Open the configured store (from the environment if ``settings`` is None).
 
     ``sgroup`` / ``node_id`` default to the settings' (agent.toml ``[agent]``).  With
     ``check`` one read is made right away, so that a daemon refuses to start with
-    ``ConfigStoreUnavailable`` instead of failing later.
+    ``ConfigStoreUnavailable`` instead of failing later.  ``create=False``: an embedded
+    store whose file does not exist is not made; the first read raises
+    ``ConfigStoreNotFound`` (``accelshare mgr etcd`` without ``--create``).
     """
     if settings is None:
         settings = load_config_store_settings()
     store = ConfigStore(
-        build_backend(settings),
+        build_backend(settings, create=create),
         namespace=settings.namespace,
         key_prefix=settings.key_prefix,
         scope_prefix_map=make_scope_prefix_map(

@@ -18,6 +18,8 @@ overriding earlier ones:
        path = "./.accelshare/config-store.db"   # relative to the working directory
        namespace = "local"         # (embedded; etcd takes [etcd].namespace)
 
+   Without a ``[config-store] path``, a manager.toml's ``[manager] data-dir`` puts the
+   embedded store at ``<data-dir>/config-store.db``, where the manager keeps it.
    ``[agent] id`` and ``[agent] scaling-group``, if present, become the node and
    scaling-group scopes;
 3. environment variables: ``ACCELSHARE_ETCD_ADDR`` (selects etcd at that address),
@@ -26,7 +28,10 @@ overriding earlier ones:
    ``ACCELSHARE_ETCD_PASSWORD``.
 
 Every mistake is a ``ConfigFileError`` naming the file or variable, the key, what was
-expected and what was found.
+expected and what was found.  ``ConfigStoreSettings.location_source`` says which step
+chose the store's location (for ``accelshare mgr etcd --verbose`` and its errors), and
+:func:`config_store_env` gives the variables that select a store (a local cluster's
+``client.env``).
 """
 
 from __future__ import annotations
@@ -51,6 +56,7 @@ __all__ = [
     "ConfigStoreSettings",
     "EmbeddedSettings",
     "EtcdSettings",
+    "config_store_env",
     "load_config_store_settings",
     "parse_host_port",
 ]
@@ -141,6 +147,9 @@ class ConfigStoreSettings(_Model):
     sgroup: str | None = None  # default scaling-group scope (agent.toml [agent] scaling-group)
     node_id: str | None = None  # default node scope (agent.toml [agent] id)
     source: str = "defaults"  # where the settings came from, for messages
+    # which step chose the location (the embedded file or the etcd address), for messages:
+    # "the default", "FILE [config-store] path", "$ACCELSHARE_CONFIG_STORE", ...
+    location_source: str = "the default"
 
     @property
     def namespace(self) -> str:
@@ -179,6 +188,18 @@ def load_config_store_settings(
         }.items()
         if value is not None
     }
+    location_source = "the default"
+    if backend == "etcd":
+        location_source = f"{source} [etcd] addr"
+    elif table.path is not None:
+        location_source = f"{source} [config-store] path"
+    else:
+        data_dir = _table(raw, "manager", source).get("data-dir")
+        if data_dir is not None:
+            if not isinstance(data_dir, str) or not data_dir:
+                raise ConfigFileError(source, "[manager] data-dir", "a folder", data_dir)
+            embedded_fields["path"] = Path(data_dir) / "config-store.db"
+            location_source = f"{source} [manager] data-dir"
     embedded = EmbeddedSettings(**embedded_fields)
 
     etcd_addr = env.get(ENV_ETCD_ADDR)
@@ -194,10 +215,12 @@ def load_config_store_settings(
     if etcd_addr:
         backend = "etcd"
         source = f"{source} + ${ENV_ETCD_ADDR}"
+        location_source = f"${ENV_ETCD_ADDR}"
         etcd_updates["addr"] = etcd_addr
     if store_path:
         backend = "embedded"
         source = f"{source} + ${ENV_CONFIG_STORE}"
+        location_source = f"${ENV_CONFIG_STORE}"
         embedded = embedded.model_copy(update={"path": Path(store_path)})
     if user := env.get(ENV_ETCD_USER):
         etcd_updates["user"] = user
@@ -226,7 +249,21 @@ def load_config_store_settings(
         node_id=node_id if isinstance(node_id, str) and node_id else None,
         sgroup=sgroup if isinstance(sgroup, str) and sgroup else None,
         source=source,
+        location_source=location_source,
     )
+
+
+def config_store_env(settings: ConfigStoreSettings) -> dict[str, str]:
+    """The environment variables that select the store of ``settings`` over any other
+    setting (step 3 above): its embedded file (made absolute) or its etcd address, the
+    other selector emptied (both set is an error), and its namespace.  etcd credentials
+    are not included: give them with ``ACCELSHARE_ETCD_USER`` / ``_PASSWORD``."""
+    if settings.backend == "etcd":
+        selected = {ENV_ETCD_ADDR: settings.etcd.addr, ENV_CONFIG_STORE: ""}
+    else:
+        path = Path(os.path.abspath(settings.embedded.path))
+        selected = {ENV_CONFIG_STORE: str(path), ENV_ETCD_ADDR: ""}
+    return {**selected, ENV_CONFIG_NAMESPACE: settings.namespace}
 
 
 def _read_toml(path: Path) -> dict[str, Any]:

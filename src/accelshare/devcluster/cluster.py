@@ -4,7 +4,7 @@
 
     cluster = LocalCluster(DevClusterOptions(data_dir=Path("/tmp/x"), port=18081))
     cluster.start()              # files, config store, manager, agents; waits until usable
-    cluster.client_env()         # {"ACCELSHARE_ENDPOINT": ..., "ACCELSHARE_ACCESS_KEY": ...}
+    cluster.client_env()         # {"ACCELSHARE_ENDPOINT": ..., "ACCELSHARE_CONFIG_STORE": ...}
     cluster.stop()               # agents (they end their kernels), then the manager;
                                  # SIGKILL after the grace
 
@@ -16,7 +16,7 @@ Start order and why:
    before any agent starts, since plugins read them once at start;
 3. the manager; wait for ``GET /health``; read the superadmin's keys from the
    credentials file its bootstrap wrote; write ``client.env`` (with the ``PATH`` of
-   this Python's ``accelshare``);
+   this Python's ``accelshare`` and the location of the config store);
 4. the agents (``server agent --end-kernels-on-exit``); wait until each has sent a
    heartbeat since this start (``GET /agents``).
 
@@ -55,7 +55,12 @@ from accelshare.accel.options import PLUGIN_CONFIG_PREFIX
 from accelshare.client.auth import KeypairAuth
 from accelshare.client.config import ClientConfig
 from accelshare.client.sync import SyncAccelshareClient
-from accelshare.config import load_config_store_settings, open_config_store
+from accelshare.config import (
+    ConfigStoreSettings,
+    config_store_env,
+    load_config_store_settings,
+    open_config_store,
+)
 from accelshare.devcluster.catalogue import (
     DemoImage,
     build_environments,
@@ -132,6 +137,7 @@ class LocalCluster:
         self.agents: list[Daemon] = []
         self.credentials: AdminCredentials | None = None
         self.mock: MockConfig | None = None
+        self.store_settings: ConfigStoreSettings | None = None
         self.images: list[DemoImage] = []  # the demo catalogue (set by _prepare)
         self._progress = progress or (lambda _msg: None)
         self._lock: IO[str] | None = None
@@ -148,12 +154,22 @@ class LocalCluster:
         return ClientConfig(self.endpoint, self.credentials.access_key, self.credentials.secret_key)
 
     def client_env(self) -> dict[str, str]:
+        """What client.env exports: the endpoint, the superadmin's keypair and the
+        variables that select the cluster's configuration store (``mgr etcd``)."""
         config = self.client_config()
         return {
             "ACCELSHARE_ENDPOINT": config.endpoint,
             "ACCELSHARE_ACCESS_KEY": config.access_key,
             "ACCELSHARE_SECRET_KEY": config.secret_key,
+            **self.store_env(),
         }
+
+    def store_env(self) -> dict[str, str]:
+        """The variables that select this cluster's configuration store (the one its
+        manager.toml names: the embedded file, or an etcd address)."""
+        if self.store_settings is None:
+            raise ClusterStartError("the cluster has not started")
+        return config_store_env(self.store_settings)
 
     # -- start ----------------------------------------------------------------------------
     def start(self, *, timeout_s: float = 90.0) -> None:
@@ -224,6 +240,7 @@ class LocalCluster:
     async def _configure_store(self) -> None:
         assert self.mock is not None
         settings = load_config_store_settings(self.layout.manager_toml, env=self._env)
+        self.store_settings = settings
         store = await open_config_store(settings)
         try:
             prefix = f"{PLUGIN_CONFIG_PREFIX}/{self.mock.slot_name}"
@@ -274,7 +291,11 @@ class LocalCluster:
         with os.fdopen(fd, "w") as out:
             out.write(
                 render_client_env(
-                    config.endpoint, config.access_key, config.secret_key, bin_dir=cli_bin_dir()
+                    config.endpoint,
+                    config.access_key,
+                    config.secret_key,
+                    bin_dir=cli_bin_dir(),
+                    store_env=self.store_env(),
                 )
             )
         os.chmod(path, 0o600)

@@ -7,7 +7,8 @@ The data dir (default ``./.accelshare``)::
     config-store.db            the embedded config store, shared by manager and agents
     admin-credentials.env      the superadmin's keys, written once by the manager (0600)
     cluster-secret             shared by manager and agents (0600, created once)
-    client.env                 ACCELSHARE_ENDPOINT / _ACCESS_KEY / _SECRET_KEY and PATH (0600)
+    client.env                 ACCELSHARE_ENDPOINT / _ACCESS_KEY / _SECRET_KEY, the config
+                               store (ACCELSHARE_CONFIG_STORE...) and PATH (0600)
     mock-accelerator.toml      copy of --mock-config
     agents/<id>/agent.toml     generated at every start
     agents/<id>/scratch/       the agent's kernels (scratch dirs, resource.txt)
@@ -24,6 +25,7 @@ import json
 import shlex
 import sys
 import sysconfig
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -200,7 +202,12 @@ def render_agent_toml(
 
 
 def render_client_env(
-    endpoint: str, access_key: str, secret_key: str, *, bin_dir: Path | None = None
+    endpoint: str,
+    access_key: str,
+    secret_key: str,
+    *,
+    bin_dir: Path | None = None,
+    store_env: Mapping[str, str] | None = None,
 ) -> str:
     """Sourceable by a shell (``source client.env``) and readable by the SDK (which
     reads the three ``ACCELSHARE_*`` lines and ignores the rest).
@@ -208,6 +215,9 @@ def render_client_env(
     ``bin_dir``: where the ``accelshare`` command lives (``.venv/bin`` after ``make
     run``); put in front of ``PATH`` unless it is there already, so that the README's
     ``accelshare ...`` commands work in a new shell without activating the venv.
+    ``store_env``: the variables that select the cluster's configuration store
+    (:func:`accelshare.config.config_store_env`), so that ``accelshare mgr etcd ...``
+    reaches it from any folder; an empty value is written as ``NAME=''`` (clears it).
     """
     lines = [
         "# accelshare local cluster: `source` this file, then use `accelshare ...`.",
@@ -215,6 +225,11 @@ def render_client_env(
         f"export ACCELSHARE_ACCESS_KEY={shlex.quote(access_key)}",
         f"export ACCELSHARE_SECRET_KEY={shlex.quote(secret_key)}",
     ]
+    if store_env:
+        lines.append(
+            "# the cluster's configuration store, for `accelshare mgr etcd ...` from any folder"
+        )
+        lines += [f"export {name}={shlex.quote(value)}" for name, value in store_env.items()]
     if bin_dir is not None:
         quoted = shlex.quote(str(bin_dir))
         lines += [

@@ -3,17 +3,21 @@ refusals of bad options (before anything starts)."""
 
 from __future__ import annotations
 
+import asyncio
 import os
+import shlex
 import socket
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
+import accelshare
 from accelshare.client.cli import app
 from accelshare.client.config import load_client_config
-from accelshare.config import load_config_store_settings
+from accelshare.config import config_store_env, load_config_store_settings, open_config_store
 from accelshare.config.agent_file import load_agent_config
 from accelshare.devcluster import ClusterLayout, ClusterStartError, DevClusterOptions, LocalCluster
 from accelshare.devcluster.cluster import resolve_mock_config
@@ -88,6 +92,63 @@ def test_client_env_is_sourceable_and_readable(tmp_path: Path) -> None:
         env={"PATH": "/usr/bin:/bin"},
     )
     assert twice.stdout.strip() == f"{bin_dir}:/usr/bin:/bin"  # in front, and only once
+
+
+def test_client_env_exports_the_cluster_store(tmp_path: Path) -> None:
+    """client.env as `dev up` writes it names the cluster's config store: sourced in a
+    shell that had another store selected, `accelshare mgr etcd` reaches the cluster's
+    from any folder, and says so at --verbose (issue #33)."""
+    layout = ClusterLayout.of(tmp_path / "data dir")  # a space: quoting must hold
+    layout.root.mkdir()
+    layout.manager_toml.write_text(render_manager_toml(layout, DevClusterOptions()))
+    settings = load_config_store_settings(layout.manager_toml, env={})
+    store_env = config_store_env(settings)
+    assert store_env == {
+        "ACCELSHARE_CONFIG_STORE": str(layout.config_store),
+        "ACCELSHARE_ETCD_ADDR": "",
+        "ACCELSHARE_CONFIG_NAMESPACE": "local",
+    }
+    text = render_client_env("http://127.0.0.1:8081", "AK", "SK", store_env=store_env)
+    assert f"export ACCELSHARE_CONFIG_STORE='{layout.config_store}'\n" in text
+    path = layout.client_env
+    path.write_text(text)
+    config = load_client_config(config_file=path, env={})  # the SDK still reads it
+    assert (config.endpoint, config.access_key) == ("http://127.0.0.1:8081", "AK")
+
+    async def seed() -> None:
+        async with await open_config_store(settings) as store:
+            await store.put("config/plugins/accelerator/cuda/allocation_mode", "fractional")
+
+    asyncio.run(seed())
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    package_root = Path(accelshare.__file__).resolve().parents[1]
+    shown = subprocess.run(
+        [
+            "bash",
+            "-c",
+            f"source {shlex.quote(str(path))} && cd {shlex.quote(str(elsewhere))}"
+            f" && {shlex.quote(sys.executable)} -m accelshare.client.cli mgr etcd get -v"
+            " config/plugins/accelerator/cuda/allocation_mode",
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+        env={
+            "PATH": os.environ["PATH"],
+            "PYTHONPATH": str(package_root),
+            # what the shell had before: another store, selected two ways
+            "ACCELSHARE_ETCD_ADDR": "127.0.0.1:1",
+            "ACCELSHARE_CONFIG_NAMESPACE": "other",
+        },
+    )
+    assert shown.returncode == 0, shown.stderr
+    assert shown.stdout == "fractional\n"
+    assert shown.stderr == (
+        f"using the embedded store at {layout.config_store}"
+        " (namespace 'local'; from $ACCELSHARE_CONFIG_STORE)\n"
+    )
+    assert list(elsewhere.iterdir()) == []  # no store made where the command ran
 
 
 def test_sourcing_client_env_puts_accelshare_on_path(tmp_path: Path) -> None:

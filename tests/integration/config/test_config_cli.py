@@ -19,13 +19,25 @@ from .test_config_store import NASTY_TREE
 pytestmark = pytest.mark.integration
 
 
+def _make_store(harness: Harness) -> None:
+    """What a running cluster's daemons have done: the embedded store's file exists
+    (``mgr etcd`` refuses a missing one; etcd always exists)."""
+
+    async def touch() -> None:
+        async with harness.store() as store:
+            await store.get("config")
+
+    asyncio.run(touch())
+
+
 class Cli:
-    """Runs ``accelshare mgr etcd ARGS --config <the harness's store>``."""
+    """Runs ``accelshare mgr etcd ARGS --config <the harness's store>`` (which exists)."""
 
     def __init__(self, harness: Harness) -> None:
         self.harness = harness
         self.config = harness.config_toml()
         self.runner = CliRunner()
+        _make_store(harness)
 
     def __call__(self, *args: str, stdin: str | None = None) -> Result:
         return self.runner.invoke(
@@ -206,8 +218,10 @@ def test_a_broken_config_file_is_named_in_the_error(cli: Cli, tmp_path: Path) ->
 def test_the_store_can_be_selected_by_environment(
     harness: Harness, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    _make_store(harness)
     for name, value in harness.env().items():
         monkeypatch.setenv(name, value)
+    monkeypatch.chdir(tmp_path)
     runner = CliRunner()
     result = runner.invoke(app, ["mgr", "etcd", "put", "config/via-env", "yes"])
     assert result.exit_code == 0, result.output
@@ -219,16 +233,190 @@ def test_the_store_can_be_selected_by_environment(
     assert asyncio.run(check()) == "yes"
 
 
-def test_the_default_store_is_embedded_under_dot_accelshare(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    for name in ("ACCELSHARE_ETCD_ADDR", "ACCELSHARE_CONFIG_STORE", "ACCELSHARE_CONFIG_NAMESPACE"):
+# -- a missing store is refused; --create; --verbose ------------------------------------
+
+STORE_VARIABLES = ("ACCELSHARE_ETCD_ADDR", "ACCELSHARE_CONFIG_STORE", "ACCELSHARE_CONFIG_NAMESPACE")
+EVERY_COMMAND = [
+    ("get", "--prefix", ""),
+    ("get", "k"),
+    ("put", "k", "v"),
+    ("put-json", "", "-"),
+    ("delete", "k"),
+    ("delete", "--prefix", ""),
+    ("move-subtree", "a", "b"),
+]
+EVERY_COMMAND_IDS = ["get-prefix", "get", "put", "put-json", "delete", "delete-prefix", "move"]
+
+
+@pytest.fixture
+def empty_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The working directory: a folder without a store, and no store variables set."""
+    for name in STORE_VARIABLES:
         monkeypatch.delenv(name, raising=False)
-    monkeypatch.chdir(tmp_path)
-    runner = CliRunner()
-    assert runner.invoke(app, ["mgr", "etcd", "put", "k", "v"]).exit_code == 0
-    assert (tmp_path / ".accelshare" / "config-store.db").is_file()
-    assert runner.invoke(app, ["mgr", "etcd", "get", "k"]).stdout == "v\n"
+    folder = tmp_path / "elsewhere"
+    folder.mkdir()
+    monkeypatch.chdir(folder)
+    return folder
+
+
+def _etcd(*args: str, env: dict[str, str] | None = None, stdin: str | None = None) -> Result:
+    return CliRunner().invoke(app, ["mgr", "etcd", *args], env=env, input=stdin)
+
+
+def _one_error(result: Result) -> str:
+    assert result.exit_code == 1, result.output
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("error: "), result.stderr
+    return lines[0]
+
+
+def _tree(folder: Path) -> list[str]:
+    return sorted(str(p.relative_to(folder)) for p in folder.rglob("*"))
+
+
+@pytest.mark.parametrize("args", EVERY_COMMAND, ids=EVERY_COMMAND_IDS)
+def test_no_store_in_the_folder_is_refused_and_nothing_is_made(
+    empty_folder: Path, args: tuple[str, ...]
+) -> None:
+    """Run from a folder that is not the cluster's: no new, empty store behind the
+    operator's back (issue #33: `get --prefix ''` printed {} and put-json wrote into it)."""
+    error = _one_error(_etcd(*args, stdin='{"config": {"a": "1"}}'))
+    assert error.startswith(
+        f"error: no configuration store at ./.accelshare/config-store.db (in {empty_folder}):"
+        " pass --config FILE, or set ACCELSHARE_CONFIG_STORE"
+    ), error
+    assert "run from the cluster's folder" in error
+    assert ("--create makes a new, empty store there" in error) == (args[0] in ("put", "put-json"))
+    assert _tree(empty_folder) == []  # not even the .accelshare folder
+
+
+@pytest.mark.parametrize("command", ["put", "put-json"])
+def test_create_makes_the_default_store(empty_folder: Path, command: str) -> None:
+    args = ("put", "config/k", "v") if command == "put" else ("put-json", "config", "-")
+    result = _etcd(*args, "--create", stdin='{"k": "v"}')
+    assert result.exit_code == 0, result.output
+    assert (empty_folder / ".accelshare" / "config-store.db").is_file()
+    assert _etcd("get", "config/k").stdout == "v\n"  # now it exists: no --create needed
+    assert _etcd("put", "config/k", "w").exit_code == 0
+    assert _etcd("get", "--prefix", "").stdout == '{\n  "config": {\n    "k": "w"\n  }\n}\n'
+
+
+def test_a_missing_store_named_by_a_config_file_is_refused(empty_folder: Path) -> None:
+    store = empty_folder / "nowhere" / "store.db"
+    config = empty_folder / "agent.toml"
+    config.write_text(f'[config-store]\npath = "{store}"\n')
+    error = _one_error(_etcd("get", "--prefix", "", "--config", str(config)))
+    assert error == (
+        f"error: no configuration store at {store}"
+        f" (from {config} [config-store] path): check the path"
+    )
+    error = _one_error(_etcd("put", "k", "v", "--config", str(config)))
+    assert error.endswith("check the path; --create makes a new, empty store there")
+    assert _tree(empty_folder) == ["agent.toml"]
+    assert _etcd("put", "k", "v", "--config", str(config), "--create").exit_code == 0
+    assert _etcd("get", "k", "--config", str(config)).stdout == "v\n"
+
+
+def test_a_config_file_that_names_no_store_says_so(empty_folder: Path) -> None:
+    config = empty_folder / "agent.toml"
+    config.write_text('[agent]\nid = "i-1"\n')
+    error = _one_error(_etcd("get", "k", "--config", str(config)))
+    assert error.startswith(
+        f"error: no configuration store at ./.accelshare/config-store.db"
+        f" (in {empty_folder}; {config} names none): pass --config FILE"
+    ), error
+    assert _tree(empty_folder) == ["agent.toml"]
+
+
+def test_manager_toml_names_the_store_in_its_data_dir(empty_folder: Path) -> None:
+    """`--config manager.toml` reaches the store the manager uses: <data-dir>/config-store.db."""
+    data_dir = empty_folder / "data"
+    config = empty_folder / "manager.toml"
+    config.write_text(f'[manager]\ndata-dir = "{data_dir}"\n')
+    error = _one_error(_etcd("get", "k", "--config", str(config)))
+    assert f"{data_dir / 'config-store.db'} (from {config} [manager] data-dir)" in error
+    assert _etcd("put", "k", "v", "--config", str(config), "--create").exit_code == 0
+    assert (data_dir / "config-store.db").is_file()
+
+
+def test_the_store_variable_points_at_a_store_from_any_folder(
+    empty_folder: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = tmp_path / "cluster" / "config-store.db"
+    env = {"ACCELSHARE_CONFIG_STORE": str(store)}
+    error = _one_error(_etcd("put", "k", "v", env=env))
+    assert error == (
+        f"error: no configuration store at {store} (from $ACCELSHARE_CONFIG_STORE):"
+        " check the path; --create makes a new, empty store there"
+    )
+    assert not store.parent.exists()
+    assert _etcd("put", "k", "v", "--create", env=env).exit_code == 0
+    assert store.is_file()
+    other = tmp_path / "another folder"
+    other.mkdir()
+    monkeypatch.chdir(other)
+    assert _etcd("get", "k", env=env).stdout == "v\n"
+    assert _tree(other) == []
+    assert _tree(empty_folder) == []
+    # a relative path is relative to the working directory, and shown with it
+    error = _one_error(_etcd("get", "k", env={"ACCELSHARE_CONFIG_STORE": "rel/store.db"}))
+    assert f"at ./rel/store.db in {other} (from $ACCELSHARE_CONFIG_STORE)" in error
+
+
+@pytest.mark.parametrize("args", EVERY_COMMAND, ids=EVERY_COMMAND_IDS)
+def test_verbose_names_the_store_on_stderr(cli: Cli, args: tuple[str, ...], tmp_path: Path) -> None:
+    cli.ok("put-json", "", "-", stdin='{"a": {"x": "1"}, "k": "v"}')
+    result = cli(*args, "--verbose", stdin='{"config": {"a": "1"}}')
+    assert result.exit_code == 0, result.output
+    harness = cli.harness
+    if harness.etcd is not None:
+        where = f"etcd at {harness.etcd.addr}"
+        selected = f"{cli.config} [etcd] addr"
+    else:
+        where = f"the embedded store at {harness.db_path}"
+        selected = f"{cli.config} [config-store] path"
+    assert result.stderr == f"using {where} (namespace {harness.namespace!r}; from {selected})\n"
+    assert "using" not in result.stdout  # stdout stays the command's own output
+    quiet = cli(*args, stdin='{"config": {"a": "1"}}')
+    assert "using" not in quiet.stderr
+
+
+def test_verbose_names_the_default_and_the_variable(empty_folder: Path) -> None:
+    assert _etcd("put", "k", "v", "--create").exit_code == 0
+    result = _etcd("get", "k", "-v")
+    default = empty_folder / ".accelshare" / "config-store.db"
+    assert result.stderr == (
+        f"using the embedded store at {default} (namespace 'local'; from the default)\n"
+    )
+    env = {"ACCELSHARE_CONFIG_STORE": str(default), "ACCELSHARE_CONFIG_NAMESPACE": "other"}
+    result = _etcd("get", "--prefix", "", "-v", env=env)
+    assert result.stderr == (
+        f"using the embedded store at {default}"
+        " (namespace 'other'; from $ACCELSHARE_CONFIG_STORE)\n"
+    )
+    assert result.stdout == "{}\n"  # another namespace of the same file
+
+
+def test_the_variable_overriding_a_config_file_is_a_warning(
+    empty_folder: Path, tmp_path: Path
+) -> None:
+    """A shell that sourced a local cluster's client.env has ACCELSHARE_CONFIG_STORE; it
+    wins over --config (as for the daemons), and the command says so."""
+    cluster_store = tmp_path / "cluster.db"
+    file_store = tmp_path / "file.db"
+    config = tmp_path / "agent.toml"
+    config.write_text(f'[config-store]\npath = "{file_store}"\n')
+    env = {"ACCELSHARE_CONFIG_STORE": str(cluster_store)}
+    result = _etcd("put", "k", "v", "--create", "--config", str(config), env=env)
+    assert result.exit_code == 0, result.output
+    assert result.stderr == (
+        f"warning: $ACCELSHARE_CONFIG_STORE overrides {config} [config-store] path"
+        f" (the embedded store at {file_store}); using the embedded store at {cluster_store};"
+        " unset the variable to use the file's\n"
+    )
+    assert cluster_store.exists()
+    assert not file_store.exists()
 
 
 def test_an_unreachable_etcd_fails_fast_with_one_line(tmp_path: Path) -> None:

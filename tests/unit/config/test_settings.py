@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from accelshare.config import ConfigFileError, load_config_store_settings
+from accelshare.config import ConfigFileError, config_store_env, load_config_store_settings
 from accelshare.config.settings import DEFAULT_EMBEDDED_PATH, parse_host_port
 
 
@@ -103,6 +103,87 @@ def test_file_errors_name_the_file_and_key(tmp_path: Path, text: str, message: s
     with pytest.raises(ConfigFileError, match=message) as excinfo:
         load_config_store_settings(path, env={})
     assert str(excinfo.value).startswith(str(path))
+
+
+def test_a_manager_data_dir_places_the_embedded_store(tmp_path: Path) -> None:
+    """`--config manager.toml` names the store the manager uses (<data-dir>/config-store.db)."""
+    path = _toml(tmp_path, '[manager]\ndata-dir = "/srv/accelshare"\n')
+    settings = load_config_store_settings(path, env={})
+    assert settings.embedded.path == Path("/srv/accelshare/config-store.db")
+    assert settings.location_source == f"{path} [manager] data-dir"
+    # an explicit [config-store] path wins over the data dir
+    path = _toml(
+        tmp_path, '[manager]\ndata-dir = "/srv/a"\n[config-store]\npath = "/elsewhere.db"\n'
+    )
+    assert load_config_store_settings(path, env={}).embedded.path == Path("/elsewhere.db")
+    path = _toml(tmp_path, "[manager]\ndata-dir = 3\n")
+    with pytest.raises(ConfigFileError, match=r"\[manager\] data-dir: expected a folder"):
+        load_config_store_settings(path, env={})
+
+
+@pytest.mark.parametrize(
+    ("text", "env", "expected"),
+    [
+        ("", {}, "the default"),
+        ('[agent]\nid = "i-1"\n', {}, "the default"),
+        ('[config-store]\npath = "/x.db"\n', {}, "{file} [config-store] path"),
+        ('[etcd]\naddr = "h:1"\n', {}, "{file} [etcd] addr"),
+        (
+            '[etcd]\naddr = "h:1"\n',
+            {"ACCELSHARE_CONFIG_STORE": "/s.db"},
+            "$ACCELSHARE_CONFIG_STORE",
+        ),
+        (
+            '[config-store]\npath = "/x.db"\n',
+            {"ACCELSHARE_ETCD_ADDR": "h:1"},
+            "$ACCELSHARE_ETCD_ADDR",
+        ),
+        ("", {"ACCELSHARE_CONFIG_NAMESPACE": "ns"}, "the default"),
+    ],
+)
+def test_location_source_names_the_step_that_chose_the_store(
+    tmp_path: Path, text: str, env: dict[str, str], expected: str
+) -> None:
+    path = _toml(tmp_path, text)
+    settings = load_config_store_settings(path, env=env)
+    assert settings.location_source == expected.format(file=path)
+
+
+def test_config_store_env_selects_the_same_store(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What a local cluster's client.env exports: read back, the same store, whatever
+    the shell had set before (the other selector is emptied)."""
+    monkeypatch.chdir(tmp_path)
+    embedded = load_config_store_settings(
+        _toml(tmp_path, '[config-store]\npath = "rel/store.db"\nnamespace = "dev"\n'), env={}
+    )
+    env = config_store_env(embedded)
+    assert env == {
+        "ACCELSHARE_CONFIG_STORE": str(tmp_path / "rel" / "store.db"),  # absolute
+        "ACCELSHARE_ETCD_ADDR": "",
+        "ACCELSHARE_CONFIG_NAMESPACE": "dev",
+    }
+    shell = {"ACCELSHARE_ETCD_ADDR": "old:2379", "ACCELSHARE_CONFIG_NAMESPACE": "old"}
+    again = load_config_store_settings(env={**shell, **env})
+    assert (again.backend, again.embedded.path, again.namespace) == (
+        "embedded",
+        tmp_path / "rel" / "store.db",
+        "dev",
+    )
+
+    etcd = load_config_store_settings(
+        _toml(tmp_path, '[etcd]\naddr = "10.0.0.5:2379"\nnamespace = "prod"\npassword = "pw"\n'),
+        env={},
+    )
+    env = config_store_env(etcd)
+    assert env == {
+        "ACCELSHARE_ETCD_ADDR": "10.0.0.5:2379",
+        "ACCELSHARE_CONFIG_STORE": "",
+        "ACCELSHARE_CONFIG_NAMESPACE": "prod",
+    }  # no credentials
+    again = load_config_store_settings(env={"ACCELSHARE_CONFIG_STORE": "/x.db", **env})
+    assert (again.backend, again.etcd.addr, again.namespace) == ("etcd", "10.0.0.5:2379", "prod")
 
 
 def test_a_missing_file_is_named(tmp_path: Path) -> None:

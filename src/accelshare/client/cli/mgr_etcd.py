@@ -4,6 +4,13 @@ Same shape as Backend.AI's ``backend.ai mgr etcd``; works on etcd or the embedde
 store, whichever the daemons use (``--config FILE``, ``ACCELSHARE_ETCD_ADDR``,
 ``ACCELSHARE_CONFIG_STORE``; see docs/config-store.md).
 
+An embedded store that does not exist is never made behind the operator's back: every
+command refuses (naming the path and where it came from), and only ``put`` and
+``put-json`` with ``--create`` make a new, empty one.  A local cluster's ``client.env``
+sets ``ACCELSHARE_CONFIG_STORE``, so after ``source .accelshare/client.env`` these
+commands reach that cluster's store from any folder.  ``--verbose`` names the store used
+on stderr.
+
 Backup and restore::
 
     accelshare mgr etcd get --prefix '' > backup.json
@@ -21,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import enum
 import json
+import os
 import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -33,10 +41,13 @@ from accelshare.config import (
     ConfigScopes,
     ConfigStore,
     ConfigStoreError,
+    ConfigStoreNotFound,
+    ConfigStoreSettings,
     load_config_store_settings,
     open_config_store,
 )
 from accelshare.config.keys import flatten_tree, split_key
+from accelshare.config.settings import ENV_CONFIG_STORE
 
 from .common import JsonOption, print_json
 
@@ -64,8 +75,10 @@ ConfigOption = Annotated[
     typer.Option(
         "--config",
         "-f",
-        help="A TOML file with an [etcd] or [config-store] table (e.g. agent.toml)."
-        " Default: $ACCELSHARE_ETCD_ADDR, $ACCELSHARE_CONFIG_STORE, else ./.accelshare/.",
+        help="A TOML file with an [etcd] or [config-store] table (e.g. agent.toml), or a"
+        " manager.toml (its [manager] data-dir). $ACCELSHARE_ETCD_ADDR and"
+        " $ACCELSHARE_CONFIG_STORE override it; with none of them:"
+        " ./.accelshare/config-store.db (which must exist).",
         dir_okay=False,
     ),
 ]
@@ -77,6 +90,18 @@ NodeOption = Annotated[
 ]
 WriteScopeOption = Annotated[
     WriteScope, typer.Option("--scope", help="Which scope to write.", case_sensitive=False)
+]
+CreateOption = Annotated[
+    bool,
+    typer.Option(
+        "--create",
+        help="Make the embedded store if its file does not exist yet (a new, empty store)."
+        " Without it a missing store is an error. No effect on etcd.",
+    ),
+]
+VerboseOption = Annotated[
+    bool,
+    typer.Option("--verbose", "-v", help="Say on stderr which store is used and what selected it."),
 ]
 
 
@@ -91,25 +116,97 @@ def _run(
     sgroup: str | None,
     node: str | None,
     body: Callable[[ConfigStore, ConfigScopes], Awaitable[None]],
+    *,
+    verbose: bool,
+    create: bool | None = None,
 ) -> None:
-    """Open the store, run ``body``, turn every expected failure into one error line."""
+    """Open the store, run ``body``, turn every expected failure into one error line.
+
+    ``create``: None for the commands without ``--create`` (a missing embedded store is
+    an error and the message does not offer the option); True makes a missing one.
+    """
     try:
         settings = load_config_store_settings(config)
-        sgroup = sgroup if sgroup is not None else settings.sgroup
-        node = node if node is not None else settings.node_id
-        if scope == "sgroup" and not sgroup:
-            _fail("--scope sgroup needs --sgroup NAME")
-        if scope == "node" and not node:
-            _fail("--scope node needs --node ID")
+    except ConfigFileError as e:
+        _fail(str(e))
+    sgroup = sgroup if sgroup is not None else settings.sgroup
+    node = node if node is not None else settings.node_id
+    if scope == "sgroup" and not sgroup:
+        _fail("--scope sgroup needs --sgroup NAME")
+    if scope == "node" and not node:
+        _fail("--scope node needs --node ID")
+    if verbose:
+        typer.echo(f"using {_describe(settings)}", err=True)
+    if config is not None:
+        _warn_if_overridden(config, settings)
 
-        async def main() -> None:
-            store = await open_config_store(settings, sgroup=sgroup, node_id=node)
-            async with store:
-                await body(store, ConfigScopes(scope))
+    async def main() -> None:
+        store = await open_config_store(settings, sgroup=sgroup, node_id=node, create=bool(create))
+        async with store:
+            await body(store, ConfigScopes(scope))
 
+    try:
         asyncio.run(main())
+    except ConfigStoreNotFound as e:
+        _fail(_not_found(settings, e.path, config, offer_create=create is not None))
     except (ConfigStoreError, ConfigFileError) as e:
         _fail(str(e))
+
+
+def _warn_if_overridden(config: Path, settings: ConfigStoreSettings) -> None:
+    """The environment wins over ``--config`` (as for the daemons); say so when that
+    moves the command to another store than the file names (e.g. in a shell that
+    sourced a local cluster's client.env)."""
+    if not settings.location_source.startswith("$"):
+        return
+    try:
+        named = load_config_store_settings(config, env={})
+    except ConfigFileError:
+        return  # the file alone is incomplete (e.g. backend = "etcd" and an env address)
+    if named.location_source == "the default" or _where(named) == _where(settings):
+        return
+    typer.echo(
+        f"warning: {settings.location_source} overrides {named.location_source}"
+        f" ({_where(named)}); using {_where(settings)}; unset the variable to use the file's",
+        err=True,
+    )
+
+
+def _where(settings: ConfigStoreSettings) -> str:
+    if settings.backend == "etcd":
+        return f"etcd at {settings.etcd.addr}"
+    return f"the embedded store at {os.path.abspath(settings.embedded.path)}"
+
+
+def _shown(path: Path) -> str:
+    """A relative path with its ``./`` (``.accelshare/...`` reads like a typo)."""
+    text = str(path)
+    return text if path.is_absolute() or text.startswith(("./", "../")) else f"./{text}"
+
+
+def _describe(settings: ConfigStoreSettings) -> str:
+    """Which store, and which step selected it: ``the embedded store at /abs/path
+    (namespace 'local'; from $ACCELSHARE_CONFIG_STORE)``."""
+    where = _where(settings)
+    return f"{where} (namespace {settings.namespace!r}; from {settings.location_source})"
+
+
+def _not_found(
+    settings: ConfigStoreSettings, path: Path, config: Path | None, *, offer_create: bool
+) -> str:
+    create = "; --create makes a new, empty store there" if offer_create else ""
+    if settings.location_source == "the default":
+        unnamed = f"; {config} names none" if config is not None else ""
+        return (
+            f"no configuration store at {_shown(path)} (in {Path.cwd()}{unnamed}):"
+            f" pass --config FILE, or set {ENV_CONFIG_STORE} (`source .accelshare/client.env`"
+            f" of a local cluster sets it), or run from the cluster's folder{create}"
+        )
+    shown = path if path.is_absolute() else f"{_shown(path)} in {Path.cwd()}"
+    return (
+        f"no configuration store at {shown} (from {settings.location_source}):"
+        f" check the path{create}"
+    )
 
 
 @etcd_app.command()
@@ -120,6 +217,8 @@ def put(
     sgroup: SgroupOption = None,
     node: NodeOption = None,
     config: ConfigOption = None,
+    create: CreateOption = False,
+    verbose: VerboseOption = False,
     as_json: JsonOption = False,
 ) -> None:
     """Put a single key-value pair."""
@@ -130,7 +229,7 @@ def put(
         if as_json:
             print_json({"ok": True, "key": key, "value": value, "scope": str(scope_)})
 
-    _run(config, scope, sgroup, node, body)
+    _run(config, scope, sgroup, node, body, verbose=verbose, create=create)
 
 
 @etcd_app.command("put-json")
@@ -147,6 +246,8 @@ def put_json(
     sgroup: SgroupOption = None,
     node: NodeOption = None,
     config: ConfigOption = None,
+    create: CreateOption = False,
+    verbose: VerboseOption = False,
     as_json: JsonOption = False,
 ) -> None:
     """Put a JSON object as a tree under KEY, in one transaction (all or nothing)."""
@@ -171,7 +272,7 @@ def put_json(
                 }
             )
 
-    _run(config, scope, sgroup, node, body)
+    _run(config, scope, sgroup, node, body, verbose=verbose, create=create)
 
 
 @etcd_app.command()
@@ -191,6 +292,7 @@ def get(
     sgroup: SgroupOption = None,
     node: NodeOption = None,
     config: ConfigOption = None,
+    verbose: VerboseOption = False,
     as_json: JsonOption = False,
 ) -> None:
     """Print a value, or with --prefix the nested tree under KEY as JSON."""
@@ -210,7 +312,7 @@ def get(
         else:
             typer.echo(value)
 
-    _run(config, scope, sgroup, node, body)
+    _run(config, scope, sgroup, node, body, verbose=verbose)
 
 
 @etcd_app.command()
@@ -223,6 +325,7 @@ def delete(
     sgroup: SgroupOption = None,
     node: NodeOption = None,
     config: ConfigOption = None,
+    verbose: VerboseOption = False,
     as_json: JsonOption = False,
 ) -> None:
     """Delete a key, or with --prefix a whole subtree."""
@@ -237,7 +340,7 @@ def delete(
         if as_json:
             print_json({"ok": True, "key": key, "prefix": prefix, "scope": str(scope_)})
 
-    _run(config, scope, sgroup, node, body)
+    _run(config, scope, sgroup, node, body, verbose=verbose)
 
 
 @etcd_app.command("move-subtree")
@@ -248,6 +351,7 @@ def move_subtree(
     sgroup: SgroupOption = None,
     node: NodeOption = None,
     config: ConfigOption = None,
+    verbose: VerboseOption = False,
     as_json: JsonOption = False,
 ) -> None:
     """Move the subtree at SRC (with its own value) to DST, in one transaction."""
@@ -263,7 +367,7 @@ def move_subtree(
         else:
             typer.echo(f"moved {moved} key(s) from {src!r} to {dst!r}")
 
-    _run(config, scope, sgroup, node, body)
+    _run(config, scope, sgroup, node, body, verbose=verbose)
 
 
 def _check_key(key: str, what: str = "key") -> None:
