@@ -1055,3 +1055,40 @@ def test_app_service_page_through_the_proxy(page: Any, console: Console) -> None
     # Another browser without the login cookie is refused, on either origin.
     assert httpx.get(f"{console.base}{app_path}").status_code == 401
     assert httpx.get(f"{console.apps}{app_path}").status_code == 401
+
+
+def test_owner_column_shows_emails_with_the_key_on_hover(page: Any, console: Console) -> None:
+    """An admin's Owner column names each owner by e-mail; the access key is its title."""
+    with logged_in_client(console.base, USER_EMAIL, USER_PASSWORD) as alice:
+        created = alice.post(
+            "/session",
+            json={"image": "python", "name": "alices", "config": {"resources": {"cpu": "1"}}},
+        )
+        assert created.status_code == 201, created.text
+        alice_key = alice.get("/whoami").json()["access_key"]
+    (listed,) = console.live_sessions()
+    assert listed["ownerEmail"] == USER_EMAIL
+    assert listed["accessKey"] == alice_key
+
+    log_in(page, console, console.admin.email, console.admin.password)
+    owner = row(page, "alices").locator(".owner-col")
+    expect(owner).to_have_text(USER_EMAIL)
+    expect(owner).to_have_attribute("title", re.compile(rf"^{re.escape(alice_key)}\b"))
+    assert alice_key not in row(page, "alices").inner_text()
+    page.set_viewport_size({"width": 390, "height": 844})
+    expect(owner).to_be_visible()
+    expect(owner).to_contain_text(USER_EMAIL)
+    box = owner.bounding_box()
+    assert box is not None
+    assert box["x"] + box["width"] <= 390, box
+
+    # The History page names the owner the same way.
+    page.get_by_role("button", name="Destroy alices").click()
+    page.get_by_role("dialog", name="Destroy session?").get_by_role(
+        "button", name="Destroy"
+    ).click()
+    expect(row(page, "alices")).to_have_count(0)
+    page.get_by_role("link", name="History").click()
+    ended = history_row(page, "alices").locator(".owner-col")
+    expect(ended).to_have_text(USER_EMAIL)
+    expect(ended).to_have_attribute("title", re.compile(rf"^{re.escape(alice_key)}\b"))

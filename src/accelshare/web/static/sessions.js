@@ -1,7 +1,7 @@
 // Sessions page: the caller's sessions, live from GET /events/sessions; destroy; logs.
 
 import { api, follow } from "./api.js";
-import { age, formatSlots, h } from "./format.js";
+import { age, formatSlots, h, ownerCell } from "./format.js";
 import { openLaunchDialog } from "./launch.js";
 
 const $ = (id) => document.getElementById(id);
@@ -64,7 +64,7 @@ function row(ctx, session, actions) {
     h("td", { class: "image" }, session.image),
     resourcesCell(ctx, session),
     h("td", { class: "age", dataset: { created: session.creationTime ?? "" } }, age(session.creationTime)),
-    h("td", { class: "owner-col mono", title: session.domainName }, session.accessKey),
+    ownerCell(session),
     h(
       "td",
       { class: "actions" },
