@@ -1,6 +1,6 @@
 // Entry point: who is logged in, the hash router (#/sessions, #/history, #/agents), the login page.
 
-import { api, hasCsrfToken, login, logout, setUnauthorizedHandler } from "./api.js";
+import { api, hasCsrfToken, login, logout, recoverCsrfToken, setUnauthorizedHandler } from "./api.js";
 import { mountAgents } from "./agents.js";
 import { mountHistory } from "./history.js";
 import { mountSessions } from "./sessions.js";
@@ -115,9 +115,10 @@ async function boot() {
     showLogin("You are logged out.");
   });
   window.addEventListener("hashchange", route);
-  // The cookie may still be valid (a reload); without the CSRF token (a new tab) the
-  // console could not change anything, so it asks for the password again.
-  if (!hasCsrfToken()) {
+  // The cookie may still be valid (a reload, or a new tab: the terminal's brand link);
+  // a new tab has no CSRF token yet and reads it again with the cookie (GET /auth/csrf).
+  // Without either, the console asks for the password.
+  if (!hasCsrfToken() && !(await recoverCsrfToken())) {
     showLogin("");
     return;
   }
