@@ -38,9 +38,15 @@ function resourcesCell(ctx, session) {
 }
 
 // A RUNNING session: its web terminal and one link per app service (both proxied by the
-// manager, opened in a new tab; rel=noopener so they cannot reach this page).
-function runningLinks(session) {
-  if (session.status !== "RUNNING") return [];
+// manager, opened in a new tab; rel=noopener so they cannot reach this page).  Only its
+// owner and a superadmin may enter a session (a domain admin is refused: 4403), so the
+// links are not offered to anyone else.
+function mayEnter(ctx, session) {
+  return ctx.isSuperadmin || session.userId === ctx.me?.user_id;
+}
+
+function runningLinks(ctx, session) {
+  if (session.status !== "RUNNING" || !mayEnter(ctx, session)) return [];
   const id = encodeURIComponent(session.sessionId);
   const name = session.sessionName;
   const link = (href, label, text) =>
@@ -68,7 +74,7 @@ function row(ctx, session, actions) {
     h(
       "td",
       { class: "actions" },
-      ...runningLinks(session),
+      ...runningLinks(ctx, session),
       h(
         "button",
         { type: "button", class: "secondary small", "aria-label": `Logs of ${name}`, onclick: () => actions.logs(session) },
