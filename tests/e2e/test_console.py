@@ -1092,3 +1092,89 @@ def test_owner_column_shows_emails_with_the_key_on_hover(page: Any, console: Con
     ended = history_row(page, "alices").locator(".owner-col")
     expect(ended).to_have_text(USER_EMAIL)
     expect(ended).to_have_attribute("title", re.compile(rf"^{re.escape(alice_key)}\b"))
+
+
+def test_terminal_titled_by_name_keeps_the_login_and_tells_the_session_ended(
+    page: Any, console: Console
+) -> None:
+    """The terminal tab: titled by the session's name; its brand link goes back to the
+    console without the password (a new tab has no CSRF token until it reads it again);
+    a session destroyed under it says "the session ended", not a shell's exit."""
+    with logged_in_client(console.base, USER_EMAIL, USER_PASSWORD) as alice:
+        created = alice.post(
+            "/session",
+            json={"image": "shell", "name": "ends-under-me", "config": {"resources": {"cpu": "1"}}},
+        )
+        assert created.status_code == 201, created.text
+        session_id = created.json()["sessionId"]
+    log_in(page, console, USER_EMAIL, USER_PASSWORD)
+    expect(status_of(page, "ends-under-me")).to_have_text("RUNNING")
+    with page.expect_popup() as popup_info:
+        page.get_by_role("link", name="Terminal of ends-under-me").click()
+    term = popup_info.value
+    expect(term.locator("#term-state")).to_have_text("Live")
+    expect(term).to_have_title("Terminal of ends-under-me · accelshare")
+    expect(term.get_by_role("heading", name="Terminal of ends-under-me")).to_be_visible()
+    assert session_id[:8] not in term.title()
+    term.set_viewport_size({"width": 390, "height": 844})
+    heading = term.locator("#term-title")
+    expect(heading).to_be_visible()
+    box = heading.bounding_box()
+    assert box is not None
+    assert box["x"] + box["width"] <= 390, box
+
+    # Destroyed from the console: the terminal says the session ended.
+    destroy(page, "ends-under-me")
+    expect(term.locator("#term-state")).to_have_text("The session ended.")
+    screen = term.locator(".xterm-rows")
+    expect(screen).to_contain_text("[the session ended]")
+    expect(screen).not_to_contain_text("the shell exited")
+    expect(term.get_by_role("button", name="Reconnect")).to_be_hidden()
+    shoot(term, "terminal-ended-phone")
+
+    # The brand link keeps the console's login, and the tab can change things (CSRF).
+    term.get_by_role("link", name="accelshare").click()
+    expect(term.get_by_role("heading", name="Sessions")).to_be_visible()
+    expect(term.get_by_role("heading", name="Log in")).to_be_hidden()
+    expect(term.locator("#who-email")).to_have_text(USER_EMAIL)
+    launch(term, "from-the-terminal-tab", "0.1")
+    expect(status_of(term, "from-the-terminal-tab")).to_have_text("RUNNING")
+    term.close()
+
+
+def test_terminal_and_app_links_only_for_who_may_enter(page: Any, console: Console) -> None:
+    """A domain admin sees the domain's sessions but may not enter them (4403): no
+    Terminal link for a user's session, on a desktop or a phone; its own has one."""
+    created = console.api.post(
+        "/admin/users",
+        json={"email": "dora@example.com", "password": "admin-password-123", "role": "admin"},
+    )
+    assert created.status_code == 201, created.text
+    for email, password, name in (
+        (USER_EMAIL, USER_PASSWORD, "users-own"),
+        ("dora@example.com", "admin-password-123", "doras-own"),
+    ):
+        with logged_in_client(console.base, email, password) as client:
+            answer = client.post(
+                "/session",
+                json={"image": "python", "name": name, "config": {"resources": {"cpu": "1"}}},
+            )
+            assert answer.status_code == 201, answer.text
+
+    log_in(page, console, "dora@example.com", "admin-password-123")
+    expect(status_of(page, "users-own")).to_have_text("RUNNING")
+    expect(status_of(page, "doras-own")).to_have_text("RUNNING")
+    expect(page.get_by_role("link", name="Terminal of doras-own")).to_be_visible()
+    expect(page.get_by_role("link", name="Terminal of users-own")).to_have_count(0)
+    expect(row(page, "users-own").get_by_role("button", name="Destroy users-own")).to_be_enabled()
+    page.set_viewport_size({"width": 390, "height": 844})
+    expect(page.get_by_role("link", name="Terminal of doras-own")).to_be_visible()
+    expect(page.get_by_role("link", name="Terminal of users-own")).to_have_count(0)
+    page.get_by_role("button", name="Log out").click()
+
+    # The superadmin may enter anyone's; the user her own.
+    log_in(page, console, console.admin.email, console.admin.password)
+    expect(page.get_by_role("link", name="Terminal of users-own")).to_be_visible()
+    page.get_by_role("button", name="Log out").click()
+    log_in(page, console, USER_EMAIL, USER_PASSWORD)
+    expect(page.get_by_role("link", name="Terminal of users-own")).to_be_visible()

@@ -94,6 +94,25 @@ $("term-reconnect").onclick = () => {
   term.reset();
   connect();
 };
-document.title = `Terminal ${sessionId.slice(0, 8)} · accelshare`;
-$("term-title").textContent = `Terminal of ${sessionId.slice(0, 8)}`;
+// Titled by the session's name (the id's first characters until it is known).
+function showTitle(name) {
+  document.title = `Terminal of ${name} · accelshare`;
+  $("term-title").textContent = `Terminal of ${name}`;
+}
+showTitle(sessionId.slice(0, 8));
+async function loadName() {
+  if (!sessionId) return;
+  try {
+    const response = await fetch(`/session/${encodeURIComponent(sessionId)}`, {
+      headers: { Accept: "application/json" },
+      credentials: "same-origin",
+    });
+    if (!response.ok) return;
+    const session = await response.json();
+    if (session?.sessionName) showTitle(session.sessionName);
+  } catch {
+    // the id stays in the title
+  }
+}
+loadName();
 connect();
