@@ -1178,3 +1178,37 @@ def test_terminal_and_app_links_only_for_who_may_enter(page: Any, console: Conso
     page.get_by_role("button", name="Log out").click()
     log_in(page, console, USER_EMAIL, USER_PASSWORD)
     expect(page.get_by_role("link", name="Terminal of users-own")).to_be_visible()
+
+
+def test_launch_dialog_resources_fit_a_phone(page: Any, console: Console) -> None:
+    """At 390 × 844 the "Resources per session" box stays inside the screen and every
+    unit label is shown whole (not cut by the box or squeezed by the slider)."""
+    page.set_viewport_size({"width": 390, "height": 844})
+    log_in(page, console, USER_EMAIL, USER_PASSWORD)
+    page.get_by_role("button", name="Launch sessions").click()
+    dialog = page.get_by_role("dialog", name="Launch sessions")
+    expect(dialog).to_be_visible()
+    box = page.get_by_role("group", name="Resources per session")
+    expect(box).to_be_visible()
+    outer = box.bounding_box()
+    dialog_box = dialog.bounding_box()
+    assert outer is not None
+    assert dialog_box is not None
+    assert outer["x"] >= 0, outer
+    assert outer["x"] + outer["width"] <= 390, outer
+    assert outer["x"] + outer["width"] <= dialog_box["x"] + dialog_box["width"], (outer, dialog_box)
+    units = box.locator(".unit")
+    assert units.count() >= 3  # CPU, memory, GPU
+    for i in range(units.count()):
+        unit = units.nth(i)
+        expect(unit).to_be_visible()
+        ub = unit.bounding_box()
+        assert ub is not None
+        assert ub["x"] + ub["width"] <= outer["x"] + outer["width"], (unit.inner_text(), ub, outer)
+        whole = unit.evaluate("(el) => el.scrollWidth <= el.clientWidth && el.clientWidth > 0")
+        assert whole, unit.inner_text()
+    for number in box.locator('input[type="number"]').all():
+        nb = number.bounding_box()
+        assert nb is not None
+        assert nb["x"] + nb["width"] <= outer["x"] + outer["width"], nb
+    shoot(page, "launch-phone")
