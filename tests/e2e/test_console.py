@@ -1212,3 +1212,61 @@ def test_launch_dialog_resources_fit_a_phone(page: Any, console: Console) -> Non
         assert nb is not None
         assert nb["x"] + nb["width"] <= outer["x"] + outer["width"], nb
     shoot(page, "launch-phone")
+
+
+def test_launch_dialog_disables_accelerators_the_image_cannot_use(
+    page: Any, console: Console
+) -> None:
+    """demo-lib's hint says "accelerators: none": its GPU field is disabled at 0, with
+    the reason; another image gives it back.  A refusal of the slot by the server (here
+    a catalogue that claimed cuda) names the field as the dialog does, not cuda.shares."""
+    page.set_viewport_size({"width": 390, "height": 844})
+    log_in(page, console, USER_EMAIL, USER_PASSWORD)
+    page.get_by_role("button", name="Launch sessions").click()
+    dialog = page.get_by_role("dialog", name="Launch sessions")
+    gpu = dialog.get_by_label("GPU (fGPU)", exact=True)
+    slider = dialog.get_by_label("GPU (fGPU) slider")
+    gpu.fill("0.5")
+    dialog.get_by_label("Image").fill("demo-lib")
+    expect(dialog.locator("#hint-image")).to_contain_text("accelerators: none")
+    expect(gpu).to_be_disabled()
+    expect(slider).to_be_disabled()
+    expect(gpu).to_have_value("0")
+    note = dialog.locator("#unused-res-cuda-shares")
+    expect(note).to_have_text("Not used by demo-lib:2.0 (accelerators: none).")
+    expect(gpu).to_have_accessible_description(re.compile("Not used by demo-lib:2.0"))
+    expect(dialog.get_by_label("CPU (Core)", exact=True)).to_be_enabled()
+    shoot(page, "launch-no-accelerators")
+    dialog.get_by_label("Image").fill("python")
+    expect(gpu).to_be_enabled()
+    expect(gpu).to_have_value("0.5")  # what the user had typed
+    expect(note).to_be_hidden()
+    dialog.get_by_label("Image").fill("demo-lib")
+    dialog.get_by_label("Name (optional)").fill("lib-no-gpu")
+    dialog.get_by_role("button", name="Launch", exact=True).click()
+    expect(dialog).to_be_hidden()
+    (launched,) = [s for s in console.live_sessions() if s["sessionName"] == "lib-no-gpu"]
+    assert "cuda.shares" not in launched["requestedSlots"]
+
+    # A catalogue that says otherwise: the server refuses, in the dialog's words.
+    def claim_cuda(route: Any) -> None:
+        answer = route.fetch()
+        body = answer.json()
+        for item in body["items"]:
+            item["accelerators"] = ["cuda"]
+        route.fulfill(response=answer, json=body)
+
+    page.route("**/images", claim_cuda)
+    page.get_by_role("button", name="Launch sessions").click()
+    dialog.get_by_label("Image").fill("demo-lib")
+    expect(dialog.locator("#hint-image")).to_contain_text("accelerators: cuda")
+    gpu.fill("0.5")
+    dialog.get_by_label("Name (optional)").fill("lib-with-gpu")
+    dialog.get_by_role("button", name="Launch", exact=True).click()
+    error = dialog.locator("#launch-error")
+    expect(error).to_contain_text("0 launched, 1 refused")
+    expect(error).to_contain_text("GPU (fGPU)")
+    expect(error).not_to_contain_text("cuda.shares")
+    expect(dialog.locator("#err-res-cuda-shares")).to_contain_text("drop GPU (fGPU)")
+    expect(gpu).to_have_attribute("aria-invalid", "true")
+    assert [s["sessionName"] for s in console.live_sessions()] == ["lib-no-gpu"]
