@@ -1265,8 +1265,47 @@ def test_launch_dialog_disables_accelerators_the_image_cannot_use(
     dialog.get_by_role("button", name="Launch", exact=True).click()
     error = dialog.locator("#launch-error")
     expect(error).to_contain_text("0 launched, 1 refused")
+    expect(error).to_be_focused()  # a keyboard user lands on the server's reason
     expect(error).to_contain_text("GPU (fGPU)")
     expect(error).not_to_contain_text("cuda.shares")
     expect(dialog.locator("#err-res-cuda-shares")).to_contain_text("drop GPU (fGPU)")
     expect(gpu).to_have_attribute("aria-invalid", "true")
     assert [s["sessionName"] for s in console.live_sessions()] == ["lib-no-gpu"]
+
+
+def test_keyboard_focus_after_login_destroy_and_refusal(page: Any, console: Console) -> None:
+    """The first Tab after the login reaches the skip link; a session destroyed from the
+    keyboard hands the focus to the next row's Destroy button, the last one to the
+    page's heading (never <body>); on a phone too."""
+    for name in ("kb-one", "kb-two"):
+        created = console.api.post(
+            "/session",
+            json={"image": "python", "name": name, "config": {"resources": {"cpu": "1"}}},
+        )
+        assert created.status_code == 201, created.text
+    page.set_viewport_size({"width": 390, "height": 844})
+    page.goto(console.base + "/")
+    page.get_by_label("Email").fill(console.admin.email)
+    page.get_by_label("Password").fill(console.admin.password)
+    page.get_by_label("Password").press("Enter")
+    expect(page.get_by_role("heading", name="Sessions")).to_be_visible()
+    expect(status_of(page, "kb-two")).to_have_text("RUNNING")
+    page.keyboard.press("Tab")
+    expect(page.get_by_role("link", name="Skip to content")).to_be_focused()
+
+    def destroy_by_keyboard(name: str) -> None:
+        page.get_by_role("button", name=f"Destroy {name}").focus()
+        page.keyboard.press("Enter")
+        confirm = page.get_by_role("dialog", name="Destroy session?")
+        expect(confirm.get_by_role("button", name="Cancel")).to_be_focused()
+        page.keyboard.press("Tab")
+        expect(confirm.get_by_role("button", name="Destroy")).to_be_focused()
+        page.keyboard.press("Enter")
+        expect(confirm).to_be_hidden()
+        expect(row(page, name)).to_have_count(0)
+
+    destroy_by_keyboard("kb-one")
+    expect(page.get_by_role("button", name="Destroy kb-two")).to_be_focused()
+    destroy_by_keyboard("kb-two")
+    expect(page.get_by_role("heading", name="Sessions")).to_be_focused()
+    assert page.evaluate("document.activeElement !== document.body")

@@ -80,6 +80,15 @@ function route() {
   unmount = PAGES[name](ctx);
 }
 
+// After the login the focused button is gone with its page: start the keyboard's way
+// again from the top, so that the first Tab reaches the skip link (not <body>'s middle).
+function focusTop() {
+  const body = document.body;
+  body.setAttribute("tabindex", "-1");
+  body.focus({ preventScroll: true });
+  body.removeAttribute("tabindex");
+}
+
 async function enter(me) {
   ctx.me = me;
   await ctx.refreshSlots();
@@ -106,6 +115,7 @@ async function boot() {
       await login(email, password);
       $("login-password").value = "";
       await enter(await api("GET", "/whoami"));
+      focusTop();
     } catch (error) {
       showLogin(error.message);
     }

@@ -158,8 +158,32 @@ export function mountSessions(ctx) {
   // Rows are rebuilt only when their session changed, and the focused button keeps the
   // focus across an update (a keyboard user is not thrown back to the top).
   let rendered = new Map(); // sessionId -> {json, el}
+  // When the focused button goes (its session destroyed: the row is gone, or its button
+  // disabled), the focus moves to the same button of the row now in its place (else the
+  // row before), or to the page's heading; never to <body>.
+  const refocus = (lost) => {
+    const rows = [...body.children].filter((tr) => tr.dataset.sessionId !== lost.sessionId);
+    const order = [...rows.slice(lost.index), ...rows.slice(0, lost.index).reverse()];
+    for (const tr of order) {
+      const button = tr.querySelector(`button.${lost.kind}:not(:disabled)`);
+      if (button) {
+        button.focus();
+        return;
+      }
+    }
+    $("sessions-title").focus();
+  };
   const render = () => {
-    const focused = body.contains(document.activeElement) ? document.activeElement.getAttribute("aria-label") : null;
+    const active = body.contains(document.activeElement) ? document.activeElement : null;
+    const focused = active?.getAttribute("aria-label") ?? null;
+    const activeRow = active?.closest("tr");
+    const lost = activeRow
+      ? {
+          sessionId: activeRow.dataset.sessionId,
+          index: [...body.children].indexOf(activeRow),
+          kind: active.classList.contains("danger") ? "danger" : "secondary",
+        }
+      : null;
     const next = new Map();
     const rows = items.map((session) => {
       const json = JSON.stringify(session);
@@ -174,8 +198,9 @@ export function mountSessions(ctx) {
     empty.hidden = items.length > 0;
     if (focused && !body.contains(document.activeElement)) {
       for (const button of body.querySelectorAll("button")) {
-        if (button.getAttribute("aria-label") === focused) button.focus();
+        if (button.getAttribute("aria-label") === focused && !button.disabled) button.focus();
       }
+      if (!body.contains(document.activeElement) && lost) refocus(lost);
     }
   };
 
