@@ -1055,3 +1055,257 @@ def test_app_service_page_through_the_proxy(page: Any, console: Console) -> None
     # Another browser without the login cookie is refused, on either origin.
     assert httpx.get(f"{console.base}{app_path}").status_code == 401
     assert httpx.get(f"{console.apps}{app_path}").status_code == 401
+
+
+def test_owner_column_shows_emails_with_the_key_on_hover(page: Any, console: Console) -> None:
+    """An admin's Owner column names each owner by e-mail; the access key is its title."""
+    with logged_in_client(console.base, USER_EMAIL, USER_PASSWORD) as alice:
+        created = alice.post(
+            "/session",
+            json={"image": "python", "name": "alices", "config": {"resources": {"cpu": "1"}}},
+        )
+        assert created.status_code == 201, created.text
+        alice_key = alice.get("/whoami").json()["access_key"]
+    (listed,) = console.live_sessions()
+    assert listed["ownerEmail"] == USER_EMAIL
+    assert listed["accessKey"] == alice_key
+
+    log_in(page, console, console.admin.email, console.admin.password)
+    owner = row(page, "alices").locator(".owner-col")
+    expect(owner).to_have_text(USER_EMAIL)
+    expect(owner).to_have_attribute("title", re.compile(rf"^{re.escape(alice_key)}\b"))
+    assert alice_key not in row(page, "alices").inner_text()
+    page.set_viewport_size({"width": 390, "height": 844})
+    expect(owner).to_be_visible()
+    expect(owner).to_contain_text(USER_EMAIL)
+    box = owner.bounding_box()
+    assert box is not None
+    assert box["x"] + box["width"] <= 390, box
+
+    # The History page names the owner the same way.
+    page.get_by_role("button", name="Destroy alices").click()
+    page.get_by_role("dialog", name="Destroy session?").get_by_role(
+        "button", name="Destroy"
+    ).click()
+    expect(row(page, "alices")).to_have_count(0)
+    page.get_by_role("link", name="History").click()
+    ended = history_row(page, "alices").locator(".owner-col")
+    expect(ended).to_have_text(USER_EMAIL)
+    expect(ended).to_have_attribute("title", re.compile(rf"^{re.escape(alice_key)}\b"))
+
+
+def test_terminal_titled_by_name_keeps_the_login_and_tells_the_session_ended(
+    page: Any, console: Console
+) -> None:
+    """The terminal tab: titled by the session's name; its brand link goes back to the
+    console without the password (a new tab has no CSRF token until it reads it again);
+    a session destroyed under it says "the session ended", not a shell's exit."""
+    with logged_in_client(console.base, USER_EMAIL, USER_PASSWORD) as alice:
+        created = alice.post(
+            "/session",
+            json={"image": "shell", "name": "ends-under-me", "config": {"resources": {"cpu": "1"}}},
+        )
+        assert created.status_code == 201, created.text
+        session_id = created.json()["sessionId"]
+    log_in(page, console, USER_EMAIL, USER_PASSWORD)
+    expect(status_of(page, "ends-under-me")).to_have_text("RUNNING")
+    with page.expect_popup() as popup_info:
+        page.get_by_role("link", name="Terminal of ends-under-me").click()
+    term = popup_info.value
+    expect(term.locator("#term-state")).to_have_text("Live")
+    expect(term).to_have_title("Terminal of ends-under-me · accelshare")
+    expect(term.get_by_role("heading", name="Terminal of ends-under-me")).to_be_visible()
+    assert session_id[:8] not in term.title()
+    term.set_viewport_size({"width": 390, "height": 844})
+    heading = term.locator("#term-title")
+    expect(heading).to_be_visible()
+    box = heading.bounding_box()
+    assert box is not None
+    assert box["x"] + box["width"] <= 390, box
+
+    # Destroyed from the console: the terminal says the session ended.
+    destroy(page, "ends-under-me")
+    expect(term.locator("#term-state")).to_have_text("The session ended.")
+    screen = term.locator(".xterm-rows")
+    expect(screen).to_contain_text("[the session ended]")
+    expect(screen).not_to_contain_text("the shell exited")
+    expect(term.get_by_role("button", name="Reconnect")).to_be_hidden()
+    shoot(term, "terminal-ended-phone")
+
+    # The brand link keeps the console's login, and the tab can change things (CSRF).
+    term.get_by_role("link", name="accelshare").click()
+    expect(term.get_by_role("heading", name="Sessions")).to_be_visible()
+    expect(term.get_by_role("heading", name="Log in")).to_be_hidden()
+    expect(term.locator("#who-email")).to_have_text(USER_EMAIL)
+    launch(term, "from-the-terminal-tab", "0.1")
+    expect(status_of(term, "from-the-terminal-tab")).to_have_text("RUNNING")
+    term.close()
+
+
+def test_terminal_and_app_links_only_for_who_may_enter(page: Any, console: Console) -> None:
+    """A domain admin sees the domain's sessions but may not enter them (4403): no
+    Terminal link for a user's session, on a desktop or a phone; its own has one."""
+    created = console.api.post(
+        "/admin/users",
+        json={"email": "dora@example.com", "password": "admin-password-123", "role": "admin"},
+    )
+    assert created.status_code == 201, created.text
+    for email, password, name in (
+        (USER_EMAIL, USER_PASSWORD, "users-own"),
+        ("dora@example.com", "admin-password-123", "doras-own"),
+    ):
+        with logged_in_client(console.base, email, password) as client:
+            answer = client.post(
+                "/session",
+                json={"image": "python", "name": name, "config": {"resources": {"cpu": "1"}}},
+            )
+            assert answer.status_code == 201, answer.text
+
+    log_in(page, console, "dora@example.com", "admin-password-123")
+    expect(status_of(page, "users-own")).to_have_text("RUNNING")
+    expect(status_of(page, "doras-own")).to_have_text("RUNNING")
+    expect(page.get_by_role("link", name="Terminal of doras-own")).to_be_visible()
+    expect(page.get_by_role("link", name="Terminal of users-own")).to_have_count(0)
+    expect(row(page, "users-own").get_by_role("button", name="Destroy users-own")).to_be_enabled()
+    page.set_viewport_size({"width": 390, "height": 844})
+    expect(page.get_by_role("link", name="Terminal of doras-own")).to_be_visible()
+    expect(page.get_by_role("link", name="Terminal of users-own")).to_have_count(0)
+    page.get_by_role("button", name="Log out").click()
+
+    # The superadmin may enter anyone's; the user her own.
+    log_in(page, console, console.admin.email, console.admin.password)
+    expect(page.get_by_role("link", name="Terminal of users-own")).to_be_visible()
+    page.get_by_role("button", name="Log out").click()
+    log_in(page, console, USER_EMAIL, USER_PASSWORD)
+    expect(page.get_by_role("link", name="Terminal of users-own")).to_be_visible()
+
+
+def test_launch_dialog_resources_fit_a_phone(page: Any, console: Console) -> None:
+    """At 390 × 844 the "Resources per session" box stays inside the screen and every
+    unit label is shown whole (not cut by the box or squeezed by the slider)."""
+    page.set_viewport_size({"width": 390, "height": 844})
+    log_in(page, console, USER_EMAIL, USER_PASSWORD)
+    page.get_by_role("button", name="Launch sessions").click()
+    dialog = page.get_by_role("dialog", name="Launch sessions")
+    expect(dialog).to_be_visible()
+    box = page.get_by_role("group", name="Resources per session")
+    expect(box).to_be_visible()
+    outer = box.bounding_box()
+    dialog_box = dialog.bounding_box()
+    assert outer is not None
+    assert dialog_box is not None
+    assert outer["x"] >= 0, outer
+    assert outer["x"] + outer["width"] <= 390, outer
+    assert outer["x"] + outer["width"] <= dialog_box["x"] + dialog_box["width"], (outer, dialog_box)
+    units = box.locator(".unit")
+    assert units.count() >= 3  # CPU, memory, GPU
+    for i in range(units.count()):
+        unit = units.nth(i)
+        expect(unit).to_be_visible()
+        ub = unit.bounding_box()
+        assert ub is not None
+        assert ub["x"] + ub["width"] <= outer["x"] + outer["width"], (unit.inner_text(), ub, outer)
+        whole = unit.evaluate("(el) => el.scrollWidth <= el.clientWidth && el.clientWidth > 0")
+        assert whole, unit.inner_text()
+    for number in box.locator('input[type="number"]').all():
+        nb = number.bounding_box()
+        assert nb is not None
+        assert nb["x"] + nb["width"] <= outer["x"] + outer["width"], nb
+    shoot(page, "launch-phone")
+
+
+def test_launch_dialog_disables_accelerators_the_image_cannot_use(
+    page: Any, console: Console
+) -> None:
+    """demo-lib's hint says "accelerators: none": its GPU field is disabled at 0, with
+    the reason; another image gives it back.  A refusal of the slot by the server (here
+    a catalogue that claimed cuda) names the field as the dialog does, not cuda.shares."""
+    page.set_viewport_size({"width": 390, "height": 844})
+    log_in(page, console, USER_EMAIL, USER_PASSWORD)
+    page.get_by_role("button", name="Launch sessions").click()
+    dialog = page.get_by_role("dialog", name="Launch sessions")
+    gpu = dialog.get_by_label("GPU (fGPU)", exact=True)
+    slider = dialog.get_by_label("GPU (fGPU) slider")
+    gpu.fill("0.5")
+    dialog.get_by_label("Image").fill("demo-lib")
+    expect(dialog.locator("#hint-image")).to_contain_text("accelerators: none")
+    expect(gpu).to_be_disabled()
+    expect(slider).to_be_disabled()
+    expect(gpu).to_have_value("0")
+    note = dialog.locator("#unused-res-cuda-shares")
+    expect(note).to_have_text("Not used by demo-lib:2.0 (accelerators: none).")
+    expect(gpu).to_have_accessible_description(re.compile("Not used by demo-lib:2.0"))
+    expect(dialog.get_by_label("CPU (Core)", exact=True)).to_be_enabled()
+    shoot(page, "launch-no-accelerators")
+    dialog.get_by_label("Image").fill("python")
+    expect(gpu).to_be_enabled()
+    expect(gpu).to_have_value("0.5")  # what the user had typed
+    expect(note).to_be_hidden()
+    dialog.get_by_label("Image").fill("demo-lib")
+    dialog.get_by_label("Name (optional)").fill("lib-no-gpu")
+    dialog.get_by_role("button", name="Launch", exact=True).click()
+    expect(dialog).to_be_hidden()
+    (launched,) = [s for s in console.live_sessions() if s["sessionName"] == "lib-no-gpu"]
+    assert "cuda.shares" not in launched["requestedSlots"]
+
+    # A catalogue that says otherwise: the server refuses, in the dialog's words.
+    def claim_cuda(route: Any) -> None:
+        answer = route.fetch()
+        body = answer.json()
+        for item in body["items"]:
+            item["accelerators"] = ["cuda"]
+        route.fulfill(response=answer, json=body)
+
+    page.route("**/images", claim_cuda)
+    page.get_by_role("button", name="Launch sessions").click()
+    dialog.get_by_label("Image").fill("demo-lib")
+    expect(dialog.locator("#hint-image")).to_contain_text("accelerators: cuda")
+    gpu.fill("0.5")
+    dialog.get_by_label("Name (optional)").fill("lib-with-gpu")
+    dialog.get_by_role("button", name="Launch", exact=True).click()
+    error = dialog.locator("#launch-error")
+    expect(error).to_contain_text("0 launched, 1 refused")
+    expect(error).to_be_focused()  # a keyboard user lands on the server's reason
+    expect(error).to_contain_text("GPU (fGPU)")
+    expect(error).not_to_contain_text("cuda.shares")
+    expect(dialog.locator("#err-res-cuda-shares")).to_contain_text("drop GPU (fGPU)")
+    expect(gpu).to_have_attribute("aria-invalid", "true")
+    assert [s["sessionName"] for s in console.live_sessions()] == ["lib-no-gpu"]
+
+
+def test_keyboard_focus_after_login_destroy_and_refusal(page: Any, console: Console) -> None:
+    """The first Tab after the login reaches the skip link; a session destroyed from the
+    keyboard hands the focus to the next row's Destroy button, the last one to the
+    page's heading (never <body>); on a phone too."""
+    for name in ("kb-one", "kb-two"):
+        created = console.api.post(
+            "/session",
+            json={"image": "python", "name": name, "config": {"resources": {"cpu": "1"}}},
+        )
+        assert created.status_code == 201, created.text
+    page.set_viewport_size({"width": 390, "height": 844})
+    page.goto(console.base + "/")
+    page.get_by_label("Email").fill(console.admin.email)
+    page.get_by_label("Password").fill(console.admin.password)
+    page.get_by_label("Password").press("Enter")
+    expect(page.get_by_role("heading", name="Sessions")).to_be_visible()
+    expect(status_of(page, "kb-two")).to_have_text("RUNNING")
+    page.keyboard.press("Tab")
+    expect(page.get_by_role("link", name="Skip to content")).to_be_focused()
+
+    def destroy_by_keyboard(name: str) -> None:
+        page.get_by_role("button", name=f"Destroy {name}").focus()
+        page.keyboard.press("Enter")
+        confirm = page.get_by_role("dialog", name="Destroy session?")
+        expect(confirm.get_by_role("button", name="Cancel")).to_be_focused()
+        page.keyboard.press("Tab")
+        expect(confirm.get_by_role("button", name="Destroy")).to_be_focused()
+        page.keyboard.press("Enter")
+        expect(confirm).to_be_hidden()
+        expect(row(page, name)).to_have_count(0)
+
+    destroy_by_keyboard("kb-one")
+    expect(page.get_by_role("button", name="Destroy kb-two")).to_be_focused()
+    destroy_by_keyboard("kb-two")
+    expect(page.get_by_role("heading", name="Sessions")).to_be_focused()
+    assert page.evaluate("document.activeElement !== document.body")

@@ -247,7 +247,12 @@ def create_rpc_app(
                 await websocket.accept()
                 await websocket.close(code=4401, reason="missing or wrong cluster secret")
                 return
-        await relay_terminal(websocket, service.runtime, kernel_id)
+        await relay_terminal(
+            websocket,
+            service.runtime,
+            kernel_id,
+            kernel_ended=lambda: service.kernel_ended(kernel_id),
+        )
 
     @app.get("/metrics")
     async def metrics() -> Response:

@@ -194,6 +194,7 @@ class AgentService:
         self._background: set[asyncio.Task[Any]] = set()
         self._starts: set[asyncio.Task[None]] = set()  # kernels starting in the background
         self._destroying: set[str] = set()
+        self._ending: set[str] = set()  # kernels being destroyed (their terminals say so)
         self._loaded: LoadedPlugins | None = None
         self._ledger: AllocLedger | None = None
         self._runtime: KernelRuntime | None = None
@@ -908,16 +909,20 @@ class AgentService:
                 )
             if record.is_live:
                 log.info("kernel %s: destroying", kernel_id)
+                self._ending.add(kernel_id)
                 try:
-                    info: KernelInfo | None = await self.runtime.destroy_kernel(
-                        kernel_id, grace_s=self.config.container.stop_grace_s
-                    )
-                except KernelNotFound:
-                    info = None
-                watcher = self._watchers.pop(kernel_id, None)
-                if watcher is not None:
-                    watcher.cancel()
-                await self._finalize(kernel_id, info)
+                    try:
+                        info: KernelInfo | None = await self.runtime.destroy_kernel(
+                            kernel_id, grace_s=self.config.container.stop_grace_s
+                        )
+                    except KernelNotFound:
+                        info = None
+                    watcher = self._watchers.pop(kernel_id, None)
+                    if watcher is not None:
+                        watcher.cancel()
+                    await self._finalize(kernel_id, info)
+                finally:
+                    self._ending.discard(kernel_id)
             if (
                 record.status is KernelStatus.EXITED
                 and not record.scratch_removed
@@ -931,6 +936,12 @@ class AgentService:
                 except KernelRuntimeError as e:
                     log.warning("kernel %s: cleanup failed: %s", kernel_id, e)
             return record.report()
+
+    def kernel_ended(self, kernel_id: str) -> bool:
+        """Is the kernel being destroyed, or over?  (A terminal whose shell ended tells
+        the session's end from a shell that exited by itself.)"""
+        record = self.registry.get(kernel_id)
+        return kernel_id in self._ending or record is None or not record.is_live
 
     async def _cleanup_unknown(self, kernel_id: str) -> None:
         """A destroy for a kernel this agent does not track: remove leftovers, if any."""

@@ -6,13 +6,16 @@ Frames:
 * **text** from the client: one JSON control message --
   ``{"type": "resize", "cols": 120, "rows": 40}`` or ``{"type": "data", "data": "ls\\r"}``
   (text input, e.g. a paste, for clients that find binary frames awkward);
-* **text** from the agent: ``{"type": "exit", "code": N}`` once the shell ended, then
-  the agent closes with code 1000;
+* **text** from the agent: ``{"type": "exit", "code": N}`` once the shell exited by
+  itself, then the agent closes with code 1000; when the shell ended because the kernel
+  did (the session was destroyed, or its kernel is over), ``{"type": "ended", "code": N,
+  "detail": "the session ended"}`` instead, then close code 4410;
 * a malformed control message is answered with ``{"type": "error", "detail": "..."}``
   naming the field, the expected and the received value; the terminal stays open.
 
 Close codes: 4401 no or wrong cluster secret, 4404 no running kernel of that id,
-4400 bad ``cols``/``rows`` query, 4501 the runtime cannot open terminals.
+4400 bad ``cols``/``rows`` query, 4501 the runtime cannot open terminals, 4410 the
+session (its kernel) ended under the terminal.
 The query's ``cols``/``rows`` (default 80x24) set the initial window size.
 """
 
@@ -22,6 +25,7 @@ import asyncio
 import contextlib
 import json
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from starlette.websockets import WebSocket, WebSocketDisconnect
@@ -29,9 +33,11 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 from .runtime import KernelNotFound
 from .runtime.terminal import Terminal, TerminalSource, check_size
 
-__all__ = ["control_error", "parse_control", "relay_terminal"]
+__all__ = ["SESSION_ENDED", "control_error", "parse_control", "relay_terminal"]
 
 log = logging.getLogger(__name__)
+
+SESSION_ENDED = 4410  # the close code when the kernel ended under the terminal
 
 
 def control_error(message: str) -> str:
@@ -76,8 +82,17 @@ def _size(websocket: WebSocket) -> tuple[int, int]:
     return values[0], values[1]
 
 
-async def relay_terminal(websocket: WebSocket, runtime: object, kernel_id: str) -> None:
-    """Accept the WebSocket and pump bytes between it and a new terminal until either ends."""
+async def relay_terminal(
+    websocket: WebSocket,
+    runtime: object,
+    kernel_id: str,
+    *,
+    kernel_ended: Callable[[], bool] = lambda: False,
+) -> None:
+    """Accept the WebSocket and pump bytes between it and a new terminal until either ends.
+
+    ``kernel_ended`` tells, once the shell is gone, whether the kernel went with it (the
+    session was destroyed) rather than the shell exiting by itself."""
     if not isinstance(runtime, TerminalSource):
         await websocket.accept()
         await websocket.close(code=4501, reason="this runtime cannot open terminals")
@@ -97,13 +112,13 @@ async def relay_terminal(websocket: WebSocket, runtime: object, kernel_id: str) 
     await websocket.accept()
     log.info("kernel %s: terminal opened", kernel_id)
     try:
-        await _pump(websocket, terminal)
+        await _pump(websocket, terminal, kernel_ended)
     finally:
         await terminal.close()
         log.info("kernel %s: terminal closed", kernel_id)
 
 
-async def _pump(websocket: WebSocket, terminal: Terminal) -> None:
+async def _pump(websocket: WebSocket, terminal: Terminal, kernel_ended: Callable[[], bool]) -> None:
     async def output() -> None:
         while chunk := await terminal.read():
             await websocket.send_bytes(chunk)
@@ -142,5 +157,10 @@ async def _pump(websocket: WebSocket, terminal: Terminal) -> None:
         with contextlib.suppress(WebSocketDisconnect, RuntimeError):
             await terminal.close()
             code = getattr(terminal, "exit_code", lambda: None)()
-            await websocket.send_text(json.dumps({"type": "exit", "code": code}))
-            await websocket.close(code=1000)
+            if kernel_ended():
+                ended = {"type": "ended", "code": code, "detail": "the session ended"}
+                await websocket.send_text(json.dumps(ended))
+                await websocket.close(code=SESSION_ENDED, reason="the session ended")
+            else:
+                await websocket.send_text(json.dumps({"type": "exit", "code": code}))
+                await websocket.close(code=1000)

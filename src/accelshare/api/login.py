@@ -4,7 +4,9 @@
 for ``email``, as Backend.AI's ``authorize`` does) -> 200 with the user, its role,
 the access key the session acts with and the CSRF token; the cookie is HttpOnly and
 SameSite=Lax (Secure when ``[api] session-cookie-secure``).  ``POST /auth/logout``
-clears it.
+clears it.  ``GET /auth/csrf`` answers the login cookie's CSRF token again (a console tab
+opened from another, which did not inherit its ``sessionStorage``, keeps the login); a
+same-origin read only: the API answers no CORS, so another site's page cannot read it.
 
 Unknown email and wrong password give the same 401 (``bad-credentials``) after the
 same amount of hashing work, so the endpoint does not reveal which emails exist.
@@ -29,9 +31,9 @@ from accelshare.manager.models import UserStatus
 from accelshare.manager.passwords import hash_password, verify_password
 
 from .auth import Authenticator, AuthFailure, AuthMethod, CurrentIdentity
-from .cookies import SessionCookie, encode_session_cookie
+from .cookies import SessionCookie, decode_session_cookie, encode_session_cookie
 from .login_throttle import LoginThrottle
-from .problems import TooManyRequests, Unauthorized
+from .problems import BadRequest, TooManyRequests, Unauthorized
 
 __all__ = ["LoginRequest", "router"]
 
@@ -150,3 +152,23 @@ async def logout(identity: CurrentIdentity, request: Request, response: Response
         await authenticator.store.end_logins(identity.user_id)
     response.delete_cookie(authenticator.settings.cookie_name, path="/")
     return {"email": identity.email, "logged_out": True}
+
+
+@router.get("/csrf")
+async def csrf_token(
+    identity: CurrentIdentity, request: Request, response: Response
+) -> dict[str, Any]:
+    """The CSRF token of the caller's login cookie (a new console tab's way to keep the
+    login without the password)."""
+    authenticator: Authenticator = request.app.state.authenticator
+    settings = authenticator.settings
+    value = request.cookies.get(settings.cookie_name)
+    if identity.method is not AuthMethod.COOKIE or not value:
+        raise BadRequest("Only a console login (the cookie) has a CSRF token", reason="no-cookie")
+    cookie = decode_session_cookie(value, settings.cookie_secret, settings.clock())
+    response.headers["Cache-Control"] = "no-store"
+    return {
+        "email": identity.email,
+        "csrf_token": cookie.csrf_token,
+        "expires_at": cookie.expires.isoformat(),
+    }

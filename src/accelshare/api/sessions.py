@@ -11,7 +11,7 @@
 | ``GET /session/{ref}/logs`` | ``{"result": {"logs": "..."}}`` (Backend.AI's shape) |
 | ``GET /session/{ref}/why`` | ``{sessionId, status, statusInfo, scheduler, agents, explanation}`` |
 | ``GET /session/{ref}/events`` | ``text/event-stream``: ``event: status`` / ``data: {sessionId, from, status, reason, at}``; history first, ends at a final status |
-| ``GET /sessions`` | ``{items, total, limit, offset}``; ``?status=RUNNING,PENDING`` (default: every non-final status; ``all``), ``?access_key=``, ``?order=created`` (oldest first, the default) or ``recent`` (last changed first: the history of ended sessions) |
+| ``GET /sessions`` | ``{items, total, limit, offset}`` (each item also has ``ownerEmail``, the owner's e-mail); ``?status=RUNNING,PENDING`` (default: every non-final status; ``all``), ``?access_key=``, ``?order=created`` (oldest first, the default) or ``recent`` (last changed first: the history of ended sessions) |
 """
 
 from __future__ import annotations

@@ -156,6 +156,16 @@ async def _reported_ports_of(
     return found
 
 
+async def _owner_emails(db: AsyncSession, rows: Sequence[Session]) -> dict[uuid.UUID, str]:
+    """The owners' e-mails of a page of sessions, in one query (the console's Owner
+    column shows them rather than access keys)."""
+    user_ids = {r.user_id for r in rows}
+    if not user_ids:
+        return {}
+    result = await db.execute(sa.select(User.id, User.email).where(User.id.in_(user_ids)))
+    return dict(result.tuples().all())
+
+
 def session_json(
     row: Session,
     kernels: Sequence[Kernel] = (),
@@ -374,7 +384,12 @@ class SessionService:
                 )
             ).all()
             ports = await _reported_ports_of(db, [r.id for r in rows])
-            items = [session_json(r, reported_ports=ports.get(r.id)) for r in rows]
+            emails = await _owner_emails(db, rows)
+            items = [
+                session_json(r, reported_ports=ports.get(r.id))
+                | {"ownerEmail": emails.get(r.user_id)}
+                for r in rows
+            ]
         return {"items": items, "total": total, "limit": limit, "offset": offset}
 
     # -- enqueue ----------------------------------------------------------------------------

@@ -18,6 +18,7 @@ import websockets
 from websockets.exceptions import ConnectionClosed
 
 from accelshare.agent.rpc import create_rpc_app
+from accelshare.agent.terminal_ws import SESSION_ENDED
 from accelshare.agent.wire import CLUSTER_SECRET_HEADER
 from accelshare.testing.terminal import TerminalScreen
 from accelshare.testing.waiting import until
@@ -183,4 +184,21 @@ async def test_destroying_the_kernel_ends_its_open_terminal(agent_url: tuple[Any
         await screen.until("ready")
         await agent.destroy(kernel_id)
         await screen.until_closed()
-    assert screen.controls[-1]["type"] == "exit"
+    # The kernel's end, told apart from a shell that exits by itself (below).
+    assert screen.controls[-1]["type"] == "ended", screen.controls
+    assert screen.controls[-1]["detail"] == "the session ended"
+    assert ws.close_code == SESSION_ENDED
+
+
+async def test_a_shell_that_exits_is_not_the_sessions_end(agent_url: tuple[Any, str]) -> None:
+    agent, url = agent_url
+    kernel_id = await _kernel(agent)
+    async with websockets.connect(
+        f"{url}/v1/kernels/{kernel_id}/terminal", additional_headers=HEADERS
+    ) as ws:
+        screen = TerminalScreen(ws)
+        await ws.send(b"exit 0\r")
+        await screen.until_closed()
+    assert screen.controls[-1] == {"type": "exit", "code": 0}
+    assert ws.close_code == 1000
+    assert agent.service.kernel_ended(kernel_id) is False  # the kernel runs on

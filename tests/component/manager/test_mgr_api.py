@@ -174,6 +174,18 @@ async def test_users_only_see_their_own_sessions(cluster: Cluster) -> None:
         assert (await bob.delete(f"/session/{sid}")).status_code == 404
         assert (await bob.get("/sessions")).json()["total"] == 0
         assert (await alice.get("/session/mine")).json()["sessionId"] == sid
+        # The listing names each owner by e-mail too (the console's Owner column).
+        ours = await cluster.create({"cpu": "1"}, name="admins")
+        assert ours.status_code == 201, ours.text
+        listed_by_admin = (await cluster.admin.get("/sessions")).json()["items"]
+        owners = {s["sessionName"]: (s["ownerEmail"], s["accessKey"]) for s in listed_by_admin}
+        alice_key = (await alice.get("/whoami")).json()["access_key"]
+        assert owners["mine"] == ("alice@example.com", alice_key)
+        assert owners["admins"][0] == (await cluster.admin.get("/whoami")).json()["email"]
+        assert [s["ownerEmail"] for s in (await alice.get("/sessions")).json()["items"]] == [
+            "alice@example.com"
+        ]
+        assert (await cluster.admin.delete(f"/session/{ours.json()['sessionId']}")).is_success
         assert (await domain_admin.get(f"/session/{sid}")).status_code == 200
         assert (await cluster.admin.get(f"/session/{sid}")).status_code == 200
         forbidden = await alice.get("/agents")

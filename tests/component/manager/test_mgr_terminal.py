@@ -18,6 +18,7 @@ import pytest
 import websockets
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 
+from accelshare.agent.terminal_ws import SESSION_ENDED
 from accelshare.testing.terminal import TerminalScreen
 
 from .cluster import Signer
@@ -154,7 +155,18 @@ async def test_terminal_owner_only_and_gone_after_destroy(
         await ws.send(b"echo superadmin-ok\r")
         await screen.until("superadmin-ok")
 
-    assert (await owner.delete(f"/session/{sid}")).json()["status"] == "TERMINATED"
+    # Destroyed under an open terminal: the relay passes on the session's end (not a
+    # shell exit), with its close code.
+    async with websockets.connect(
+        ws_url(owner, path), additional_headers=signed_headers(owner, path)
+    ) as ws:
+        screen = TerminalScreen(ws)
+        await ws.send(b"echo before-the-end\r")
+        await screen.until("before-the-end")
+        assert (await owner.delete(f"/session/{sid}")).json()["status"] == "TERMINATED"
+        await screen.until_closed()
+    assert screen.controls[-1]["type"] == "ended", screen.controls
+    assert ws.close_code == SESSION_ENDED
     assert await close_code(ws_url(owner, path), signed_headers(owner, path)) == 4404
     await owner.aclose()
     await other.aclose()

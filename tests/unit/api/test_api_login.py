@@ -111,6 +111,38 @@ async def test_unsafe_method_needs_the_csrf_token(client: httpx.AsyncClient, bob
     assert_problem(await client.get("/whoami"), 401, "missing-credentials")
 
 
+async def test_the_csrf_token_is_read_again_with_the_cookie(
+    client: httpx.AsyncClient, store: MemoryCredentialStore, bob: str
+) -> None:
+    """A new console tab (no sessionStorage) keeps the login: GET /auth/csrf answers the
+    cookie's token, which then passes the CSRF check; without the cookie it is a 401,
+    signed with a keypair a 400 (no cookie, no token), after a logout a 401."""
+    assert_problem(await client.get("/auth/csrf"), 401, "missing-credentials")
+    token = (await _login(client)).json()["csrf_token"]
+    again = await client.get("/auth/csrf")
+    assert again.status_code == 200, again.text
+    assert again.json()["csrf_token"] == token
+    assert again.json()["email"] == "bob@example.com"
+    assert again.headers["cache-control"] == "no-store"
+    kept = client.cookies["accelshare_session"]
+    client.cookies.clear()
+    cred = store.credentials[bob]
+    headers = sign_request(
+        access_key=cred.access_key,
+        secret_key=cred.secret_key,
+        method="GET",
+        path_query="/auth/csrf",
+        host="testserver",
+        now=T0,
+    )
+    assert_problem(await client.get("/auth/csrf", headers=headers), 400)
+    client.cookies.set("accelshare_session", kept)
+    out = await client.post("/auth/logout", headers={"X-CSRF-Token": again.json()["csrf_token"]})
+    assert out.status_code == 200, out.text
+    client.cookies.set("accelshare_session", kept)
+    assert_problem(await client.get("/auth/csrf"), 401, "session-ended")
+
+
 def test_cookie_codec_round_trip_and_tampering() -> None:
     cookie = SessionCookie.issue(
         user_id="u", access_key="AKIA0000000000000000", now=T0, max_age=timedelta(hours=1)

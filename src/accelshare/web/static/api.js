@@ -54,6 +54,22 @@ export async function login(email, password) {
   return answer;
 }
 
+/** A tab opened from another (the terminal's brand link, a link opened in a new tab)
+ * starts without the CSRF token: read it again with the login cookie, if there is one.
+ * True when the token is back; no 401 handler (no login is not an error here). */
+export async function recoverCsrfToken() {
+  try {
+    const response = await fetch("/auth/csrf", { headers: { Accept: "application/json" }, credentials: "same-origin" });
+    if (!response.ok) return false;
+    const answer = await response.json();
+    if (!answer?.csrf_token) return false;
+    sessionStorage.setItem(CSRF_KEY, answer.csrf_token);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
 export async function logout() {
   try {
     await api("POST", "/auth/logout");

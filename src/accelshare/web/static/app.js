@@ -1,6 +1,6 @@
 // Entry point: who is logged in, the hash router (#/sessions, #/history, #/agents), the login page.
 
-import { api, hasCsrfToken, login, logout, setUnauthorizedHandler } from "./api.js";
+import { api, hasCsrfToken, login, logout, recoverCsrfToken, setUnauthorizedHandler } from "./api.js";
 import { mountAgents } from "./agents.js";
 import { mountHistory } from "./history.js";
 import { mountSessions } from "./sessions.js";
@@ -80,6 +80,15 @@ function route() {
   unmount = PAGES[name](ctx);
 }
 
+// After the login the focused button is gone with its page: start the keyboard's way
+// again from the top, so that the first Tab reaches the skip link (not <body>'s middle).
+function focusTop() {
+  const body = document.body;
+  body.setAttribute("tabindex", "-1");
+  body.focus({ preventScroll: true });
+  body.removeAttribute("tabindex");
+}
+
 async function enter(me) {
   ctx.me = me;
   await ctx.refreshSlots();
@@ -106,6 +115,7 @@ async function boot() {
       await login(email, password);
       $("login-password").value = "";
       await enter(await api("GET", "/whoami"));
+      focusTop();
     } catch (error) {
       showLogin(error.message);
     }
@@ -115,9 +125,10 @@ async function boot() {
     showLogin("You are logged out.");
   });
   window.addEventListener("hashchange", route);
-  // The cookie may still be valid (a reload); without the CSRF token (a new tab) the
-  // console could not change anything, so it asks for the password again.
-  if (!hasCsrfToken()) {
+  // The cookie may still be valid (a reload, or a new tab: the terminal's brand link);
+  // a new tab has no CSRF token yet and reads it again with the cookie (GET /auth/csrf).
+  // Without either, the console asks for the password.
+  if (!hasCsrfToken() && !(await recoverCsrfToken())) {
     showLogin("");
     return;
   }

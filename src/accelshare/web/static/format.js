@@ -156,3 +156,12 @@ export function h(tag, attrs = {}, ...children) {
   }
   return el;
 }
+
+/** The Owner cell of a session row (admins only): the owner's e-mail, with the access
+ * key and the domain on hover (the key alone when the listing has no e-mail). */
+export function ownerCell(session) {
+  const key = session.accessKey ?? "";
+  const title = session.domainName ? `${key} · domain ${session.domainName}` : key;
+  if (!session.ownerEmail) return h("td", { class: "owner-col mono", title }, key);
+  return h("td", { class: "owner-col", title }, session.ownerEmail);
+}

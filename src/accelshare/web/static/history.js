@@ -3,7 +3,7 @@
 // The API's role rules decide whose: a user's own, an admin's domain, a superadmin's all.
 
 import { api } from "./api.js";
-import { h } from "./format.js";
+import { h, ownerCell } from "./format.js";
 import { showLogs } from "./sessions.js";
 
 const $ = (id) => document.getElementById(id);
@@ -41,7 +41,7 @@ function historyRow(session) {
     ),
     h("td", { class: "image" }, session.image),
     h("td", { class: "ended" }, h("time", { datetime: ended ?? "" }, when(ended))),
-    h("td", { class: "owner-col mono", title: session.domainName }, session.accessKey),
+    ownerCell(session),
     h(
       "td",
       { class: "actions" },

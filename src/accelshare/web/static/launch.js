@@ -57,7 +57,7 @@ function uniqueField(spec) {
     type: "checkbox",
     value: "1",
     disabled: spec.max != null && spec.max < 1,
-    "aria-describedby": `err-${spec.id} hint-${spec.id}`,
+    "aria-describedby": `err-${spec.id} hint-${spec.id} unused-${spec.id}`,
   });
   const available = spec.maxText ? ` · the largest agent has ${spec.maxText}` : "";
   return h(
@@ -65,6 +65,7 @@ function uniqueField(spec) {
     { class: "slot-field unique", dataset: { slot: spec.slot } },
     h("div", { class: "check" }, box, h("label", { for: spec.id }, `${spec.label} `, h("span", { class: "muted" }, "(one slice)"))),
     h("p", { class: "hint", id: `hint-${spec.id}` }, `${spec.slot} · a whole slice: requested as exactly 1${available}`),
+    h("p", { class: "hint unused", id: `unused-${spec.id}`, hidden: true }),
     h("p", { class: "field-error", id: `err-${spec.id}`, hidden: true }),
   );
 }
@@ -87,7 +88,7 @@ function slotField(spec) {
     max: spec.max ?? false,
     step: spec.step,
     value: DEFAULTS[spec.slot] && (spec.max == null || spec.max >= Number(DEFAULTS[spec.slot])) ? DEFAULTS[spec.slot] : "0",
-    "aria-describedby": `err-${spec.id} hint-${spec.id}`,
+    "aria-describedby": `err-${spec.id} hint-${spec.id} unused-${spec.id}`,
   });
   const range = h("input", {
     type: "range",
@@ -114,6 +115,7 @@ function slotField(spec) {
     h("label", { for: spec.id }, `${spec.label} `, h("span", { class: "muted" }, `(${spec.unit || spec.slot})`)),
     h("div", { class: "slot-inputs" }, range, number, h("span", { class: "unit", "aria-hidden": "true" }, spec.unit)),
     h("p", { class: "hint", id: `hint-${spec.id}` }, `${spec.slot}${hints.length ? ` · ${hints.join(" · ")}` : ""}`),
+    h("p", { class: "hint unused", id: `unused-${spec.id}`, hidden: true }),
     h("p", { class: "field-error", id: `err-${spec.id}`, hidden: true }),
   );
 }
@@ -127,7 +129,7 @@ function setError(input, errorEl, message) {
 
 /** Check one slot's value (a string in display units); "" when fine. */
 export function slotProblem(spec, value) {
-  const who = `${spec.label} (${spec.unit || spec.slot})`;
+  const who = fieldName(spec);
   if (value === "" || parseDecimal(value) === null) {
     return Number(value) < 0 ? `${who} cannot be negative.` : `${who}: enter a number.`;
   }
@@ -202,6 +204,53 @@ function describeImage(catalogue, name) {
   return parts.join(" · ");
 }
 
+/** The name the dialog gives a slot's field: "GPU (fGPU)". */
+const fieldName = (spec) => `${spec.label} (${spec.unit || spec.slot})`;
+
+/** Accelerator fields the picked image cannot use ("accelerators: none", or another
+ * device family) are disabled at 0, with the reason under them; an image not in the
+ * catalogue leaves every field as it is (the server decides). */
+function applyImageAccelerators(specs, img) {
+  for (const spec of specs) {
+    if (INTRINSIC.has(spec.slot)) continue;
+    const family = spec.slot.split(".")[0];
+    const unused = Boolean(img) && !img.accelerators.includes(family);
+    const inputs = [$(spec.id), $(`${spec.id}-range`)].filter(Boolean);
+    const note = $(`unused-${spec.id}`);
+    const field = $(spec.id).closest(".slot-field");
+    if (unused && !field.classList.contains("not-used")) {
+      for (const input of inputs) {
+        input.dataset.before = input.type === "checkbox" ? String(input.checked) : input.value;
+        if (input.type === "checkbox") input.checked = false;
+        else input.value = "0";
+        input.dataset.wasDisabled = String(input.disabled);
+        input.disabled = true;
+      }
+      setError($(spec.id), $(`err-${spec.id}`), "");
+    } else if (!unused && field.classList.contains("not-used")) {
+      for (const input of inputs) {
+        if (input.type === "checkbox") input.checked = input.dataset.before === "true";
+        else input.value = input.dataset.before ?? "0";
+        input.disabled = input.dataset.wasDisabled === "true";
+      }
+    }
+    field.classList.toggle("not-used", unused);
+    note.hidden = !unused;
+    note.textContent = unused
+      ? `Not used by ${img.ref} (accelerators: ${img.accelerators.length ? img.accelerators.join(", ") : "none"}).`
+      : "";
+  }
+}
+
+/** A server refusal of one slot (``field`` config.resources.<slot>), in the dialog's
+ * words: the slot's name becomes the field's ("cuda.shares" -> "GPU (fGPU)"). */
+function slotRefusal(specs, error) {
+  const field = error.body?.field ?? "";
+  const spec = specs.find((s) => field === `config.resources.${s.slot}`);
+  if (!spec) return null;
+  return { spec, message: error.message.split(spec.slot).join(fieldName(spec)) };
+}
+
 /** Datalist options: every alias (labelled with its image) and every reference. */
 function imageOptions(catalogue) {
   const options = [];
@@ -239,7 +288,9 @@ export async function openLaunchDialog(ctx) {
   $("launch-images").replaceChildren(...imageOptions(catalogue));
   if (!form.elements.image.value) form.elements.image.value = "python";
   const showImage = () => {
-    $("hint-image").textContent = describeImage(catalogue, form.elements.image.value.trim());
+    const typed = form.elements.image.value.trim();
+    $("hint-image").textContent = describeImage(catalogue, typed);
+    applyImageAccelerators(specs, typed ? resolveImage(catalogue, typed) : undefined);
   };
   showImage();
   let tried = false;
@@ -278,6 +329,14 @@ export async function openLaunchDialog(ctx) {
           await api("POST", "/session", body);
           launched += 1;
         } catch (error) {
+          const refusal = slotRefusal(specs, error);
+          if (refusal) {
+            // one slot refused (e.g. an accelerator the image has no use for): said in
+            // the dialog's words, under that field too; the next sessions would be too
+            failures.push(`${body.name ?? `session ${i}`}: ${refusal.message}`);
+            setError($(refusal.spec.id), $(`err-${refusal.spec.id}`), refusal.message);
+            break;
+          }
           failures.push(`${body.name ?? `session ${i}`}: ${error.message}`);
           if (error.body?.field === "image") {
             // the image itself was refused (unknown, or no agent can run it): the next

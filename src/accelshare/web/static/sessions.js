@@ -1,7 +1,7 @@
 // Sessions page: the caller's sessions, live from GET /events/sessions; destroy; logs.
 
 import { api, follow } from "./api.js";
-import { age, formatSlots, h } from "./format.js";
+import { age, formatSlots, h, ownerCell } from "./format.js";
 import { openLaunchDialog } from "./launch.js";
 
 const $ = (id) => document.getElementById(id);
@@ -38,9 +38,15 @@ function resourcesCell(ctx, session) {
 }
 
 // A RUNNING session: its web terminal and one link per app service (both proxied by the
-// manager, opened in a new tab; rel=noopener so they cannot reach this page).
-function runningLinks(session) {
-  if (session.status !== "RUNNING") return [];
+// manager, opened in a new tab; rel=noopener so they cannot reach this page).  Only its
+// owner and a superadmin may enter a session (a domain admin is refused: 4403), so the
+// links are not offered to anyone else.
+function mayEnter(ctx, session) {
+  return ctx.isSuperadmin || session.userId === ctx.me?.user_id;
+}
+
+function runningLinks(ctx, session) {
+  if (session.status !== "RUNNING" || !mayEnter(ctx, session)) return [];
   const id = encodeURIComponent(session.sessionId);
   const name = session.sessionName;
   const link = (href, label, text) =>
@@ -64,11 +70,11 @@ function row(ctx, session, actions) {
     h("td", { class: "image" }, session.image),
     resourcesCell(ctx, session),
     h("td", { class: "age", dataset: { created: session.creationTime ?? "" } }, age(session.creationTime)),
-    h("td", { class: "owner-col mono", title: session.domainName }, session.accessKey),
+    ownerCell(session),
     h(
       "td",
       { class: "actions" },
-      ...runningLinks(session),
+      ...runningLinks(ctx, session),
       h(
         "button",
         { type: "button", class: "secondary small", "aria-label": `Logs of ${name}`, onclick: () => actions.logs(session) },
@@ -152,8 +158,32 @@ export function mountSessions(ctx) {
   // Rows are rebuilt only when their session changed, and the focused button keeps the
   // focus across an update (a keyboard user is not thrown back to the top).
   let rendered = new Map(); // sessionId -> {json, el}
+  // When the focused button goes (its session destroyed: the row is gone, or its button
+  // disabled), the focus moves to the same button of the row now in its place (else the
+  // row before), or to the page's heading; never to <body>.
+  const refocus = (lost) => {
+    const rows = [...body.children].filter((tr) => tr.dataset.sessionId !== lost.sessionId);
+    const order = [...rows.slice(lost.index), ...rows.slice(0, lost.index).reverse()];
+    for (const tr of order) {
+      const button = tr.querySelector(`button.${lost.kind}:not(:disabled)`);
+      if (button) {
+        button.focus();
+        return;
+      }
+    }
+    $("sessions-title").focus();
+  };
   const render = () => {
-    const focused = body.contains(document.activeElement) ? document.activeElement.getAttribute("aria-label") : null;
+    const active = body.contains(document.activeElement) ? document.activeElement : null;
+    const focused = active?.getAttribute("aria-label") ?? null;
+    const activeRow = active?.closest("tr");
+    const lost = activeRow
+      ? {
+          sessionId: activeRow.dataset.sessionId,
+          index: [...body.children].indexOf(activeRow),
+          kind: active.classList.contains("danger") ? "danger" : "secondary",
+        }
+      : null;
     const next = new Map();
     const rows = items.map((session) => {
       const json = JSON.stringify(session);
@@ -168,8 +198,9 @@ export function mountSessions(ctx) {
     empty.hidden = items.length > 0;
     if (focused && !body.contains(document.activeElement)) {
       for (const button of body.querySelectorAll("button")) {
-        if (button.getAttribute("aria-label") === focused) button.focus();
+        if (button.getAttribute("aria-label") === focused && !button.disabled) button.focus();
       }
+      if (!body.contains(document.activeElement) && lost) refocus(lost);
     }
   };
 

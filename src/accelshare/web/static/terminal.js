@@ -1,8 +1,9 @@
 // The web terminal: xterm.js over WS /session/{id}/terminal (the login cookie
 // authenticates the handshake; the manager relays to the agent).  Protocol:
 // binary frames are terminal bytes both ways; text frames are JSON control
-// messages ({"type": "resize", cols, rows} from us; {"type": "exit", code} or
-// {"type": "error", detail} from the server).  Opened as terminal.html#<session id>.
+// messages ({"type": "resize", cols, rows} from us; {"type": "exit", code} when the
+// shell exited, {"type": "ended", detail} when the session ended under it (close code
+// 4410), or {"type": "error", detail} from the server).  Opened as terminal.html#<session id>.
 
 const $ = (id) => document.getElementById(id);
 const sessionId = decodeURIComponent(location.hash.slice(1));
@@ -11,6 +12,7 @@ const CLOSE_REASONS = {
   4403: "Not allowed to open this session's terminal.",
   4404: "No such running session (it may have ended).",
   4409: "The session is not running yet.",
+  4410: "The session ended.",
   4502: "The session's agent cannot be reached.",
 };
 
@@ -30,7 +32,8 @@ let socket = null;
 function setState(text, state) {
   $("term-state").textContent = text;
   $("term-state").dataset.state = state;
-  $("term-reconnect").hidden = state === "live" || state === "connecting";
+  // An ended session has no terminal to reconnect to.
+  $("term-reconnect").hidden = ["live", "connecting", "ended"].includes(state);
 }
 
 function sendResize() {
@@ -63,6 +66,8 @@ function connect() {
     const message = JSON.parse(event.data);
     if (message.type === "exit") {
       term.write(`\r\n[the shell exited with code ${message.code}]\r\n`);
+    } else if (message.type === "ended") {
+      term.write("\r\n[the session ended]\r\n");
     } else if (message.type === "error") {
       term.write(`\r\n[${message.detail}]\r\n`);
     }
@@ -75,7 +80,7 @@ function connect() {
   ws.onclose = (event) => {
     if (socket !== ws) return;
     const why = CLOSE_REASONS[event.code] || (event.code === 1000 ? "Closed." : `Disconnected (${event.code}).`);
-    setState(`${why}`, "closed");
+    setState(`${why}`, event.code === 4410 ? "ended" : "closed");
   };
 }
 
@@ -89,6 +94,25 @@ $("term-reconnect").onclick = () => {
   term.reset();
   connect();
 };
-document.title = `Terminal ${sessionId.slice(0, 8)} · accelshare`;
-$("term-title").textContent = `Terminal of ${sessionId.slice(0, 8)}`;
+// Titled by the session's name (the id's first characters until it is known).
+function showTitle(name) {
+  document.title = `Terminal of ${name} · accelshare`;
+  $("term-title").textContent = `Terminal of ${name}`;
+}
+showTitle(sessionId.slice(0, 8));
+async function loadName() {
+  if (!sessionId) return;
+  try {
+    const response = await fetch(`/session/${encodeURIComponent(sessionId)}`, {
+      headers: { Accept: "application/json" },
+      credentials: "same-origin",
+    });
+    if (!response.ok) return;
+    const session = await response.json();
+    if (session?.sessionName) showTitle(session.sessionName);
+  } catch {
+    // the id stays in the title
+  }
+}
+loadName();
 connect();
