@@ -22,10 +22,12 @@ removes the namespaces.  :func:`multihost_unavailable` says why it cannot run he
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import glob
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -38,6 +40,7 @@ from typing import Any
 
 import httpx
 
+from accelshare.agent.runtime.procfs import find_marked_processes
 from accelshare.bus.testing import find_redis_binary
 from accelshare.client.auth import KeypairAuth
 from accelshare.config import ConfigStore, open_config_store
@@ -118,6 +121,14 @@ class MultiHostCluster:
 
     def close(self) -> None:
         self.network.close()  # stops every process started in a host, then the hosts
+        # Kernels outlive their agents by design, and a sandboxed kernel is in a network
+        # namespace of its own (not its host's, whose processes the network just killed):
+        # end what is left of each agent's kernels.
+        for folder in self.work_dir.glob("agent-*"):
+            for pids in find_marked_processes(folder / "scratch").values():
+                for pid in pids:
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(pid, signal.SIGKILL)
         if self._pg_dir is not None:
             shutil.rmtree(self._pg_dir, ignore_errors=True)
             self._pg_dir = None
