@@ -37,6 +37,7 @@ sessions unsandboxed for a single user only (``[container] sandbox``).
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import subprocess
@@ -186,7 +187,9 @@ _NAMESPACE_ARGS = (
 )
 
 
-def _system_args() -> list[str]:
+@functools.cache
+def _system_args() -> tuple[str, ...]:
+    """bwrap's options for the system folders (the host's layout: read once)."""
     args: list[str] = []
     for name in _SYSTEM_DIRS:
         path = Path(name)
@@ -194,21 +197,25 @@ def _system_args() -> list[str]:
             args += ["--symlink", os.readlink(path), name]
         elif path.is_dir():
             args += ["--ro-bind", name, name]
-    return args
+    return tuple(args)
 
 
-def interpreter_paths(program: str) -> list[Path]:
+@functools.lru_cache(maxsize=64)
+def interpreter_paths(program: str) -> tuple[Path, ...]:
     """The host folders a program needs to run, for a Python interpreter: each prefix on
     its symlink chain (``.venv/bin/python`` -> ``.venv`` and the base Python it links
     to); for the agent's own interpreter also ``sys.prefix`` and ``sys.base_prefix``.
     Folders under the system folders (``/usr``) are left out: those are bound anyway.
 
+    Kept per program for the agent's life (a create must not walk the same symlinks
+    again; an interpreter moved while the agent runs needs an agent restart).
+
     >>> interpreter_paths("/usr/bin/sh")
-    []
+    ()
     """
     found = shutil.which(program)
     if found is None:
-        return []
+        return ()
     paths: list[Path] = []
     current = Path(found)
     for _ in range(16):  # a symlink chain, at most this long
@@ -219,7 +226,7 @@ def interpreter_paths(program: str) -> list[Path]:
         current = (current.parent / os.readlink(current)).absolute()
     if Path(found).resolve() == Path(sys.executable).resolve() or found == sys.executable:
         paths += [Path(sys.prefix), Path(sys.base_prefix)]
-    return _outside_system(paths)
+    return tuple(_outside_system(paths))
 
 
 def _outside_system(paths: Iterable[Path]) -> list[Path]:
