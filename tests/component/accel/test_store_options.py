@@ -247,6 +247,7 @@ def test_cli_plugins_json(tmp_path: Path) -> None:
             "fractional",
             "--config",
             str(agent_toml),
+            "--create",  # a new cluster's first setting makes its store
         ],
     )
     assert result.exit_code == 0, result.output
