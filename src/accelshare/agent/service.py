@@ -93,7 +93,7 @@ from .runtime import (
     RuntimeUnavailable,
     default_environments,
 )
-from .runtime.sandbox import SandboxConfig, hidden_defaults
+from .runtime.sandbox import SandboxConfig, hidden_defaults, write_syscall_filter
 from .runtime.sandbox import probe as probe_sandbox
 from .scratch import is_valid_kernel_id
 from .state_files import (
@@ -397,21 +397,33 @@ class AgentService:
             why = "[container] sandbox = 'off'"
         else:
             hidden = [self.config.source_path, self.config.agent.cluster_secret_file]
+            syscall_filter = None
+            problem = None
+            if container.sandbox_syscall_filter:
+                syscall_filter = self.scratch_root / ".sandbox" / "seccomp.bpf"
+                try:
+                    await asyncio.to_thread(write_syscall_filter, syscall_filter)
+                except OSError as e:
+                    problem = f"[container] sandbox-syscall-filter: {e}"
             config = SandboxConfig(
                 uid=container.kernel_uid,
                 gid=container.kernel_gid,
                 network=container.sandbox_network,
                 ro_paths=tuple(container.sandbox_ro_paths),
                 hidden=hidden_defaults(p for p in hidden if p is not None),
+                syscall_filter=syscall_filter,
             )
-            problem = await asyncio.to_thread(probe_sandbox, config)
+            if problem is None:
+                problem = await asyncio.to_thread(probe_sandbox, config)
             if problem is None:
                 uid, gid = config.effective_ids()
                 log.info(
-                    "sessions are sandboxed (bubblewrap): uid %d, gid %d, network %s%s",
+                    "sessions are sandboxed (bubblewrap): uid %d, gid %d, network %s,"
+                    " syscall filter %s%s",
                     uid,
                     gid,
                     config.network,
+                    "on" if syscall_filter else "off",
                     ""
                     if os.geteuid() == 0
                     else " (the agent is not root: kernels run as"

@@ -38,6 +38,7 @@ Keys the daemon adds (docs/agent.md has the full table)::
                                       # host can ("auto"), always ("required") or never ("off")
     sandbox-network = "none"          # or "outbound" (slirp4netns: other hosts, not the host's loopback)
     sandbox-ro-paths = []             # more host folders every sandbox sees read-only
+    sandbox-syscall-filter = true     # seccomp: no new user namespaces, keyrings, bpf, userfaultfd
     rlimit-memory = "data"            # or "as"
     launcher-fork-server = true       # process runtime: creates fork one kept launcher
     prespawn-launchers = 2            # kernel launchers started ahead (when it is off)
@@ -247,6 +248,9 @@ class ContainerSection(_Section):
     sandbox: Literal["auto", "required", "off"] = "auto"
     sandbox_network: Literal["none", "outbound"] = Field("none", alias="sandbox-network")
     sandbox_ro_paths: list[Path] = Field(default_factory=list, alias="sandbox-ro-paths")
+    # A seccomp filter in every sandbox: no new user namespaces, keyrings, bpf,
+    # userfaultfd (agent/runtime/sandbox.py, SYSCALL_FILTER_DENIED).
+    sandbox_syscall_filter: bool = Field(True, alias="sandbox-syscall-filter")
     rlimit_memory: Literal["data", "as"] = Field("data", alias="rlimit-memory")
     # Process runtime: one launcher kept up as a fork server, forked per create (saves
     # the Python start on each create); false: spare launchers started ahead (0: none).
@@ -488,6 +492,7 @@ EXPECTED: dict[str, str] = {
     "container.sandbox": '"auto", "required" or "off"',
     "container.sandbox-network": '"none" or "outbound"',
     "container.sandbox-ro-paths": 'a list of absolute folder paths such as ["/data/datasets"]',
+    "container.sandbox-syscall-filter": _TRUE_FALSE,
     "container.rlimit-memory": '"data" or "as"',
     "container.launcher-fork-server": _TRUE_FALSE,
     "container.prespawn-launchers": "an integer from 0 to 16",

@@ -43,6 +43,7 @@ from accelshare.agent.runtime.sandbox import (
     interpreter_paths,
     probe,
     sandbox_record,
+    write_syscall_filter,
 )
 from accelshare.agent.runtime.terminal import ProcessTerminal
 
@@ -864,3 +865,63 @@ def test_nvidia_binds_the_device_nodes_that_exist(tmp_path: Path) -> None:
     bound = sorted(args[i + 1] for i, a in enumerate(args) if a == "--dev-bind")
     assert [b for b in bound if b != "/dev/nvidia-caps" and "modeset" not in b] == expected
     assert "--dev-bind" not in _record(tmp_path, SandboxConfig(), "/bin/sh", nvidia=False)
+
+
+# -- the syscall filter ---------------------------------------------------------------------
+
+FILTER_SCRIPT = r"""
+unshare -Ur true 2>/dev/null; echo unshare=$?
+python3 - <<'PY'
+import ctypes, errno, os, subprocess, threading
+libc = ctypes.CDLL(None, use_errno=True)
+SYS_add_key = 248  # x86_64
+r = libc.syscall(SYS_add_key, b"user", b"k", b"v", 1, -2)  # KEY_SPEC_SESSION_KEYRING
+print("add_key=" + ("refused" if r < 0 and ctypes.get_errno() == errno.EPERM else f"{r}/{ctypes.get_errno()}"))
+t = threading.Thread(target=lambda: print("thread=ok", flush=True)); t.start(); t.join()
+print("subprocess=" + subprocess.run(["echo", "ok"], capture_output=True, text=True).stdout.strip())
+print("fork=" + ("ok" if os.waitpid(os.fork() or os._exit(0), 0) else "?"))
+PY
+"""
+
+
+@pytest.mark.skipif(os.uname().machine != "x86_64", reason="syscall numbers of x86_64")
+async def test_the_syscall_filter_refuses_user_namespaces_and_keyrings(
+    sandboxed: SandboxedFactory, tmp_path: Path, eventually: Eventually
+) -> None:
+    """Under the filter a kernel (and its terminal) cannot make a user namespace, as it
+    could without it under a root agent, nor use the kernel keyrings its uid would share
+    with every other kernel; threads, forks and subprocesses work as ever (``clone3``
+    answers ENOSYS, the C library falls back to ``clone``)."""
+    bpf = tmp_path / "filter" / "seccomp.bpf"
+    write_syscall_filter(bpf)
+    size = bpf.stat().st_size
+    assert size > 0
+    assert size % 8 == 0  # BPF instructions
+    unfiltered = sandboxed(SandboxConfig())
+    _, log = await run_to_exit(unfiltered, spec((FILTER_SCRIPT,)))
+    if os.geteuid() == 0:  # without the filter, a root agent's sandbox allows it
+        assert fields(log)["unshare"] == "0", log
+    runtime = sandboxed(SandboxConfig(syscall_filter=bpf))
+    info, log = await run_to_exit(runtime, spec((FILTER_SCRIPT,)))
+    found = fields(log)
+    assert found["unshare"] != "0", log
+    assert found["add_key"] == "refused", log
+    assert (found["thread"], found["subprocess"], found["fork"]) == ("ok", "ok", "ok"), log
+    assert info.exit is not None, log
+    assert info.exit.exit_code == 0, log
+    # the terminal runs under the same filter
+    kernel = spec(("echo ready; exec sleep 60",))
+    await start_and_wait(runtime, kernel, eventually)
+    terminal = await runtime.open_terminal(kernel.kernel_id, cols=120, rows=30)
+    try:
+        shell = Shell(terminal)
+        assert await shell.run("unshare -Ur true 2>/dev/null; echo $?") != "0"
+        assert await shell.run("grep ^Seccomp: /proc/self/status | tr -d '\\t'") == "Seccomp:2"
+    finally:
+        await terminal.close()
+
+
+async def test_a_filter_file_that_is_missing_fails_the_probe(tmp_path: Path) -> None:
+    problem = probe(SandboxConfig(syscall_filter=tmp_path / "absent.bpf"))
+    assert problem is not None
+    assert "absent.bpf" in problem

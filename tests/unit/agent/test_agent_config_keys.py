@@ -45,6 +45,7 @@ def test_all_new_keys_parse_and_none_is_unknown(tmp_path: Path) -> None:
             "sandbox": "required",
             "sandbox-network": "outbound",
             "sandbox-ro-paths": ["/data/datasets"],
+            "sandbox-syscall-filter": False,
             "rlimit-memory": "as",
             "docker-url": "unix:///run/docker.sock",
             "docker-network": "none",
@@ -62,6 +63,7 @@ def test_all_new_keys_parse_and_none_is_unknown(tmp_path: Path) -> None:
     assert config.container.sandbox == "required"
     assert config.container.sandbox_network == "outbound"
     assert config.container.sandbox_ro_paths == [Path("/data/datasets")]
+    assert config.container.sandbox_syscall_filter is False
     assert rpc_url_of(config) == "http://10.0.0.5:6001"
     assert resolve_scratch_root(config) == tmp_path / "kernels"
     environments = _environments(config)
@@ -80,6 +82,7 @@ def test_all_new_keys_parse_and_none_is_unknown(tmp_path: Path) -> None:
         ({"container": {"launcher-fork-server": "yes"}}, "container.launcher-fork-server"),
         ({"container": {"sandbox": "on"}}, "container.sandbox"),
         ({"container": {"sandbox-network": "host"}}, "container.sandbox-network"),
+        ({"container": {"sandbox-syscall-filter": "yes"}}, "container.sandbox-syscall-filter"),
         ({"container": {"sandbox-ro-paths": ["data"]}}, "container.sandbox-ro-paths"),
         ({"container": {"sandbox-ro-paths": "/data"}}, "container.sandbox-ro-paths"),
         ({"container": {"environments": {"x": "not a table"}}}, "container.environments.x"),

@@ -116,6 +116,10 @@ def sandbox_argv(cfg: dict[str, Any], info_fd: int, block_fd: int | None) -> lis
     argv = [sandbox["bwrap"], *sandbox["args"], "--info-fd", str(info_fd)]
     if block_fd is not None:
         argv += ["--block-fd", str(block_fd)]
+    if sandbox.get("seccomp"):
+        filter_fd = os.open(sandbox["seccomp"], os.O_RDONLY)  # (inherited by bwrap only)
+        os.set_inheritable(filter_fd, True)
+        argv += ["--seccomp", str(filter_fd)]
     return [*argv, "--", *sandbox["command_prefix"], *cfg["argv"]]
 
 

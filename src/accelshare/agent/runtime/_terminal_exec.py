@@ -8,7 +8,8 @@ cgroups (the ``procs_files`` of ``launch.json``) *before* it execs the shell, ap
 the kernel's rlimits and CPU affinity (all three through ``_launcher.py``'s
 ``enter_kernel_limits``, loaded by path: one implementation for kernels and
 terminals).  For a sandboxed kernel (a third argument: the sandbox's pid, see
-sandbox.py) it sets no-new-privileges and execs ``nsenter`` into all the sandbox's
+sandbox.py) it sets no-new-privileges, loads the sandbox's syscall filter and execs
+``nsenter`` into all the sandbox's
 namespaces, its root and working folder, as the kernel's user, which execs the shell;
 otherwise it execs the shell in the kernel's cwd.  Either way the shell gets the
 kernel's environment (so the plugins' tools, such as the mock ``nvidia-smi`` in
@@ -46,6 +47,25 @@ def load_launcher() -> ModuleType:
 
 
 PR_SET_NO_NEW_PRIVS = 38
+PR_SET_SECCOMP = 22
+SECCOMP_MODE_FILTER = 2
+
+
+class _SockFprog(ctypes.Structure):
+    _fields_ = (("len", ctypes.c_ushort), ("filter", ctypes.c_char_p))
+
+
+def load_syscall_filter(libc: ctypes.CDLL, path: str) -> None:
+    """Put this process (and what it execs: nsenter, then the shell) under the sandbox's
+    compiled seccomp filter (raw BPF, 8 bytes per instruction, written by the agent), as
+    bwrap does for the kernel's own processes.  Needs no-new-privileges set first."""
+    with open(path, "rb") as f:
+        program = f.read()
+    if not program or len(program) % 8:
+        raise ValueError(f"{path}: not a BPF program ({len(program)} bytes)")
+    fprog = _SockFprog(len(program) // 8, program)
+    if libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(fprog), 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_SECCOMP)")
 
 
 def nsenter_argv(sandbox: dict[str, object], pid: int, cwd: str, shell: str) -> list[str]:
@@ -93,6 +113,8 @@ def main(argv: list[str]) -> int:
             libc = ctypes.CDLL(None, use_errno=True)
             if libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
                 raise OSError(ctypes.get_errno(), "prctl(PR_SET_NO_NEW_PRIVS)")
+            if sandbox.get("seccomp"):
+                load_syscall_filter(libc, sandbox["seccomp"])
             argv = nsenter_argv(sandbox, namespace_pid, cfg["cwd"], shell)
             os.execvpe(argv[0], argv, env)
         if namespace_pid is not None:

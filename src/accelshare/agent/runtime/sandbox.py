@@ -37,6 +37,7 @@ sessions unsandboxed for a single user only (``[container] sandbox``).
 
 from __future__ import annotations
 
+import errno
 import functools
 import os
 import shutil
@@ -78,6 +79,8 @@ class SandboxConfig:
       virtualenvs), at the same path.
     * ``hidden``: paths made empty inside the sandbox (``/etc/accelshare``, the agent's
       configuration and secret files).
+    * ``syscall_filter``: the compiled seccomp filter (:func:`write_syscall_filter`) every
+      process of the sandbox, and its terminals, runs under.
     """
 
     uid: int = 1000
@@ -90,6 +93,9 @@ class SandboxConfig:
     env_program: str = "/usr/bin/env"
     setpriv: str = "/usr/bin/setpriv"
     extra_args: tuple[str, ...] = field(default=())
+    # A seccomp filter (SYSCALL_FILTER) on every process of the sandbox: a file the agent
+    # writes once (write_syscall_filter); None: no filter.
+    syscall_filter: Path | None = None
 
     def effective_ids(self) -> tuple[int, int]:
         """The uid/gid kernels really run as: the configured ones when the agent is root,
@@ -133,10 +139,26 @@ def probe(config: SandboxConfig, *, timeout_s: float = 10.0) -> str | None:
         *_command_prefix(config),
         "true",
     ]
+    filter_fd = None
+    if config.syscall_filter is not None:
+        try:
+            filter_fd = os.open(config.syscall_filter, os.O_RDONLY)
+        except OSError as e:
+            return f"the syscall filter {config.syscall_filter} cannot be read: {e}"
+        argv[1:1] = ["--seccomp", str(filter_fd)]
     try:
-        done = subprocess.run(argv, capture_output=True, timeout=timeout_s, check=False)
+        done = subprocess.run(
+            argv,
+            capture_output=True,
+            timeout=timeout_s,
+            check=False,
+            pass_fds=() if filter_fd is None else (filter_fd,),
+        )
     except (OSError, subprocess.SubprocessError) as e:
         return f"bubblewrap could not run: {e}"
+    finally:
+        if filter_fd is not None:
+            os.close(filter_fd)
     if done.returncode != 0:
         why = done.stderr.decode(errors="replace").strip().splitlines()
         detail = why[-1] if why else f"exit code {done.returncode}"
@@ -148,6 +170,43 @@ def probe(config: SandboxConfig, *, timeout_s: float = 10.0) -> str | None:
             " kernel.unprivileged_userns_clone=1, user.max_user_namespaces > 0)"
         )
     return None
+
+
+#: What the sandbox's syscall filter refuses, and with which error (everything else is
+#: allowed).  New user namespaces (``unshare``/``clone`` with ``CLONE_NEWUSER``: the
+#: kernel's largest attack surface reachable without privileges; under a root agent the
+#: sandbox has no user namespace of its own to forbid them in); ``clone3``, whose flags a
+#: filter cannot read, answers ENOSYS so that the C library falls back to ``clone`` (as
+#: Docker's default profile does); the kernel keyrings (every kernel runs as the same uid:
+#: its user keyring would be shared); ``bpf`` and ``userfaultfd``.
+SYSCALL_FILTER_DENIED = ("keyctl", "add_key", "request_key", "bpf", "userfaultfd")
+_CLONE_NEWUSER = 0x10000000
+
+
+def write_syscall_filter(path: Path) -> None:
+    """Compile the sandbox's seccomp filter (libseccomp, through pyseccomp) for this
+    host's architecture into ``path`` (bwrap's ``--seccomp`` format: raw BPF).  Raises
+    ``OSError`` when libseccomp is not there."""
+    try:
+        import pyseccomp as seccomp
+    except (ImportError, OSError) as e:  # the module loads libseccomp.so.2 on import
+        raise OSError(
+            f"the syscall filter needs libseccomp (apt-get install libseccomp2): {e}"
+        ) from e
+    denied = seccomp.ERRNO(errno.EPERM)
+    rules = seccomp.SyscallFilter(seccomp.ALLOW)
+    newuser = seccomp.Arg(0, seccomp.MASKED_EQ, _CLONE_NEWUSER, _CLONE_NEWUSER)
+    rules.add_rule(denied, "unshare", newuser)
+    rules.add_rule(denied, "clone", newuser)
+    rules.add_rule(seccomp.ERRNO(errno.ENOSYS), "clone3")
+    for name in SYSCALL_FILTER_DENIED:
+        rules.add_rule(denied, name)
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with open(tmp, "wb") as out:
+        rules.export_bpf(out)
+    os.chmod(tmp, 0o644)
+    os.replace(tmp, path)
 
 
 def _identity_args() -> list[str]:
@@ -257,8 +316,8 @@ def sandbox_record(
 ) -> dict[str, Any]:
     """The sandbox part of a kernel's ``launch.json`` (see ``_launcher.py``).
 
-    ``args`` are bwrap's options (the launcher adds ``--info-fd`` and, for outbound
-    networking, ``--block-fd``), ``command_prefix`` goes between bwrap's ``--`` and the
+    ``args`` are bwrap's options (the launcher adds ``--info-fd``, ``--seccomp`` for the
+    ``seccomp`` filter file and, for outbound networking, ``--block-fd``), ``command_prefix`` goes between bwrap's ``--`` and the
     kernel's argv; ``uid`` / ``gid`` are the kernel's user.  ``shared_ro``: agent-wide
     folders every kernel reads (the mock GPUs' statistics); ``mounts`` /
     ``device_nodes``: the plugins' (:class:`~accelshare.accel.types.Mount`,
@@ -351,6 +410,7 @@ def sandbox_record(
         "command_prefix": _command_prefix(config),
         "network": config.network,
         "slirp4netns": shutil.which(config.slirp4netns) or config.slirp4netns,
+        "seccomp": None if config.syscall_filter is None else str(config.syscall_filter),
     }
 
 
