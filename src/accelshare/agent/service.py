@@ -404,7 +404,15 @@ class AgentService:
                 try:
                     await asyncio.to_thread(write_syscall_filter, syscall_filter)
                 except OSError as e:
-                    problem = f"[container] sandbox-syscall-filter: {e}"
+                    if container.sandbox == "required":
+                        problem = f"[container] sandbox-syscall-filter: {e}"
+                    else:  # a sandbox without the filter beats none at all
+                        log.warning(
+                            "SANDBOXES HAVE NO SYSCALL FILTER: %s (set [container]"
+                            " sandbox-syscall-filter = false to silence this)",
+                            e,
+                        )
+                        syscall_filter = None
             config = SandboxConfig(
                 uid=container.kernel_uid,
                 gid=container.kernel_gid,
