@@ -41,7 +41,7 @@ ROUTE_ROLES: dict[tuple[str, str], str] = {
     ("GET", "/whoami"): "user",
     ("GET", "/auth/role"): "user",
     ("POST", "/auth/logout"): "user",
-    ("GET", "/auth/csrf"): "user",  # a login cookie's token; signed: 400
+    ("GET", "/auth/csrf"): "user",  # a login cookie's token; signed: 403
     ("GET", "/manager/announcement"): "user",
     ("POST", "/session"): "user",
     ("GET", "/sessions"): "user",

@@ -33,7 +33,7 @@ from accelshare.manager.passwords import hash_password, verify_password
 from .auth import Authenticator, AuthFailure, AuthMethod, CurrentIdentity
 from .cookies import SessionCookie, decode_session_cookie, encode_session_cookie
 from .login_throttle import LoginThrottle
-from .problems import BadRequest, TooManyRequests, Unauthorized
+from .problems import BadRequest, Forbidden, TooManyRequests, Unauthorized
 
 __all__ = ["LoginRequest", "router"]
 
@@ -164,7 +164,7 @@ async def csrf_token(
     settings = authenticator.settings
     value = request.cookies.get(settings.cookie_name)
     if identity.method is not AuthMethod.COOKIE or not value:
-        raise BadRequest("Only a console login (the cookie) has a CSRF token", reason="no-cookie")
+        raise Forbidden("Only a console login (the cookie) has a CSRF token", reason="no-cookie")
     cookie = decode_session_cookie(value, settings.cookie_secret, settings.clock())
     response.headers["Cache-Control"] = "no-store"
     return {

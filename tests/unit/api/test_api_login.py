@@ -135,7 +135,7 @@ async def test_the_csrf_token_is_read_again_with_the_cookie(
         host="testserver",
         now=T0,
     )
-    assert_problem(await client.get("/auth/csrf", headers=headers), 400)
+    assert_problem(await client.get("/auth/csrf", headers=headers), 403, "no-cookie")
     client.cookies.set("accelshare_session", kept)
     out = await client.post("/auth/logout", headers={"X-CSRF-Token": again.json()["csrf_token"]})
     assert out.status_code == 200, out.text
