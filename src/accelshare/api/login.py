@@ -33,7 +33,7 @@ from accelshare.manager.passwords import hash_password, verify_password
 from .auth import Authenticator, AuthFailure, AuthMethod, CurrentIdentity
 from .cookies import SessionCookie, decode_session_cookie, encode_session_cookie
 from .login_throttle import LoginThrottle
-from .problems import BadRequest, Forbidden, TooManyRequests, Unauthorized
+from .problems import Forbidden, TooManyRequests, Unauthorized
 
 __all__ = ["LoginRequest", "router"]
 
