@@ -120,12 +120,20 @@ def _text_of(field: str, value: Any, expected: str) -> str | Decimal:
     return text
 
 
+def _infinity(text: str) -> Decimal | None:
+    """``inf`` / ``-Infinity`` ... as a signed infinite Decimal (refused later as an
+    amount, with the field named); None for anything else."""
+    if text.lower().lstrip("+-") in _INFINITY_WORDS:
+        return -_INFINITY if text.startswith("-") else _INFINITY
+    return None
+
+
 def _count(field: str, value: Any) -> Decimal:
     text = _text_of(field, value, _COUNT_EXPECTED)
     if isinstance(text, Decimal):
         number = text
-    elif text.lower().lstrip("+-") in _INFINITY_WORDS:
-        number = -_INFINITY if text.startswith("-") else _INFINITY
+    elif (infinite := _infinity(text)) is not None:
+        number = infinite
     elif _NUMBER.fullmatch(text):
         number = Decimal(text)
     else:
@@ -139,8 +147,8 @@ def _bytes(field: str, value: Any) -> Decimal:
     text = _text_of(field, value, _BYTES_EXPECTED)
     if isinstance(text, Decimal):
         number = text
-    elif text.lower().lstrip("+-") in _INFINITY_WORDS:
-        number = -_INFINITY if text.startswith("-") else _INFINITY
+    elif (infinite := _infinity(text)) is not None:
+        number = infinite
     else:
         match = _SIZE.fullmatch(text)
         if match is None:

@@ -158,6 +158,11 @@ class ProcessRuntime:
                 f"the sandbox needs bubblewrap ({self._sandbox.bwrap!r}), not found on PATH"
             )
         (self._root / NODE_SHARED_DIR).mkdir(parents=True, exist_ok=True)
+        # Outbound sandboxes' /etc/resolv.conf: one file for all (bound read-only).
+        self._resolv_conf = self._root / ".sandbox" / "resolv.conf"
+        if self._sandbox is not None and self._sandbox.network == "outbound":
+            self._resolv_conf.parent.mkdir(mode=0o700, exist_ok=True)
+            self._resolv_conf.write_text(OUTBOUND_RESOLV_CONF, encoding="utf-8")
         self._locks: dict[str, asyncio.Lock] = {}
         self._terminals: dict[str, set[ProcessTerminal]] = {}
         self._forwarders: dict[str, NetnsForwarder] = {}
@@ -448,10 +453,7 @@ class ProcessRuntime:
             for folder in {scratch.work_dir, cwd}:
                 if folder.resolve().is_relative_to(scratch.root.resolve()):
                     os.chown(folder, uid, gid)
-        resolv_conf = None
-        if self._sandbox.network == "outbound":
-            resolv_conf = scratch.state_dir / "resolv.conf"
-            resolv_conf.write_text(OUTBOUND_RESOLV_CONF, encoding="utf-8")
+        resolv_conf = self._resolv_conf if self._sandbox.network == "outbound" else None
         return sandbox_record(
             self._sandbox,
             kernel_id=spec.kernel_id,
