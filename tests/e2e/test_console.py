@@ -342,8 +342,14 @@ def test_admin_fractional_bars_pending_queue_and_live_updates(page: Any, console
     expect(status_of(page, "trio-1")).to_have_text("RUNNING")
     expect(status_of(page, "trio-2")).to_have_text("RUNNING")
     expect(status_of(page, "trio-3")).to_have_text("PENDING")
+    # ...in the console's terms, the scheduler's own text (device ids) on hover.
     reason = row(page, "trio-3").locator(".reason")
-    expect(reason).to_contain_text("cuda.shares")
+    expect(reason).to_have_text(
+        "Needs 1.00 fGPU: GPU 0 and GPU 1 are full (0.00 of 1.00 fGPU free each)."
+    )
+    expect(reason).to_have_attribute(
+        "title", re.compile(r"cuda\.shares needs 1, largest placement 0")
+    )
     shoot(page, "sessions")
 
     # ...and runs as soon as one of the others is destroyed, without a reload.
@@ -876,7 +882,7 @@ def test_whole_and_mig_devices_labels_chips_and_bars(mig_page: Any, mig_console:
 FORMAT_CASES = """async () => {
   const f = await import("/console/format.js");
   const details = {
-    "cuda.shares": {display_unit: "fGPU", number_format: {binary: false, round_length: 2}},
+    "cuda.shares": {human_readable_name: "GPU", display_unit: "fGPU", number_format: {binary: false, round_length: 2}},
     mem: {display_unit: "GiB", number_format: {binary: true, round_length: 0}},
     cpu: {display_unit: "Core", number_format: {binary: false, round_length: 0}},
     "cuda.device": {human_readable_name: "GPU", display_unit: "GPU", number_format: {round_length: 0}},
@@ -902,6 +908,18 @@ FORMAT_CASES = """async () => {
     labels: ["cuda.device", "cuda.device:10g-mig", "x.device:1g-mig", "y.z:a"].map((s) => f.slotLabel(details, s)),
     chips: [f.formatAmount(details, "cuda.device", "1"), f.formatAmount(details, "cuda.device:10g-mig", "1")],
     unique: ["0", "1", "2", "0.5"].map((v) => l.slotProblem(unique, v)),
+    pending: [
+      {kind: "no-agent", devices: [{agent: "i-1", slot: "cuda.shares", needs: "0.5", devices: [
+        {id: "d-a", free: "0", capacity: "1"}, {id: "d-b", free: "0", capacity: "1"}]}]},
+      {kind: "no-agent", devices: [
+        {agent: "i-1", slot: "cuda.shares", needs: "1.5", devices: [
+          {id: "d-a", free: "0.4", capacity: "1"}, {id: "d-b", free: "0", capacity: "1"},
+          {id: "d-c", free: "0.8", capacity: "1"}]},
+        {agent: "i-2", slot: "cuda.shares", needs: "1.5", devices: [{id: "d-d", free: "0.2", capacity: "1"}]}]},
+      {kind: "no-agent", devices: []},
+      {kind: "predicate", devices: [{agent: "i-1", slot: "cuda.shares", needs: "1", devices: []}]},
+      undefined,
+    ].map((scheduler) => f.pendingReason(details, scheduler)),
   };
 }"""
 
@@ -931,6 +949,15 @@ def test_slot_formatting_and_quantum_checks(browser: Any, console: Console) -> N
     assert result["chips"] == ["1 GPU", "1 GPU (MIG 10g)"]
     refused = "MIG GPU 10g (GPU) is a whole slice: request exactly 1, or 0 for none."
     assert result["unique"] == ["", "", refused, refused]
+    assert result["pending"] == [
+        "Needs 0.50 fGPU: GPU 0 and GPU 1 are full (0.00 of 1.00 fGPU free each).",
+        "Needs 1.50 fGPU on i-1: GPU 0 has 0.40 of 1.00 fGPU free; GPU 1 is full (0.00 of 1.00"
+        " fGPU free); GPU 2 has 0.80 of 1.00 fGPU free. Needs 1.50 fGPU on i-2: GPU 0 has 0.20"
+        " of 1.00 fGPU free.",
+        None,
+        None,
+        None,
+    ]
 
 
 def test_terminal_runs_nvidia_smi_in_a_half_gpu_session(page: Any, console: Console) -> None:

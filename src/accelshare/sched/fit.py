@@ -414,6 +414,21 @@ class DeviceLedger:
             for key, snapshot in snapshots.items():
                 maps[key].restore(snapshot)
 
+    def devices_of(self, slot: str) -> tuple[tuple[str, Decimal, Decimal], ...]:
+        """``(device, free, capacity)`` of each device reporting ``slot``, in the map's
+        declaration order (the order the agents page lists them in); empty when no map
+        reports ``slot`` per device."""
+        self._index()
+        owner = self._slot_owner.get(slot)
+        if owner is None:
+            return ()
+        alloc_map = self.maps[owner]
+        devices = alloc_map.device_slots
+        return tuple(
+            (device, free, devices[device].amount)
+            for device, free in alloc_map.free_per_device(slot).items()
+        )
+
     def fits_when_empty(
         self, requested: Mapping[str, Decimal], *, allow_fragmentation: bool = True
     ) -> bool:

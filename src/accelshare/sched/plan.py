@@ -61,7 +61,7 @@ from decimal import Decimal
 from typing import Any
 
 from accelshare.alloc import KernelAllocation
-from accelshare.common import ResourceSlot, SlotName
+from accelshare.common import ResourceSlot, SlotName, canonical_decimal
 
 from .capacity import Capacity, RankSignature
 from .fit import (
@@ -85,9 +85,11 @@ from .selectors import DEFAULT_RESOURCE_PRIORITY, SelectorName, iter_ranked
 
 __all__ = [
     "MAX_AGENT_REASONS",
+    "MAX_SHORTAGE_AGENTS",
     "NEVER_FITS",
     "AgentSnapshot",
     "Assignment",
+    "DeviceShortage",
     "Failure",
     "FailureKind",
     "PlacedPass",
@@ -278,6 +280,34 @@ class FailureKind(enum.StrEnum):
 
 
 @dataclass(frozen=True, slots=True)
+class DeviceShortage:
+    """An accelerator slot a shown agent could not give a session, with that agent's
+    devices of the slot as the pass ended: what the console words as "GPU 0 and GPU 1
+    are full (0 of 1 fGPU free each)".  ``devices`` are ``(device, free, capacity)`` in
+    the map's declaration order (a device's position there is its number)."""
+
+    agent_id: str
+    slot: str
+    needs: Decimal
+    devices: tuple[tuple[str, Decimal, Decimal], ...]
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "agent": self.agent_id,
+            "slot": self.slot,
+            "needs": canonical_decimal(self.needs),
+            "devices": [
+                {"id": d, "free": canonical_decimal(f), "capacity": canonical_decimal(c)}
+                for d, f, c in self.devices
+            ],
+        }
+
+
+MAX_SHORTAGE_AGENTS = 3
+"""A failure carries the device shortages of at most this many of its shown agents."""
+
+
+@dataclass(frozen=True, slots=True)
 class Failure:
     """A session left PENDING by this pass, and why."""
 
@@ -291,6 +321,8 @@ class Failure:
     # then "... and N more agent(s)"
     agent_reasons: tuple[str, ...] = ()
     blocks_lower_priorities: bool = False
+    # the accelerator slots the first shown agents could not give, device by device
+    shortages: tuple[DeviceShortage, ...] = ()
 
     @property
     def adds_retry(self) -> bool:
@@ -310,6 +342,7 @@ class Failure:
             "msg": self.msg,
             "agents": list(self.agent_reasons),
             "kind": self.kind.value,
+            "devices": [shortage.as_json() for shortage in self.shortages],
         }
 
 
@@ -551,7 +584,11 @@ class _Pass:
         return _Blocker(session.priority, session.requested_slots, result.shape)
 
     def failure_for(
-        self, session: PendingSession, passed: tuple[PredicateResult, ...], result: _Fit
+        self,
+        session: PendingSession,
+        passed: tuple[PredicateResult, ...],
+        result: _Fit,
+        shortages: tuple[DeviceShortage, ...] = (),
     ) -> Failure:
         reasons = result.reasons
         if result.deferred_by is not None:
@@ -582,6 +619,7 @@ class _Pass:
             passed,
             tuple(reasons),
             blocks_lower_priorities=self.fit_could_fit(result),
+            shortages=shortages if kind is FailureKind.NO_AGENT else (),
         )
 
     def explain_failures(self) -> None:
@@ -593,7 +631,7 @@ class _Pass:
         explained: dict[tuple[_ShapeKey, int, int], str] = {}
         twins: dict[str, int] = {}  # agent -> the same int for agents that explain alike
         interned: dict[object, int] = {}
-        lists: dict[tuple[_ShapeKey, int], list[str]] = {}
+        lists: dict[tuple[_ShapeKey, int], tuple[list[str], tuple[DeviceShortage, ...]]] = {}
         made: dict[tuple[int, int, int], Failure] = {}  # (fit, band, priority) -> a failure
         first_ids = sorted(self.states)[:MAX_AGENT_REASONS]
         for index, session, passed, fit, protections in self._unexplained:
@@ -612,13 +650,17 @@ class _Pass:
                     passed,
                     like.agent_reasons,
                     like.blocks_lower_priorities,
+                    like.shortages,
                 )
                 continue
-            listed = lists.get((shape.key, id(protections)))
-            if listed is None:
+            known = lists.get((shape.key, id(protections)))
+            if known is not None:
+                listed, shortages = known
+            else:
                 designated = session.designated_agent
                 shown = first_ids if designated is None else [designated]
                 listed = []
+                short: list[DeviceShortage] = []
                 for agent_id in shown:
                     alike = twins.get(agent_id)
                     if alike is None:
@@ -630,12 +672,30 @@ class _Pass:
                             session, shape, agent_id, protections
                         )
                     listed.append(f"{agent_id}: {reason}")
+                    if len(short) < MAX_SHORTAGE_AGENTS:
+                        short.extend(self.shortages(session, agent_id, reason))
                 if fit.refused > len(shown):
                     listed.append(f"... and {fit.refused - len(shown)} more agent(s)")
-                lists[(shape.key, id(protections))] = listed
-            failure = self.failure_for(session, passed, replace(fit, reasons=listed))
+                shortages = tuple(short)
+                lists[(shape.key, id(protections))] = (listed, shortages)
+            failure = self.failure_for(session, passed, replace(fit, reasons=listed), shortages)
             made[(id(fit), id(protections), session.priority)] = failure
             self.failures[index] = failure
+
+    def shortages(
+        self, session: PendingSession, agent_id: str, reason: str
+    ) -> list[DeviceShortage]:
+        """The accelerator slots (a plugin's, ``vendor.kind``) that ``reason`` says the
+        agent could not give, with the agent's devices of each as the pass ends."""
+        found: list[DeviceShortage] = []
+        ledger = self.ledgers[agent_id]
+        for slot, amount in session.requested_slots.items():
+            if "." not in slot or amount <= 0 or not reason.startswith(f"{slot} needs"):
+                continue
+            devices = ledger.devices_of(slot)
+            if devices:
+                found.append(DeviceShortage(agent_id, slot, amount, devices))
+        return found
 
     def remembered_reason(
         self,

@@ -80,6 +80,18 @@ async def test_pending_session_resumes_when_resources_free_up(cluster: Cluster) 
         f"i-node01: cuda.shares needs 1, largest placement 0 ({GPU1} 0, {GPU2} 0 free)"
     ]
     assert "No agent can hold the request now" in why["statusInfo"]
+    # the devices it waits for, with their exact ids (the console words them "GPU 0 ...")
+    assert why["scheduler"]["devices"] == [
+        {
+            "agent": "i-node01",
+            "slot": "cuda.shares",
+            "needs": "1",
+            "devices": [
+                {"id": GPU1, "free": "0", "capacity": "1"},
+                {"id": GPU2, "free": "0", "capacity": "1"},
+            ],
+        }
+    ]
 
     running = next(n for n, s in zip(names, statuses, strict=True) if s == "RUNNING")
     destroyed = await cluster.admin.delete(f"/session/{running}")

@@ -100,6 +100,49 @@ def test_fragmented_devices_reason_per_agent() -> None:
     )
 
 
+def test_failures_carry_the_device_state_of_the_accelerator_slot_they_wait_for() -> None:
+    """The console words these as "GPU 1 and GPU 2 are full"; ``session why --json``
+    keeps the exact device ids."""
+    full = gpu_agent("i-node01", 0, 0)
+    cpu_only = AgentSnapshot(AgentState("i-node02", slots(cpu=8), slots()), (cpu_map(8),))
+    pending = [
+        session("a", age_s=0, requested_slots=gpu_req("1")),
+        session("b", age_s=1, requested_slots=gpu_req("1")),
+        session("c", age_s=2, requested_slots=gpu_req("0.5")),
+    ]
+    plan = plan_pass(snap([full, cpu_only], pending))
+    assert placed(plan) == {"a": "i-node01", "b": "i-node01"}
+    (failure,) = plan.failures
+    (shortage,) = failure.shortages  # i-node02 has no GPU slot: nothing to show of it
+    assert (shortage.agent_id, shortage.slot, shortage.needs) == (
+        "i-node01",
+        "cuda.shares",
+        D("0.5"),
+    )
+    assert shortage.devices == (("GPU1", D(0), D(1)), ("GPU2", D(0), D(1)))
+    assert failure.scheduler_data(T0)["devices"] == [
+        {
+            "agent": "i-node01",
+            "slot": "cuda.shares",
+            "needs": "0.5",
+            "devices": [
+                {"id": "GPU1", "free": "0", "capacity": "1"},
+                {"id": "GPU2", "free": "0", "capacity": "1"},
+            ],
+        }
+    ]
+
+
+def test_a_failure_short_of_memory_only_shows_no_devices() -> None:
+    agent = gpu_agent("i-node01", 0, 0)
+    big_mem = slots(cpu=1, mem=2**50, cuda_shares="0.1")
+    plan = plan_pass(snap([agent], [session("m", requested_slots=big_mem)]))
+    (failure,) = plan.failures
+    assert failure.agent_reasons == ("i-node01: no mem slot",)
+    assert failure.shortages == ()
+    assert failure.scheduler_data(T0)["devices"] == []
+
+
 def test_no_head_of_line_blocking() -> None:
     pending = [
         session("huge", age_s=0, requested_slots=gpu_req("2")),

@@ -65,6 +65,7 @@ def _content(failure: Failure) -> tuple[Any, ...]:
         failure.agent_reasons,
         failure.failed_predicates,
         failure.passed_predicates,
+        failure.shortages,
     )
 
 

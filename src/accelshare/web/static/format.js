@@ -165,3 +165,47 @@ export function ownerCell(session) {
   if (!session.ownerEmail) return h("td", { class: "owner-col mono", title }, key);
   return h("td", { class: "owner-col", title }, session.ownerEmail);
 }
+
+/** "A", "A and B", "A, B and C". */
+function andList(items) {
+  if (items.length < 2) return items.join("");
+  return `${items.slice(0, -1).join(", ")} and ${items[items.length - 1]}`;
+}
+
+/** One device shortage of the scheduler ({agent, slot, needs, devices: [{id, free,
+ * capacity}]}) in words: "Needs 0.50 fGPU: GPU 0 and GPU 1 are full (0.00 of 1.00 fGPU
+ * free each)."  A device is named by its place in the agent's list (as on the Agents
+ * page); ``onAgent`` adds the agent's id when several agents are described. */
+function shortageText(details, shortage, onAgent) {
+  const slot = shortage.slot;
+  const label = slotLabel(details, slot);
+  const groups = new Map();
+  (shortage.devices ?? []).forEach((device, index) => {
+    const key = `${device.free}|${device.capacity}`;
+    if (!groups.has(key)) groups.set(key, []);
+    groups.get(key).push(`${label} ${index}`);
+  });
+  const parts = [];
+  for (const [key, names] of groups) {
+    const [free, capacity] = key.split("|");
+    const several = names.length > 1;
+    const amounts = `${displayNumber(details, slot, free)} of ${formatAmount(details, slot, capacity)} free${several ? " each" : ""}`;
+    parts.push(
+      Number(free) === 0
+        ? `${andList(names)} ${several ? "are" : "is"} full (${amounts})`
+        : `${andList(names)} ${several ? "have" : "has"} ${amounts}`,
+    );
+  }
+  const where = onAgent ? ` on ${shortage.agent}` : "";
+  return `Needs ${formatAmount(details, slot, shortage.needs)}${where}: ${parts.join("; ")}.`;
+}
+
+/** Why a PENDING session waits, in the console's terms, when the scheduler recorded the
+ * accelerator devices it could not get (``statusData.scheduler.devices``); null
+ * otherwise (the scheduler's own text is shown then). */
+export function pendingReason(details, scheduler) {
+  const shortages = scheduler?.devices ?? [];
+  if (scheduler?.kind !== "no-agent" || shortages.length === 0) return null;
+  const several = new Set(shortages.map((s) => s.agent)).size > 1;
+  return shortages.map((s) => shortageText(details, s, several)).join(" ");
+}

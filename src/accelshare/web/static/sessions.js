@@ -1,19 +1,25 @@
 // Sessions page: the caller's sessions, live from GET /events/sessions; destroy; logs.
 
 import { api, follow } from "./api.js";
-import { age, formatSlots, h, ownerCell } from "./format.js";
+import { age, formatSlots, h, ownerCell, pendingReason } from "./format.js";
 import { openLaunchDialog } from "./launch.js";
 
 const $ = (id) => document.getElementById(id);
 const FINAL = new Set(["TERMINATED", "CANCELLED"]);
 
-function statusCell(session) {
+// A PENDING session's reason in the console's terms where the scheduler recorded the
+// devices it waits for ("GPU 0 and GPU 1 are full"); the scheduler's exact text, with the
+// device ids, stays on hover (and in `session why --json`).
+function statusCell(ctx, session) {
   const cell = h(
     "td",
     { class: "status-cell" },
     h("span", { class: `badge status-${session.status}` }, session.status),
   );
-  if (session.status === "PENDING" && session.statusInfo) {
+  const waiting = session.status === "PENDING" ? pendingReason(ctx.details, session.statusData?.scheduler) : null;
+  if (waiting) {
+    cell.append(h("p", { class: "reason", title: session.statusInfo ?? "" }, waiting));
+  } else if (session.status === "PENDING" && session.statusInfo) {
     cell.append(h("p", { class: "reason" }, session.statusInfo));
   } else if (session.statusInfo && !["RUNNING"].includes(session.status)) {
     cell.append(h("p", { class: "reason muted" }, session.statusInfo));
@@ -66,7 +72,7 @@ function row(ctx, session, actions) {
     "tr",
     { dataset: { sessionId: session.sessionId, sessionName: name, status: session.status } },
     h("th", { scope: "row", class: "name" }, name),
-    statusCell(session),
+    statusCell(ctx, session),
     h("td", { class: "image" }, session.image),
     resourcesCell(ctx, session),
     h("td", { class: "age", dataset: { created: session.creationTime ?? "" } }, age(session.creationTime)),
