@@ -53,12 +53,12 @@ import uvicorn
 from accelshare.agent.ledger import AllocLedger
 from accelshare.agent.rpc import create_rpc_app
 from accelshare.agent.service import AgentService
-from accelshare.agent.wire import CLUSTER_SECRET_HEADER, CreateKernelRequest
 from accelshare.alloc import DeviceSlotInfo, DiscreteAllocMap, FractionAllocMap
 from accelshare.common import SlotTypes
 from accelshare.config import open_config_store
 from accelshare.config.agent_file import parse_agent_config
 from accelshare.config.settings import load_config_store_settings
+from accelshare.protocol import CLUSTER_SECRET_HEADER, CreateKernelRequest
 
 REPO = Path(__file__).resolve().parents[1]
 MOCK = REPO / "configs" / "accelerator" / "mock-accelerator.toml"

@@ -33,7 +33,7 @@ from typing import Any
 
 import redis.asyncio as aioredis
 
-from accelshare.agent.wire import KernelEventBatch
+from accelshare.protocol import KernelEventBatch
 from accelshare.testing.multihost import MultiHostCluster, multihost_unavailable
 
 REPO = Path(__file__).resolve().parents[1]

@@ -7,7 +7,7 @@
     await link.stop()
 
 Stats: every ``interval_s`` the plugins' node and kernel stats become one
-:class:`~accelshare.bus.StatsReport` (``seq`` + 1 per tick).  While Redis is down the
+:class:`~accelshare.protocol.StatsReport` (``seq`` + 1 per tick).  While Redis is down the
 ticks fail; the agent keeps running, logs the outage once, and the first report that
 goes through again carries ``missed`` ticks and ``gap_s`` (and the agent logs the gap).
 
@@ -25,9 +25,8 @@ import time
 from collections.abc import Awaitable, Callable
 
 from accelshare.aio import cancel_and_wait
-from accelshare.bus import BusUnavailable, GapTracker, RedisBus, StatsReport
-
-from .wire import KernelEvent, KernelEventBatch, KernelStats, NodeStats
+from accelshare.bus import BusUnavailable, GapTracker, RedisBus
+from accelshare.protocol import KernelEvent, KernelEventBatch, KernelStats, NodeStats, StatsReport
 
 __all__ = ["AgentBusLink"]
 

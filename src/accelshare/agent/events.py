@@ -20,7 +20,7 @@ from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 from datetime import datetime
 
-from .wire import KernelEvent, KernelEventType, ServicePortMapping
+from accelshare.protocol import KernelEvent, KernelEventType, ServicePortMapping
 
 __all__ = ["EventOutbox", "event_id"]
 

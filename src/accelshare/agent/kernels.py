@@ -21,8 +21,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 
 from accelshare.common import canonical_decimal
-
-from .wire import KernelReport, KernelStatus, ServicePortMapping
+from accelshare.protocol import KernelReport, KernelStatus, ServicePortMapping
 
 __all__ = ["FINISHED", "KernelRecord", "KernelRegistry", "allocations_to_wire"]
 

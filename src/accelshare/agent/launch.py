@@ -31,11 +31,11 @@ from accelshare.accel import ComputePlugin, ConfigFile, DeviceNode, Mount
 from accelshare.alloc import KernelAllocation
 from accelshare.common import ResourceSlot, SlotTypes
 from accelshare.common.text_input import reserved_env_reason
+from accelshare.protocol import CreateKernelRequest
 
 from .ledger import flatten_allocation
 from .resource_txt import ResourceTxt, render_resource_txt
 from .runtime.base import KERNEL_ID_LABEL, KernelSpec, ResourceLimits
-from .wire import CreateKernelRequest
 
 __all__ = ["SESSION_ID_ENV", "SESSION_ID_LABEL", "build_kernel_spec"]
 

@@ -59,8 +59,7 @@ from accelshare.alloc import (
     free_kernel,
 )
 from accelshare.common import SlotTypes, canonical_decimal
-
-from .wire import AllocMapView, DeviceView, PluginMapView
+from accelshare.protocol import AllocMapView, DeviceView, PluginMapView
 
 __all__ = [
     "COMPAT_PLUGIN_KEY",

@@ -31,9 +31,9 @@ from collections.abc import Awaitable, Callable, Sequence
 import httpx
 
 from accelshare.aio import cancel_and_wait
+from accelshare.protocol import CLUSTER_SECRET_HEADER, Heartbeat, HeartbeatAck, KernelEventBatch
 
 from .events import EventOutbox
-from .wire import CLUSTER_SECRET_HEADER, Heartbeat, HeartbeatAck, KernelEventBatch
 
 __all__ = ["EVENTS_PATH", "HEARTBEAT_PATH", "ManagerLink"]
 

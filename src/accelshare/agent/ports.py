@@ -15,7 +15,7 @@ network, rewrites the variable as well).  The mapping is kept in the kernel's me
 so that an agent restart re-reserves the same ports (:meth:`HostPortPool.reserve`), also
 for a kernel re-adopted with an unknown allocation (its meta file, or for an orphan
 whose scratch dir is gone, its processes' environment: :func:`ports_in_environ`), and
-reported to the manager (:attr:`~accelshare.agent.wire.KernelReport.service_ports`),
+reported to the manager (:attr:`~accelshare.protocol.KernelReport.service_ports`),
 whose app proxy connects to the agent host's port.
 """
 
@@ -29,7 +29,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 from urllib.parse import urlsplit
 
-from .wire import ServicePortMapping
+from accelshare.protocol import ServicePortMapping
 
 __all__ = [
     "PUBLISHED_PORTS_ENV",

@@ -1,4 +1,4 @@
-"""The agent's RPC server (FastAPI): exactly the routes of :mod:`accelshare.agent.wire`.
+"""The agent's RPC server (FastAPI): exactly the routes of :mod:`accelshare.protocol`.
 
 ::
 
@@ -42,12 +42,7 @@ from pydantic import ValidationError
 
 from accelshare.body_limit import BodySizeLimit, BodyTooLarge
 from accelshare.body_limit import problem_response as body_problem_response
-
-from .metrics import CONTENT_TYPE
-from .runtime import KernelNotFound, KernelRuntimeError
-from .service import AgentService
-from .terminal_ws import relay_terminal
-from .wire import (
+from accelshare.protocol import (
     CLUSTER_SECRET_HEADER,
     CreateKernelBatch,
     CreateKernelRequest,
@@ -55,6 +50,11 @@ from .wire import (
     KernelReports,
     KernelStatus,
 )
+
+from .metrics import CONTENT_TYPE
+from .runtime import KernelNotFound, KernelRuntimeError
+from .service import AgentService
+from .terminal_ws import relay_terminal
 
 __all__ = ["PROBLEM_MEDIA_TYPE", "RpcProblem", "create_rpc_app"]
 

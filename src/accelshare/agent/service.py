@@ -61,6 +61,19 @@ from accelshare.alloc import KernelAllocation, ResourceError
 from accelshare.bus import RedisBus
 from accelshare.config.agent_file import AgentConfig, AgentConfigError
 from accelshare.config.store import ConfigStore
+from accelshare.protocol import (
+    AllocMapView,
+    CreateKernelRequest,
+    Heartbeat,
+    HeartbeatAck,
+    KernelEventType,
+    KernelList,
+    KernelReport,
+    KernelStats,
+    KernelStatus,
+    NodeStats,
+    ServicePortMapping,
+)
 
 from .bus_link import AgentBusLink
 from .events import EventOutbox
@@ -106,19 +119,6 @@ from .state_files import (
     write_kernel_meta,
 )
 from .stats import StatsCollector, build_heartbeat, rpc_url_of
-from .wire import (
-    AllocMapView,
-    CreateKernelRequest,
-    Heartbeat,
-    HeartbeatAck,
-    KernelEventType,
-    KernelList,
-    KernelReport,
-    KernelStats,
-    KernelStatus,
-    NodeStats,
-    ServicePortMapping,
-)
 
 __all__ = ["AgentService", "resolve_scratch_root"]
 

@@ -31,10 +31,10 @@ from pydantic import ValidationError
 
 from accelshare.alloc import AbstractAllocMap
 from accelshare.common import canonical_decimal
+from accelshare.protocol import KernelEvent
 
 from .events import EventOutbox
 from .scratch import atomic_write_text, read_json
-from .wire import KernelEvent
 
 __all__ = [
     "AGENT_DIR",

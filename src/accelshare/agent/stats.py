@@ -1,6 +1,6 @@
 """Node and kernel statistics from the plugins, and the heartbeat payload.
 
-Every plugin's ``node_stats()`` / ``kernel_stats()`` tick becomes :class:`~.wire.MetricValue`
+Every plugin's ``node_stats()`` / ``kernel_stats()`` tick becomes :class:`~accelshare.protocol.MetricValue`
 rows: one node-wide row (``device_id`` None) plus one per device, amounts as decimal
 strings.  A kernel's pids are its main process and all its descendants (psutil), so the
 cpu and mem plugins can sum what the whole kernel uses.  A plugin whose stats fail is
@@ -28,8 +28,7 @@ from accelshare.accel import (
 from accelshare.alloc import KernelAllocation
 from accelshare.common import canonical_decimal
 from accelshare.config.agent_file import AgentConfig
-
-from .wire import (
+from accelshare.protocol import (
     AllocMapView,
     Heartbeat,
     KernelReport,

@@ -46,9 +46,9 @@ from starlette.background import BackgroundTask
 from starlette.websockets import WebSocket, WebSocketDisconnect
 from websockets.exceptions import ConnectionClosed, InvalidHandshake
 
-from accelshare.agent.wire import CLUSTER_SECRET_HEADER
 from accelshare.manager.errors import ManagerError
 from accelshare.manager.sessions import ProxyTarget
+from accelshare.protocol import CLUSTER_SECRET_HEADER
 
 from .app_origin import APP_COOKIE, AUTH_PATH, AppOrigin, AppTokenError, HandOff, is_apps_request
 from .auth import Authenticator, AuthMethod, CurrentIdentity, Identity, current_identity

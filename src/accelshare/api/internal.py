@@ -1,4 +1,4 @@
-"""The manager's endpoints for agents (``accelshare.agent.wire``), cluster secret only.
+"""The manager's endpoints for agents (``accelshare.protocol``), cluster secret only.
 
 ``POST /internal/agents/heartbeat`` ``Heartbeat`` -> ``HeartbeatAck``;
 ``POST /internal/agents/events`` ``KernelEventBatch`` -> 204.  The secret header
@@ -14,8 +14,8 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends, Request, Response
 
-from accelshare.agent.wire import CLUSTER_SECRET_HEADER, Heartbeat, HeartbeatAck, KernelEventBatch
 from accelshare.manager.registry import UnknownScalingGroup
+from accelshare.protocol import CLUSTER_SECRET_HEADER, Heartbeat, HeartbeatAck, KernelEventBatch
 
 from .deps import ManagerDep
 from .problems import InvalidAPIParameters, Unauthorized

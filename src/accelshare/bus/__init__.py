@@ -1,11 +1,11 @@
 """The event and live-stats bus: Redis when configured, in-process otherwise.
 
 See :mod:`.settings` (how it is chosen), :mod:`.redis_bus` (keys and guarantees),
-:mod:`.messages` (what travels) and docs/operations.md.
+and docs/operations.md; what travels is :mod:`accelshare.protocol` (kernel events as a
+``KernelEventBatch``, statistics as a ``StatsReport``).
 """
 
 from .gap import Gap, GapTracker
-from .messages import StatsReport
 from .redis_bus import EVENTS_GROUP, BusUnavailable, RedisBus
 from .settings import BusSettings, RedisSettings, load_bus_settings
 
@@ -17,6 +17,5 @@ __all__ = [
     "GapTracker",
     "RedisBus",
     "RedisSettings",
-    "StatsReport",
     "load_bus_settings",
 ]

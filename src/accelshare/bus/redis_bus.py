@@ -32,9 +32,8 @@ from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.exceptions import RedisError, ResponseError
 
-from accelshare.agent.wire import KernelEventBatch
+from accelshare.protocol import KernelEventBatch, StatsReport
 
-from .messages import StatsReport
 from .settings import RedisSettings
 
 __all__ = ["EVENTS_GROUP", "BusUnavailable", "RedisBus"]

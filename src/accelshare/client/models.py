@@ -13,7 +13,7 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from accelshare.agent.wire import PluginMapView
+from accelshare.protocol import PluginMapView
 from accelshare.sched.lifecycle import FINAL_STATUSES
 
 __all__ = [

@@ -1,4 +1,4 @@
-"""The manager's client for the agent RPC (``accelshare.agent.wire``).
+"""The manager's client for the agent RPC (``accelshare.protocol``).
 
 One ``httpx.AsyncClient`` for every agent; the transport is injectable so tests route
 requests to in-process hollow agents (``accelshare.manager.testing``) without a
@@ -15,7 +15,7 @@ from typing import Any
 import httpx
 from pydantic import ValidationError
 
-from accelshare.agent.wire import (
+from accelshare.protocol import (
     CLUSTER_SECRET_HEADER,
     CreateKernelRequest,
     KernelList,
@@ -172,7 +172,7 @@ class AgentClient:
         return body
 
     async def node_stats(self, base_url: str) -> dict[str, Any]:
-        """The agent's ``GET /v1/stats/node`` (:class:`~accelshare.agent.wire.NodeStats`
+        """The agent's ``GET /v1/stats/node`` (:class:`~accelshare.protocol.NodeStats`
         as JSON: per-device utilisation, memory, power, temperature from the plugins)."""
         response = await self._request("GET", base_url, "/v1/stats/node")
         stats: NodeStats = self._parse(base_url, NodeStats, response)

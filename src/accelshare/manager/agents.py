@@ -16,8 +16,8 @@ from collections.abc import Mapping
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
-from accelshare.agent.wire import PluginMapView
 from accelshare.common import INTRINSIC_SLOTS, SlotName
+from accelshare.protocol import PluginMapView
 
 from .models import Agent
 from .scheduler.snapshot import parse_views

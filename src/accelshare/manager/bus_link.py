@@ -25,9 +25,9 @@ import logging
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
 
-from accelshare.agent.wire import KernelEventBatch
 from accelshare.aio import cancel_and_wait
-from accelshare.bus import BusUnavailable, RedisBus, StatsReport
+from accelshare.bus import BusUnavailable, RedisBus
+from accelshare.protocol import KernelEventBatch, StatsReport
 
 from .hub import ChangeHub
 

@@ -49,7 +49,8 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from accelshare.agent.wire import (
+from accelshare.common import ResourceSlot, SlotTypes
+from accelshare.protocol import (
     Heartbeat,
     HeartbeatAck,
     KernelEvent,
@@ -57,7 +58,6 @@ from accelshare.agent.wire import (
     KernelEventType,
     KernelStatus,
 )
-from accelshare.common import ResourceSlot, SlotTypes
 from accelshare.sched.lifecycle import (
     FINAL_STATUSES,
     SessionResult,

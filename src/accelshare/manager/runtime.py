@@ -24,10 +24,10 @@ from typing import Any
 import httpx
 import sqlalchemy as sa
 
-from accelshare.agent.wire import KernelEvent
 from accelshare.aio import cancel_and_wait
 from accelshare.bus import BusUnavailable, RedisBus
 from accelshare.config import ConfigStore
+from accelshare.protocol import KernelEvent
 
 from .agent_client import AgentClient, AgentRPCError
 from .agents import compat_from_views, format_compat, full_from_views, views_of
@@ -232,7 +232,7 @@ class Manager:
         return {**live, "source": "agent"}
 
     async def node_stats(self, agent: Agent) -> dict[str, Any]:
-        """The agent's live device stats (:class:`~accelshare.agent.wire.NodeStats` as
+        """The agent's live device stats (:class:`~accelshare.protocol.NodeStats` as
         JSON plus ``source``): its latest report on the Redis bus when there is one
         (with ``seq``, ``missed``, ``gapS`` — ticks lost to an outage — and ``ageS``),
         else asked of the agent.  Raises :class:`StatsUnavailable`."""

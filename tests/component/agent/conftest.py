@@ -26,10 +26,10 @@ from accelshare.agent.runtime.cgroups import CgroupLayout, CgroupManager
 from accelshare.agent.runtime.sandbox import SandboxConfig
 from accelshare.agent.runtime.sandbox import probe as probe_sandbox
 from accelshare.agent.service import AgentService
-from accelshare.agent.wire import CLUSTER_SECRET_HEADER
 from accelshare.config import open_config_store
 from accelshare.config.agent_file import load_agent_config
 from accelshare.config.settings import load_config_store_settings
+from accelshare.protocol import CLUSTER_SECRET_HEADER
 
 RuntimeFactory = Callable[..., ProcessRuntime]
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from accelshare.agent.wire import MAX_CREATE_BATCH
+from accelshare.protocol import MAX_CREATE_BATCH
 
 AgentFactory = Callable[..., Any]  # the fixtures of conftest.py
 AgentTomlFactory = Callable[..., Any]

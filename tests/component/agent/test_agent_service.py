@@ -19,8 +19,8 @@ import accelshare
 from accelshare.agent.runtime import RuntimeUnavailable
 from accelshare.agent.runtime.procfs import is_same_process
 from accelshare.agent.service import AgentService
-from accelshare.agent.wire import CreateKernelRequest
 from accelshare.config.agent_file import load_agent_config
+from accelshare.protocol import CreateKernelRequest
 
 Factory = Callable[..., Any]
 Eventually = Callable[..., Awaitable[Any]]

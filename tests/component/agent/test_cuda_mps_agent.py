@@ -16,10 +16,10 @@ from accelshare.accel.cuda import LibcudaDriver, PynvmlLayer
 from accelshare.accel.cuda import create_plugin as create_cuda_plugin
 from accelshare.accel.cuda.fake import FakeGpu, FakeNvml
 from accelshare.agent.service import AgentService
-from accelshare.agent.wire import CreateKernelRequest
 from accelshare.config import open_config_store
 from accelshare.config.agent_file import load_agent_config
 from accelshare.config.settings import load_config_store_settings
+from accelshare.protocol import CreateKernelRequest
 from accelshare.testing.fake_mps import install_fake_mps_control, read_calls
 
 Eventually = Callable[..., Awaitable[Any]]

@@ -19,7 +19,7 @@ from websockets.exceptions import ConnectionClosed
 
 from accelshare.agent.rpc import create_rpc_app
 from accelshare.agent.terminal_ws import SESSION_ENDED
-from accelshare.agent.wire import CLUSTER_SECRET_HEADER
+from accelshare.protocol import CLUSTER_SECRET_HEADER
 from accelshare.testing.terminal import TerminalScreen
 from accelshare.testing.waiting import until
 

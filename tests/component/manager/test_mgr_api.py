@@ -8,14 +8,14 @@ from typing import Any
 import httpx
 import pytest
 
-from accelshare.agent.wire import (
+from accelshare.manager.clock import FrozenClock, utcnow
+from accelshare.protocol import (
     CreateKernelRequest,
     KernelEventBatch,
     KernelEventType,
     KernelStatus,
     ServicePortMapping,
 )
-from accelshare.manager.clock import FrozenClock, utcnow
 
 from .cluster import SECRET, Cluster, Signer
 

@@ -11,7 +11,6 @@ from typing import Any
 
 import pytest
 
-from accelshare.agent.wire import CLUSTER_SECRET_HEADER
 from accelshare.common import SlotTypes
 from accelshare.manager.models import UserRole
 from accelshare.manager.session_spec import CreateSessionBody
@@ -23,6 +22,7 @@ from accelshare.manager.slots import (
 )
 from accelshare.manager.testing import HollowAgent, HollowSpec
 from accelshare.manager.testing.hollow_agent import TWO_FGPU
+from accelshare.protocol import CLUSTER_SECRET_HEADER
 
 from .cluster import SECRET, Cluster, running_cluster
 

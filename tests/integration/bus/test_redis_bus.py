@@ -11,18 +11,19 @@ from datetime import UTC, datetime
 import pytest
 
 from accelshare.agent.bus_link import AgentBusLink
-from accelshare.agent.wire import (
+from accelshare.bus import BusUnavailable, RedisBus, RedisSettings
+from accelshare.bus.testing import RedisProcess
+from accelshare.manager.bus_link import ManagerBusLink
+from accelshare.manager.hub import ChangeHub
+from accelshare.protocol import (
     KernelEvent,
     KernelEventBatch,
     KernelEventType,
     KernelStats,
     MetricValue,
     NodeStats,
+    StatsReport,
 )
-from accelshare.bus import BusUnavailable, RedisBus, RedisSettings, StatsReport
-from accelshare.bus.testing import RedisProcess
-from accelshare.manager.bus_link import ManagerBusLink
-from accelshare.manager.hub import ChangeHub
 
 pytestmark = pytest.mark.integration
 

@@ -9,7 +9,7 @@ import pytest
 
 from accelshare.agent.events import EventOutbox, event_id
 from accelshare.agent.kernels import KernelRecord, KernelRegistry
-from accelshare.agent.wire import KernelEventType, KernelStatus
+from accelshare.protocol import KernelEventType, KernelStatus
 
 AT = datetime(2024, 1, 1, tzinfo=UTC)
 

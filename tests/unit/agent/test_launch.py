@@ -10,8 +10,8 @@ from accelshare.accel import ComputePlugin, KernelResources, Mount
 from accelshare.agent.launch import SESSION_ID_ENV, SESSION_ID_LABEL, build_kernel_spec
 from accelshare.agent.resource_txt import parse_resource_txt
 from accelshare.agent.runtime import KERNEL_ID_LABEL
-from accelshare.agent.wire import CreateKernelRequest
 from accelshare.common import SlotTypes
+from accelshare.protocol import CreateKernelRequest
 
 GPU1 = "c59395cd-ac91-4cd3-a1b0-3d2568aa2d01"
 SLOT_TYPES = {"cpu": SlotTypes.COUNT, "mem": SlotTypes.BYTES, "cuda.shares": SlotTypes.COUNT}

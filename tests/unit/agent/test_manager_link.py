@@ -15,7 +15,7 @@ import pytest
 
 from accelshare.agent.events import EventOutbox
 from accelshare.agent.manager_link import EVENTS_PATH, HEARTBEAT_PATH, ManagerLink
-from accelshare.agent.wire import CLUSTER_SECRET_HEADER, Heartbeat, HeartbeatAck, KernelEventType
+from accelshare.protocol import CLUSTER_SECRET_HEADER, Heartbeat, HeartbeatAck, KernelEventType
 
 AT = datetime(2024, 1, 1, tzinfo=UTC)
 SECRET = "s3cret-s3cret-s3cret"

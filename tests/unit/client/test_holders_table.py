@@ -7,9 +7,9 @@ from decimal import Decimal
 import pytest
 from rich.console import Console
 
-from accelshare.agent.wire import DeviceView, PluginMapView
 from accelshare.client.cli.render import device_share_percent, holders_table
 from accelshare.common import SlotTypes
+from accelshare.protocol import DeviceView, PluginMapView
 
 GPU = "c59395cd-ac91-4cd3-a1b0-3d2568aa2d01"
 

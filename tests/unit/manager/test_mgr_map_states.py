@@ -14,13 +14,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from accelshare.agent.wire import DeviceView, PluginMapView
 from accelshare.common import SlotTypes
 from accelshare.manager.scheduler.snapshot import (
     map_states_from_views,
     parse_views,
     parse_views_text,
 )
+from accelshare.protocol import DeviceView, PluginMapView
 from accelshare.sched.fit import DeviceState, MapKind, MapState, merge_device_ledger
 
 D = Decimal

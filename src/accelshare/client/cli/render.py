@@ -19,8 +19,8 @@ from typing import Any
 from rich.table import Table
 from rich.text import Text
 
-from accelshare.agent.wire import PluginMapView
 from accelshare.common import BinarySize, canonical_decimal
+from accelshare.protocol import PluginMapView
 
 __all__ = [
     "BAR_WIDTH",

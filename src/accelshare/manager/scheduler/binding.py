@@ -57,9 +57,9 @@ from typing import Any, Generic, TypeVar, cast
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from accelshare.agent.wire import CreateKernelRequest, KernelReport, KernelStatus
 from accelshare.aio import cancel_and_wait
 from accelshare.common import canonical_decimal
+from accelshare.protocol import CreateKernelRequest, KernelReport, KernelStatus
 from accelshare.sched.lifecycle import SessionResult, SessionStatus, can_transition
 from accelshare.sched.model import SessionType
 

@@ -45,8 +45,8 @@ from pydantic import TypeAdapter, ValidationError
 from sqlalchemy.dialects.postgresql import aggregate_order_by
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from accelshare.agent.wire import PluginMapView
 from accelshare.common import DefaultForUnspecified, ResourceSlot, SlotTypes
+from accelshare.protocol import PluginMapView
 from accelshare.sched.fit import DeviceState, MapKind, MapState, merge_device_ledger
 from accelshare.sched.images import ImageRequirement
 from accelshare.sched.lifecycle import SessionResult, SessionStatus

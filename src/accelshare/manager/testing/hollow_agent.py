@@ -4,7 +4,7 @@ A :class:`HollowAgent` keeps **real** allocation maps, built from the real plugi
 inventories (the mock accelerator from a ``mock-accelerator.toml`` — by default the
 two-GPU demo of ``configs/accelerator/two-fgpu.toml`` — plus the intrinsic cpu and mem
 plugins) with :func:`accelshare.accel.build_alloc_map`, and serves the agent RPC of
-:mod:`accelshare.agent.wire` as an ASGI app: kernels are "created" instantly by
+:mod:`accelshare.protocol` as an ASGI app: kernels are "created" instantly by
 allocating on the maps (so a placement the manager got wrong is refused exactly as a
 real agent would refuse it), destroyed by freeing.  It heartbeats and sends kernel
 events to a manager through any ``httpx.AsyncClient``.
@@ -45,7 +45,16 @@ from accelshare.accel.mem import MemoryPlugin
 from accelshare.accel.mock import MockPlugin, load_mock_config, parse_mock_config
 from accelshare.accel.options import AcceleratorOptions
 from accelshare.accel.types import AllocationMode
-from accelshare.agent.wire import (
+from accelshare.alloc import (
+    AbstractAllocMap,
+    FractionAllocMap,
+    KernelAllocation,
+    ResourceError,
+    allocate_kernel,
+    free_kernel,
+)
+from accelshare.common import INTRINSIC_SLOTS, SlotName, canonical_decimal
+from accelshare.protocol import (
     CLUSTER_SECRET_HEADER,
     AllocMapView,
     CreateKernelBatch,
@@ -63,15 +72,6 @@ from accelshare.agent.wire import (
     PluginMapView,
     SlotCapacity,
 )
-from accelshare.alloc import (
-    AbstractAllocMap,
-    FractionAllocMap,
-    KernelAllocation,
-    ResourceError,
-    allocate_kernel,
-    free_kernel,
-)
-from accelshare.common import INTRINSIC_SLOTS, SlotName, canonical_decimal
 
 __all__ = [
     "TWO_FGPU",

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from accelshare.agent.wire import KernelEventBatch
+from accelshare.protocol import KernelEventBatch
 
 EVENT = {
     "event_id": "e1",

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from accelshare.agent.wire import DeviceView
+from accelshare.protocol import DeviceView
 
 
 def device(**amounts: Any) -> dict[str, Any]:
