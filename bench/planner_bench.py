@@ -31,7 +31,7 @@ from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
 from accelshare.common import ResourceSlot, SlotTypes
-from accelshare.sched.fit import DeviceState, MapKind, MapState
+from accelshare.sched.fit import DeviceState, MapKind, MapLayouts, MapState
 from accelshare.sched.model import AgentState, PendingSession
 from accelshare.sched.plan import (
     AgentSnapshot,
@@ -45,6 +45,7 @@ from accelshare.sched.selectors import SelectorName
 GIB = 2**30
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 GPUS, CORES, MEM = 8, 64, 512 * GIB
+LAYOUTS = MapLayouts()  # what the manager's scheduler keeps across passes (sched.fit.MapLayouts)
 
 
 def _request(rng: random.Random) -> ResourceSlot:
@@ -175,7 +176,7 @@ def timed(snap: SchedulingSnapshot, profile: bool) -> tuple[SchedulingPlan, floa
     start = time.perf_counter()
     if profiler is not None:
         profiler.enable()
-    plan = plan_pass(snap)
+    plan = plan_pass(snap, layouts=LAYOUTS)  # kept across passes, as the manager does
     if profiler is not None:
         profiler.disable()
     elapsed = time.perf_counter() - start

@@ -31,6 +31,7 @@ from accelshare.common import ResourceSlot, SlotTypes, canonical_decimal
 from accelshare.sched.explain import explain
 from accelshare.sched.fit import (
     DeviceLedger,
+    MapLayouts,
     fits_capacity,
     format_slot_amount,
     largest_placements,
@@ -298,6 +299,8 @@ class SessionService:
         self.default_scaling_group = default_scaling_group
         # one status query per change for every create waiting for RUNNING
         self.status_watch = StatusWatch(db, hub, poll_s=_WAIT_POLL_S)
+        # agents' reported maps as ledgers, for "could an empty agent hold this?"
+        self.empty_ledgers = EmptyLedgers()
 
     # -- look-ups ---------------------------------------------------------------------------
     async def _find(
@@ -457,6 +460,7 @@ class SessionService:
             if not body.wait_for_agents:
                 await _check_some_agent_could_hold(
                     db,
+                    self.empty_ledgers,
                     agents,
                     sgroup.name,
                     resources,
@@ -1091,6 +1095,7 @@ _VIEWS_CHUNK = 8  # agents whose reported maps are read at a time (13 kB each at
 
 async def _check_some_agent_could_hold(
     db: AsyncSession,
+    empty_ledgers: EmptyLedgers,
     agents: Sequence[_GroupAgent],
     sgroup_name: str,
     requested: ResourceSlot,
@@ -1116,7 +1121,7 @@ async def _check_some_agent_could_hold(
         # the first candidate alone (it usually fits), then a few at a time
         chunk = candidates[start : start + (1 if start == 0 else _VIEWS_CHUNK)]
         start += len(chunk)
-        ledgers = await _empty_ledgers(db, chunk)
+        ledgers = await empty_ledgers.of(db, chunk)
         for agent in chunk:
             if fits_capacity(
                 agent.available_slots,
@@ -1125,7 +1130,7 @@ async def _check_some_agent_could_hold(
                 allow_fragmentation=allow_fragmentation,
             ):
                 return
-    ledgers = await _empty_ledgers(db, agents)
+    ledgers = await empty_ledgers.of(db, agents)
     largest = largest_placements(
         [(a.available_slots, ledgers[a.id]) for a in agents],
         requested,
@@ -1152,16 +1157,6 @@ async def _check_some_agent_could_hold(
     )
 
 
-# An agent's last reported maps as a DeviceLedger, for "could an empty agent hold
-# this?" at enqueue: parsing them costs milliseconds (an agent of 512 cores: ~7 ms of
-# manager CPU per create), and they change only with the agent's heartbeats.  Kept per
-# agent with its ``views_revision`` (bumped whenever its stored maps change) and its
-# totals and plugin summary, so a ledger is reused only for the very maps it was read
-# from.
-_EMPTY_LEDGERS_MAX = 4096
-_empty_ledgers_cache: dict[str, tuple[tuple[Any, ...], DeviceLedger]] = {}
-
-
 def _maps_key(agent: _GroupAgent) -> tuple[Any, ...]:
     plugins = {
         key: {k: v for k, v in summary.items() if k != "status"}
@@ -1175,30 +1170,42 @@ def _maps_key(agent: _GroupAgent) -> tuple[Any, ...]:
     )
 
 
-async def _empty_ledgers(
-    db: AsyncSession, agents: Sequence[_GroupAgent]
-) -> dict[str, DeviceLedger]:
-    """Each agent's :class:`DeviceLedger` of its last reported maps (their empty
-    layout is what :func:`fits_capacity` judges), read from the database only for
-    agents whose maps changed since they were last read here."""
-    found: dict[str, DeviceLedger] = {}
-    stale: list[tuple[_GroupAgent, tuple[Any, ...]]] = []
-    for agent in agents:
-        key = _maps_key(agent)
-        entry = _empty_ledgers_cache.get(agent.id)
-        if entry is not None and entry[0] == key:
-            found[agent.id] = entry[1]
-        else:
-            stale.append((agent, key))
-    if stale:
-        views = await _agent_views(db, [a.id for a, _ in stale])
-        if len(_empty_ledgers_cache) + len(stale) > _EMPTY_LEDGERS_MAX:
-            _empty_ledgers_cache.clear()
-        for agent, key in stale:
-            ledger = DeviceLedger(agent.id, reported_map_states(views.get(agent.id)))
-            _empty_ledgers_cache[agent.id] = (key, ledger)
-            found[agent.id] = ledger
-    return found
+class EmptyLedgers:
+    """Agents' last reported maps as :class:`DeviceLedger`\\ s, for "could an empty agent
+    hold this?" at enqueue (their empty layout is what :func:`fits_capacity` judges).
+    Parsing them costs milliseconds (an agent of 512 cores: ~7 ms of manager CPU per
+    create), and they change only with the agent's heartbeats: kept per agent with its
+    ``views_revision`` (bumped whenever its stored maps change) and its totals and
+    plugin summary, so a ledger is reused only for the very maps it was read from.  The
+    ledgers share one :class:`MapLayouts`.  Owned by the session service."""
+
+    def __init__(self, max_agents: int = 4096) -> None:
+        self.max_agents = max_agents
+        self.layouts = MapLayouts()
+        self._ledgers: dict[str, tuple[tuple[Any, ...], DeviceLedger]] = {}
+
+    async def of(self, db: AsyncSession, agents: Sequence[_GroupAgent]) -> dict[str, DeviceLedger]:
+        """Each agent's ledger, read from the database only for agents whose maps
+        changed since they were last read here."""
+        found: dict[str, DeviceLedger] = {}
+        stale: list[tuple[_GroupAgent, tuple[Any, ...]]] = []
+        for agent in agents:
+            key = _maps_key(agent)
+            entry = self._ledgers.get(agent.id)
+            if entry is not None and entry[0] == key:
+                found[agent.id] = entry[1]
+            else:
+                stale.append((agent, key))
+        if stale:
+            views = await _agent_views(db, [a.id for a, _ in stale])
+            if len(self._ledgers) + len(stale) > self.max_agents:
+                self._ledgers.clear()
+            for agent, key in stale:
+                states = reported_map_states(views.get(agent.id))
+                ledger = DeviceLedger(agent.id, states, self.layouts)
+                self._ledgers[agent.id] = (key, ledger)
+                found[agent.id] = ledger
+        return found
 
 
 async def _agent_views(db: AsyncSession, ids: Sequence[str]) -> dict[str, dict[str, Any]]:

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import enum
 import itertools
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
 
@@ -55,6 +55,7 @@ __all__ = [
     "DeviceState",
     "FitFailure",
     "MapKind",
+    "MapLayouts",
     "MapState",
     "device_allocation",
     "fits_capacity",
@@ -115,27 +116,15 @@ class MapState:
             ),
         )
 
-    def build(self, *, empty: bool = False) -> AbstractAllocMap:
-        """A live map with this state's ledger (``empty``: nothing allocated).
+    def build(self, layouts: MapLayouts | None = None, *, empty: bool = False) -> AbstractAllocMap:
+        """A live map with this state's ledger (``empty``: nothing allocated), copied
+        from the empty map ``layouts`` keeps for its device layout (built here without).
 
         An allocated amount above a device's capacity (possible while reports and the
         manager's own ledger disagree) is clamped to the capacity: the device is full.
-
-        The empty map of each device layout (devices, slots, types, capacities, NUMA
-        nodes and options) is built once and copied (:meth:`AbstractAllocMap.copy`):
-        a cluster's agents mostly share a few layouts, and building a map validates
-        every device (an agent of 8 GPUs and 64 cores: ~190 µs built, ~15 µs copied).
-        Capacities are compared by value: the maps' texts are normalised.
         """
         devices = self.devices
-        layout = self.layout
-        template = _TEMPLATES.get(layout)
-        if template is None:
-            template = self._build_empty()
-            if len(_TEMPLATES) >= _TEMPLATES_MAX:
-                _TEMPLATES.clear()  # a bound, not an LRU: layouts are few
-            _TEMPLATES[layout] = template
-        alloc_map = template.copy()
+        alloc_map = self.build_empty() if layouts is None else layouts.empty_map(self)
         if not empty:
             allocations: dict[str, dict[str, Decimal]] = {}
             for d in devices:
@@ -147,7 +136,8 @@ class MapState:
                 alloc_map.apply_allocation(allocations)
         return alloc_map
 
-    def _build_empty(self) -> AbstractAllocMap:
+    def build_empty(self) -> AbstractAllocMap:
+        """A new map of this state's devices and options with nothing allocated."""
         capacities: dict[str, dict[str, Decimal]] = {}
         types: dict[str, SlotTypes] = {}
         for d in self.devices:
@@ -173,31 +163,74 @@ class MapState:
         )
 
 
-_TEMPLATES: dict[tuple[object, ...], AbstractAllocMap] = {}
-"""Empty maps by device layout (:meth:`MapState.build`); never changed, only copied.
-Shared by the planner's threads: single dict reads and writes, a lost entry is rebuilt."""
-_TEMPLATES_MAX = 256
-
-_LAYOUT_IDS: dict[tuple[object, ...], int] = {}
-"""A small int per device layout seen (never reused: from :data:`_LAYOUT_COUNTER`), so
-the verdicts below are keyed without hashing a layout's devices again."""
-_LAYOUT_COUNTER = itertools.count()
-_EMPTY_FITS: dict[tuple[int, tuple[tuple[str, Decimal], ...], bool], bool] = {}
-"""Whether a request part fits an *empty* map of a layout: (layout id, part,
-allow_fragmentation) -> verdict.  Kept across passes and agents: a pass asks it for every
-request shape (``could_fit``), and an empty map's answer depends on its layout alone.
-Bounded like :data:`_TEMPLATES`; shared by the planner's threads the same way."""
-_EMPTY_FITS_MAX = 65_536
+_EmptyFitKey = tuple[int, tuple[tuple[str, Decimal], ...], bool]
 
 
-def _layout_id(state: MapState) -> int:
-    layout = state.layout
-    found = _LAYOUT_IDS.get(layout)
-    if found is None:
-        if len(_LAYOUT_IDS) >= _TEMPLATES_MAX:
-            _LAYOUT_IDS.clear()  # ids are never reused: old verdicts just go unread
-        found = _LAYOUT_IDS.setdefault(layout, next(_LAYOUT_COUNTER))
-    return found
+@dataclass(slots=True)
+class MapLayouts:
+    """What the planner learns of device layouts (a map's devices, slots, types,
+    capacities, NUMA nodes and options; :attr:`MapState.layout`), for as long as its
+    owner keeps it: the manager's scheduler holds one across passes and scaling groups
+    (:class:`~accelshare.sched.plan.PlanMemo`), the session service one for its
+    creation-time checks; a pass given none starts with an empty one.
+
+    * **Empty maps** (:meth:`empty_map`): built once per layout and copied
+      (:meth:`AbstractAllocMap.copy`): a cluster's agents mostly share a few layouts,
+      and building a map validates every device (an agent of 8 GPUs and 64 cores:
+      ~190 µs built, ~15 µs copied).  Capacities are compared by value: the maps' texts
+      are normalised.
+    * **Empty-map verdicts** (:meth:`verdict`, :meth:`remember`): whether a request part fits an
+      *empty* map of a layout.  A pass asks it for every request shape (``could_fit``),
+      and an empty map's answer depends on its layout alone.
+
+    Both are bounded (cleared when full: layouts are few, so a bound, not an LRU).  The
+    planner's threads may share one: single dict reads and writes, a lost entry is
+    worked out again."""
+
+    max_layouts: int = 256
+    max_verdicts: int = 65_536
+    _templates: dict[tuple[object, ...], AbstractAllocMap] = field(default_factory=dict)
+    # a small int per layout seen (never reused), so that verdicts are keyed without
+    # hashing a layout's devices again
+    _ids: dict[tuple[object, ...], int] = field(default_factory=dict)
+    _counter: Iterator[int] = field(default_factory=itertools.count)
+    _verdicts: dict[_EmptyFitKey, bool] = field(default_factory=dict)
+
+    @property
+    def kept(self) -> tuple[int, int]:
+        """How many layouts' empty maps and how many verdicts are kept."""
+        return len(self._templates), len(self._verdicts)
+
+    def empty_map(self, state: MapState) -> AbstractAllocMap:
+        """A new empty map of ``state``'s layout (a copy of the one kept)."""
+        layout = state.layout
+        template = self._templates.get(layout)
+        if template is None:
+            template = state.build_empty()
+            if len(self._templates) >= self.max_layouts:
+                self._templates.clear()
+            self._templates[layout] = template
+        return template.copy()
+
+    def layout_id(self, state: MapState) -> int:
+        layout = state.layout
+        found = self._ids.get(layout)
+        if found is None:
+            if len(self._ids) >= self.max_layouts:
+                self._ids.clear()  # ids are never reused: old verdicts just go unread
+            found = self._ids.setdefault(layout, next(self._counter))
+        return found
+
+    def verdict(self, key: _EmptyFitKey) -> bool | None:
+        """Whether a request part fits an empty map of a layout, if kept: ``key`` is
+        (:meth:`layout_id`, the part's items, allow_fragmentation)."""
+        return self._verdicts.get(key)
+
+    def remember(self, key: _EmptyFitKey, fits: bool) -> bool:
+        if len(self._verdicts) >= self.max_verdicts:
+            self._verdicts.clear()
+        self._verdicts[key] = fits
+        return fits
 
 
 def merge_device_ledger(
@@ -279,6 +312,9 @@ class DeviceLedger:
 
     agent_id: str
     states: tuple[MapState, ...]
+    # the layouts' empty maps and verdicts, shared with the other ledgers of the owner
+    # (a pass, the session service); a ledger given none keeps its own
+    layouts: MapLayouts = field(default_factory=MapLayouts, repr=False)
     _maps: dict[str, AbstractAllocMap] | None = field(default=None, repr=False)
     _empty_maps: dict[str, AbstractAllocMap] | None = field(default=None, repr=False)
     _slot_owner: dict[str, str] = field(default_factory=dict, repr=False)
@@ -316,7 +352,7 @@ class DeviceLedger:
     @property
     def maps(self) -> dict[str, AbstractAllocMap]:
         if self._maps is None:
-            self._maps = {s.key: s.build() for s in self.states}
+            self._maps = {s.key: s.build(self.layouts) for s in self.states}
         return self._maps
 
     def _device_request(self, requested: Mapping[str, Decimal]) -> dict[str, Decimal]:
@@ -436,25 +472,26 @@ class DeviceLedger:
         request = self._device_request(requested)
         if not request:
             return True
+        layouts = self.layouts
         layout_ids = self._layout_ids
         if layout_ids is None:
-            layout_ids = self._layout_ids = {s.key: _layout_id(s) for s in self.states}
+            layout_ids = self._layout_ids = {s.key: layouts.layout_id(s) for s in self.states}
         for kind, part in self._parts(request):  # map by map, as in refusal()
             key = (layout_ids[kind], tuple(part.items()), allow_fragmentation)
-            fits = _EMPTY_FITS.get(key)
+            fits = layouts.verdict(key)
             if fits is None:
-                if self._empty_maps is None:
-                    self._empty_maps = {s.key: s.build(empty=True) for s in self.states}
-                fit = self._empty_maps[kind].check(
+                fit = self._empty_map(kind).check(
                     part, allow_resource_fragmentation=allow_fragmentation
                 )
-                fits = fit.error is None
-                if len(_EMPTY_FITS) >= _EMPTY_FITS_MAX:
-                    _EMPTY_FITS.clear()
-                _EMPTY_FITS[key] = fits
+                fits = layouts.remember(key, fit.error is None)
             if not fits:
                 return False
         return True
+
+    def _empty_map(self, kind: str) -> AbstractAllocMap:
+        if self._empty_maps is None:
+            self._empty_maps = {s.key: s.build(self.layouts, empty=True) for s in self.states}
+        return self._empty_maps[kind]
 
     def largest_when_empty(self, slot: str, *, allow_fragmentation: bool = True) -> Decimal | None:
         """The most of ``slot`` one kernel could get here if nothing were allocated
@@ -464,9 +501,7 @@ class DeviceLedger:
         owner = self._slot_owner.get(slot)
         if owner is None:
             return None
-        if self._empty_maps is None:
-            self._empty_maps = {s.key: s.build(empty=True) for s in self.states}
-        return self._empty_maps[owner].largest_fit(
+        return self._empty_map(owner).largest_fit(
             slot, allow_resource_fragmentation=allow_fragmentation
         )
 

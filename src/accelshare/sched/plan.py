@@ -67,6 +67,7 @@ from .capacity import Capacity, RankSignature
 from .fit import (
     DeviceLedger,
     FitFailure,
+    MapLayouts,
     MapState,
     device_allocation,
     totals_shortfall,
@@ -161,7 +162,11 @@ class PlanMemo:
 
     *Orders.* A fifo or lifo band of the very same session objects, in the same order,
     as the previous pass's is ordered as it was (the sort's keys, 10,000 tuples, were
-    ~8 % of a release pass)."""
+    ~8 % of a release pass).
+
+    *Layouts.* The device layouts' empty maps and empty-map verdicts
+    (:class:`~accelshare.sched.fit.MapLayouts`); the caller may give every scaling
+    group's memo the same one."""
 
     entries: dict[tuple[_ShapeKey, str], tuple[AgentSnapshot, str]] = field(default_factory=dict)
     hits: int = 0
@@ -170,6 +175,7 @@ class PlanMemo:
     next_shape: int = 0
     # per priority: ((picker, num_retries_to_skip), the band as given, its order)
     orders: dict[int, _Order] = field(default_factory=dict)
+    layouts: MapLayouts = field(default_factory=MapLayouts)
 
 
 @dataclass(frozen=True, slots=True)
@@ -1079,12 +1085,18 @@ def _signature_ids(agents: Sequence[AgentSnapshot]) -> dict[str, int]:
     return {a.state.id: interned.setdefault(_capacity_signature(a), len(interned)) for a in agents}
 
 
-def plan_pass(snapshot: SchedulingSnapshot, memo: PlanMemo | None = None) -> SchedulingPlan:
+def plan_pass(
+    snapshot: SchedulingSnapshot,
+    memo: PlanMemo | None = None,
+    *,
+    layouts: MapLayouts | None = None,
+) -> SchedulingPlan:
     """Run one pass (see the module docstring) and return the plan; the snapshot is
     untouched.  ``memo`` (the scaling group's, kept by the caller between passes) saves
-    working out again the reasons of agents that did not change; the plan is the same
-    with or without it.  The same as ``place_pass(snapshot, memo).explain()``."""
-    return place_pass(snapshot, memo).explain()
+    working out again the reasons of agents that did not change; ``layouts`` (or the
+    memo's) keeps the device layouts' empty maps and verdicts.  The plan is the same
+    with or without either.  The same as ``place_pass(snapshot, memo).explain()``."""
+    return place_pass(snapshot, memo, layouts=layouts).explain()
 
 
 class PlacedPass:
@@ -1124,9 +1136,17 @@ class PlacedPass:
         return self._plan
 
 
-def place_pass(snapshot: SchedulingSnapshot, memo: PlanMemo | None = None) -> PlacedPass:
-    """The placements of one pass (see :func:`plan_pass` and :class:`PlacedPass`)."""
+def place_pass(
+    snapshot: SchedulingSnapshot,
+    memo: PlanMemo | None = None,
+    *,
+    layouts: MapLayouts | None = None,
+) -> PlacedPass:
+    """The placements of one pass (see :func:`plan_pass` and :class:`PlacedPass`).
+    ``layouts``: kept across passes by a caller without a memo (else the memo's)."""
     states = {a.state.id: a.state for a in snapshot.agents}
+    if layouts is None:
+        layouts = memo.layouts if memo is not None else MapLayouts()
     options = snapshot.options
     total = _EMPTY  # only drf reads it
     if options.picker is PickerName.DRF:
@@ -1138,7 +1158,7 @@ def place_pass(snapshot: SchedulingSnapshot, memo: PlanMemo | None = None) -> Pl
         snapshot=snapshot,
         ctx=ctx,
         states=states,
-        ledgers={a.state.id: DeviceLedger(a.state.id, a.maps) for a in snapshot.agents},
+        ledgers={a.state.id: DeviceLedger(a.state.id, a.maps, layouts) for a in snapshot.agents},
         drf_occupancy=dict(snapshot.occupancy_by_access_key),
         total_capacity=total,
         last_roundrobin=snapshot.last_roundrobin_agent,

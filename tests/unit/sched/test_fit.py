@@ -12,6 +12,7 @@ from accelshare.sched.fit import (
     DeviceState,
     FitFailure,
     MapKind,
+    MapLayouts,
     MapState,
     device_allocation,
     fits_capacity,
@@ -223,16 +224,18 @@ def _fresh(state: MapState) -> DiscreteAllocMap | FractionAllocMap:
 
 
 def test_maps_of_one_layout_are_copies_of_one_template_with_their_own_ledgers() -> None:
-    fit._TEMPLATES.clear()
+    layouts = MapLayouts()
     busy, idle = gpu_map("0.6", "0.2"), gpu_map(0, 0)
-    first, second = busy.build(), idle.build()
-    assert len(fit._TEMPLATES) == 1  # one layout: built once
+    first, second = busy.build(layouts), idle.build(layouts)
+    assert layouts.kept == (1, 0)  # one layout: built once
     assert first.allocations == {"cuda.shares": {"GPU1": D("0.6"), "GPU2": D("0.2")}}
     assert second.allocations == {"cuda.shares": {"GPU1": D(0), "GPU2": D(0)}}
     second.allocate({"cuda.shares": D("1.5")})
     assert first.allocations["cuda.shares"] == {"GPU1": D("0.6"), "GPU2": D("0.2")}
-    assert idle.build().allocations["cuda.shares"] == {"GPU1": D(0), "GPU2": D(0)}
-    assert busy.build(empty=True).allocations == {"cuda.shares": {"GPU1": D(0), "GPU2": D(0)}}
+    assert idle.build(layouts).allocations["cuda.shares"] == {"GPU1": D(0), "GPU2": D(0)}
+    assert busy.build(layouts, empty=True).allocations == {
+        "cuda.shares": {"GPU1": D(0), "GPU2": D(0)}
+    }
 
 
 @pytest.mark.parametrize(
@@ -256,9 +259,9 @@ def test_maps_of_one_layout_are_copies_of_one_template_with_their_own_ledgers() 
     ids=["fractional", "clamped", "fill-quantum", "cores", "memory", "exclusive-numa"],
 )
 def test_a_built_map_behaves_like_one_built_from_scratch(state: MapState) -> None:
-    fit._TEMPLATES.clear()
-    state.build()  # the template now exists: the next build is a copy
-    cached, fresh = state.build(), _fresh(state)
+    layouts = MapLayouts()
+    state.build(layouts)  # the template now exists: the next build is a copy
+    cached, fresh = state.build(layouts), _fresh(state)
     assert cached.allocations == fresh.allocations
     assert cached.device_slots == fresh.device_slots
     assert cached.exclusive_slot_types == fresh.exclusive_slot_types
@@ -266,20 +269,30 @@ def test_a_built_map_behaves_like_one_built_from_scratch(state: MapState) -> Non
     slot = state.devices[0].slot_name
     for amount in (D(1), D("0.5"), D(3), D("0.25")):
         assert str(cached.check({slot: amount})) == str(fresh.check({slot: amount}))
-    assert state.build(empty=True).allocations == {
+    assert state.build(layouts, empty=True).allocations == {
         s: dict.fromkeys(per_device, D(0)) for s, per_device in fresh.allocations.items()
     }
 
 
 def test_layouts_that_differ_in_anything_but_the_ledger_get_their_own_template() -> None:
-    fit._TEMPLATES.clear()
-    gpu_map(0, 0).build()
-    gpu_map("0.5", 0).build()  # only the ledger differs: the same template
-    gpu_map(0, 0, capacity="2").build()
-    gpu_map(0, 0, quantum="0.25").build()
-    gpu_map(0, 0, strategy="FILL").build()
-    gpu_map(0, 0, 0).build()
-    assert len(fit._TEMPLATES) == 5
+    layouts = MapLayouts()
+    gpu_map(0, 0).build(layouts)
+    gpu_map("0.5", 0).build(layouts)  # only the ledger differs: the same template
+    gpu_map(0, 0, capacity="2").build(layouts)
+    gpu_map(0, 0, quantum="0.25").build(layouts)
+    gpu_map(0, 0, strategy="FILL").build(layouts)
+    gpu_map(0, 0, 0).build(layouts)
+    assert layouts.kept == (5, 0)
+
+
+def test_layouts_are_bounded_and_a_build_without_them_keeps_nothing() -> None:
+    layouts = MapLayouts(max_layouts=2)
+    for n in range(1, 6):
+        built = gpu_map(*[0] * n).build(layouts)
+        assert len(built.device_slots) == n
+        assert layouts.kept[0] <= 2
+    alone = gpu_map("0.5", 0).build()  # no layouts: built from scratch, nothing shared
+    assert alone.allocations == {"cuda.shares": {"GPU1": D("0.5"), "GPU2": D(0)}}
 
 
 def test_empty_fit_verdicts_are_shared_by_layout_and_never_mixed() -> None:
@@ -288,14 +301,14 @@ def test_empty_fit_verdicts_are_shared_by_layout_and_never_mixed() -> None:
     differs only in a capacity gets its own, whichever is asked first."""
     request = {"cuda.shares": D("0.8")}
     for first, second in ((("1", True), ("0.5", False)), (("0.5", False), ("1", True))):
-        fit._EMPTY_FITS.clear()
+        layouts = MapLayouts()
         for capacity, expected in (first, second):
-            fresh = DeviceLedger("a", (gpu_map(0, capacity=capacity),))
+            fresh = DeviceLedger("a", (gpu_map(0, capacity=capacity),), layouts)
             assert fresh.fits_when_empty(request) is expected, capacity
-            full = DeviceLedger("b", (gpu_map(capacity, capacity=capacity),))  # all held
+            full = DeviceLedger("b", (gpu_map(capacity, capacity=capacity),), layouts)  # all held
             assert full.fits_when_empty(request) is expected, capacity
             assert isinstance(full.check(request), FitFailure)  # its real ledger is full
-        assert len(fit._EMPTY_FITS) == 2  # one verdict per layout, reused by "b"
+        assert layouts.kept[1] == 2  # one verdict per layout, reused by "b"
     # the request part is part of the key: two GPUs of one layout, two amounts
     two = DeviceLedger("c", (gpu_map(0, 0),))
     assert two.fits_when_empty({"cuda.shares": D("1.5")})

@@ -44,6 +44,7 @@ import sqlalchemy as sa
 
 from accelshare.aio import cancel_and_wait
 from accelshare.config import ConfigStore
+from accelshare.sched.fit import MapLayouts
 from accelshare.sched.lifecycle import SessionStatus
 from accelshare.sched.plan import PlanMemo, SchedulerOptions, SchedulingPlan, place_pass
 
@@ -124,6 +125,8 @@ class Scheduler:
         # per scaling group: the shown agents' reasons, reused while an agent's snapshot
         # is the same object (the snapshot cache's), see sched.plan.PlanMemo
         self.plan_memos: dict[str, PlanMemo] = {}
+        # the device layouts' empty maps and verdicts, shared by every group's passes
+        self.map_layouts = MapLayouts()
 
     # -- triggers and the loop ----------------------------------------------------------
     def trigger(self) -> None:
@@ -354,7 +357,9 @@ class Scheduler:
             # pure and CPU-bound: in a worker thread, so that binds, heartbeats and the
             # API keep being served while a large pass is planned (the GIL is shared,
             # but the event loop is not frozen for seconds)
-            memo = self.plan_memos.setdefault(sgroup_name, PlanMemo())
+            memo = self.plan_memos.get(sgroup_name)
+            if memo is None:
+                memo = self.plan_memos[sgroup_name] = PlanMemo(layouts=self.map_layouts)
             placed = await asyncio.to_thread(place_pass, loaded.snapshot, memo)
             async with self.db.begin_queued_write() as db:
                 applied = await apply_plan(db, loaded, placed.placements, now)
