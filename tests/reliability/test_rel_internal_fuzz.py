@@ -37,7 +37,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from accelshare.agent.wire import CLUSTER_SECRET_HEADER
-from accelshare.manager.testing.hollow_agent import HollowAgent
+from accelshare_testkit.hollow_agent import HollowAgent
 from component.manager.cluster import SECRET, Cluster, running_cluster
 from component.manager.conftest import temporary_pg_database
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import httpx
 
 from accelshare.agent.wire import CLUSTER_SECRET_HEADER
-from accelshare.manager.testing import HollowAgent, HollowSpec
+from accelshare_testkit.hollow_agent import HollowAgent, HollowSpec
 
 SECRET = "hollow-test-secret"
 

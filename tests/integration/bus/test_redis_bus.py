@@ -20,9 +20,9 @@ from accelshare.agent.wire import (
     NodeStats,
 )
 from accelshare.bus import BusUnavailable, RedisBus, RedisSettings, StatsReport
-from accelshare.bus.testing import RedisProcess
 from accelshare.manager.bus_link import ManagerBusLink
 from accelshare.manager.hub import ChangeHub
+from accelshare_testkit.redis_server import RedisProcess
 
 pytestmark = pytest.mark.integration
 
@@ -109,7 +109,7 @@ async def test_events_reach_one_consumer_of_the_group_once(
 
 
 async def test_an_unreachable_redis_is_a_clear_error_not_a_hang() -> None:
-    from accelshare.config.testing import free_port
+    from accelshare_testkit.servers import free_port
 
     bus = RedisBus(RedisSettings(addr=f"127.0.0.1:{free_port()}", timeout_s=0.3))
     started = time.monotonic()
