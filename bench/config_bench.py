@@ -25,7 +25,7 @@ from accelshare.config import ConfigScopes, ConfigStore
 from accelshare.config.backend import KVBackend
 from accelshare.config.embedded import EmbeddedBackend
 from accelshare.config.etcd import EtcdBackend
-from accelshare.config.testing import EtcdProcess, find_etcd_binary
+from accelshare_testkit.etcd_server import EtcdProcess, find_etcd_binary
 
 SINGLE_OPS = 200
 

@@ -18,8 +18,8 @@ from decimal import Decimal
 from accelshare.accel import PluginContext
 from accelshare.accel.cuda import create_plugin
 from accelshare.accel.types import KernelStatTarget
-from accelshare.testing.gpu import nvidia_gpu_unavailable
-from accelshare.testing.soak import percentile
+from accelshare_testkit.gpu import nvidia_gpu_unavailable
+from accelshare_testkit.soak import percentile
 
 
 def summary(samples: list[float]) -> str:

@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/multihost_bench.py [--sessions 40]
 
-Builds the production-shaped cluster of ``accelshare.testing.multihost`` on this machine:
+Builds the production-shaped cluster of ``accelshare_testkit.multihost`` on this machine:
 a server host (network namespace) with PostgreSQL, etcd, Redis and the manager, a GPU
 host (two 1.0-share mock GPUs, fractional) and a CPU-only host, joined by veth links.
 Then, from this (operator's) host:
@@ -34,7 +34,7 @@ from typing import Any
 import redis.asyncio as aioredis
 
 from accelshare.protocol import KernelEventBatch
-from accelshare.testing.multihost import MultiHostCluster, multihost_unavailable
+from accelshare_testkit.multihost import MultiHostCluster, multihost_unavailable
 
 REPO = Path(__file__).resolve().parents[1]
 

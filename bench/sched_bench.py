@@ -3,7 +3,7 @@
 For every database (``--db sqlite,postgresql``) and agent count (``--agents 10,100,1000``)
 a fresh manager app is started in process (``create_manager_app``: real schema,
 bootstrap, scheduling loop with its triggers, binder, agent RPC) with ``N`` hollow
-agents (:mod:`accelshare.manager.testing.hollow_agent`; 8 mock GPUs of 1.0 share at
+agents (:mod:`accelshare_testkit.hollow_agent`; 8 mock GPUs of 1.0 share at
 quantum 0.1 each, 64 cores, 512 GiB; they speak the real agent RPC and heartbeat and
 accept kernels instantly on their real allocation maps).  Then:
 
@@ -75,10 +75,15 @@ from accelshare.manager.gc_tuning import tune_gc
 from accelshare.manager.models import Group, Keypair, Session, SessionStatusHistory, User
 from accelshare.manager.runtime import Manager
 from accelshare.manager.scheduler import loop as sched_loop
-from accelshare.manager.testing import HollowAgent, HollowCluster, HollowSpec
-from accelshare.manager.testing.hollow_agent import TWO_FGPU, CreateTally
 from accelshare.sched.lifecycle import SessionStatus
 from accelshare.sched.plan import PlacedPass, SchedulingSnapshot, plan_pass
+from accelshare_testkit.hollow_agent import (
+    TWO_FGPU,
+    CreateTally,
+    HollowAgent,
+    HollowCluster,
+    HollowSpec,
+)
 
 SECRET = "bench-cluster-secret-0123456789abcdef"
 PG_ADMIN_URL = os.environ.get("ACCELSHARE_TEST_PG", "postgresql://postgres@127.0.0.1:5432/postgres")

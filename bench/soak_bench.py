@@ -14,7 +14,7 @@ read it, list sessions, destroy it.  Then reports, as a client and an operator s
 
 Run: ``.venv/bin/python bench/soak_bench.py [--duration-s 60] [--workers 8]
 [--agents 2]``.  A script that prints figures; the judgement (no errors, nothing left,
-descriptors flat, RSS slope over the second half) is :func:`accelshare.testing.soak.judge`,
+descriptors flat, RSS slope over the second half) is :func:`accelshare_testkit.soak.judge`,
 which ``tests/reliability/test_rel_soak.py`` asserts (issue #11).
 """
 
@@ -29,7 +29,7 @@ import tempfile
 from pathlib import Path
 
 from accelshare.devcluster import DevClusterOptions, LocalCluster, free_port
-from accelshare.testing.soak import SoakReport, judge, percentile, run_soak, slope_per_min
+from accelshare_testkit.soak import SoakReport, judge, percentile, run_soak, slope_per_min
 
 
 def show(report: SoakReport, args: argparse.Namespace) -> list[str]:

@@ -18,8 +18,8 @@ import sqlalchemy as sa
 from accelshare.common import ResourceSlot
 from accelshare.manager.models import Agent, Kernel
 from accelshare.manager.runtime import Manager
-from accelshare.manager.testing import HollowAgent
 from accelshare.manager.transitions import OCCUPYING
+from accelshare_testkit.hollow_agent import HollowAgent
 
 
 async def all_sessions(client: Any) -> list[dict[str, Any]]:

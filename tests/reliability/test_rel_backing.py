@@ -25,10 +25,10 @@ import pytest
 from accelshare.api.app import create_manager_app
 from accelshare.config import ConfigStore
 from accelshare.config.etcd import EtcdBackend
-from accelshare.config.testing import EtcdProcess, find_etcd_binary
 from accelshare.manager.bootstrap import AdminCredentials
 from accelshare.manager.clock import utcnow
-from accelshare.manager.testing import HollowCluster
+from accelshare_testkit.etcd_server import EtcdProcess, find_etcd_binary
+from accelshare_testkit.hollow_agent import HollowCluster
 from component.manager.cluster import Cluster, Signer, manager_config, running_cluster
 from component.manager.conftest import PG_ADMIN_URL, temporary_pg_database
 

@@ -36,8 +36,8 @@ import sqlalchemy as sa
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from accelshare.manager.testing.hollow_agent import HollowAgent
 from accelshare.protocol import CLUSTER_SECRET_HEADER
+from accelshare_testkit.hollow_agent import HollowAgent
 from component.manager.cluster import SECRET, Cluster, running_cluster
 from component.manager.conftest import temporary_pg_database
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from accelshare.devcluster import DevClusterOptions, LocalCluster, free_port
-from accelshare.testing.soak import SoakReport, judge, run_soak
+from accelshare_testkit.soak import SoakReport, judge, run_soak
 
 from .conftest import FULL, scaled
 

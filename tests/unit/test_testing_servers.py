@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from accelshare.testing.servers import ServerProcess, find_binary, stop_process
+from accelshare_testkit.servers import ServerProcess, find_binary, stop_process
 
 
 def test_find_binary_prefers_the_variable_and_refuses_a_missing_file(

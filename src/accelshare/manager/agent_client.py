@@ -1,7 +1,7 @@
 """The manager's client for the agent RPC (``accelshare.protocol``).
 
 One ``httpx.AsyncClient`` for every agent; the transport is injectable so tests route
-requests to in-process hollow agents (``accelshare.manager.testing``) without a
+requests to in-process hollow agents (``accelshare_testkit.hollow_agent``) without a
 network.  Every request carries the cluster secret.  Failures raise
 :class:`AgentRPCError` with a message naming the agent and what went wrong — the
 message ends up in the session's ``status_info``.

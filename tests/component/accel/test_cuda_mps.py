@@ -1,5 +1,5 @@
 """The cuda plugin's MPS control daemon, against a fake ``nvidia-cuda-mps-control`` that
-records its calls (accelshare.testing.fake_mps): start, adopt, supervise, quit, and
+records its calls (accelshare_testkit.fake_mps): start, adopt, supervise, quit, and
 what fractional kernels get.  The real daemon is checked on a GPU by
 tests/component/accel/test_cuda_real_mps.py."""
 
@@ -25,7 +25,7 @@ from accelshare.accel.cuda.plugin import CudaPlugin
 from accelshare.config import ConfigStore, open_config_store
 from accelshare.config.agent_file import parse_agent_config
 from accelshare.config.settings import ConfigStoreSettings, EmbeddedSettings
-from accelshare.testing.fake_mps import install_fake_mps_control, read_calls
+from accelshare_testkit.fake_mps import install_fake_mps_control, read_calls
 
 GIB = 2**30
 

@@ -24,7 +24,7 @@ from accelshare.accel.options import DEFAULT_UNIT_MEM, DEFAULT_UNIT_PROC
 from accelshare.accel.types import AllocationMode, KernelStatTarget
 from accelshare.config import ConfigStore
 from accelshare.config.embedded import EmbeddedBackend
-from accelshare.testing.gpu import (
+from accelshare_testkit.gpu import (
     MIB,
     expected_shares,
     nvidia_gpu_unavailable,

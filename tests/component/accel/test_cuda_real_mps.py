@@ -32,7 +32,7 @@ from accelshare.accel.types import KernelStatTarget
 from accelshare.config import ConfigStore
 from accelshare.config.agent_file import parse_agent_config
 from accelshare.config.embedded import EmbeddedBackend
-from accelshare.testing.gpu import (
+from accelshare_testkit.gpu import (
     nvidia_gpu_unavailable,
     smi_gpus,
     torch_installed,

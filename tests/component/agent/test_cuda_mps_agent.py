@@ -20,7 +20,7 @@ from accelshare.config import open_config_store
 from accelshare.config.agent_file import load_agent_config
 from accelshare.config.settings import load_config_store_settings
 from accelshare.protocol import CreateKernelRequest
-from accelshare.testing.fake_mps import install_fake_mps_control, read_calls
+from accelshare_testkit.fake_mps import install_fake_mps_control, read_calls
 
 Eventually = Callable[..., Awaitable[Any]]
 GIB = 2**30

@@ -20,8 +20,8 @@ from websockets.exceptions import ConnectionClosed
 from accelshare.agent.rpc import create_rpc_app
 from accelshare.agent.terminal_ws import SESSION_ENDED
 from accelshare.protocol import CLUSTER_SECRET_HEADER
-from accelshare.testing.terminal import TerminalScreen
-from accelshare.testing.waiting import until
+from accelshare_testkit.terminal import TerminalScreen
+from accelshare_testkit.waiting import until
 
 Factory = Callable[..., Any]
 CLUSTER_SECRET = "component-test-cluster-secret"  # conftest.CLUSTER_SECRET

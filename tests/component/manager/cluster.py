@@ -31,7 +31,7 @@ from accelshare.manager.bootstrap import AdminCredentials
 from accelshare.manager.clock import Clock, FrozenClock, utcnow
 from accelshare.manager.config import ManagerConfig
 from accelshare.manager.runtime import Manager
-from accelshare.manager.testing import HollowAgent, HollowCluster, HollowSpec
+from accelshare_testkit.hollow_agent import HollowAgent, HollowCluster, HollowSpec
 
 SECRET = "test-cluster-secret-0123456789abcdef"
 T = TypeVar("T")

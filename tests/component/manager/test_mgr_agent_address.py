@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from accelshare.manager.scheduler.apply import BindJob
-from accelshare.manager.testing import HollowAgent
+from accelshare_testkit.hollow_agent import HollowAgent
 
 from .cluster import Cluster
 

@@ -17,7 +17,7 @@ import pytest
 import websockets
 from websockets.exceptions import InvalidStatus
 
-from accelshare.testing.waiting import until
+from accelshare_testkit.waiting import until
 
 from .cluster import free_port, free_ports_below_ephemeral
 from .test_mgr_real_agent import real_cluster

@@ -7,7 +7,7 @@ from collections import Counter
 from decimal import Decimal
 from pathlib import Path
 
-from accelshare.manager.testing import HollowCluster
+from accelshare_testkit.hollow_agent import HollowCluster
 
 from .cluster import Cluster, running_cluster
 

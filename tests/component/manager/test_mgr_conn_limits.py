@@ -16,7 +16,7 @@ import pytest
 
 from accelshare.api.conn_limits import ConnectionLimits, ConnectionSettings
 from accelshare.api.stream import SharedSnapshots, StreamSettings, close_streams
-from accelshare.testing.waiting import until
+from accelshare_testkit.waiting import until
 
 from .cluster import Cluster, Signer
 from .test_mgr_api import make_user

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import httpx
 
-from accelshare.manager.testing import HollowAgent, HollowSpec
 from accelshare.protocol import CLUSTER_SECRET_HEADER
+from accelshare_testkit.hollow_agent import HollowAgent, HollowSpec
 
 SECRET = "hollow-test-secret"
 

@@ -20,9 +20,8 @@ from accelshare.manager.slots import (
     current_known_slots,
     held_known_slots,
 )
-from accelshare.manager.testing import HollowAgent, HollowSpec
-from accelshare.manager.testing.hollow_agent import TWO_FGPU
 from accelshare.protocol import CLUSTER_SECRET_HEADER
+from accelshare_testkit.hollow_agent import TWO_FGPU, HollowAgent, HollowSpec
 
 from .cluster import SECRET, Cluster, running_cluster
 

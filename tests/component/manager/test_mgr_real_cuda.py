@@ -19,7 +19,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from accelshare.testing.gpu import (
+from accelshare_testkit.gpu import (
     nvidia_gpu_unavailable,
     smi_gpus,
     torch_installed,

@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from accelshare.bus.testing import RedisProcess, find_redis_binary
-from accelshare.testing.waiting import until
+from accelshare_testkit.redis_server import RedisProcess, find_redis_binary
+from accelshare_testkit.waiting import until
 
 from .test_mgr_real_agent import real_cluster
 

@@ -15,7 +15,7 @@ import httpx
 import pytest
 
 from accelshare.manager.bootstrap import AdminCredentials
-from accelshare.manager.testing import HollowAgent, HollowSpec, serve_on_loopback
+from accelshare_testkit.hollow_agent import HollowAgent, HollowSpec, serve_on_loopback
 
 from .cluster import SECRET, ManagerProcess, Signer, free_port, running_cluster
 

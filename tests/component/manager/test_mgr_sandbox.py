@@ -25,8 +25,8 @@ import websockets
 
 from accelshare.agent.runtime.sandbox import SandboxConfig
 from accelshare.agent.runtime.sandbox import probe as probe_sandbox
-from accelshare.testing.terminal import TerminalScreen
-from accelshare.testing.waiting import until
+from accelshare_testkit.terminal import TerminalScreen
+from accelshare_testkit.waiting import until
 
 from .cluster import free_ports_below_ephemeral
 from .test_mgr_real_agent import real_cluster

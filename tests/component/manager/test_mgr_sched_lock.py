@@ -20,7 +20,7 @@ from sqlalchemy.engine import make_url
 
 from accelshare.manager.scheduler import loop
 from accelshare.manager.scheduler.loop import advisory_key
-from accelshare.manager.testing import HollowCluster
+from accelshare_testkit.hollow_agent import HollowCluster
 
 from .cluster import Cluster, running_cluster
 from .conftest import temporary_pg_database

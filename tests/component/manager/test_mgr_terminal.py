@@ -19,7 +19,7 @@ import websockets
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 
 from accelshare.agent.terminal_ws import SESSION_ENDED
-from accelshare.testing.terminal import TerminalScreen
+from accelshare_testkit.terminal import TerminalScreen
 
 from .cluster import Signer
 from .test_mgr_real_agent import real_cluster
@@ -207,7 +207,7 @@ async def test_app_service_proxied_for_its_owner_only(admin: httpx.AsyncClient) 
     async def page() -> httpx.Response:
         return await owner.get(f"/session/{sid}/apps/web/")
 
-    from accelshare.testing.waiting import until
+    from accelshare_testkit.waiting import until
 
     async def listing() -> httpx.Response | None:
         response = await page()
@@ -322,7 +322,7 @@ async def test_terminals_and_app_websockets_beyond_the_per_user_limit_get_429(
         )
         assert problem["kind"] == "terminal"
         # The apps' count is its own: one echo WebSocket while two terminals are open.
-        from accelshare.testing.waiting import until
+        from accelshare_testkit.waiting import until
 
         async def echo_ws() -> websockets.ClientConnection | None:
             try:

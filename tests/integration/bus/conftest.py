@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from accelshare.bus import RedisSettings
-from accelshare.bus.testing import RedisProcess, find_redis_binary
+from accelshare_testkit.redis_server import RedisProcess, find_redis_binary
 
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,6 @@ import pytest
 
 from accelshare.agent.bus_link import AgentBusLink
 from accelshare.bus import BusUnavailable, RedisBus, RedisSettings
-from accelshare.bus.testing import RedisProcess
 from accelshare.manager.bus_link import ManagerBusLink
 from accelshare.manager.hub import ChangeHub
 from accelshare.protocol import (
@@ -24,6 +23,7 @@ from accelshare.protocol import (
     NodeStats,
     StatsReport,
 )
+from accelshare_testkit.redis_server import RedisProcess
 
 pytestmark = pytest.mark.integration
 
@@ -110,7 +110,7 @@ async def test_events_reach_one_consumer_of_the_group_once(
 
 
 async def test_an_unreachable_redis_is_a_clear_error_not_a_hang() -> None:
-    from accelshare.config.testing import free_port
+    from accelshare_testkit.servers import free_port
 
     bus = RedisBus(RedisSettings(addr=f"127.0.0.1:{free_port()}", timeout_s=0.3))
     started = time.monotonic()

@@ -22,7 +22,7 @@ from accelshare.config.backend import KVBackend
 from accelshare.config.embedded import EmbeddedBackend
 from accelshare.config.etcd import EtcdBackend
 from accelshare.config.settings import EmbeddedSettings, EtcdSettings
-from accelshare.config.testing import EtcdProcess, find_etcd_binary
+from accelshare_testkit.etcd_server import EtcdProcess, find_etcd_binary
 
 # The test etcd refuses transactions of more operations than this, which the
 # all-or-nothing test relies on (etcd's own default is 128).

@@ -420,7 +420,7 @@ def test_the_variable_overriding_a_config_file_is_a_warning(
 
 
 def test_an_unreachable_etcd_fails_fast_with_one_line(tmp_path: Path) -> None:
-    from accelshare.config.testing import free_port
+    from accelshare_testkit.servers import free_port
 
     config = tmp_path / "agent.toml"
     config.write_text(f'[etcd]\naddr = "127.0.0.1:{free_port()}"\ntimeout-s = 0.5\n')

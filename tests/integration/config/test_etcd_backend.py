@@ -22,7 +22,8 @@ from accelshare.config import (
     open_config_store,
 )
 from accelshare.config.etcd import EtcdBackend
-from accelshare.config.testing import EtcdProcess, find_etcd_binary, free_port
+from accelshare_testkit.etcd_server import EtcdProcess, find_etcd_binary
+from accelshare_testkit.servers import free_port
 
 pytestmark = [
     pytest.mark.integration,

@@ -30,7 +30,7 @@ from accelshare.client.auth import KeypairAuth
 from accelshare.config import open_config_store
 from accelshare.config.settings import load_config_store_settings
 from accelshare.manager.bootstrap import AdminCredentials
-from accelshare.testing.waiting import until
+from accelshare_testkit.waiting import until
 
 pytestmark = pytest.mark.integration
 

@@ -23,8 +23,8 @@ import httpx
 import pytest
 
 from accelshare.config import open_config_store
-from accelshare.testing.multihost import MultiHostCluster, multihost_unavailable
-from accelshare.testing.waiting import until
+from accelshare_testkit.multihost import MultiHostCluster, multihost_unavailable
+from accelshare_testkit.waiting import until
 
 REASON = multihost_unavailable()
 pytestmark = [

@@ -19,8 +19,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from accelshare.testing.multihost import MultiHostCluster, multihost_unavailable
-from accelshare.testing.waiting import until
+from accelshare_testkit.multihost import MultiHostCluster, multihost_unavailable
+from accelshare_testkit.waiting import until
 
 REASON = multihost_unavailable()
 pytestmark = [

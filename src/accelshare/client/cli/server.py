@@ -3,7 +3,11 @@
 ``accelshare server agent [--config agent.toml] [--dev]`` runs an agent until SIGTERM or
 SIGINT (kernels keep running and are re-adopted by the next agent, unless
 ``--end-kernels-on-exit``).  The manager's ``server manager`` command joins this group
-in ``cli/__init__.py``.  ``--json`` logs one JSON object per line (``logs.py``).
+in ``cli/__init__.py``.  ``--json`` logs one JSON object per line (:mod:`accelshare.logs`).
+
+This module parses the command line only: the launch lives next to each server
+(:mod:`accelshare.agent.serve`, :mod:`accelshare.api.serve`) and is imported when the
+command runs, so the rest of the CLI never loads a daemon.
 """
 
 from __future__ import annotations
@@ -13,8 +17,9 @@ from typing import Annotated
 
 import typer
 
+from accelshare.logs import LOG_LEVELS
+
 from .common import EXIT_USAGE, fail
-from .logs import LOG_LEVELS, configure_logging
 
 server_app = typer.Typer(help="Run accelshare daemons.", no_args_is_help=True)
 
@@ -61,12 +66,11 @@ def agent_command(
     as_json: LogJsonOption = False,
 ) -> None:
     """Run an agent: kernels, allocation maps, RPC for the manager, heartbeats."""
-    from accelshare.agent.daemon import run_agent  # the daemon's imports are heavy
+    from accelshare.agent.serve import launch_agent  # the daemon's imports are heavy
 
     if log_level.lower() not in LOG_LEVELS:
         fail(f"--log-level {log_level!r}: expected one of {', '.join(LOG_LEVELS)}", code=EXIT_USAGE)
-    configure_logging(log_level, as_json=as_json)
-    code = run_agent(
-        str(config) if config is not None else None, dev=dev, end_kernels_on_exit=end_kernels
+    code = launch_agent(
+        config, dev=dev, end_kernels_on_exit=end_kernels, log_level=log_level, json_logs=as_json
     )
     raise typer.Exit(code=code)

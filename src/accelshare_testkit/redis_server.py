@@ -19,8 +19,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from accelshare.config.testing import free_port
-from accelshare.testing.servers import ServerProcess, find_binary, stop_process
+from accelshare_testkit.servers import ServerProcess, find_binary, free_port, stop_process
 
 __all__ = ["RedisProcess", "find_redis_binary"]
 

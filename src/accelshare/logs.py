@@ -1,5 +1,6 @@
-"""Log output of the daemons (``server manager|agent``): text lines, or with ``--json``
-one JSON object per record for log collectors::
+"""Log output of the daemons (:mod:`accelshare.agent.serve`, :mod:`accelshare.api.serve`,
+run by ``accelshare server agent|manager``): text lines, or with ``--json`` one JSON
+object per record for log collectors::
 
     {"at": "2030-01-01T09:00:00.123+00:00", "level": "INFO",
      "logger": "accelshare.agent.daemon", "message": "agent i-dev-01: RPC listening ..."}

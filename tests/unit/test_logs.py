@@ -8,7 +8,7 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from accelshare.client.cli.logs import CHATTY_LOGGERS, configure_logging
+from accelshare.logs import CHATTY_LOGGERS, configure_logging
 
 
 @pytest.fixture(autouse=True)

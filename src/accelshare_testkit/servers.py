@@ -1,9 +1,7 @@
 """What the throwaway servers for tests and benchmarks share (etcd in
-:mod:`accelshare.config.testing`, Redis in :mod:`accelshare.bus.testing`): finding the
-binary, stopping the process politely then firmly, and the ``with`` protocol.
-
-Standard library only, so that the config and bus packages can use it without pulling
-in the rest of :mod:`accelshare.testing`.
+:mod:`accelshare_testkit.etcd_server`, Redis in :mod:`accelshare_testkit.redis_server`):
+finding the binary, a free loopback port, stopping the process politely then firmly, and
+the ``with`` protocol.  Standard library only.
 """
 
 from __future__ import annotations
@@ -12,12 +10,13 @@ import contextlib
 import os
 import shutil
 import signal
+import socket
 import subprocess
 from pathlib import Path
 from types import TracebackType
 from typing import Self
 
-__all__ = ["ServerProcess", "find_binary", "stop_process"]
+__all__ = ["ServerProcess", "find_binary", "free_port", "stop_process"]
 
 
 def find_binary(env_var: str, name: str) -> str | None:
@@ -29,6 +28,13 @@ def find_binary(env_var: str, name: str) -> str | None:
     return shutil.which(name) or next(
         (p for p in (f"/usr/bin/{name}", f"/usr/local/bin/{name}") if Path(p).is_file()), None
     )
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that was free a moment ago."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
 
 
 def stop_process(process: subprocess.Popen[bytes], *, grace_s: float = 10.0) -> None:

@@ -41,12 +41,12 @@ from typing import Any
 import httpx
 
 from accelshare.agent.runtime.procfs import find_marked_processes
-from accelshare.bus.testing import find_redis_binary
 from accelshare.client.auth import KeypairAuth
 from accelshare.config import ConfigStore, open_config_store
 from accelshare.config.settings import ConfigStoreSettings, EtcdSettings
-from accelshare.config.testing import find_etcd_binary
 from accelshare.manager.bootstrap import AdminCredentials
+from accelshare_testkit.etcd_server import find_etcd_binary
+from accelshare_testkit.redis_server import find_redis_binary
 
 from .netns import Host, TestNetwork, netns_unavailable, wait_for_port
 

@@ -13,7 +13,6 @@ none, so callers can skip with a reason.
 
 from __future__ import annotations
 
-import socket
 import subprocess
 import time
 import urllib.error
@@ -21,19 +20,13 @@ import urllib.request
 from collections.abc import Sequence
 from pathlib import Path
 
-from accelshare.testing.servers import ServerProcess, find_binary, stop_process
+from accelshare_testkit.servers import ServerProcess, find_binary, free_port, stop_process
 
-__all__ = ["EtcdProcess", "find_etcd_binary", "free_port"]
+__all__ = ["EtcdProcess", "find_etcd_binary"]
 
 
 def find_etcd_binary() -> str | None:
     return find_binary("ACCELSHARE_ETCD_BINARY", "etcd")
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 class EtcdProcess(ServerProcess):
