@@ -289,7 +289,11 @@ async def measure(cluster: LocalCluster, args: argparse.Namespace) -> None:
     width = max(len(r[0]) for r in rows)
     vwidth = max(len(r[1]) for r in rows)
     print()
-    print(f"accelshare end-to-end benchmark ({args.agents} agent(s), process runtime, SQLite)")
+    sandbox = f"sandbox {args.sandbox}" if args.sandbox else "sandbox: the agent's default"
+    print(
+        f"accelshare end-to-end benchmark ({args.agents} agent(s), process runtime, {sandbox},"
+        " SQLite)"
+    )
     print(f"{'metric':<{width}}  {'value':<{vwidth}}  target")
     print(f"{'-' * width}  {'-' * vwidth}  ------")
     for metric, value, target, ok in rows:
@@ -310,6 +314,12 @@ def main() -> None:
     parser.add_argument("--agents", type=int, default=1)
     parser.add_argument("--cpus", type=int, default=512, help="cores each agent advertises")
     parser.add_argument("--mem", default="512g", help="memory each agent advertises")
+    parser.add_argument(
+        "--sandbox",
+        choices=["auto", "required", "off"],
+        help="the agents' [container] sandbox (default: the agent's, auto); off: the"
+        " unsandboxed peer of a sandboxed run",
+    )
     parser.add_argument(
         "--sql-stats",
         action="store_true",
@@ -352,6 +362,7 @@ def main() -> None:
                 agents=args.agents,
                 cpus=args.cpus,
                 mem_bytes=int(BinarySize.finite_from_str(args.mem)),
+                sandbox=args.sandbox,
             ),
             progress=lambda m: print(m, file=sys.stderr),
         )

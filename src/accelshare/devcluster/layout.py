@@ -69,6 +69,9 @@ class DevClusterOptions:
     # App pages on their own origin: the manager's second listener ([apps] listen-addr);
     # None: on the console's origin.
     apps_port: int | None = None
+    # The process runtime's [container] sandbox ("auto", "required", "off"); None: the
+    # agent's default (auto)
+    sandbox: str | None = None
 
     @property
     def endpoint(self) -> str:
@@ -182,7 +185,8 @@ def render_agent_toml(
         "# Creates are answered once allocated; the kernel's started event follows.\n"
         "start-in-background = true\n"
         f"scratch-root = {_toml_str(layout.agent_dir(agent_id) / 'scratch')}\n"
-        "\n"
+        + (f"sandbox = {_toml_str(options.sandbox)}\n" if options.sandbox else "")
+        + "\n"
         "[resource]\n"
         f"cpu-count = {options.cpus}\n"
         f"memory-size = {options.mem_bytes}\n"
