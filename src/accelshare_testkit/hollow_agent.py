@@ -215,6 +215,11 @@ class HollowAgent:
         }
         self.kernels: dict[str, _Kernel] = {}
         self.refuse_creates: str | None = None  # a reason: every create is refused with it
+        # A destroyed kernel's exit: its code (a real agent's kernel killed by SIGTERM
+        # exits 143), and whether its event reaches the manager before the destroy's
+        # answer does (as a real agent's often does) instead of in the background.
+        self.destroy_exit_code = 0
+        self.destroy_event_first = False
         self.images: list[str] = []  # what its heartbeat reports (process environments)
         self.plugin_status: dict[str, dict[str, str]] = {}  # what its plugins say of themselves
         self.runtime = "process"  # or "docker": what its heartbeat says it runs
@@ -476,8 +481,13 @@ async def _destroy(request: Request, kernel_id: str) -> Any:
         kernel = agent._drop(kernel_id)
     if kernel is None:
         return KernelReport(kernel_id=kernel_id, status=KernelStatus.EXITED).model_dump(mode="json")
-    agent._emit(agent._event(kernel, KernelEventType.EXITED, exit_code=0, reason="destroyed"))
-    return kernel.report(exit_code=0).model_dump(mode="json")
+    code = agent.destroy_exit_code
+    event = agent._event(kernel, KernelEventType.EXITED, exit_code=code, reason="destroyed")
+    if agent.destroy_event_first:
+        await agent.send(event)
+    else:
+        agent._emit(event)
+    return kernel.report(exit_code=code).model_dump(mode="json")
 
 
 async def _list_kernels(request: Request) -> Any:

@@ -48,6 +48,13 @@ __all__ = ["launch_manager"]
 log = logging.getLogger("accelshare.manager")
 
 
+KEEP_ALIVE_S = 30
+"""How long an idle keep-alive connection is held open: Backend.AI's manager holds them
+30 s.  Clients pool idle connections for a while (aiohttp's pool keeps them 15 s, so the
+official SDK does); a server that closed them sooner (uvicorn's default: 5 s) broke the
+next request of an SDK session that had sat idle with "Broken pipe"."""
+
+
 class _Server(uvicorn.Server):
     """uvicorn's server, but a SIGTERM/SIGINT stop exits 0 after the graceful shutdown
     (uvicorn re-raises the signal afterwards, so the process would die by it)."""
@@ -86,6 +93,7 @@ async def _serve(config_path: Path | None, log_level: str, *, json_logs: bool = 
             log_config=None if json_logs else LOGGING_CONFIG,
             access_log=False,
             timeout_graceful_shutdown=10,
+            timeout_keep_alive=KEEP_ALIVE_S,
         )
 
     server = _Server(server_config(host, port, lifespan="on"))

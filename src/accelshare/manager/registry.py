@@ -534,11 +534,18 @@ class AgentRegistry:
         row.exit_code = exit_code
         for kernel in kernels:
             kernel.exit_code = exit_code
-        if row.result is SessionResult.UNDEFINED:
-            row.result = SessionResult.SUCCESS if exit_code == 0 else SessionResult.FAILURE
-        why = reason or f"the kernel exited with code {exit_code}"
         if row.status is SessionStatus.TERMINATING:
-            why = f"destroyed ({why})"
+            # A destroy is under way and this is its kernel ending (killed by it, or
+            # ending as it was asked to): the session ends as the destroy itself ends it
+            # (SessionService._confirm_destroyed), with the destroy's reason and no
+            # result made up from the signal's exit code.  Without this, the second
+            # session of `destroy A B` (whose exit event often comes first) ended as a
+            # FAILURE while the first ended as destroyed.
+            why = row.status_info or "destroyed"
+        else:
+            if row.result is SessionResult.UNDEFINED:
+                row.result = SessionResult.SUCCESS if exit_code == 0 else SessionResult.FAILURE
+            why = reason or f"the kernel exited with code {exit_code}"
         await change_status(db, row, SessionStatus.TERMINATED, reason=why, now=now, kernels=kernels)
         return True
 

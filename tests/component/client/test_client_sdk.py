@@ -41,6 +41,32 @@ async def test_health_and_whoami(sdk: AccelshareClient) -> None:
     assert me["access_key"] == sdk.client_config.access_key
 
 
+async def test_an_idle_keep_alive_connection_outlives_uvicorns_five_seconds(
+    clean: LocalCluster,
+) -> None:
+    """The official SDK pools idle connections for 15 s: the manager holds them longer
+    (30 s, as Backend.AI's does), so a request after 6 idle seconds goes over the same
+    connection instead of failing with "Broken pipe"."""
+    host, port = clean.endpoint.removeprefix("http://").split(":")
+    reader, writer = await asyncio.open_connection(host, int(port))
+    request = f"GET /health HTTP/1.1\r\nHost: {host}\r\n\r\n".encode()
+    try:
+        for _ in range(2):
+            writer.write(request)
+            await writer.drain()
+            status = await asyncio.wait_for(reader.readline(), 10)
+            assert status.startswith(b"HTTP/1.1 200"), status
+            length = 0
+            while (line := await reader.readline()) not in (b"\r\n", b""):
+                if line.lower().startswith(b"content-length:"):
+                    length = int(line.split(b":")[1])
+            await reader.readexactly(length)
+            await asyncio.sleep(6)  # longer than uvicorn's default keep-alive (5 s)
+        assert not reader.at_eof()
+    finally:
+        writer.close()
+
+
 async def test_session_lifecycle(sdk: AccelshareClient) -> None:
     created = await sdk.sessions.create(
         "python",

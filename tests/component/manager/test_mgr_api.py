@@ -313,6 +313,26 @@ async def test_events_started_exited_and_deduplicated(cluster: Cluster) -> None:
     assert applied == 0
 
 
+async def test_a_destroyed_kernels_exit_event_first_still_ends_the_session_as_destroyed(
+    cluster: Cluster,
+) -> None:
+    """A real agent's destroyed kernel exits 143 (SIGTERM), and its exit event often reaches
+    the manager before the destroy's answer: the session ends as destroyed either way,
+    never as a FAILURE of the kernel."""
+    agent = await cluster.add_agent("i-node01")
+    agent.destroy_exit_code = 143
+    for name, first in (("event-later", False), ("event-first", True)):
+        agent.destroy_event_first = first
+        await cluster.create({"cuda.shares": "0.5"}, name=name)
+        await cluster.wait_status(name, "RUNNING")
+        destroyed = await cluster.admin.delete(f"/session/{name}")
+        assert destroyed.status_code == 200, destroyed.text
+        body = await cluster.wait_status(name, "TERMINATED")
+        assert body["result"] == "UNDEFINED", (name, body["result"])
+        assert body["statusInfo"].startswith("destroyed by "), (name, body["statusInfo"])
+        await agent.settle()
+
+
 async def test_a_started_event_brings_the_apps_host_ports(cluster: Cluster) -> None:
     """An agent starting kernels in the background can have its "started" event applied
     before the create's answer is recorded: the session is RUNNING then, and the host
