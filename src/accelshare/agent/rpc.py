@@ -10,6 +10,9 @@
     DELETE /v1/kernels/{kernel_id}      -> KernelReport (EXITED; unknown id: reason not-found)
     GET    /v1/kernels                  -> KernelList
     GET    /v1/kernels/{kernel_id}/logs -> text/plain  (?tail_bytes=N)
+    POST   /v1/kernels/{kernel_id}/execute  ExecuteRequest -> ExecuteResult (a step of a
+                                        run, agent/runs.py; 404 no such kernel or run,
+                                        409 run conflict, 501 runtime cannot)
     GET    /v1/alloc-map                -> AllocMapView (?form=compat -> {device: "0.80"})
     GET    /v1/stats/node               -> NodeStats
     GET    /v1/stats/kernels            -> KernelStats
@@ -46,12 +49,14 @@ from accelshare.protocol import (
     CLUSTER_SECRET_HEADER,
     CreateKernelBatch,
     CreateKernelRequest,
+    ExecuteRequest,
     KernelReport,
     KernelReports,
     KernelStatus,
 )
 
 from .metrics import CONTENT_TYPE
+from .runs import ExecUnsupported, RunConflict, RunNotFound
 from .runtime import KernelNotFound, KernelRuntimeError
 from .service import AgentService
 from .terminal_ws import relay_terminal
@@ -217,6 +222,21 @@ def create_rpc_app(
                 404, "not-found", "Not found", f"kernel {kernel_id} not found"
             ) from None
         return PlainTextResponse(text)
+
+    @router.post("/kernels/{kernel_id}/execute")
+    async def execute(kernel_id: str, body: ExecuteRequest) -> Response:
+        try:
+            return _json(await service.execute(kernel_id, body))
+        except KernelNotFound:
+            raise RpcProblem(
+                404, "not-found", "Not found", f"kernel {kernel_id} is not running"
+            ) from None
+        except RunNotFound as e:
+            raise RpcProblem(404, "run-not-found", "Not found", str(e)) from None
+        except RunConflict as e:
+            raise RpcProblem(409, "run-conflict", "Conflict", str(e)) from None
+        except ExecUnsupported as e:
+            raise RpcProblem(501, "not-implemented", "Not implemented", str(e)) from None
 
     @router.get("/alloc-map")
     async def alloc_map(form: Literal["full", "compat"] = "full") -> Response:

@@ -64,6 +64,8 @@ from accelshare.config.store import ConfigStore
 from accelshare.protocol import (
     AllocMapView,
     CreateKernelRequest,
+    ExecuteRequest,
+    ExecuteResult,
     Heartbeat,
     HeartbeatAck,
     KernelEventType,
@@ -93,6 +95,7 @@ from .ports import (
 )
 from .recovery import discover_kernels
 from .requests import KernelRequestError, parse_requested_slots
+from .runs import ExecUnsupported, Runs
 from .runtime import (
     EnvironmentConfigError,
     ImageSource,
@@ -106,6 +109,7 @@ from .runtime import (
     RuntimeUnavailable,
     default_environments,
 )
+from .runtime.execs import ExecSource
 from .runtime.sandbox import SandboxConfig, hidden_defaults, write_syscall_filter
 from .runtime.sandbox import probe as probe_sandbox
 from .scratch import is_valid_kernel_id
@@ -198,6 +202,7 @@ class AgentService:
         self._loaded: LoadedPlugins | None = None
         self._ledger: AllocLedger | None = None
         self._runtime: KernelRuntime | None = None
+        self._runs: Runs | None = None  # the execute API's runs, made on first use
         # Why sessions are not sandboxed (process runtime): then one user's at a time.
         self._unsandboxed: str | None = None
         self._stats: StatsCollector | None = None
@@ -498,6 +503,8 @@ class AgentService:
                 log.warning("kernel %s: could not end it: %s", kernel_id, result)
 
     async def _close_resources(self) -> None:
+        if self._runs is not None:
+            await self._runs.close()
         if self._runtime is not None and self._runtime_override is None:
             with contextlib.suppress(Exception):
                 await self._runtime.close()
@@ -940,6 +947,8 @@ class AgentService:
                     watcher = self._watchers.pop(kernel_id, None)
                     if watcher is not None:
                         watcher.cancel()
+                    if self._runs is not None:
+                        await self._runs.end_kernel(kernel_id)
                     await self._finalize(kernel_id, info)
                 finally:
                     self._ending.discard(kernel_id)
@@ -956,6 +965,20 @@ class AgentService:
                 except KernelRuntimeError as e:
                     log.warning("kernel %s: cleanup failed: %s", kernel_id, e)
             return record.report()
+
+    # -- execute --------------------------------------------------------------------------
+    async def execute(self, kernel_id: str, request: ExecuteRequest) -> ExecuteResult:
+        """One step of a run in a live kernel (:mod:`.runs`): ``KernelNotFound`` unless it
+        runs, ``ExecUnsupported`` for a runtime that cannot run commands in kernels,
+        ``RunNotFound``, ``RunConflict``."""
+        if self.kernel_ended(kernel_id):
+            raise KernelNotFound(kernel_id)
+        if self._runs is None:
+            runtime = self.runtime
+            if not isinstance(runtime, ExecSource) or not hasattr(runtime, "interpreter_argv"):
+                raise ExecUnsupported(f"the {runtime.name} runtime cannot run code in kernels")
+            self._runs = Runs(runtime)
+        return await self._runs.step(kernel_id, request)
 
     def kernel_ended(self, kernel_id: str) -> bool:
         """Is the kernel being destroyed, or over?  (A terminal whose shell ended tells

@@ -10,6 +10,7 @@ shared cluster secret in ``X-Accelshare-Cluster-Secret``)::
     DELETE /v1/kernels/{kernel_id}      -> KernelReport                       (idempotent)
     GET    /v1/kernels                  -> KernelList
     GET    /v1/kernels/{kernel_id}/logs -> text/plain
+    POST   /v1/kernels/{kernel_id}/execute  ExecuteRequest -> ExecuteResult  (a run's step)
     GET    /v1/alloc-map                -> AllocMapView        (?form=compat -> {device: "0.80"})
     GET    /v1/stats/node               -> NodeStats
     GET    /v1/stats/kernels            -> KernelStats
@@ -28,7 +29,8 @@ Amounts are decimal strings (``"0.6"``, ``"2147483648"``) everywhere: never floa
 Unknown fields are ignored so that a newer agent can talk to an older manager.  What
 the manager stores is checked at the edge (:mod:`.fields`).
 
-The modules: :mod:`.agent_rpc` (kernels: create, report, list), :mod:`.heartbeat`
+The modules: :mod:`.agent_rpc` (kernels: create, report, list), :mod:`.execute` (code
+execution in a kernel), :mod:`.heartbeat`
 (heartbeats and kernel events), :mod:`.maps` (allocation map views), :mod:`.stats`
 (live statistics) and :mod:`.fields` (field types, base models, checks).  This package
 imports nothing of accelshare but :mod:`accelshare.common` (an import-linter contract
@@ -46,6 +48,7 @@ from .agent_rpc import (
     KernelStatus,
     ServicePortMapping,
 )
+from .execute import BatchOptions, ExecuteRequest, ExecuteResult
 from .heartbeat import (
     Heartbeat,
     HeartbeatAck,
@@ -61,9 +64,12 @@ __all__ = [
     "CLUSTER_SECRET_HEADER",
     "MAX_CREATE_BATCH",
     "AllocMapView",
+    "BatchOptions",
     "CreateKernelBatch",
     "CreateKernelRequest",
     "DeviceView",
+    "ExecuteRequest",
+    "ExecuteResult",
     "Heartbeat",
     "HeartbeatAck",
     "KernelEvent",

@@ -1,4 +1,5 @@
-"""Start a terminal shell inside a process kernel's limits.  Standard library only.
+"""Start a terminal shell, or a command, inside a process kernel's limits.  Standard
+library only.
 
 Run by :mod:`accelshare.agent.runtime.terminal` as
 ``python -I -S _terminal_exec.py <scratch>/<id>/state/launch.json SHELL`` with stdin,
@@ -15,6 +16,10 @@ otherwise it execs the shell in the kernel's cwd.  Either way the shell gets the
 kernel's environment (so the plugins' tools, such as the mock ``nvidia-smi`` in
 ``config/bin``, are on PATH) and ``TERM=xterm-256color``.  Any failure is written
 to stderr (the terminal) and the exit code is 127.
+
+``_terminal_exec.py LAUNCH --run NSPID|- ARGV...`` (:mod:`.execs`, the execute API)
+starts ``ARGV`` the same way (``-``: the kernel has no sandbox) on the pipes it was
+given instead of a pty: no controlling terminal, no ``TERM``.
 """
 
 from __future__ import annotations
@@ -68,10 +73,11 @@ def load_syscall_filter(libc: ctypes.CDLL, path: str) -> None:
         raise OSError(ctypes.get_errno(), "prctl(PR_SET_SECCOMP)")
 
 
-def nsenter_argv(sandbox: dict[str, object], pid: int, cwd: str, shell: str) -> list[str]:
+def nsenter_argv(sandbox: dict[str, object], pid: int, cwd: str, command: list[str]) -> list[str]:
     """``nsenter`` into a sandboxed kernel (sandbox.py): all its namespaces, its root and
     the working folder, as the kernel's user (root agent: ``--setuid``; otherwise the
-    sandbox's user namespace maps the agent's own uid, kept as it is)."""
+    sandbox's user namespace maps the agent's own uid, kept as it is), running
+    ``command``."""
     argv = [
         "/usr/bin/nsenter" if os.path.exists("/usr/bin/nsenter") else "nsenter",
         f"--target={pid}",
@@ -90,22 +96,32 @@ def nsenter_argv(sandbox: dict[str, object], pid: int, cwd: str, shell: str) -> 
         argv += ["--user", "--preserve-credentials"]
     else:
         argv += [f"--setuid={sandbox['uid']}", f"--setgid={sandbox['gid']}"]
-    return [*argv, "--", "/usr/bin/env", f"--chdir={cwd}", shell]
+    return [*argv, "--", "/usr/bin/env", f"--chdir={cwd}", *command]
 
 
 def main(argv: list[str]) -> int:
-    launch_file, shell = argv[1], argv[2]
-    namespace_pid = int(argv[3]) if len(argv) > 3 else None
+    launch_file = argv[1]
+    run = argv[2] == "--run"
+    if run:  # LAUNCH --run NSPID|- ARGV...
+        namespace_pid = None if argv[3] == "-" else int(argv[3])
+        command = argv[4:]
+    else:  # LAUNCH SHELL [NSPID]
+        namespace_pid = int(argv[3]) if len(argv) > 3 else None
+        command = [argv[2]]
     try:
+        if not command:
+            raise ValueError("no command to run")
         with open(launch_file, encoding="utf-8") as f:
             cfg = json.load(f)
-        fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+        if not run:
+            fcntl.ioctl(0, termios.TIOCSCTTY, 0)
         load_launcher().enter_kernel_limits(cfg)
         for signum in (signal.SIGPIPE, signal.SIGXFSZ, signal.SIGINT, signal.SIGQUIT):
             signal.signal(signum, signal.SIG_DFL)
         env = dict(cfg["env"])
-        env["TERM"] = "xterm-256color"
-        env["SHELL"] = shell
+        if not run:
+            env["TERM"] = "xterm-256color"
+            env["SHELL"] = command[0]
         sandbox = cfg.get("sandbox")
         if sandbox and namespace_pid is not None:
             # The shell in the kernel's sandbox, as its user, never gaining privileges
@@ -115,14 +131,17 @@ def main(argv: list[str]) -> int:
                 raise OSError(ctypes.get_errno(), "prctl(PR_SET_NO_NEW_PRIVS)")
             if sandbox.get("seccomp"):
                 load_syscall_filter(libc, sandbox["seccomp"])
-            argv = nsenter_argv(sandbox, namespace_pid, cfg["cwd"], shell)
+            argv = nsenter_argv(sandbox, namespace_pid, cfg["cwd"], command)
             os.execvpe(argv[0], argv, env)
         if namespace_pid is not None:
             raise ValueError("a sandbox pid was given for a kernel without a sandbox")
         os.chdir(cfg["cwd"])
-        os.execve(shell, [shell], env)
+        if run:  # a command name is looked up on the kernel's PATH
+            os.execvpe(command[0], command, env)
+        os.execve(command[0], command, env)
     except BaseException as e:
-        os.write(2, f"accelshare: cannot start the terminal: {type(e).__name__}: {e}\r\n".encode())
+        what, end = ("the command", "\n") if run else ("the terminal", "\r\n")
+        os.write(2, f"accelshare: cannot start {what}: {type(e).__name__}: {e}{end}".encode())
         return 127
 
 

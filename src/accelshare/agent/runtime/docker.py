@@ -70,7 +70,13 @@ from .errors import (
     KernelStartFailed,
     RuntimeUnavailable,
 )
+from .execs import DockerExec
 from .terminal import DockerTerminal
+
+PYTHON_SCRIPT = (
+    'if command -v python3 >/dev/null 2>&1; then exec python3 -c "$1"; fi; exec python -c "$1"'
+)
+"""The execute API's query mode in a container: the code (``$1``) with the image's Python."""
 
 __all__ = [
     "DEFAULT_KERNEL_GID",
@@ -545,6 +551,24 @@ class DockerRuntime:
             if e.status in (404, 409):  # gone, or stopped since
                 raise KernelNotFound(kernel_id) from None
             raise
+
+    async def exec_in_kernel(self, kernel_id: str, argv: Sequence[str]) -> DockerExec:
+        """``argv`` without a tty in the kernel's container, as the kernel's user (see
+        :mod:`.execs`); ``KernelNotFound`` unless the kernel is running."""
+        info = await self.get_kernel(kernel_id)
+        if info.state is not KernelState.RUNNING:
+            raise KernelNotFound(kernel_id)
+        try:
+            container = await self._docker.containers.get(self._container_name(kernel_id))
+            return await DockerExec.start(container, argv, user=self.config.user)
+        except DockerError as e:
+            if e.status in (404, 409):  # gone, or stopped since
+                raise KernelNotFound(kernel_id) from None
+            raise
+
+    def interpreter_argv(self, kernel_id: str, code: str) -> list[str]:
+        """Run ``code`` with the image's Python (``python3``, else ``python``)."""
+        return ["/bin/sh", "-c", PYTHON_SCRIPT, "sh", code]
 
     async def scan_kernels(self) -> list[KernelInfo]:
         filters = json.dumps(

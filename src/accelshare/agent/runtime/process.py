@@ -40,7 +40,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
@@ -69,6 +69,7 @@ from .errors import (
     RuntimeUnavailable,
     UnknownEnvironment,
 )
+from .execs import PipeExec
 from .forkserver import ForkServer
 from .netns_forward import NetnsForwarder
 from .procfs import find_marked_processes, is_same_process
@@ -165,6 +166,7 @@ class ProcessRuntime:
             self._resolv_conf.write_text(OUTBOUND_RESOLV_CONF, encoding="utf-8")
         self._locks: dict[str, asyncio.Lock] = {}
         self._terminals: dict[str, set[ProcessTerminal]] = {}
+        self._execs: dict[str, set[PipeExec]] = {}
         self._forwarders: dict[str, NetnsForwarder] = {}
         self._starting: set[str] = set()
         self._collect_lock = threading.Lock()
@@ -836,6 +838,8 @@ class ProcessRuntime:
         # kernel's SIGTERM/SIGKILL would not reach it, so it ends with the kernel here.
         for terminal in list(self._terminals.pop(kernel_id, ())):
             await terminal.close()
+        for command in list(self._execs.pop(kernel_id, ())):  # the same for the execute API's
+            await command.kill()
         async with self._lock(kernel_id):
             info = await self.get_kernel(kernel_id)
             if not info.is_running:
@@ -890,28 +894,33 @@ class ProcessRuntime:
         )
 
     # -- terminal -------------------------------------------------------------------------
-    async def open_terminal(self, kernel_id: str, *, cols: int, rows: int) -> ProcessTerminal:
-        """A shell on a pty with the kernel's environment, cwd and limits (see
-        :mod:`.terminal`); ``KernelNotFound`` unless the kernel is running."""
+    async def _exec_target(self, kernel_id: str) -> tuple[Path, int | None]:
+        """Where a terminal or a command joins a running kernel: its ``launch.json``
+        and its sandbox's init (None: not sandboxed); ``KernelNotFound`` unless the
+        kernel is running."""
         info = await self.get_kernel(kernel_id)
         scratch = self._scratch(kernel_id)
         if info.state is not KernelState.RUNNING or not scratch.launch_file.exists():
             raise KernelNotFound(kernel_id)
-        namespace_pid = None
         launch = read_json(scratch.launch_file) or {}
-        sandbox = launch.get("sandbox")
-        if sandbox:
-            # the sandbox's init: the shell joins its namespaces, as the kernel's user
-            proc = read_json(scratch.proc_file) or {}
-            pid, start = proc.get("sandbox_pid"), proc.get("sandbox_start")
-            if not isinstance(pid, int) or not is_same_process(
-                pid, start if isinstance(start, int) else None, proc_root=self._proc_root
-            ):
-                raise KernelNotFound(kernel_id)
-            namespace_pid = pid
+        if not launch.get("sandbox"):
+            return scratch.launch_file, None
+        # the sandbox's init: what joins it enters its namespaces, as the kernel's user
+        proc = read_json(scratch.proc_file) or {}
+        pid, start = proc.get("sandbox_pid"), proc.get("sandbox_start")
+        if not isinstance(pid, int) or not is_same_process(
+            pid, start if isinstance(start, int) else None, proc_root=self._proc_root
+        ):
+            raise KernelNotFound(kernel_id)
+        return scratch.launch_file, pid
+
+    async def open_terminal(self, kernel_id: str, *, cols: int, rows: int) -> ProcessTerminal:
+        """A shell on a pty with the kernel's environment, cwd and limits (see
+        :mod:`.terminal`); ``KernelNotFound`` unless the kernel is running."""
+        launch_file, namespace_pid = await self._exec_target(kernel_id)
         terminal = await asyncio.to_thread(
             ProcessTerminal.spawn,
-            scratch.launch_file,
+            launch_file,
             cols=cols,
             rows=rows,
             shell=pick_shell(),
@@ -921,6 +930,25 @@ class ProcessRuntime:
         open_.add(terminal)
         terminal.on_close = open_.discard
         return terminal
+
+    async def exec_in_kernel(self, kernel_id: str, argv: Sequence[str]) -> PipeExec:
+        """``argv`` on pipes with the kernel's environment, cwd and limits, in its
+        sandbox as its user (see :mod:`.execs`); ``KernelNotFound`` unless it runs."""
+        launch_file, namespace_pid = await self._exec_target(kernel_id)
+        command = await PipeExec.spawn(launch_file, argv, namespace_pid=namespace_pid)
+        running = self._execs.setdefault(kernel_id, set())
+        running.add(command)
+        command.on_end = running.discard
+        return command
+
+    def interpreter_argv(self, kernel_id: str, code: str) -> list[str]:
+        """Run ``code`` with the kernel's environment's interpreter: its command prefix
+        and the code (``python -c CODE``; ``sh -c CODE`` for a prefix that ends with
+        ``-c`` already)."""
+        launch = read_json(self._scratch(kernel_id).launch_file) or {}
+        environment = self.config.environments.get(str(launch.get("image", "")))
+        prefix = list(environment.command_prefix) if environment else [sys.executable]
+        return [*prefix, code] if prefix[-1] == "-c" else [*prefix, "-c", code]
 
     # -- logs / cleanup -------------------------------------------------------------------
     async def get_logs(self, kernel_id: str, *, tail_bytes: int | None = None) -> str:
