@@ -13,6 +13,7 @@
     POST   /v1/kernels/{kernel_id}/execute  ExecuteRequest -> ExecuteResult (a step of a
                                         run, agent/runs.py; 404 no such kernel or run,
                                         409 run conflict, 501 runtime cannot)
+    DELETE /v1/kernels/{kernel_id}/execute/{run_id}  -> 204   (a run killed; 404 unknown)
     GET    /v1/alloc-map                -> AllocMapView (?form=compat -> {device: "0.80"})
     GET    /v1/stats/node               -> NodeStats
     GET    /v1/stats/kernels            -> KernelStats
@@ -237,6 +238,14 @@ def create_rpc_app(
             raise RpcProblem(409, "run-conflict", "Conflict", str(e)) from None
         except ExecUnsupported as e:
             raise RpcProblem(501, "not-implemented", "Not implemented", str(e)) from None
+
+    @router.delete("/kernels/{kernel_id}/execute/{run_id}", status_code=204)
+    async def cancel_run(kernel_id: str, run_id: str) -> Response:
+        try:
+            await service.cancel_run(kernel_id, run_id)
+        except RunNotFound as e:
+            raise RpcProblem(404, "run-not-found", "Not found", str(e)) from None
+        return Response(status_code=204)
 
     @router.get("/alloc-map")
     async def alloc_map(form: Literal["full", "compat"] = "full") -> Response:

@@ -205,6 +205,13 @@ class Runs:
             with contextlib.suppress(Exception):
                 await run.command.kill()
 
+    async def cancel(self, kernel_id: str, run_id: str) -> None:
+        """Kill a run (its client went away); :class:`RunNotFound` for an unknown one."""
+        run = self._runs.get((kernel_id, run_id))
+        if run is None:
+            raise RunNotFound(kernel_id, run_id)
+        await self._end(run)
+
     async def expire_idle(self) -> None:
         """Kill the runs nobody stepped for :data:`IDLE_TIMEOUT_S`."""
         now = self.clock()

@@ -95,7 +95,7 @@ from .ports import (
 )
 from .recovery import discover_kernels
 from .requests import KernelRequestError, parse_requested_slots
-from .runs import ExecUnsupported, Runs
+from .runs import ExecUnsupported, RunNotFound, Runs
 from .runtime import (
     EnvironmentConfigError,
     ImageSource,
@@ -979,6 +979,11 @@ class AgentService:
                 raise ExecUnsupported(f"the {runtime.name} runtime cannot run code in kernels")
             self._runs = Runs(runtime)
         return await self._runs.step(kernel_id, request)
+
+    async def cancel_run(self, kernel_id: str, run_id: str) -> None:
+        if self._runs is None:
+            raise RunNotFound(kernel_id, run_id)
+        await self._runs.cancel(kernel_id, run_id)
 
     def kernel_ended(self, kernel_id: str) -> bool:
         """Is the kernel being destroyed, or over?  (A terminal whose shell ended tells

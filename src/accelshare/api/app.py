@@ -59,6 +59,7 @@ from . import (
     app_proxy,
     compat,
     config_routes,
+    execute,
     images,
     internal,
     login,
@@ -167,6 +168,7 @@ def create_app(
             metrics_route.router,
             compat.router,  # the official Backend.AI client's extras (docs/compatibility.md)
             app_proxy.router,  # web terminal and app services (the WSProxy role)
+            execute.router,  # Backend.AI's execute API (code run in a session)
         ):
             app.include_router(router)
         app.include_router(create_graphql_router(), prefix="/admin/gql")

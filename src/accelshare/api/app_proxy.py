@@ -63,7 +63,7 @@ from .problems import (
     problem_response,
 )
 
-__all__ = ["router"]
+__all__ = ["WsRefusal", "refuse_ws", "router", "ws_lease", "ws_target"]
 
 log = logging.getLogger(__name__)
 
@@ -115,25 +115,25 @@ async def _ws_identity(websocket: WebSocket, ref: str, *, app: bool) -> Identity
     cross_origin = origin is not None and urlsplit(origin).netloc != websocket.headers.get("host")
     if is_apps_request(websocket.scope):
         if cross_origin:  # a page of another site with the browser's app cookie
-            raise _WsRefusal(4403, f"cross-origin WebSocket from {origin} refused")
+            raise WsRefusal(4403, f"cross-origin WebSocket from {origin} refused")
         return await _app_cookie_identity(request, ref)
     identity: Identity = await websocket.app.state.authenticator.authenticate(request)
     if identity.method is AuthMethod.COOKIE:
         if cross_origin:
-            raise _WsRefusal(4403, f"cross-origin WebSocket from {origin} refused")
+            raise WsRefusal(4403, f"cross-origin WebSocket from {origin} refused")
         if app and _apps(websocket) is not None:
-            raise _WsRefusal(4403, "app services are served on the apps origin, not here")
+            raise WsRefusal(4403, "app services are served on the apps origin, not here")
     return identity
 
 
-class _WsRefusal(Exception):
+class WsRefusal(Exception):
     def __init__(self, code: int, reason: str) -> None:
         super().__init__(reason)
         self.code = code
         self.reason = reason
 
 
-async def _ws_target(
+async def ws_target(
     websocket: WebSocket, ref: str, *, app: bool = False
 ) -> tuple[Identity, ProxyTarget]:
     try:
@@ -141,16 +141,16 @@ async def _ws_target(
         manager = get_manager(websocket)  # type: ignore[arg-type]
         return identity, await manager.sessions.proxy_target(identity, ref)
     except (Problem, ManagerError) as e:
-        raise _WsRefusal(_WS_CODES.get(e.status, 4500), str(e)) from None
+        raise WsRefusal(_WS_CODES.get(e.status, 4500), str(e)) from None
 
 
-async def _refuse(websocket: WebSocket, code: int, reason: str) -> None:
+async def refuse_ws(websocket: WebSocket, code: int, reason: str) -> None:
     await websocket.accept()
     # A close reason is at most 123 bytes.
     await websocket.close(code=code, reason=reason.encode()[:120].decode(errors="ignore"))
 
 
-async def _ws_lease(websocket: WebSocket, kind: ConnectionKind, identity: Identity) -> Lease | None:
+async def ws_lease(websocket: WebSocket, kind: ConnectionKind, identity: Identity) -> Lease | None:
     """A connection slot, or None once the handshake got its 429."""
     limits: ConnectionLimits = websocket.app.state.connection_limits
     try:
@@ -159,7 +159,7 @@ async def _ws_lease(websocket: WebSocket, kind: ConnectionKind, identity: Identi
         if "websocket.http.response" in websocket.scope.get("extensions", {}):
             await websocket.send_denial_response(problem_response(e, websocket.url.path))
         else:
-            await _refuse(websocket, 4429, e.detail)
+            await refuse_ws(websocket, 4429, e.detail)
         return None
 
 
@@ -170,7 +170,7 @@ async def _relay(websocket: WebSocket, upstream_url: str, headers: dict[str, str
             upstream_url, additional_headers=headers, max_size=None, open_timeout=10
         )
     except (OSError, InvalidHandshake, TimeoutError) as e:
-        await _refuse(websocket, 4502, f"cannot reach the session: {type(e).__name__}")
+        await refuse_ws(websocket, 4502, f"cannot reach the session: {type(e).__name__}")
         return
     await websocket.accept()
 
@@ -212,16 +212,16 @@ async def _relay(websocket: WebSocket, upstream_url: str, headers: dict[str, str
 @router.websocket("/session/{ref}/terminal")
 async def session_terminal(websocket: WebSocket, ref: str) -> None:
     try:
-        identity, target = await _ws_target(websocket, ref)
-    except _WsRefusal as e:
-        await _refuse(websocket, e.code, e.reason)
+        identity, target = await ws_target(websocket, ref)
+    except WsRefusal as e:
+        await refuse_ws(websocket, e.code, e.reason)
         return
     manager = get_manager(websocket)  # type: ignore[arg-type]
     base = target.agent_url.rstrip("/").replace("http://", "ws://", 1)
     base = base.replace("https://", "wss://", 1)
     query = websocket.url.query
     url = f"{base}/v1/kernels/{target.kernel_id}/terminal" + (f"?{query}" if query else "")
-    lease = await _ws_lease(websocket, ConnectionKind.TERMINAL, identity)
+    lease = await ws_lease(websocket, ConnectionKind.TERMINAL, identity)
     if lease is None:
         return
     with lease:
@@ -494,16 +494,16 @@ for _method in ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"):
 @router.websocket("/session/{ref}/apps/{name}/{path:path}")
 async def session_app_ws(websocket: WebSocket, ref: str, name: str, path: str) -> None:
     try:
-        identity, target = await _ws_target(websocket, ref, app=True)
+        identity, target = await ws_target(websocket, ref, app=True)
         base = _service_base(target, name, ref).replace("http://", "ws://", 1)
-    except _WsRefusal as e:
-        await _refuse(websocket, e.code, e.reason)
+    except WsRefusal as e:
+        await refuse_ws(websocket, e.code, e.reason)
         return
     except Problem as e:
-        await _refuse(websocket, _WS_CODES.get(e.status, 4500), str(e))
+        await refuse_ws(websocket, _WS_CODES.get(e.status, 4500), str(e))
         return
     query = websocket.url.query
-    lease = await _ws_lease(websocket, ConnectionKind.APP_WEBSOCKET, identity)
+    lease = await ws_lease(websocket, ConnectionKind.APP_WEBSOCKET, identity)
     if lease is None:
         return
     with lease:

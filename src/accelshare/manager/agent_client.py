@@ -18,6 +18,8 @@ from pydantic import ValidationError
 from accelshare.protocol import (
     CLUSTER_SECRET_HEADER,
     CreateKernelRequest,
+    ExecuteRequest,
+    ExecuteResult,
     KernelList,
     KernelReport,
     KernelReports,
@@ -155,6 +157,24 @@ class AgentClient:
         response = await self._request("GET", base_url, "/v1/kernels")
         kernels: KernelList = self._parse(base_url, KernelList, response)
         return kernels
+
+    async def execute(
+        self, base_url: str, kernel_id: str, request: ExecuteRequest
+    ) -> ExecuteResult:
+        """One step of a run in the kernel (waits up to the request's flushTimeout)."""
+        response = await self._request(
+            "POST",
+            base_url,
+            f"/v1/kernels/{kernel_id}/execute",
+            content=request.model_dump_json(exclude_none=True),
+            headers={"content-type": "application/json"},
+            timeout=request.flushTimeout + 30.0,
+        )
+        result: ExecuteResult = self._parse(base_url, ExecuteResult, response)
+        return result
+
+    async def cancel_run(self, base_url: str, kernel_id: str, run_id: str) -> None:
+        await self._request("DELETE", base_url, f"/v1/kernels/{kernel_id}/execute/{run_id}")
 
     async def kernel_logs(self, base_url: str, kernel_id: str) -> str:
         response = await self._request("GET", base_url, f"/v1/kernels/{kernel_id}/logs")

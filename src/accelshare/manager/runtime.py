@@ -35,6 +35,7 @@ from .bus_link import ManagerBusLink
 from .clock import Clock, utcnow
 from .db import Database
 from .errors import NotFound
+from .execute import ExecuteService
 from .hub import ChangeHub
 from .images import ImageService
 from .metrics import ManagerMetrics
@@ -126,6 +127,7 @@ class Manager:
             known_slots=self.known_slots,
             default_scaling_group=options.default_scaling_group,
         )
+        self.execute = ExecuteService(self.sessions, self.client)
         self._sweeper: asyncio.Task[None] | None = None
         self.bus_link: ManagerBusLink | None = None
         if bus is not None:

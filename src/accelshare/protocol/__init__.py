@@ -11,6 +11,7 @@ shared cluster secret in ``X-Accelshare-Cluster-Secret``)::
     GET    /v1/kernels                  -> KernelList
     GET    /v1/kernels/{kernel_id}/logs -> text/plain
     POST   /v1/kernels/{kernel_id}/execute  ExecuteRequest -> ExecuteResult  (a run's step)
+    DELETE /v1/kernels/{kernel_id}/execute/{run_id}  -> 204  (kills the run)
     GET    /v1/alloc-map                -> AllocMapView        (?form=compat -> {device: "0.80"})
     GET    /v1/stats/node               -> NodeStats
     GET    /v1/stats/kernels            -> KernelStats

@@ -197,3 +197,40 @@ async def test_batch_sessions_run_their_command_in_the_environment(
             assert (session["exitCode"], session["result"]) == (exit_code, result), session
             logs = (await client.get(f"/session/{name}/logs")).json()["result"]["logs"]
             assert logs == output, (name, logs)
+
+
+async def test_execute_runs_code_in_a_running_session_and_names_what_it_refuses(
+    db_url: str, tmp_path: Path
+) -> None:
+    """Backend.AI's REST execute (``POST /session/{ref}``) relayed to the real agent."""
+    async with real_cluster(db_url, tmp_path) as client:
+        body = {"image": "python", "name": "ex", "config": {"resources": {"cpu": 1, "mem": "256m"}}}
+        created = await client.post("/session", json={**body, "maxWaitSeconds": 30})
+        assert created.json()["status"] == "RUNNING", created.text
+        ran = await client.post("/session/ex", json={"mode": "query", "code": "print(6 * 7)"})
+        assert ran.status_code == 200, ran.text
+        result = ran.json()["result"]
+        assert (result["status"], result["exitCode"]) == ("finished", 0)
+        assert result["console"] == [["stdout", "42\n"]]
+
+        async def refused(payload: dict[str, object], ref: str = "ex") -> dict[str, object]:
+            response = await client.post(f"/session/{ref}", json=payload)
+            assert response.status_code >= 400, response.text
+            return {"status": response.status_code, **response.json()}
+
+        bad_mode = await refused({"mode": "shell", "code": "ls"})
+        assert (bad_mode["status"], bad_mode["field"]) == (400, "mode")
+        assert (await refused({"code": "x"}))["status"] == 501  # "complete": no mode
+        unknown = await refused({"mode": "continue", "runId": "nosuch", "code": ""})
+        assert (unknown["status"], unknown["field"]) == (404, "runId")
+        no_exec = await refused({"mode": "batch", "options": {"build": "true"}})
+        assert (no_exec["status"], no_exec["field"]) == (409, "options")
+        assert (await refused({"mode": "query", "code": "1"}, ref="nosuch"))["status"] == 404
+
+        # a session that is not RUNNING: 409 naming its status, nothing run
+        waiting = {**body, "name": "waits", "enqueueOnly": True, "waitForAgents": True}
+        waiting["config"] = {"resources": {"cpu": 1, "mem": "256m", "cuda.shares": "5"}}
+        assert (await client.post("/session", json=waiting)).status_code == 201
+        pending = await refused({"mode": "query", "code": "1"}, ref="waits")
+        assert pending["status"] == 409
+        assert "PENDING" in str(pending["detail"])

@@ -85,8 +85,32 @@ async def agents(params: dict[str, Any]) -> Any:
         return {"total": page.total_count, "items": page.items, "detail": detail}
 
 
+async def execute(params: dict[str, Any]) -> Any:
+    """``ComputeSession.execute()`` stepped until the run finishes (each result kept),
+    then the refusals' status and body: an unknown run id, and ``params["refusals"]``."""
+    async with AsyncSession() as session:
+        compute = session.ComputeSession(params["name"])
+        results = []
+        run_id, mode, code = None, params.get("mode", "query"), params.get("code", "")
+        while True:
+            result = await compute.execute(run_id, code, mode=mode, opts=params.get("opts"))
+            results.append(result)
+            if result["status"] == "finished":
+                break
+            run_id, mode, code = result["runId"], "continue", ""
+        refusals = []
+        for run_id, mode in params.get("refusals", []):
+            try:
+                await compute.execute(run_id, "", mode=mode)
+                refusals.append({"status": 200})
+            except BackendAPIError as e:
+                refusals.append({"status": e.status, "data": e.data})
+        return {"results": results, "refusals": refusals}
+
+
 ACTIONS = {
-    f.__name__: f for f in (hello, keypair, bad_secret, gql, create, info, logs, destroy, agents)
+    f.__name__: f
+    for f in (hello, keypair, bad_secret, gql, create, info, logs, destroy, agents, execute)
 }
 
 

@@ -263,6 +263,55 @@ def test_sdk_session_and_agent_calls(bai: Bai) -> None:
     assert destroyed["status"] == "TERMINATED"
 
 
+def test_run_executes_code_in_a_session_and_rm_destroys_it(bai: Bai) -> None:
+    """``backend.ai run``: the code runs in the session's kernel, its output streamed over
+    ``/stream/session/{id}/execute``; ``--rm`` destroys the session afterwards."""
+    code = "import sys; print('hello from', sys.executable); print('oops', file=sys.stderr)"
+    ran = bai.ok(
+        "run", "--rm", "-r", "cpu=1", "-r", "mem=1g", "--name", "compat-run", "-c", code, "python"
+    )  # fmt: skip
+    assert "hello from /" in ran.stdout
+    assert "oops" in ran.stderr
+    assert "Execution finished. (exit code = 0)" in ran.output
+    assert bai.sessions()["compat-run"] == "TERMINATED"
+
+    failing = bai.ok(
+        "run", "--rm", "-r", "cpu=1", "-r", "mem=1g", "--name", "compat-run-exit",
+        "-c", "import sys; sys.exit(7)", "python",
+    )  # fmt: skip
+    assert "Execution finished. (exit code = 7)" in failing.output
+    assert bai.sessions()["compat-run-exit"] == "TERMINATED"
+
+    kept = bai.ok("run", "-r", "cpu=1", "-r", "mem=1g", "--name", "compat-run-kept",
+                  "-c", "print(6 * 7)", "python")  # fmt: skip
+    assert "42" in kept.stdout
+    assert bai.sessions()["compat-run-kept"] == "RUNNING"  # no --rm: it stays
+
+
+def test_sdk_execute_steps_a_run_and_names_bad_run_ids(bai: Bai) -> None:
+    resources = {"cpu": "1", "mem": "1g"}
+    bai.sdk("create", image="python", name="compat-exec", resources=resources)
+    code = "import time\nfor i in range(3):\n    print(i, flush=True); time.sleep(1)"
+    answer = bai.sdk("execute", name="compat-exec", code=code, refusals=[["nosuch", "continue"]])
+    results = answer["results"]
+    assert len(results) > 1  # the output came in steps
+    assert results[0]["status"] == "continued"
+    assert results[-1]["exitCode"] == 0
+    assert "".join(t for r in results for s, t in r["console"] if s == "stdout") == "0\n1\n2\n"
+    (unknown,) = answer["refusals"]
+    assert unknown["status"] == 404
+    assert "runId" in json.dumps(unknown["data"])
+
+    batch = bai.sdk(
+        "execute", name="compat-exec", mode="batch",
+        opts={"build": "echo building", "exec": "echo $HOME; exit 3"},
+    )  # fmt: skip
+    statuses = [r["status"] for r in batch["results"]]
+    assert "build-finished" in statuses
+    assert batch["results"][-1]["exitCode"] == 3
+    bai.sdk("destroy", name="compat-exec")
+
+
 def test_what_does_not_work_fails_clearly(bai: Bai) -> None:
     # The client itself insists on a UUID for `session info` (no request is sent).
     by_name = bai("session", "info", "compat-nosuch")
