@@ -63,3 +63,38 @@ async def test_docker_terminal_env_size_resize_and_exit(
     await docker_runtime.destroy_kernel(kernel_id, grace_s=0)
     with pytest.raises(KernelNotFound):
         await docker_runtime.open_terminal(kernel_id, cols=80, rows=24)
+
+
+async def test_a_command_runs_in_a_docker_kernel_on_pipes(
+    docker_runtime: DockerRuntime, busybox_image: str
+) -> None:
+    """The execute API's docker side: ``exec`` without a tty, stdout and stderr apart,
+    stdin, the exit code, as the kernel's user in ``/home/work``."""
+    kernel_id = f"dx-{uuid.uuid4().hex[:10]}"
+    await docker_runtime.create_kernel(
+        KernelSpec(
+            kernel_id=kernel_id,
+            image=busybox_image,
+            resource_txt="SLOTS={}\n",
+            limits=ResourceLimits(cpu_count=Decimal("0.5"), mem_bytes=64 << 20, pids_max=64),
+        )
+    )
+    command = await docker_runtime.exec_in_kernel(
+        kernel_id,
+        ["/bin/sh", "-c", "read line; echo got=$line; pwd; id -u; echo oops >&2; exit 5"],
+    )
+    await command.write(b"hello\n")
+    await command.close_stdin()
+    out: dict[str | None, str] = {"stdout": "", "stderr": ""}
+    while True:
+        stream, chunk = await command.read()
+        if stream is None:
+            break
+        out[stream] += chunk.decode()
+    assert await command.wait() == 5
+    config = docker_runtime.config
+    assert out["stdout"] == f"got=hello\n/home/work\n{config.kernel_uid}\n"
+    assert out["stderr"] == "oops\n"
+    await docker_runtime.destroy_kernel(kernel_id, grace_s=0)
+    with pytest.raises(KernelNotFound):
+        await docker_runtime.exec_in_kernel(kernel_id, ["true"])
