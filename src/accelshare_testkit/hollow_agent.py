@@ -4,9 +4,10 @@ A :class:`HollowAgent` keeps **real** allocation maps, built from the real plugi
 inventories (the mock accelerator from a ``mock-accelerator.toml`` — by default the
 two-GPU demo of ``configs/accelerator/two-fgpu.toml`` — plus the intrinsic cpu and mem
 plugins) with :func:`accelshare.accel.build_alloc_map`, and serves the agent RPC of
-:mod:`accelshare.protocol` as an ASGI app: kernels are "created" instantly by
-allocating on the maps (so a placement the manager got wrong is refused exactly as a
-real agent would refuse it), destroyed by freeing.  It heartbeats and sends kernel
+:mod:`accelshare.protocol` as an ASGI app: kernels are "created" instantly by taking
+the manager's plan on the maps, checked as a real agent checks it (a plan that no
+longer fits is refused as a conflict), or by allocating when no plan comes, and
+destroyed by freeing.  It heartbeats and sends kernel
 events to a manager through any ``httpx.AsyncClient``.
 
 Used by the manager's component tests and by the scheduler's scale benchmark::
@@ -49,8 +50,10 @@ from accelshare.alloc import (
     AbstractAllocMap,
     FractionAllocMap,
     KernelAllocation,
+    PlanConflict,
     ResourceError,
     allocate_kernel,
+    allocate_planned_kernel,
     free_kernel,
 )
 from accelshare.common import INTRINSIC_SLOTS, SlotName, canonical_decimal
@@ -224,6 +227,7 @@ class HollowAgent:
         self.plugin_status: dict[str, dict[str, str]] = {}  # what its plugins say of themselves
         self.runtime = "process"  # or "docker": what its heartbeat says it runs
         self.created = 0
+        self.conflicts = 0  # plans refused as no longer fitting
         self.batch_route = True  # False: POST /v1/kernels/batch is a 404 (an older agent)
         self.batch_creates = 0  # batch requests received
         self.destroy_requests: list[str] = []
@@ -409,7 +413,8 @@ class HollowAgent:
             if existing is None:
                 return _problem(409, self.refuse_creates)
         report = await self._create_report(body)
-        if report.status is KernelStatus.FAILED:  # a single create refuses with 412
+        if report.status is KernelStatus.FAILED and not report.conflict:
+            # a single create refuses with 412 (a conflict is a report, as on a real agent)
             error, _, detail = report.reason.partition(": ")
             return _problem(412, detail, error=error)
         return report.model_dump(mode="json")
@@ -421,20 +426,36 @@ class HollowAgent:
             if existing is not None:  # idempotent by kernel id
                 return existing.report()
             request = {slot: Decimal(amount) for slot, amount in body.requested_slots.items()}
+            fragmentation = body.allow_fractional_resource_fragmentation
             try:
-                allocation = allocate_kernel(
-                    self.maps,
-                    request,
-                    allow_resource_fragmentation=body.allow_fractional_resource_fragmentation,
-                    context_tag=body.kernel_id,
-                )
+                if body.planned_allocations is not None:  # the manager's plan, taken as is
+                    plan = {
+                        slot: {device: Decimal(amount) for device, amount in per.items()}
+                        for slot, per in body.planned_allocations.items()
+                    }
+                    allocation = allocate_planned_kernel(
+                        self.maps,
+                        request,
+                        plan,
+                        allow_resource_fragmentation=fragmentation,
+                        context_tag=body.kernel_id,
+                    )
+                else:
+                    allocation = allocate_kernel(
+                        self.maps,
+                        request,
+                        allow_resource_fragmentation=fragmentation,
+                        context_tag=body.kernel_id,
+                    )
             except ResourceError as e:
+                self.conflicts += isinstance(e, PlanConflict)
                 return KernelReport(
                     kernel_id=body.kernel_id,
                     session_id=body.session_id,
                     status=KernelStatus.FAILED,
                     image=body.image,
                     reason=f"{type(e).__name__}: {e}",
+                    conflict=isinstance(e, PlanConflict),
                 )
             status = KernelStatus.RUNNING if self.start_running else KernelStatus.PREPARING
             kernel = _Kernel(

@@ -8,6 +8,7 @@ allocation-map views (full and compatible forms) can be served from memory::
     ledger.allocate("k1", {"cpu": 1, "mem": 2**30, "cuda.shares": Decimal("0.2")})
     ledger.allocate("k2", {"cpu": 1, "mem": 2**30, "cuda.shares": Decimal("1.2")})
     ledger.compat_view()   # {"...2d01": "0.60", "...2d02": "0.80"}
+    ledger.allocate_planned("k3", {"cpu": 1, ...}, {"cpu": {"3": 1}, ...})  # the manager's plan
     ledger.release("k1")   # True; a second release is a no-op (False)
 
 Restart recovery (:meth:`restore`) clears every map and re-applies each live kernel's
@@ -55,6 +56,7 @@ from accelshare.alloc import (
     KernelAllocation,
     ResourceError,
     allocate_kernel,
+    allocate_planned_kernel,
     apply_kernel,
     free_kernel,
 )
@@ -264,6 +266,30 @@ class AllocLedger:
             request,
             allocation_order=allocation_order,
             affinity_policy=affinity_policy,
+            context_tag=kernel_id,
+            allow_resource_fragmentation=allow_fragmentation,
+        )
+        self._record(kernel_id, allocation)
+        return allocation
+
+    def allocate_planned(
+        self,
+        kernel_id: str,
+        request: Mapping[str, Decimal],
+        plan: SlotAlloc,
+        *,
+        allow_fragmentation: bool = True,
+    ) -> KernelAllocation:
+        """Take exactly ``plan`` (slot -> device -> amount, the manager's placement) for
+        ``request``, all or nothing, without the placement strategy: raises
+        ``PlanConflict`` when it no longer fits, another ResourceError when it is wrong
+        (:func:`accelshare.alloc.allocate_planned_kernel`)."""
+        if self.holds(kernel_id):
+            raise ValueError(f"kernel {kernel_id} already holds an allocation")
+        allocation = allocate_planned_kernel(
+            self._maps,
+            request,
+            plan,
             context_tag=kernel_id,
             allow_resource_fragmentation=allow_fragmentation,
         )

@@ -80,6 +80,7 @@ class ManagerLink:
         self._min_backoff_s = min_backoff_s
         self._max_backoff_s = max_backoff_s
         self._wake = asyncio.Event()
+        self._beat = asyncio.Event()  # set: the next heartbeat goes now, not after the interval
         self._stopping = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
         self._reachable: bool | None = None  # None: not tried yet
@@ -122,6 +123,11 @@ class ManagerLink:
             asyncio.create_task(self._events_loop(), name="agent-events"),
         ]
 
+    def beat_soon(self) -> None:
+        """Send the next heartbeat now (the maps changed in a way the manager must see
+        before it plans again: a plan refused as a conflict)."""
+        self._beat.set()
+
     def notify_events(self) -> None:
         """Wake the events loop (called after an event is queued)."""
         self._wake.set()
@@ -130,6 +136,7 @@ class ManagerLink:
         """Stop both loops; try once more to deliver pending events (bounded)."""
         self._stopping.set()
         self._wake.set()
+        self._beat.set()
         await cancel_and_wait(self._tasks)
         self._tasks = []
         if len(self._outbox) and flush_timeout_s > 0:
@@ -202,7 +209,8 @@ class ManagerLink:
                 except Exception:
                     log.exception("handling the heartbeat ack failed")
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._stopping.wait(), self._interval_s)
+                await asyncio.wait_for(self._beat.wait(), self._interval_s)
+            self._beat.clear()
 
     # -- events ---------------------------------------------------------------------------
     async def _send_events_once(self) -> bool:

@@ -8,7 +8,7 @@
     accelshare_agent_legacy_kernels                  gauge    kernels holding renamed slots
     accelshare_agent_events_pending                  gauge    events not yet acknowledged
     accelshare_agent_kernel_create_seconds           histogram  create -> running (agent side)
-    accelshare_agent_kernel_creates_total{result}    counter  running / failed
+    accelshare_agent_kernel_creates_total{result}    counter  running / failed / conflict
 
 Gauges are read from the agent's state at scrape time (a custom collector), so nothing
 has to keep them in step.  Each agent has its own registry (several agents may live in

@@ -25,7 +25,8 @@ Every ``/v1`` route needs ``X-Accelshare-Cluster-Secret``, compared in constant 
 without it or with a wrong one the answer is ``401 application/problem+json``.  A kernel
 that cannot be created is not an HTTP error: the report says FAILED with the reason
 (``UnsupportedResource: ...``, ``InsufficientResource: ...``) so that the manager can
-record it on the session.  Malformed bodies are ``400`` problems; a runtime that fails
+record it on the session; a manager's plan that no longer fits is a FAILED report with
+``conflict: true`` (``PlanConflict: ...``), which the manager answers by planning again.  Malformed bodies are ``400`` problems; a runtime that fails
 while destroying or reading logs gives a ``500`` problem (``kernel-runtime-error``).
 A body over ``[agent] rpc-max-body-bytes`` (default 4 MiB) is a ``413`` problem naming
 the limit and the size received, before the secret is checked and before it is read
@@ -186,8 +187,8 @@ def create_rpc_app(
             where = ".".join(str(part) for part in errors[0]["loc"]) if errors else ""
             detail = f"{where}: {errors[0]['msg'] if errors else 'invalid request'}"
             raise RpcProblem(400, "invalid-api-params", "Invalid API parameters", detail) from e
-        # Started in order (each allocates before its first wait, so the agent
-        # allocates in the manager's plan order), then awaited together.
+        # Started in order (each allocates before its first wait: requests without a
+        # plan are placed in the order sent), then awaited together.
         # A runtime error fails its own kernel (as its single create's 500 would), not
         # the batch.
         results = await asyncio.gather(

@@ -22,7 +22,12 @@ Contracts:
 * ``create_kernel`` is idempotent by kernel id (the existing kernel's report is returned,
   whatever its state); concurrent calls with one id wait for each other.
 * Allocation happens under one asyncio lock over every involved map, all or nothing;
-  a runtime failure frees it again.  A kernel's allocation is freed exactly once, when
+  a runtime failure frees it again.  A request with the manager's plan
+  (``planned_allocations``) gets exactly that placement, checked against the maps
+  (:meth:`AllocLedger.allocate_planned`); one without a plan is placed by the maps'
+  strategies.  A plan that no longer fits is answered as a conflict (FAILED,
+  ``conflict: true``): the kernel is forgotten at once (no event, nothing recorded) and
+  a heartbeat goes out soon, so that the manager re-plans on the agent's current maps.  A kernel's allocation is freed exactly once, when
   it has exited (destroyed or ended by itself), by whichever of destroy and the
   kernel's watcher gets there first.
 * ``destroy_kernel`` is idempotent; an unknown id answers EXITED with reason
@@ -57,7 +62,7 @@ from accelshare.accel import (
     load_compute_plugins,
 )
 from accelshare.aio import cancel_and_wait
-from accelshare.alloc import KernelAllocation, ResourceError
+from accelshare.alloc import KernelAllocation, PlanConflict, ResourceError
 from accelshare.bus import RedisBus
 from accelshare.config.agent_file import AgentConfig, AgentConfigError
 from accelshare.config.store import ConfigStore
@@ -94,7 +99,7 @@ from .ports import (
     proxy_address,
 )
 from .recovery import discover_kernels
-from .requests import KernelRequestError, parse_requested_slots
+from .requests import KernelRequestError, parse_plan, parse_requested_slots
 from .runs import ExecUnsupported, RunNotFound, Runs
 from .runtime import (
     EnvironmentConfigError,
@@ -649,7 +654,8 @@ class AgentService:
             t0 = time.perf_counter()
             admitted = await self._admit(request)
             if isinstance(admitted, KernelReport):
-                self.metrics.creates.labels(result=admitted.status.value.lower()).inc()
+                result = "conflict" if admitted.conflict else admitted.status.value.lower()
+                self.metrics.creates.labels(result=result).inc()
                 return admitted
             if not background:
                 return await self._launch_timed(request, admitted, t0)
@@ -714,17 +720,32 @@ class AgentService:
                 )
             if self._unsandboxed is not None:
                 self._check_single_user(record)
+            planned = request.planned_allocations
             requested = parse_requested_slots(
-                request.requested_slots, ledger.slot_types, kernel_id=kernel_id
+                request.requested_slots,
+                ledger.slot_types,
+                kernel_id=kernel_id,
+                exact=planned is not None,
             )
+            plan = parse_plan(planned) if planned is not None else None
             async with self._alloc_lock:
-                allocation = ledger.allocate(
-                    kernel_id,
-                    requested,
-                    allocation_order=self.config.agent.allocation_order,
-                    affinity_policy=self.config.agent.affinity_policy,
-                    allow_fragmentation=request.allow_fractional_resource_fragmentation,
-                )
+                if plan is not None:
+                    allocation = ledger.allocate_planned(
+                        kernel_id,
+                        requested,
+                        plan,
+                        allow_fragmentation=request.allow_fractional_resource_fragmentation,
+                    )
+                else:
+                    allocation = ledger.allocate(
+                        kernel_id,
+                        requested,
+                        allocation_order=self.config.agent.allocation_order,
+                        affinity_policy=self.config.agent.affinity_policy,
+                        allow_fragmentation=request.allow_fractional_resource_fragmentation,
+                    )
+        except PlanConflict as e:
+            return self._conflict(record, str(e))
         except (ResourceError, KernelRequestError) as e:
             return self._fail(record, str(e))
         # Host ports before the answer: a create answered early (start-in-background)
@@ -832,6 +853,22 @@ class AgentService:
         for m in mapped:
             environ[SERVICE_PORT_ENV_PREFIX + m.name.upper()] = str(m.host_port)
         return request.model_copy(update={"environ": environ}), ()
+
+    def _conflict(self, record: KernelRecord, reason: str) -> KernelReport:
+        """The manager's plan no longer fits: forget the kernel (it never was), no event;
+        a heartbeat soon tells the manager the maps as they are."""
+        log.info("kernel %s: the plan no longer fits: %s", record.kernel_id, reason)
+        self.registry.forget(record.kernel_id)
+        if self._link is not None:
+            self._link.beat_soon()
+        return KernelReport(
+            kernel_id=record.kernel_id,
+            session_id=record.session_id,
+            status=KernelStatus.FAILED,
+            image=record.image,
+            reason=reason,
+            conflict=True,
+        )
 
     def _fail(self, record: KernelRecord, reason: str) -> KernelReport:
         log.warning("kernel %s: failed: %s", record.kernel_id, reason)

@@ -4,14 +4,16 @@ Pure, synchronous and exact (``Decimal`` outside, whole units inside); no I/O.
 
 * :class:`DiscreteAllocMap` hands out whole units, :class:`FractionAllocMap` fractions
   on a quantum grid; both with :class:`AllocationStrategy` FILL or EVENLY.
-* ``allocate`` / ``plan`` (dry run) / ``check`` (dry run returning a :class:`Fit`) /
+* ``allocate`` / ``allocate_planned`` (a placement decided elsewhere, checked) /
+  ``plan`` (dry run) / ``check`` (dry run returning a :class:`Fit`) /
   ``largest_fit`` / ``apply_allocation`` / ``free`` / ``clear`` / ``snapshot`` /
   ``restore``; ``from_state`` rebuilds a map from reported capacities and allocations.
 * :func:`allocate_kernel` allocates one kernel over several maps in the agent's
-  allocation order with NUMA :class:`AffinityHint`\\ s, rolling every map back on failure.
+  allocation order with NUMA :class:`AffinityHint`\\ s, rolling every map back on failure;
+  :func:`allocate_planned_kernel` takes a placement planned elsewhere, all or nothing.
 
 Errors (all :class:`ResourceError`, see :mod:`accelshare.alloc.errors`):
-:class:`InsufficientResource`, :class:`FractionalResourceFragmented`,
+:class:`InsufficientResource`, :class:`PlanConflict`, :class:`FractionalResourceFragmented`,
 :class:`InvalidResourceArgument` (and :class:`NotMultipleOfQuantum`),
 :class:`InvalidResourceCombination`, :class:`UnsupportedResource`,
 :class:`AllocMapConfigError`.
@@ -27,11 +29,18 @@ from .errors import (
     InvalidResourceArgument,
     InvalidResourceCombination,
     NotMultipleOfQuantum,
+    PlanConflict,
     ResourceError,
     UnsupportedResource,
 )
 from .fraction import DEFAULT_QUANTUM, FractionAllocMap
-from .kernel import DEFAULT_ALLOCATION_ORDER, allocate_kernel, apply_kernel, free_kernel
+from .kernel import (
+    DEFAULT_ALLOCATION_ORDER,
+    allocate_kernel,
+    allocate_planned_kernel,
+    apply_kernel,
+    free_kernel,
+)
 from .model import (
     AllocationStrategy,
     DeviceSlotInfo,
@@ -61,10 +70,12 @@ __all__ = [
     "KernelAllocation",
     "LedgerSnapshot",
     "NotMultipleOfQuantum",
+    "PlanConflict",
     "ResourceError",
     "SlotAllocation",
     "UnsupportedResource",
     "allocate_kernel",
+    "allocate_planned_kernel",
     "apply_kernel",
     "free_kernel",
 ]

@@ -24,6 +24,7 @@ from .errors import (
     AllocMapConfigError,
     InsufficientResource,
     InvalidResourceArgument,
+    PlanConflict,
     ResourceError,
     UnsupportedResource,
     format_amount,
@@ -246,21 +247,9 @@ class AbstractAllocMap(abc.ABC):
         known slots, unique, then whole units or quantum), so the error a request gets
         does not depend on the order of its slots' failures.
         """
-        request = validate_request(slots, context_tag=context_tag)
-        if not request:
+        needs = self._request_units(slots, context_tag)
+        if not needs:
             return {}
-        if self._exclusive:
-            check_exclusive(request, self._exclusive, context_tag=context_tag)
-        slot_types = self._slot_types
-        for slot, amount in request.items():
-            slot_type = slot_types.get(slot)
-            if slot_type is None:
-                raise UnsupportedResource(slot, amount, list(slot_types), context_tag=context_tag)
-            if slot_type is SlotTypes.UNIQUE and amount != _ONE:
-                raise self._not_unique(slot, amount, context_tag)
-        needs = {
-            slot: self._units_of(slot, amount, context_tag) for slot, amount in request.items()
-        }
         if min_memory is not DEFAULT_MIN_MEMORY:
             min_memory = check_amount("min_memory", min_memory, what="min_memory")
         placement: dict[str, dict[str, int]] = {}
@@ -273,9 +262,159 @@ class AbstractAllocMap(abc.ABC):
             placement[slot] = taken
         return placement
 
+    def _request_units(
+        self, slots: Mapping[str, Decimal], context_tag: str | None
+    ) -> dict[str, int]:
+        """Validate a request (amounts, exclusivity, known slots, unique, then whole units
+        or quantum) and count each slot in units: slot -> units needed."""
+        request = validate_request(slots, context_tag=context_tag)
+        if not request:
+            return {}
+        if self._exclusive:
+            check_exclusive(request, self._exclusive, context_tag=context_tag)
+        slot_types = self._slot_types
+        for slot, amount in request.items():
+            slot_type = slot_types.get(slot)
+            if slot_type is None:
+                raise UnsupportedResource(slot, amount, list(slot_types), context_tag=context_tag)
+            if slot_type is SlotTypes.UNIQUE and amount != _ONE:
+                raise self._not_unique(slot, amount, context_tag)
+        return {slot: self._units_of(slot, amount, context_tag) for slot, amount in request.items()}
+
     def _amounts(self, units: dict[str, dict[str, int]]) -> SlotAllocation:
         unit = self._unit
         return {slot: {d: unit * n for d, n in taken.items()} for slot, taken in units.items()}
+
+    def allocate_planned(
+        self,
+        slots: Mapping[str, Decimal],
+        placement: Mapping[str, Mapping[str, Decimal]],
+        *,
+        context_tag: str | None = None,
+        allow_resource_fragmentation: bool = True,
+    ) -> SlotAllocation:
+        """Take exactly ``placement`` (slot -> device -> amount, a plan made elsewhere) for
+        the request ``slots``, without running the placement strategy; what was taken.
+
+        The request is checked as :meth:`allocate` checks it; then the placement: it
+        names exactly the request's slots (zero amounts left out), each device is one
+        of that slot's, each amount is on the map's grid (:meth:`_units_of`: whole
+        units, or the quantum), the amounts add up to the request, a fractional slot
+        refused fragmentation gets a single device or an even split over whole devices,
+        and each device has the amount free.  Every check runs before the ledger is
+        touched: a refusal changes nothing.  A device that is not there or has less
+        free than the plan puts on it raises :class:`PlanConflict` (the plan no longer
+        fits); any other refusal is an :class:`InvalidResourceArgument` (a wrong plan).
+        """
+        needs = self._request_units(slots, context_tag)
+        units = self._placement_units(needs, placement, context_tag, allow_resource_fragmentation)
+        taken: SlotAllocation = {}
+        allocated, spare, slot_spare, unit = (
+            self._allocated,
+            self._spare,
+            self._slot_spare,
+            self._unit,
+        )
+        for slot, per_device in units.items():
+            amounts = taken[slot] = {}
+            for device, n in per_device.items():
+                amount = amounts[device] = unit * n
+                allocated[device] += amount
+                spare[device] -= n
+                slot_spare[slot] -= n
+        return taken
+
+    def _placement_units(
+        self,
+        needs: Mapping[str, int],
+        placement: Mapping[str, Mapping[str, Decimal]],
+        context_tag: str | None,
+        allow_fragmentation: bool,
+    ) -> dict[str, dict[str, int]]:
+        """Check a plan against a checked request (see :meth:`allocate_planned`): slot ->
+        device -> units, or raise.  Conflicts (a device gone or short) are raised after
+        every other check, so a wrong plan is never reported as a conflict."""
+        if not isinstance(placement, MAPPINGS):
+            raise _wrong_plan(
+                f"expected slot -> device -> amount, got {placement!r}",
+                None,
+                placement,
+                context_tag,
+            )
+        placed = {slot: per for slot, per in placement.items() if _any_positive(slot, per)}
+        extra = [slot for slot in placed if slot not in needs]
+        if extra:
+            raise _wrong_plan(
+                f"it places {extra[0]}, which the request does not ask for",
+                extra[0],
+                placement,
+                context_tag,
+            )
+        units: dict[str, dict[str, int]] = {}
+        gone: list[tuple[str, str, Decimal]] = []
+        for slot, need in needs.items():
+            per_device = placed.get(slot)
+            if per_device is None:
+                raise _wrong_plan(f"it places nothing of {slot}", slot, placement, context_tag)
+            taken: dict[str, int] = {}
+            for device, value in per_device.items():
+                amount = check_amount(slot, value, what="planned amount", context_tag=context_tag)
+                if not amount:
+                    continue
+                info = self._devices.get(device)
+                if info is None or info.slot_name != slot:
+                    gone.append((slot, str(device), amount))
+                    continue
+                taken[device] = self._units_of(slot, amount, context_tag)
+            total = sum(taken.values()) + sum(
+                self._units_of(slot, a, context_tag) for s, _, a in gone if s == slot
+            )
+            if total != need:
+                raise _wrong_plan(
+                    f"it places {format_amount(self._unit * total)} of {slot}, the request"
+                    f" asks for {format_amount(self._unit * need)}",
+                    slot,
+                    placement,
+                    context_tag,
+                )
+            if not gone:
+                self._check_planned_shape(slot, taken, need, allow_fragmentation, context_tag)
+            units[slot] = taken
+        if gone:
+            slot, device, amount = gone[0]
+            raise PlanConflict(
+                slot,
+                amount,
+                {device: _ZERO},
+                why=f"{device} is not a device of {slot} here"
+                f" (devices: {', '.join(self._slot_devices[slot])})",
+                context_tag=context_tag,
+            )
+        for slot, taken in units.items():
+            short = {d: n for d, n in taken.items() if n > self._spare[d]}
+            if short:
+                device, n = next(iter(short.items()))
+                free = self._devices[device].amount - self._allocated[device]
+                raise PlanConflict(
+                    slot,
+                    self._unit * n,
+                    {device: free},
+                    why=f"{device} has {format_amount(free)} free",
+                    context_tag=context_tag,
+                )
+        return units
+
+    def _check_planned_shape(
+        self,
+        slot: str,
+        taken: Mapping[str, int],
+        need: int,
+        allow_fragmentation: bool,
+        context_tag: str | None,
+    ) -> None:
+        """Refuse a plan the map's own rules would never make (whole units never
+        fragment: nothing to check here; fractional maps check the guard's shape)."""
+        return None
 
     def check(self, slots: Mapping[str, Decimal], **options: Any) -> Fit:
         """Dry run that returns a :class:`Fit` instead of raising for a request that does not fit.
@@ -509,3 +648,24 @@ class AbstractAllocMap(abc.ABC):
     @abc.abstractmethod
     def _largest(self, slot: str, min_memory: Decimal, allow_fragmentation: bool) -> int:
         """The largest number of units one allocate call would place for ``slot``."""
+
+
+def _any_positive(slot: str, per_device: Any) -> bool:
+    """Whether a plan's entry for ``slot`` places anything (an entry of zeros is none)."""
+    if not isinstance(per_device, MAPPINGS):
+        raise _wrong_plan(
+            f"expected device -> amount for {slot}, got {per_device!r}", slot, per_device
+        )
+    return any(check_amount(slot, v, what="planned amount") for v in per_device.values())
+
+
+def _wrong_plan(
+    why: str, slot: str | None, received: Any, context_tag: str | None = None
+) -> InvalidResourceArgument:
+    return InvalidResourceArgument(
+        f"the plan does not match the request: {why}",
+        slot=slot,
+        requested=received,
+        expected="a plan placing exactly the requested amounts",
+        context_tag=context_tag,
+    )

@@ -6,6 +6,8 @@ configuration the map cannot honour)::
     ValueError
      └── ResourceError                     base: structured fields, "<Class>: <detail>" message
           ├── InsufficientResource          not enough free capacity for a slot
+          ├── PlanConflict                  a plan made elsewhere no longer fits: a device it
+          │                                 names is gone or has less free than it puts there
           ├── FractionalResourceFragmented  enough in total, but only as fragments the caller refused
           ├── InvalidResourceArgument       a bad amount: type, NaN, infinite, negative, not whole,
           │    │                            unique slot not 1, freeing more than allocated, unknown device
@@ -38,6 +40,7 @@ __all__ = [
     "InvalidResourceArgument",
     "InvalidResourceCombination",
     "NotMultipleOfQuantum",
+    "PlanConflict",
     "ResourceError",
     "UnsupportedResource",
     "format_amount",
@@ -145,6 +148,38 @@ class InsufficientResource(ResourceError):
         return (
             f"cannot allocate {format_amount(self.requested)} of {self.slot}: "
             f"{format_amount(self.available)} free ({_format_devices(self.devices)}){self.note}"
+        )
+
+
+class PlanConflict(ResourceError):
+    """A plan (slot -> device -> amount, made by the manager) that no longer fits this map:
+    a device it names is not there, or has less free than the plan puts on it.  The map's
+    state differs from the one the plan was made for; ``devices`` holds each such
+    device's free amount (0 for a device that is not there)."""
+
+    def __init__(
+        self,
+        slot: str,
+        requested: Decimal,
+        devices: Mapping[str, Decimal],
+        *,
+        why: str,
+        context_tag: str | None = None,
+    ) -> None:
+        super().__init__(
+            slot=slot,
+            requested=requested,
+            available=sum(devices.values(), Decimal(0)),
+            devices=devices,
+            context_tag=context_tag,
+        )
+        self.why = why
+
+    def _describe(self) -> str:
+        device = next(iter(self.devices), "?")
+        return (
+            f"the plan puts {format_amount(self.requested)} of {self.slot} on {device},"
+            f" which no longer fits: {self.why}"
         )
 
 

@@ -27,12 +27,19 @@ from decimal import Decimal
 from .affinity import AffinityHint, most_free_first
 from .amounts import ceil_to, to_units
 from .base import AbstractAllocMap
-from .errors import AllocMapConfigError, FractionalResourceFragmented, NotMultipleOfQuantum
+from .errors import (
+    AllocMapConfigError,
+    FractionalResourceFragmented,
+    InvalidResourceArgument,
+    NotMultipleOfQuantum,
+    format_amount,
+)
 from .model import AllocationStrategy, DeviceSlotInfo
 from .strategies import (
     best_fit,
     fill,
     fits_unfragmented,
+    is_unfragmented_split,
     largest_unfragmented,
     split_over_windows,
 )
@@ -165,6 +172,30 @@ class FractionAllocMap(AbstractAllocMap):
             return {device: need}
         amounts = split_over_windows([self._spare[d] for d in ordered], need, min_units)
         return {d: a for d, a in zip(ordered, amounts, strict=True) if a}
+
+    def _check_planned_shape(
+        self,
+        slot: str,
+        taken: Mapping[str, int],
+        need: int,
+        allow_fragmentation: bool,
+        context_tag: str | None,
+    ) -> None:
+        """With fragmentation refused, a plan must have the guard's shape: up to one
+        device's capacity on a single device, more as an even split over whole devices."""
+        if allow_fragmentation or is_unfragmented_split(
+            list(taken.values()), self._capacity_units[slot], need
+        ):
+            return
+        raise InvalidResourceArgument(
+            f"the plan does not match the request: it splits {format_amount(self._unit * need)}"
+            f" of {slot} as {', '.join(f'{d} {format_amount(self._unit * n)}' for d, n in taken.items())},"
+            " a fragmented placement the request refuses",
+            slot=slot,
+            requested=dict(taken),
+            expected="a single device, or an even split over whole devices",
+            context_tag=context_tag,
+        )
 
     def _largest(self, slot: str, min_memory: Decimal, allow_fragmentation: bool) -> int:
         spares = [self._spare[d] for d in self._slot_devices[slot]]

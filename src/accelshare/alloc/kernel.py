@@ -25,10 +25,16 @@ from decimal import Decimal
 from .affinity import AffinityHint, AffinityPolicy
 from .amounts import validate_request
 from .base import DEFAULT_MIN_MEMORY, AbstractAllocMap
-from .errors import UnsupportedResource
+from .errors import InvalidResourceArgument, UnsupportedResource
 from .model import KernelAllocation, SlotAllocation
 
-__all__ = ["DEFAULT_ALLOCATION_ORDER", "allocate_kernel", "apply_kernel", "free_kernel"]
+__all__ = [
+    "DEFAULT_ALLOCATION_ORDER",
+    "allocate_kernel",
+    "allocate_planned_kernel",
+    "apply_kernel",
+    "free_kernel",
+]
 
 DEFAULT_ALLOCATION_ORDER: tuple[str, ...] = ("cuda", "rocm", "tpu", "cpu", "mem")
 
@@ -98,6 +104,64 @@ def allocate_kernel(
             maps[kind].restore(snapshot)
         raise
     return result
+
+
+def allocate_planned_kernel(
+    maps: Mapping[str, AbstractAllocMap],
+    slots: Mapping[str, Decimal],
+    plan: Mapping[str, Mapping[str, Decimal]],
+    *,
+    context_tag: str | None = None,
+    allow_resource_fragmentation: bool = True,
+) -> KernelAllocation:
+    """Take exactly ``plan`` (slot -> device -> amount, placed by the manager) for one
+    kernel's ``slots`` over ``maps``, all or nothing; no placement strategy runs.
+
+    Each map checks its part with :meth:`~AbstractAllocMap.allocate_planned` (the
+    request as :func:`allocate_kernel` checks it, then the plan's devices, grid, totals,
+    fragmentation shape and free amounts); a plan slot no map owns, or one the request
+    does not ask for, is refused.  On any refusal every map is rolled back before the
+    error is raised: :class:`~accelshare.alloc.errors.PlanConflict` when the plan no
+    longer fits (a device gone or short), another ``ResourceError`` when it is wrong.
+
+    Example: ``allocate_planned_kernel(maps, {"cpu": 2, ...}, {"cpu": {"0": 1, "3": 1}, ...})``
+    -> ``{"cpu": {"cpu": {"0": 1, "3": 1}}, ...}``.
+    """
+    request = validate_request(slots, context_tag=context_tag)
+    grouped = _group_by_kind(maps, request, context_tag)
+    owner = {slot: kind for kind, alloc_map in maps.items() for slot in alloc_map.slot_types}
+    placed: dict[str, dict[str, Mapping[str, Decimal]]] = {}
+    for slot, per_device in plan.items():
+        kind = owner.get(slot)
+        if kind is None or kind not in grouped:
+            # a slot the request does not ask for: the kind's own check names it
+            kind = kind if kind is not None else next(iter(grouped), None)
+            if kind is None:
+                raise InvalidResourceArgument(
+                    f"the plan does not match the request: it places {slot}, which the"
+                    " request does not ask for",
+                    slot=slot,
+                    requested=dict(plan),
+                    expected="a plan placing exactly the requested amounts",
+                    context_tag=context_tag,
+                )
+            grouped.setdefault(kind, {})
+        placed.setdefault(kind, {})[slot] = per_device
+    snapshots = {kind: maps[kind].snapshot() for kind in grouped}
+    result: KernelAllocation = {}
+    try:
+        for kind, kind_slots in grouped.items():
+            result[kind] = maps[kind].allocate_planned(
+                kind_slots,
+                placed.get(kind, {}),
+                context_tag=context_tag,
+                allow_resource_fragmentation=allow_resource_fragmentation,
+            )
+    except BaseException:
+        for kind, snapshot in snapshots.items():
+            maps[kind].restore(snapshot)
+        raise
+    return {kind: per_slot for kind, per_slot in result.items() if per_slot}
 
 
 def _each_map(

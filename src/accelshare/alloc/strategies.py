@@ -15,6 +15,7 @@ __all__ = [
     "best_fit",
     "fill",
     "fits_unfragmented",
+    "is_unfragmented_split",
     "largest_unfragmented",
     "split_over_windows",
     "spread_evenly",
@@ -205,6 +206,27 @@ def fits_unfragmented(spares: Sequence[int], capacity: int, need: int) -> bool:
         ):
             return True
     return False
+
+
+def is_unfragmented_split(amounts: Sequence[int], capacity: int, need: int) -> bool:
+    """Whether a placement of ``need`` as ``amounts`` (one per device) is one the guard
+    of :func:`fits_unfragmented` allows: R <= C on a single device; otherwise n >=
+    ceil(R/C) devices taking D = R // n or D + 1 each.
+
+    >>> is_unfragmented_split([6, 6], 10, 12)
+    True
+    >>> is_unfragmented_split([9, 3], 10, 12)
+    False
+    >>> is_unfragmented_split([4, 4], 10, 8)
+    False
+    """
+    parts = [a for a in amounts if a]
+    if sum(parts) != need or not parts:
+        return False
+    if need <= capacity:
+        return len(parts) == 1
+    base = need // len(parts)
+    return len(parts) >= -(-need // capacity) and all(a in (base, base + 1) for a in parts)
 
 
 def largest_unfragmented(spares: Sequence[int], capacity: int) -> tuple[int, int]:

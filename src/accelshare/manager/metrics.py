@@ -6,6 +6,8 @@
   apply, lock held);
 * ``accelshare_scheduler_placements_total`` / ``..._failures_total`` — sessions placed /
   left pending per pass; ``accelshare_bind_failures_total`` — kernels the agents refused;
+  ``accelshare_bind_conflicts_total`` — plans an agent refused as no longer fitting
+  (those sessions were planned again);
 * ``accelshare_event_delivery_seconds{path}`` — from a kernel event on its agent to the
   manager applying it, by the path that brought it first (``http`` or ``redis``; hosts'
   clocks must agree for this to mean anything across machines);
@@ -62,6 +64,11 @@ class ManagerMetrics:
         self.bind_failures = Counter(
             "accelshare_bind_failures",
             "Kernels an agent refused or that could not be created",
+            registry=self.registry,
+        )
+        self.bind_conflicts = Counter(
+            "accelshare_bind_conflicts",
+            "Plans an agent refused as no longer fitting (the sessions were planned again)",
             registry=self.registry,
         )
 

@@ -2,6 +2,20 @@
 
 The manager calls these routes on each agent (the table is in :mod:`accelshare.protocol`);
 every request carries the shared cluster secret in :data:`CLUSTER_SECRET_HEADER`.
+
+**The bind carries the plan.**  The manager's ``CreateKernelRequest`` has the requested
+slots as exact decimal strings (user grammar such as ``"2g"`` is parsed once, at the
+manager's API) and ``planned_allocations``: the per-device placement its planner chose
+(slot -> device -> amount, the shape of ``KernelReport.allocations``).  The agent checks
+the plan against its allocation maps (devices, free amounts, quantum grid, totals equal
+to the request, the maps' own rules) and takes exactly that placement, all or nothing;
+it runs its placement strategy only for a request without a plan (an older manager, a
+direct RPC).  A plan that no longer fits (a device it names is gone or has less free
+than the plan puts there) is refused as a *conflict*: a FAILED report with
+``conflict: true``, no event, nothing recorded on the agent; the manager puts the
+session back in its queue and plans it again.  Any other refusal is an ordinary FAILED
+report.  Since the agent takes the plan as is, the order in which creates reach it does
+not matter: the manager sends binds to one agent concurrently.
 """
 
 from __future__ import annotations
@@ -41,7 +55,12 @@ class CreateKernelRequest(WireModel):
     kernel_id: str
     session_id: str
     image: str
+    # exact decimal strings from the manager ("2147483648"); a direct RPC may also write
+    # a byte slot as a binary size ("2g") when it sends no plan
     requested_slots: dict[str, Amount]
+    # The manager's placement (slot -> device -> exact decimal string), taken as is by
+    # the agent; None: the agent places the request itself (an older manager, a direct RPC).
+    planned_allocations: SlotAllocationWire | None = None
     command: list[str] | None = None  # None: the kernel stays up until destroyed
     # A batch session's command line, whole; the runtime makes the argv (KernelSpec).
     startup_command: str | None = None
@@ -72,6 +91,9 @@ class KernelReport(WireModel):
     reason: str = ""
     # The kernel's app services and their host ports (empty from older agents).
     service_ports: list[ServicePortMapping] = Field(default_factory=list)
+    # With status FAILED: the request's plan no longer fits this agent (nothing was
+    # created or recorded, no event follows); the manager plans the session again.
+    conflict: bool = False
 
 
 class KernelList(WireModel):

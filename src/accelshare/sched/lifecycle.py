@@ -3,11 +3,13 @@
 Pure and synchronous (no I/O): the manager asks this module before it writes a new
 status, and records every transition it makes in the status history.
 
-The table is exactly the one of spec 05::
+The table is the one of spec 05, plus the way back to the queue::
 
     PENDING -> SCHEDULED -> PREPARING -> (PULLING -> PREPARED) -> CREATING -> RUNNING
             -> TERMINATING -> TERMINATED
     plus ERROR (from every live status) and CANCELLED (from every status before RUNNING);
+    plus PENDING from every status between SCHEDULED and CREATING (the agent refused
+    the manager's plan as a conflict: the session is planned again);
     TERMINATED and CANCELLED are final.
 
     >>> can_transition(SessionStatus.PENDING, SessionStatus.SCHEDULED)
@@ -71,11 +73,13 @@ _S = SessionStatus
 ALLOWED_TRANSITIONS: Mapping[SessionStatus, frozenset[SessionStatus]] = MappingProxyType(
     {
         _S.PENDING: frozenset({_S.SCHEDULED, _S.ERROR, _S.CANCELLED}),
-        _S.SCHEDULED: frozenset({_S.PREPARING, _S.PULLING, _S.PREPARED, _S.ERROR, _S.CANCELLED}),
-        _S.PREPARING: frozenset({_S.PULLING, _S.PREPARED, _S.ERROR, _S.CANCELLED}),
-        _S.PULLING: frozenset({_S.PREPARED, _S.ERROR, _S.CANCELLED}),
-        _S.PREPARED: frozenset({_S.CREATING, _S.ERROR, _S.CANCELLED}),
-        _S.CREATING: frozenset({_S.RUNNING, _S.ERROR, _S.CANCELLED}),
+        _S.SCHEDULED: frozenset(
+            {_S.PREPARING, _S.PULLING, _S.PREPARED, _S.ERROR, _S.CANCELLED, _S.PENDING}
+        ),
+        _S.PREPARING: frozenset({_S.PULLING, _S.PREPARED, _S.ERROR, _S.CANCELLED, _S.PENDING}),
+        _S.PULLING: frozenset({_S.PREPARED, _S.ERROR, _S.CANCELLED, _S.PENDING}),
+        _S.PREPARED: frozenset({_S.CREATING, _S.ERROR, _S.CANCELLED, _S.PENDING}),
+        _S.CREATING: frozenset({_S.RUNNING, _S.ERROR, _S.CANCELLED, _S.PENDING}),
         _S.RUNNING: frozenset({_S.TERMINATING, _S.TERMINATED, _S.ERROR}),
         _S.TERMINATING: frozenset({_S.TERMINATED, _S.ERROR}),
         _S.ERROR: frozenset({_S.TERMINATING, _S.TERMINATED}),
@@ -83,7 +87,7 @@ ALLOWED_TRANSITIONS: Mapping[SessionStatus, frozenset[SessionStatus]] = MappingP
         _S.CANCELLED: frozenset(),
     }
 )
-"""status -> the statuses it may move to (spec 05, "Session lifecycle")."""
+"""status -> the statuses it may move to (spec 05, "Session lifecycle", and re-planning)."""
 
 FINAL_STATUSES: frozenset[SessionStatus] = frozenset({_S.TERMINATED, _S.CANCELLED})
 

@@ -137,14 +137,14 @@ async def test_with_many_sessions_left_pending_the_binds_get_a_head_start(
         assert created.status_code == 201, created.text
     order: list[str] = []
     binder = cluster.manager.binder
-    bind_agent = binder._bind_agent
+    bind_chunk = binder._bind_chunk
 
     async def binding(jobs: Any) -> None:
         await asyncio.sleep(0.02)  # a bind that takes a while
-        await bind_agent(jobs)
+        await bind_chunk(jobs)
         order.append("bound")
 
-    monkeypatch.setattr(binder, "_bind_agent", binding)
+    monkeypatch.setattr(binder, "_bind_chunk", binding)
     record_explains(monkeypatch, order)
     monkeypatch.setattr(loop, "BIND_HEAD_START_FAILURES", 1)  # one session left is many
     monkeypatch.setattr(loop, "BIND_HEAD_START_S", 5.0)  # ample: the bind ends first
@@ -157,10 +157,10 @@ async def test_with_many_sessions_left_pending_the_binds_get_a_head_start(
 
     async def hanging(jobs: Any) -> None:
         await hang.wait()
-        await bind_agent(jobs)
+        await bind_chunk(jobs)
         order.append("bound")
 
-    monkeypatch.setattr(binder, "_bind_agent", hanging)
+    monkeypatch.setattr(binder, "_bind_chunk", hanging)
     created = await cluster.create({"cuda.shares": "0.5"}, name="later", enqueueOnly=True)
     assert created.status_code == 201, created.text
     await cluster.manager.scheduler.run_once()

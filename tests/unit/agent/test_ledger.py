@@ -17,6 +17,7 @@ from accelshare.alloc import (
     DiscreteAllocMap,
     FractionAllocMap,
     InsufficientResource,
+    PlanConflict,
     ResourceError,
     UnsupportedResource,
 )
@@ -367,3 +368,24 @@ def test_restart_with_legacy_holdings_gives_the_same_view() -> None:
     first.restore(recorded, old_capacities=old)
     second.restore(list(reversed(recorded)), old_capacities=old)
     assert first.view("i-1") == second.view("i-1")
+
+
+def test_a_plan_is_taken_as_is_and_a_conflicting_one_changes_nothing() -> None:
+    ledger = AllocLedger({"cuda": fgpu_map(), "cpu": cpu_map(), "mem": mem_map()})
+    request = {"cuda.shares": D("0.2"), "cpu": D(1), "mem": D(1 << 30)}
+    plan = {"cuda.shares": {GPU1: D("0.2")}, "cpu": {"3": D(1)}, "mem": {"root": D(1 << 30)}}
+    ledger.allocate_planned("k1", request, plan)
+    assert ledger.recorded("k1") == plan
+    assert ledger.compat_view() == {GPU1: "0.20", GPU2: "0.00"}
+    view = ledger.view_json("i-test")
+    version = ledger.version
+    # GPU1 has 0.8 free, cpu 3 is taken: the plan no longer fits, nothing is recorded
+    stale = {"cuda.shares": {GPU1: D("0.5")}, "cpu": {"3": D(1)}, "mem": {"root": D(1 << 30)}}
+    with pytest.raises(PlanConflict):
+        ledger.allocate_planned("k2", {**request, "cuda.shares": D("0.5")}, stale)
+    assert not ledger.holds("k2")
+    assert (ledger.version, ledger.view_json("i-test")) == (version, view)
+    with pytest.raises(ValueError, match="already holds"):
+        ledger.allocate_planned("k1", request, plan)
+    assert ledger.release("k1")
+    assert ledger.compat_view() == {GPU1: "0.00", GPU2: "0.00"}

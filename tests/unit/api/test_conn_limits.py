@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from starlette.websockets import WebSocket
 
-from accelshare.api.app_proxy import _ws_lease
+from accelshare.api.app_proxy import ws_lease
 from accelshare.api.conn_limits import (
     ConnectionKind,
     ConnectionLimits,
@@ -140,7 +140,7 @@ async def _handshake(extensions: dict[str, Any]) -> list[dict[str, Any]]:
     scope = {"type": "websocket", "path": "/session/s/terminal", "headers": [], "app": app}
     socket = WebSocket({**scope, "extensions": extensions}, receive, send)
     identity = SimpleNamespace(user_id="alice")
-    assert await _ws_lease(socket, TERMINAL, identity) is None  # type: ignore[arg-type]
+    assert await ws_lease(socket, TERMINAL, identity) is None  # type: ignore[arg-type]
     assert limits.total == 1  # the refused handshake took nothing
     held.release()
     return sent

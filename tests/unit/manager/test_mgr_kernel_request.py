@@ -47,3 +47,15 @@ def test_interactive_startup_command_is_only_a_label() -> None:
     assert request.startup_command is None  # no command: it stays up
     assert request.command is None
     assert request.labels["startup_command"] == "python serve.py"
+
+
+def test_the_request_carries_the_plan_when_it_places_every_requested_slot() -> None:
+    row = session("python", None, SessionType.INTERACTIVE)
+    plan = {"cpu": {"3": "1"}, "mem": {"root": "268435456"}}
+    request = kernel_request(BindJob(row.id, uuid.uuid4(), "i-node01", plan), row)
+    assert request.planned_allocations == plan
+    assert request.requested_slots == {"cpu": "1", "mem": "268435456"}  # exact decimals
+    # a plan of part of the slots (an agent reporting no devices for mem): the agent places
+    partial = kernel_request(BindJob(row.id, uuid.uuid4(), "i-node01", {"cpu": {"3": "1"}}), row)
+    assert partial.planned_allocations is None
+    assert kernel_request(job(row), row).planned_allocations is None  # no plan at all

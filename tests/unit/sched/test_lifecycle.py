@@ -21,14 +21,15 @@ from accelshare.sched.lifecycle import (
 
 S = SessionStatus
 
-# Spec 05, "Session lifecycle", transcribed line by line.
+# Spec 05, "Session lifecycle", transcribed line by line, plus PENDING from every status
+# between SCHEDULED and CREATING (an agent refused the plan as a conflict: planned again).
 SPEC_ALLOWED: dict[SessionStatus, set[SessionStatus]] = {
     S.PENDING: {S.SCHEDULED, S.ERROR, S.CANCELLED},
-    S.SCHEDULED: {S.PREPARING, S.PULLING, S.PREPARED, S.ERROR, S.CANCELLED},
-    S.PREPARING: {S.PULLING, S.PREPARED, S.ERROR, S.CANCELLED},
-    S.PULLING: {S.PREPARED, S.ERROR, S.CANCELLED},
-    S.PREPARED: {S.CREATING, S.ERROR, S.CANCELLED},
-    S.CREATING: {S.RUNNING, S.ERROR, S.CANCELLED},
+    S.SCHEDULED: {S.PREPARING, S.PULLING, S.PREPARED, S.ERROR, S.CANCELLED, S.PENDING},
+    S.PREPARING: {S.PULLING, S.PREPARED, S.ERROR, S.CANCELLED, S.PENDING},
+    S.PULLING: {S.PREPARED, S.ERROR, S.CANCELLED, S.PENDING},
+    S.PREPARED: {S.CREATING, S.ERROR, S.CANCELLED, S.PENDING},
+    S.CREATING: {S.RUNNING, S.ERROR, S.CANCELLED, S.PENDING},
     S.RUNNING: {S.TERMINATING, S.TERMINATED, S.ERROR},
     S.TERMINATING: {S.TERMINATED, S.ERROR},
     S.ERROR: {S.TERMINATING, S.TERMINATED},

@@ -14,7 +14,8 @@ lock too, which the pass takes for the apply only, not while it plans):
 3. for the agents that won, in multi-row statements: each session moves to SCHEDULED
    with the agent recorded (guarded by ``status = 'PENDING'``), a status-history row,
    and a kernel row holding the *planned* per-device placement (so the next pass
-   counts it even before the agent creates the kernel);
+   counts it even before the agent creates the kernel; the bind sends it to the agent,
+   which takes exactly that placement);
 4. those agents' ``occupied_slots`` are recomputed from their resource-occupying
    kernels (one query, one ``executemany``).
 
@@ -57,6 +58,9 @@ class BindJob:
     session_id: uuid.UUID
     kernel_id: uuid.UUID
     agent_id: str  # RPCs go to its current address (agents.address), read at each call
+    # the planned per-device placement (slot -> device -> canonical decimal, the kernel
+    # row's device_allocs): the create request carries it and the agent takes it as is
+    plan: Mapping[str, Mapping[str, str]] | None = field(default=None, compare=False)
 
 
 @dataclass(slots=True)
@@ -184,6 +188,7 @@ async def apply_plan(
             image, requested, data = pending[a.session_id]
             sid = uuid.UUID(a.session_id)
             kernel_id = uuid.uuid4()
+            planned = _device_allocs_json(a)
             kernel_rows.append(
                 {
                     "id": kernel_id,
@@ -195,7 +200,7 @@ async def apply_plan(
                     "image": image,
                     "requested_slots": requested,
                     "occupied_slots": a.requested_slots,
-                    "device_allocs": _device_allocs_json(a),
+                    "device_allocs": planned,
                     "status": SessionStatus.SCHEDULED,
                     "status_info": info,
                     "status_data": {},
@@ -231,7 +236,7 @@ async def apply_plan(
                     "changed_at": now,
                 }
             )
-            applied.jobs.append(BindJob(sid, kernel_id, agent_id))
+            applied.jobs.append(BindJob(sid, kernel_id, agent_id, planned))
     if not applied.jobs:
         return applied
     sessions = _sessions()

@@ -1,9 +1,11 @@
 """Binding: create each SCHEDULED session's kernel on its agent, outside the scheduling lock.
 
-Binds to different agents run concurrently; binds to one agent run one after another
-in plan order (the agent then allocates in the order the manager planned, so its
-placements match the planned ones: its allocator is order-dependent, and concurrent
-requests would reach it in any order).  Every RPC goes to the agent's *current* address
+The create request carries the plan: the per-device placement the pass chose (the
+kernel row's ``device_allocs``) with the requested slots as exact decimals, and the
+agent takes exactly that placement after checking it against its maps (an agent that
+ignores the field, an older one, places the request itself; its answer is recorded).
+So the order in which creates reach an agent does not matter: binds run concurrently,
+to one agent as to many.  Every RPC goes to the agent's *current* address
 (``agents.address``, updated by each heartbeat), read when the RPC is made, so a bind
 resumed after an agent moved reaches it.  Per session::
 
@@ -14,15 +16,20 @@ resumed after an agent moved reaches it.  Per session::
                                        each; idempotent by kernel_id.  An agent without
                                        the route answers 404/405: POST <agent>/v1/kernels
                                        per kernel from then on)
+      conflict (the plan no longer    -> PENDING, its kernel row deleted and the agent's
+      fits the agent's maps)             occupancy recomputed: a later pass plans it again
+                                         (the agent heartbeats at once with its maps)
       refused / unreachable / FAILED  -> CANCELLED with the reason, resources released
-      accepted                        -> PREPARED -> CREATING (the agent's real
-                                         per-device allocation replaces the planned one)
+      accepted                        -> PREPARED -> CREATING (the agent's per-device
+                                         allocation recorded: the plan, or what an older
+                                         agent chose)
       report RUNNING (or the agent's "started" event, whichever comes first) -> RUNNING
 
-Binds to one agent go in batches of up to :data:`BIND_BATCH` sessions: one step moves
-the whole batch to PREPARING, one batched create RPC follows (the agent creates the
-kernels concurrently, allocating in plan order), and one step records every accepted
-kernel (per session the transitions are exactly the ones above).  The two database
+Binds go in batches of up to :data:`BIND_BATCH` sessions of one agent, each batch a
+task of its own (several batches of one agent run at once): one step moves the whole
+batch to PREPARING, one batched create RPC follows (the agent creates the kernels
+concurrently), and one step records every accepted kernel (per session the
+transitions are exactly the ones above).  The two database
 steps are *group-committed across agents*: the batches of every agent that reach a
 step while the previous transaction of that step runs are handled together in the
 next one, with multi-row Core statements, no ORM objects (one ``SELECT ... FOR
@@ -32,7 +39,7 @@ multi-row INSERT of the history rows, one executemany UPDATE of the sessions, on
 their kernels).  A kernel reported EXITED already (its session ends and releases its
 resources) is recorded through the ORM path of :func:`change_status` instead.  So a
 pass that placed 8,850 sessions on 1,000 agents costs a few dozen transactions, not
-thousands, while the RPCs of up to :data:`MAX_CONCURRENT_AGENTS` agents are in flight
+thousands, while the RPCs of up to :data:`MAX_CONCURRENT_AGENTS` batches are in flight
 at once.  Should a grouped transaction fail, each batch is bound again session by
 session (a transaction each), so one bad row cannot hold the others back.
 
@@ -92,7 +99,7 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 BIND_BATCH = 64
-MAX_CONCURRENT_AGENTS = 128  # 64 -> 128: +4 % binds/s at 1,000 agents (docs/performance.md)
+MAX_CONCURRENT_AGENTS = 128  # batches in flight (docs/performance.md)
 _GROUP_LIMIT = 1024  # sessions per group-committed transaction
 
 BINDABLE = frozenset(
@@ -114,6 +121,11 @@ _AGENTS = cast(sa.Table, Agent.__table__)
 def kernel_request(job: BindJob, row: Session | sa.Row[Any]) -> CreateKernelRequest:
     """The agent's create request for ``row``'s kernel.
 
+    The request carries ``job``'s plan (the per-device placement of the pass) when
+    it places every requested slot; a plan the pass made for part of the slots only
+    (an agent that reports no devices for some) is left out and the agent places the
+    request itself.
+
     A batch session's ``startupCommand`` goes as ``startup_command``, whole: the agent's
     runtime runs it in the session's environment (process runtime: ``shell`` runs the
     string as its script, ``python`` and other non-``-c`` environments take its
@@ -129,11 +141,13 @@ def kernel_request(job: BindJob, row: Session | sa.Row[Any]) -> CreateKernelRequ
             startup = row.startup_command
         else:
             labels["startup_command"] = row.startup_command
+    requested = row.requested_slots.nonzero().to_json()  # exact decimals, never "2g"
     return CreateKernelRequest(
         kernel_id=str(job.kernel_id),
         session_id=str(row.id),
         image=row.image,
-        requested_slots=row.requested_slots.nonzero().to_json(),
+        requested_slots=requested,
+        planned_allocations=_plan_of(job, requested),
         startup_command=startup,
         environ=dict(row.environ or {}),
         allow_fractional_resource_fragmentation=bool(
@@ -142,6 +156,14 @@ def kernel_request(job: BindJob, row: Session | sa.Row[Any]) -> CreateKernelRequ
         owner_access_key=row.access_key,
         labels=labels,
     )
+
+
+def _plan_of(job: BindJob, requested: dict[str, str]) -> dict[str, dict[str, str]] | None:
+    """The plan to send: ``job.plan`` when it places every requested slot, else None."""
+    plan = job.plan
+    if not plan or any(slot not in plan for slot in requested):
+        return None
+    return {slot: dict(per_device) for slot, per_device in plan.items()}
 
 
 _KERNEL_REPORT_UPDATE = (
@@ -333,7 +355,6 @@ class Binder:
         self.metrics = metrics
         self.clock = clock
         self.on_release = on_release
-        self._agent_locks: dict[str, asyncio.Lock] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         # set while no bind is in flight (the explanations wait for it: see .explanations)
         self.idle = asyncio.Event()
@@ -351,7 +372,9 @@ class Binder:
         self.in_flight: set[uuid.UUID] = set()
 
     def submit(self, jobs: list[BindJob]) -> list[asyncio.Task[None]]:
-        """Start binding ``jobs`` (grouped by agent, in order) in background tasks (returned)."""
+        """Start binding ``jobs`` in background tasks (returned): one per batch of up to
+        :data:`BIND_BATCH` sessions of one agent, all running at once (at most
+        :data:`MAX_CONCURRENT_AGENTS` batches in flight)."""
         started: list[asyncio.Task[None]] = []
         by_agent: dict[str, list[BindJob]] = {}
         for job in jobs:
@@ -360,11 +383,13 @@ class Binder:
         if by_agent:
             self.idle.clear()
         for agent_jobs in by_agent.values():
-            task = asyncio.create_task(self._bind_agent(agent_jobs))
-            self._tasks.add(task)
-            ids = frozenset(j.session_id for j in agent_jobs)
-            task.add_done_callback(functools.partial(self._done, ids))
-            started.append(task)
+            for start in range(0, len(agent_jobs), BIND_BATCH):
+                chunk = agent_jobs[start : start + BIND_BATCH]
+                task = asyncio.create_task(self._bind_chunk(chunk))
+                self._tasks.add(task)
+                ids = frozenset(j.session_id for j in chunk)
+                task.add_done_callback(functools.partial(self._done, ids))
+                started.append(task)
         return started
 
     def _done(self, session_ids: frozenset[uuid.UUID], task: asyncio.Task[None]) -> None:
@@ -382,18 +407,15 @@ class Binder:
         await self._prepare_group.close()
         await self._accept_group.close()
 
-    async def _bind_agent(self, jobs: list[BindJob]) -> None:
-        lock = self._agent_locks.setdefault(jobs[0].agent_id, asyncio.Lock())
-        async with lock, self._agents:
-            for start in range(0, len(jobs), BIND_BATCH):
-                chunk = jobs[start : start + BIND_BATCH]
-                try:
-                    await self.bind_batch(chunk)
-                except asyncio.CancelledError:
-                    raise
-                except Exception:  # a bug or a failed grouped transaction: one by one
-                    log.exception("binding a batch failed unexpectedly; one by one")
-                    await self._bind_each(chunk)
+    async def _bind_chunk(self, jobs: list[BindJob]) -> None:
+        async with self._agents:
+            try:
+                await self.bind_batch(jobs)
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # a bug or a failed grouped transaction: one by one
+                log.exception("binding a batch failed unexpectedly; one by one")
+                await self._bind_each(jobs)
 
     async def _bind_each(self, jobs: list[BindJob]) -> None:
         for job in jobs:
@@ -405,7 +427,7 @@ class Binder:
                 log.exception("binding session %s failed unexpectedly", job.session_id)
 
     async def bind_batch(self, jobs: list[BindJob]) -> None:
-        """Bind ``jobs`` (one agent, plan order): see the module docstring."""
+        """Bind ``jobs`` (one agent): see the module docstring."""
         prepared = await self._prepare_group(jobs)
         self.hub.publish()
         ready = [(job, p) for job, p in zip(jobs, prepared, strict=True) if p is not None]
@@ -548,7 +570,9 @@ class Binder:
                         accepted.append((job, report))
                 continue
             for (job, _), report in zip(items, reports, strict=True):
-                if report.status is KernelStatus.FAILED:
+                if report.conflict:
+                    await self._replan(job, report.reason)
+                elif report.status is KernelStatus.FAILED:
                     reason = report.reason or "no reason"
                     await self._cancel(job, f"the kernel failed to start: {reason}")
                 else:
@@ -566,6 +590,9 @@ class Binder:
             report = await self.client.create_kernel(agent_url, request)
         except AgentRPCError as e:
             await self._cancel(job, f"the kernel could not be created: {e}")
+            return None
+        if report.conflict:
+            await self._replan(job, report.reason)
             return None
         if report.status is KernelStatus.FAILED:
             await self._cancel(job, f"the kernel failed to start: {report.reason or 'no reason'}")
@@ -604,6 +631,33 @@ class Binder:
                 )
         self.hub.publish()
         self.on_release()
+
+    async def _replan(self, job: BindJob, reason: str) -> None:
+        """The agent refused the plan as no longer fitting: the session goes back to
+        PENDING (its kernel row deleted, the agent's occupancy recomputed, so the
+        resources are free again in the manager's accounting) and a later pass plans it
+        on the maps as they are then.  No pass is triggered here: the agent's heartbeat,
+        sent at once after a conflict, triggers one when its maps differ from what the
+        manager had; the loop's timer otherwise."""
+        self.metrics.bind_conflicts.inc()
+        log.info("session %s: agent %s refused the plan: %s", job.session_id, job.agent_id, reason)
+        async with self.db.begin(write=True) as db:
+            row = await lock_session(db, job.session_id)
+            if row is not None and row.status in BINDABLE:
+                kernels = await session_kernels(db, row.id)
+                await change_status(
+                    db,
+                    row,
+                    SessionStatus.PENDING,
+                    reason=f"agent {job.agent_id} refused the plan ({reason}); planned again",
+                    now=self.clock(),
+                    kernels=kernels,
+                )
+                row.agent_id = None
+                row.scheduled_at = None
+                for kernel in kernels:
+                    await db.delete(kernel)
+        self.hub.publish()
 
     async def _accepted_in(
         self,

@@ -233,13 +233,15 @@ class Scheduler:
         CREATING (the agent's create is idempotent by kernel id).  Returns how many."""
         async with self.db.begin() as db:
             rows = await db.execute(
-                sa.select(Session.id, Kernel.id, Kernel.agent_id)
+                sa.select(Session.id, Kernel.id, Kernel.agent_id, Kernel.device_allocs)
                 .join(Kernel, Kernel.session_id == Session.id)
                 .where(Session.status.in_(sorted(BINDABLE)))
                 .order_by(Session.scheduled_at, Session.id)
             )
             jobs = [
-                BindJob(sid, kid, agent_id) for sid, kid, agent_id in rows if agent_id is not None
+                BindJob(sid, kid, agent_id, plan or None)
+                for sid, kid, agent_id, plan in rows
+                if agent_id is not None
             ]
         if jobs:
             log.info("resuming %d bind(s) left by a previous manager", len(jobs))
@@ -255,14 +257,14 @@ class Scheduler:
         cutoff = self.clock() - older_than
         async with self.db.begin() as db:
             rows = await db.execute(
-                sa.select(Session.id, Kernel.id, Kernel.agent_id)
+                sa.select(Session.id, Kernel.id, Kernel.agent_id, Kernel.device_allocs)
                 .join(Kernel, Kernel.session_id == Session.id)
                 .where(Session.status.in_(sorted(BINDABLE)), Session.status_changed_at < cutoff)
                 .order_by(Session.scheduled_at, Session.id)
             )
             jobs = [
-                BindJob(sid, kid, agent_id)
-                for sid, kid, agent_id in rows
+                BindJob(sid, kid, agent_id, plan or None)
+                for sid, kid, agent_id, plan in rows
                 if agent_id is not None and sid not in self.binder.in_flight
             ]
         if jobs:
