@@ -1047,7 +1047,7 @@ def test_app_service_page_through_the_proxy(page: Any, console: Console) -> None
                 "image": "python",
                 "type": "batch",
                 "name": "web-app",
-                "startupCommand": f"-c {shlex.quote(APP_WITH_PROBE)} {shlex.quote(probe)}",
+                "startupCommand": f"python -c {shlex.quote(APP_WITH_PROBE)} {shlex.quote(probe)}",
                 "config": {
                     "resources": {"cpu": "1"},
                     "service_ports": [{"name": "web", "protocol": "http", "port": 8888}],

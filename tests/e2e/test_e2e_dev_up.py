@@ -202,7 +202,7 @@ def test_dev_up_runs_stops_and_keeps_state(data_dir: Path) -> None:
             resources={"cuda.shares": "1"},
             name="batch",
             type="batch",
-            startup_command="-c 'import time; time.sleep(300)'",
+            startup_command="python -c 'import time; time.sleep(300)'",
             max_wait_s=30,
         )
         assert (kept.status, batch.status) == ("RUNNING", "RUNNING")

@@ -193,7 +193,7 @@ def run_image_tour(tour: Tour) -> None:
     for name, image, version in (("lib-1", "demo-lib:1.0", "1.0"), ("lib-2", "demo-lib", "2.0")):
         tour.cli(
             "session", "create", "-r", "cpu=1", "-r", "mem=256", "--name", name, image,
-            "--", "-c", PRINT_DEMO_LIB,
+            "--", "python", "-c", PRINT_DEMO_LIB,
         )  # fmt: skip
         tour.cli("session", "wait", name, "--status", "TERMINATED", "--timeout", "60", echo=False)
         logs = tour.cli("session", "logs", name)

@@ -149,28 +149,96 @@ async def test_python_environment(runtime: ProcessRuntime) -> None:
 @pytest.mark.parametrize(
     ("image", "startup", "exit_code", "output"),
     [
-        ("python", "-c 'print(42)'", 0, "42\n"),
+        # a command line through /bin/sh, whatever the environment (as Backend.AI runs it)
+        ("python", "python -c 'print(42)'", 0, "42\n"),
+        ("python", "echo hi; echo $FOO", 0, "hi\nbar\n"),
+        ("python", "exit 3", 3, ""),
         ("shell", "echo hello; exit 3", 3, "hello\n"),
+        ("shell", "echo 'a  b' | tr -s ' '", 0, "a b\n"),
     ],
 )
-async def test_startup_command_runs_in_the_environment(
-    runtime: ProcessRuntime, image: str, startup: str, exit_code: int, output: str
+@pytest.mark.parametrize("sandboxed", [False, True])
+async def test_startup_command_runs_through_the_shell_in_every_environment(
+    make_runtime: RuntimeFactory,
+    sandbox_support: str | None,
+    sandboxed: bool,
+    image: str,
+    startup: str,
+    exit_code: int,
+    output: str,
 ) -> None:
-    kernel = spec(None, image=image, startup_command=startup)
+    if sandboxed and sandbox_support is not None:
+        pytest.skip(sandbox_support)
+    runtime = make_runtime(sandbox=SandboxConfig() if sandboxed else None)
+    kernel = spec(None, image=image, startup_command=startup, env={"FOO": "bar"})
     await runtime.create_kernel(kernel)
-    info = await runtime.wait_exit(kernel.kernel_id, timeout_s=10)
+    info = await runtime.wait_exit(kernel.kernel_id, timeout_s=20)
     assert info.exit is not None
-    assert info.exit.exit_code == exit_code
+    assert (info.exit.reason, info.exit.exit_code) == (ExitReason.EXITED, exit_code)
     assert await runtime.get_logs(kernel.kernel_id) == output
 
 
-async def test_unreadable_startup_command_fails_before_anything_starts(
+@pytest.mark.parametrize("sandboxed", [False, True])
+async def test_startup_command_python_is_the_environments_interpreter(
+    make_runtime: RuntimeFactory, sandbox_support: str | None, sandboxed: bool, tmp_path: Path
+) -> None:
+    """``python ...`` in a startup command is the environment's interpreter (its bin dir
+    is first on PATH), in the built-in ``python`` environment and in a configured one
+    (a virtualenv-like image dir), and the command runs in the environment's work dir
+    with its ``env``."""
+    if sandboxed and sandbox_support is not None:
+        pytest.skip(sandbox_support)
+    venv = tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True)
+    (venv / "bin" / "python").symlink_to(sys.executable)
+    project = ProcessEnvironment.from_config(
+        "proj",
+        {
+            "command-prefix": [str(venv / "bin" / "python")],
+            "image-dir": str(venv),
+            "env": {"PROJ": "yes"},
+            "work-dir": "{work}/project",
+        },
+    )
+    # PATH = the default (/bin:/usr/bin): only the environment can put `python` on it.
+    runtime = make_runtime(
+        sandbox=SandboxConfig() if sandboxed else None,
+        passthrough_env=(),
+        environments={"proj": project, **default_environments()},
+    )
+    where = "import sys; print(sys.executable)"
+    kernel = spec(None, image="python", startup_command=f"python -c '{where}'; pwd")
+    await runtime.create_kernel(kernel)
+    info = await runtime.wait_exit(kernel.kernel_id, timeout_s=20)
+    assert info.exit is not None
+    assert info.exit.exit_code == 0
+    scratch = runtime.scratch_root / kernel.kernel_id
+    work = (scratch / "work").resolve()
+    assert await runtime.get_logs(kernel.kernel_id) == f"{sys.executable}\n{work}\n"
+
+    kernel = spec(None, image="proj", startup_command=f"python -c '{where}'; pwd; echo $PROJ")
+    await runtime.create_kernel(kernel)
+    info = await runtime.wait_exit(kernel.kernel_id, timeout_s=20)
+    assert info.exit is not None
+    assert info.exit.exit_code == 0
+    scratch = runtime.scratch_root / kernel.kernel_id
+    work = (scratch / "work" / "project").resolve()
+    expected = f"{venv / 'bin' / 'python'}\n{work}\nyes\n"
+    assert await runtime.get_logs(kernel.kernel_id) == expected
+
+
+async def test_an_unreadable_startup_command_fails_as_a_shell_syntax_error(
     runtime: ProcessRuntime,
 ) -> None:
-    kernel = spec(None, image="python", startup_command="-c 'print(1)")
-    with pytest.raises(KernelStartFailed, match="cannot read the startup command"):
-        await runtime.create_kernel(kernel)
-    assert not (runtime.scratch_root / kernel.kernel_id).exists()
+    """The shell reads the command line: an unclosed quote is its syntax error (exit
+    code 2, the reason in the logs), as in a Backend.AI batch session."""
+    kernel = spec(None, image="python", startup_command="python -c 'print(1)")
+    await runtime.create_kernel(kernel)
+    info = await runtime.wait_exit(kernel.kernel_id, timeout_s=10)
+    assert info.exit is not None
+    assert info.exit.exit_code == 2
+    log = await runtime.get_logs(kernel.kernel_id)
+    assert re.search("Unterminated quoted string|unexpected EOF", log), log  # dash | bash
 
 
 async def test_no_command_stays_running_until_destroyed(runtime: ProcessRuntime) -> None:

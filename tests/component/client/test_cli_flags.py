@@ -13,7 +13,8 @@ from accelshare.devcluster import LocalCluster
 
 Cli = Callable[..., Any]  # conftest.py's ``cli`` fixture: accelshare ARGS... -> CliResult
 
-LONG = ["python", "--", "-c", "import time; time.sleep(120)"]  # a batch session that lasts
+# a batch session that lasts
+LONG = ["python", "--", "python", "-c", "import time; time.sleep(120)"]
 
 
 def _sid(stdout: str) -> str:

@@ -77,9 +77,11 @@ def test_create_lists_services_and_apps_prints_their_urls(cli: Cli) -> None:
 @pytest.mark.parametrize(
     ("command", "exit_code"),
     [
-        (["python", "--", "-c", "print(42)"], 0),  # python's arguments
-        (["python", "--", "-c", "import sys; sys.exit(5)"], 5),
-        (["shell", "--", "echo hello; exit 3"], 3),  # one word: the shell's script, whole
+        # words: a command line, like `docker run IMAGE CMD...`; `python` is the image's
+        (["python", "--", "python", "-c", "print(42)"], 0),
+        (["python", "--", "python", "-c", "import sys; sys.exit(5)"], 5),
+        (["python", "--", "echo hello; exit 3"], 3),  # one word: the command line, whole
+        (["shell", "--", "echo hello; exit 3"], 3),
         (["shell", "--", "test", "a b", "=", "a b"], 0),  # words: quoted, so still one "a b"
     ],
 )
@@ -274,7 +276,7 @@ def test_admin_commands(cli: Cli) -> None:
         (["session", "create", "-r", "cpu=２", "python"], 2, "ASCII digits only"),
         (["session", "create", "--type", "daemon", "python"], 2, "interactive or batch"),
         (
-            ["session", "create", "--starts-at", "tomorrow", "python", "--", "-c", "1"],
+            ["session", "create", "--starts-at", "tomorrow", "python", "--", "true"],
             2,
             "ISO 8601",
         ),

@@ -33,8 +33,9 @@ def test_a_session_per_demo_environment_reports_its_own_version(
     cli: Cli, image: str, version: str
 ) -> None:
     created = cli(
-        "session", "create", "-r", "cpu=1", "-r", "mem=256", image, "--", "-c", PRINT_VERSION
-    )
+        "session", "create", "-r", "cpu=1", "-r", "mem=256", image,
+        "--", "python", "-c", PRINT_VERSION,
+    )  # fmt: skip
     assert created.code == 0, created
     sid = _sid(created.stdout)
     waited = cli("session", "wait", sid, "--status", "TERMINATED", "--timeout", "60")

@@ -59,7 +59,7 @@ def _body(name: str) -> dict[str, object]:
         "image": "python",
         "name": name,
         "type": "batch",
-        "startupCommand": f"-c {shlex.quote(WHO_APP)}",
+        "startupCommand": f"python -c {shlex.quote(WHO_APP)}",
         "maxWaitSeconds": 30,
         "config": {
             "resources": {"cpu": 1, "mem": "256m"},

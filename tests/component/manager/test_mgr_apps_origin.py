@@ -75,7 +75,7 @@ async def test_app_pages_only_on_the_apps_origin_with_its_own_cookie(
         "image": "python",
         "name": "web",
         "type": "batch",
-        "startupCommand": f"-c {shlex.quote(JAR_APP + APP_SCRIPT)}",
+        "startupCommand": f"python -c {shlex.quote(JAR_APP + APP_SCRIPT)}",
         "maxWaitSeconds": 30,
         "config": {
             "resources": {"cpu": 1, "mem": "256m"},

@@ -166,17 +166,24 @@ async def test_seed_scenarios_with_a_real_agent(db_url: str, tmp_path: Path) -> 
         await wait_for(client, names, Counter({"RUNNING": 2, "TERMINATED": 1}))
 
 
-async def test_batch_sessions_run_their_command_in_the_environment(
+async def test_batch_sessions_run_their_command_through_the_shell(
     db_url: str, tmp_path: Path
 ) -> None:
-    """``accelshare session create python -- -c 'print(42)'`` and ``shell -- 'echo hello;
-    exit 3'`` (the startupCommands the CLI sends for them): the command runs in the
-    session's environment, once, and its output and exit code are recorded.  (Scratch
-    dirs are kept so the logs outlive the heartbeat that cleans up ended kernels.)"""
+    """A batch session's startupCommand runs as Backend.AI runs it: ``/bin/sh -c`` in the
+    session's work dir, with the session's environ, whatever the environment; ``python``
+    there is the environment's interpreter; the exit code decides SUCCESS / FAILURE.
+    (The issue's case: ``--startup-command "echo hi; echo $FOO" -e FOO=bar python``.)
+    Scratch dirs are kept so the logs outlive the heartbeat that cleans up ended kernels.
+    """
+    where = "import sys; print(sys.executable)"
     cases = [
-        # name, image, startupCommand, exit code, result, output
-        ("py", "python", "-c 'print(42)'", 0, "SUCCESS", "42\n"),
+        # name, image, startupCommand, exit code, result, output (None: checked below)
+        ("env", "python", "echo hi; echo $FOO", 0, "SUCCESS", "hi\nbar\n"),
+        ("three", "python", "exit 3", 3, "FAILURE", ""),
+        ("py", "python", "python -c 'print(42)'", 0, "SUCCESS", "42\n"),
+        ("which", "python", f"python -c '{where}'", 0, "SUCCESS", f"{sys.executable}\n"),
         ("sh", "shell", "echo hello; exit 3", 3, "FAILURE", "hello\n"),
+        ("pwd", "python", "pwd", 0, "SUCCESS", None),
     ]
     async with real_cluster(db_url, tmp_path, keep_scratch=True) as client:
         for name, image, startup, _, _, _ in cases:
@@ -186,7 +193,7 @@ async def test_batch_sessions_run_their_command_in_the_environment(
                 "type": "batch",
                 "startupCommand": startup,
                 "enqueueOnly": True,
-                "config": {"resources": {"cpu": 1, "mem": "256m"}},
+                "config": {"resources": {"cpu": 1, "mem": "256m"}, "environ": {"FOO": "bar"}},
             }
             created = await client.post("/session", json=body)
             assert created.status_code == 201, created.text
@@ -196,7 +203,14 @@ async def test_batch_sessions_run_their_command_in_the_environment(
             session = (await client.get(f"/session/{name}")).json()
             assert (session["exitCode"], session["result"]) == (exit_code, result), session
             logs = (await client.get(f"/session/{name}/logs")).json()["result"]["logs"]
-            assert logs == output, (name, logs)
+            if output is not None:
+                assert logs == output, (name, logs)
+        # pwd: the kernel's work dir, <scratch-root>/<kernel id>/work
+        logs = (await client.get("/session/pwd/logs")).json()["result"]["logs"]
+        work = Path(logs.strip())
+        assert work.name == "work", logs
+        assert work.parent.parent == (tmp_path / "scratch").resolve(), logs
+        assert work.is_dir(), logs
 
 
 async def test_execute_runs_code_in_a_running_session_and_names_what_it_refuses(

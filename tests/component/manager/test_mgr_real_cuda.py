@@ -91,7 +91,9 @@ async def test_fractional_sessions_share_a_real_gpu(tmp_path: Path) -> None:
 
         # A batch session holding half a share runs CUDA on the GPU it was given.
         # (PyTorch with CUDA needs more than 512m of memory to start.)
-        await start(client, "probe", Decimal("0.5"), "4g", type="batch", startupCommand=str(probe))
+        await start(
+            client, "probe", Decimal("0.5"), "4g", type="batch", startupCommand=f"python {probe}"
+        )
         await wait_for(client, ["probe"], Counter({"TERMINATED": 1}))
         session = (await client.get("/session/probe")).json()
         logs = (await client.get("/session/probe/logs")).json()["result"]["logs"]

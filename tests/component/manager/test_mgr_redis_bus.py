@@ -57,7 +57,7 @@ async def test_stats_and_events_through_redis_survive_a_redis_restart(
                     "image": "python",
                     "name": "batch-1",
                     "type": "batch",
-                    "startupCommand": "-c print(42)",
+                    "startupCommand": "python -c 'print(42)'",
                     "config": {"resources": {"cpu": 1, "mem": "256m", "cuda.shares": "0.5"}},
                 },
             )

@@ -115,7 +115,7 @@ async def test_a_session_cannot_reach_the_host_nor_another_users_session(
     victim = await make_user(admin, "victim@example.com")
     attacker = await make_user(admin, "attacker@example.com")
     created = await victim.post(
-        "/session", json=_body("v", f"-c {shlex.quote(VICTIM_APP)}", ports=True)
+        "/session", json=_body("v", f"python -c {shlex.quote(VICTIM_APP)}", ports=True)
     )
     assert created.json()["status"] == "RUNNING", created.text
     victim_sid = created.json()["sessionId"]
@@ -156,7 +156,7 @@ async def test_a_session_cannot_reach_the_host_nor_another_users_session(
     os.kill(victim_pid, 0)
 
     targets = json.dumps({"files": files, "ports": ports, "victim_pid": victim_pid})
-    startup = f"-c {shlex.quote(ATTACK)} {shlex.quote(targets)}"
+    startup = f"python -c {shlex.quote(ATTACK)} {shlex.quote(targets)}"
     attacked = await attacker.post("/session", json=_body("a", startup))
     assert attacked.status_code == 201, attacked.text
     attacker_sid = attacked.json()["sessionId"]

@@ -180,7 +180,7 @@ async def test_app_service_proxied_for_its_owner_only(admin: httpx.AsyncClient) 
         "image": "python",
         "name": "web",
         "type": "batch",
-        "startupCommand": f"-c {shlex.quote(APP_SCRIPT)}",
+        "startupCommand": f"python -c {shlex.quote(APP_SCRIPT)}",
         "maxWaitSeconds": 30,
         "config": {
             "resources": {"cpu": 1, "mem": "256m"},
@@ -287,7 +287,7 @@ async def test_terminals_and_app_websockets_beyond_the_per_user_limit_get_429(
             "image": "python",
             "name": "web",
             "type": "batch",
-            "startupCommand": f"-c {shlex.quote(APP_SCRIPT)}",
+            "startupCommand": f"python -c {shlex.quote(APP_SCRIPT)}",
             "maxWaitSeconds": 30,
             "config": {
                 "resources": {"cpu": 1, "mem": "256m"},

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import json
 import re
+import sys
+from typing import Any
 
 import pytest
 
@@ -236,6 +238,51 @@ def test_cli_logs_of_a_batch_session(bai: Bai) -> None:
         return out if "hello-from-compat" in out else None
 
     assert "hello-from-compat" in bai.until(logged, what="the batch session's output")
+
+
+SESSION_ID = re.compile(r"Session ID ([0-9a-f-]{36})")
+
+
+def ended(bai: Bai, session_id: str) -> dict[str, Any]:
+    """The session's info (the SDK's ``get_info``) once it has TERMINATED."""
+
+    def terminated() -> dict[str, Any] | None:
+        info: dict[str, Any] = bai.sdk("info", name=session_id)
+        return info if info["status"] == "TERMINATED" else None
+
+    return bai.until(terminated, what=f"session {session_id} to end")
+
+
+def test_cli_batch_startup_command_runs_through_the_shell(bai: Bai) -> None:
+    """The issue's command, as is: the startup command runs as Backend.AI runs it
+    (``/bin/sh -c`` in the session's work dir, with its environ), in the ``python``
+    environment too, and the session's result follows the exit code."""
+    created = bai.ok(
+        "session", "create", "--type", "batch", "--startup-command", "echo hi; echo $FOO",
+        "-e", "FOO=bar", "-r", "cpu=1", "-r", "mem=1g", "python",
+    )  # fmt: skip
+    match = SESSION_ID.search(created.output)
+    assert match, created
+    info = ended(bai, match.group(1))
+    assert (info["result"], info["exitCode"]) == ("SUCCESS", 0), info
+    assert bai.sdk("logs", name=match.group(1)) == {"result": {"logs": "hi\nbar\n"}}
+    assert "hi\nbar" in bai.ok("session", "logs", match.group(1)).stdout
+
+    # `python` is the environment's interpreter, the work dir is the kernel's.
+    code = "import os, sys; print(sys.executable, os.getcwd())"
+    failed = bai.ok(
+        "session", "create", "--type", "batch", "--name", "compat-exit",
+        "--startup-command", f"python -c '{code}'; exit 3",
+        "-r", "cpu=1", "-r", "mem=1g", "python",
+    )  # fmt: skip
+    match = SESSION_ID.search(failed.output)
+    assert match, failed
+    info = ended(bai, match.group(1))
+    assert (info["result"], info["exitCode"]) == ("FAILURE", 3), info
+    logs = bai.sdk("logs", name="compat-exit")["result"]["logs"]
+    program, cwd = logs.split()
+    assert program == sys.executable, logs  # the cluster's python image: this interpreter
+    assert cwd.endswith("/work"), logs
 
 
 def test_sdk_session_and_agent_calls(bai: Bai) -> None:

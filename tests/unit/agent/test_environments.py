@@ -53,46 +53,6 @@ def test_from_config_errors_name_the_environment_and_key(
     assert "such as" in info.value.expected
 
 
-# -- a batch session's startup command (one string) -> argv -----------------------------------
-@pytest.mark.parametrize(
-    ("image", "startup", "argv"),
-    [
-        # python: the words are python's arguments
-        ("python", "-c 'print(42)'", (sys.executable, "-c", "print(42)")),
-        ("python", "run.py --epochs 3", (sys.executable, "run.py", "--epochs", "3")),
-        ("python", "'my script.py'", (sys.executable, "my script.py")),
-        # shell: the whole string is the script (operators, exit codes, quoting kept)
-        ("shell", "echo hello", ("/bin/sh", "-c", "echo hello")),
-        ("shell", "echo hello; exit 3", ("/bin/sh", "-c", "echo hello; exit 3")),
-        ("shell", "echo 'a  b' | wc -c", ("/bin/sh", "-c", "echo 'a  b' | wc -c")),
-    ],
-)
-def test_startup_command_in_builtin_environments(
-    image: str, startup: str, argv: tuple[str, ...]
-) -> None:
-    assert default_environments()[image].startup_argv(startup) == argv
-
-
-def test_startup_command_in_configured_environments() -> None:
-    bash = ProcessEnvironment.from_config("bash", {"command-prefix": ["/bin/bash", "-c"]})
-    assert bash.takes_script
-    assert bash.startup_argv("x=1; echo $x") == ("/bin/bash", "-c", "x=1; echo $x")
-    venv = ProcessEnvironment.from_config("torch", {"command-prefix": ["/opt/t/bin/python", "-u"]})
-    assert not venv.takes_script
-    assert venv.startup_argv("train.py --lr 0.1") == (
-        "/opt/t/bin/python",
-        "-u",
-        "train.py",
-        "--lr",
-        "0.1",
-    )
-
-
-def test_unreadable_startup_command_is_a_value_error() -> None:
-    with pytest.raises(ValueError, match="closing quotation"):
-        default_environments()["python"].startup_argv("-c 'print(1)")
-
-
 def test_an_environment_the_host_lacks_says_why(tmp_path: Path) -> None:
     have = ProcessEnvironment("python:x", (sys.executable,))
     assert have.missing() is None

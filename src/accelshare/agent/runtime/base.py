@@ -29,6 +29,7 @@ from typing import Any, Protocol, runtime_checkable
 
 __all__ = [
     "CONFIG_BIN_DIR",
+    "STARTUP_SHELL",
     "ConfigFileLike",
     "DeviceNodeLike",
     "ExitReason",
@@ -49,6 +50,9 @@ KERNEL_ID_LABEL = "ai.accelshare.kernel-id"
 AGENT_ID_LABEL = "ai.accelshare.agent-id"
 CONFIG_BIN_DIR = "bin"
 """Plugins' executables live in ``config/bin``; the process runtime puts it first on PATH."""
+STARTUP_SHELL = ("/bin/sh", "-c")
+"""What runs a batch session's startup command, in every runtime and environment:
+``/bin/sh -c <startup_command>``, as Backend.AI runs it."""
 
 
 class KernelState(enum.StrEnum):
@@ -122,10 +126,13 @@ class KernelSpec:
     * ``command``: argv appended to the environment's command prefix (process) or the
       container command (docker); None keeps the kernel running until destroyed.
     * ``startup_command``: a batch session's command line, as one string, instead of
-      ``command`` (giving both is an error): the runtime makes the argv — process: the
-      environment's :meth:`~.environments.ProcessEnvironment.startup_argv` (``shell``
-      runs it as its script, ``python`` takes its words as arguments); docker:
-      ``/bin/sh -c <startup_command>`` in the container, as Backend.AI runs it.
+      ``command`` (giving both is an error): every runtime runs it as
+      ``/bin/sh -c <startup_command>`` (:data:`STARTUP_SHELL`), as Backend.AI does,
+      in the kernel's working directory (process: the environment's ``work-dir``;
+      docker: the container's work dir) with the kernel's environment (``env``, the
+      session's ``environ`` included; process: the environment's bin dir first on
+      ``PATH``, so ``python`` is the environment's interpreter).  Its exit code is the
+      kernel's.
     * ``env``: the plugins' environment variables plus anything the agent adds; the
       runtime adds the kernel id and ``resource.txt`` path on top.
     * ``resource_txt``: the rendered file (without ``CID``; the runtime appends it).

@@ -57,6 +57,7 @@ from .base import (
     KERNEL_ID_ENV,
     KERNEL_ID_LABEL,
     RESOURCE_TXT_ENV,
+    STARTUP_SHELL,
     ExitReason,
     KernelExit,
     KernelInfo,
@@ -274,7 +275,7 @@ def container_config(
     host_config.update(config.host_config)
     command = spec.command if spec.command is not None else config.idle_command
     if spec.startup_command is not None:
-        command = ("/bin/sh", "-c", spec.startup_command)
+        command = (*STARTUP_SHELL, spec.startup_command)
     body: dict[str, Any] = {
         "Image": spec.image,
         "User": config.user,

@@ -12,10 +12,14 @@ so ``command=("-c", "print(1)")`` runs Python code and, for ``shell``,
 with no command runs the environment's ``idle_command`` (``sleep infinity``) and stays
 up until it is destroyed.
 
-A batch session's *startup command* is one string (:meth:`ProcessEnvironment.startup_argv`):
-an environment whose prefix ends with ``-c`` (``shell``) takes it whole, as its script
-(``"echo hello; exit 3"``); any other takes its shell-style words (:func:`shlex.split`)
-as arguments (``python`` + ``"-c 'print(42)'"`` -> ``[python, "-c", "print(42)"]``).
+A batch session's *startup command* is one string, a command line: every environment
+runs it as ``/bin/sh -c <startup command>`` (:data:`~.base.STARTUP_SHELL`), as Backend.AI
+and the docker runtime run it, in the kernel's work dir (``work-dir``), with the
+kernel's environment (the session's ``environ``, the plugins' variables, the
+environment's ``env``).  The environment's bin dir is first on the kernel's ``PATH``
+(its ``image-dir``'s ``bin/``, else its interpreter's folder unless that is a system
+one such as ``/usr/bin``), so ``python train.py`` runs the environment's interpreter,
+and ``echo hi; exit 3`` runs the same in every environment.
 
 More come from configuration (:meth:`ProcessEnvironment.from_config`), e.g. a
 virtualenv::
@@ -34,7 +38,6 @@ not get created on the host by the agent).
 
 from __future__ import annotations
 
-import shlex
 import shutil
 import string
 import sys
@@ -116,20 +119,6 @@ class ProcessEnvironment:
         if command is None:
             return self.idle_command
         return (*self.command_prefix, *command)
-
-    @property
-    def takes_script(self) -> bool:
-        """Whether a startup command is passed whole (the prefix ends with ``-c``)."""
-        return self.command_prefix[-1] == "-c"
-
-    def startup_argv(self, startup_command: str) -> tuple[str, ...]:
-        """The full argv for a session's startup command (see the module docstring).
-
-        Raises ``ValueError`` for a command line :func:`shlex.split` cannot read
-        (an unclosed quote) in an environment that takes words."""
-        if self.takes_script:
-            return self.argv((startup_command,))
-        return self.argv(tuple(shlex.split(startup_command)))
 
     @classmethod
     def from_config(cls, name: str, data: Mapping[str, Any]) -> ProcessEnvironment:

@@ -5,10 +5,15 @@ How a kernel runs (see ``_launcher.py`` for the supervisor's side)::
     agent ──Popen──> python -I -S _launcher.py launch.json   (exits at once: detached)
                        └─ supervisor (own session; records pids, waits, records exit)
                             └─ kernel (own session + process group, in its cgroups,
-                                       rlimits, cwd = work/, stdout+stderr -> logs/kernel.log)
+                                       rlimits, cwd = the environment's work dir (work/),
+                                       stdout+stderr -> logs/kernel.log)
                                  [└─ sandboxed (the agent's default where the host can):
                                      bwrap -> the command in its own namespaces, as the
                                      kernel's unprivileged user (see :mod:`.sandbox`)]
+
+The kernel runs the environment's command prefix + the spec's ``command`` (none: the
+idle command), or ``/bin/sh -c <startup_command>`` for a batch session in any
+environment; the environment's bin dir comes first on its ``PATH``.
 
 Nothing lives only in the agent's memory: ``state/launch.json`` (written before the
 start), ``state/proc.json`` (pids + start times, by the supervisor) and
@@ -54,6 +59,7 @@ from .base import (
     CONFIG_BIN_DIR,
     KERNEL_ID_ENV,
     RESOURCE_TXT_ENV,
+    STARTUP_SHELL,
     ExitReason,
     KernelExit,
     KernelInfo,
@@ -268,10 +274,6 @@ class ProcessRuntime:
         environment = self.config.environments.get(spec.image)
         if environment is None:
             raise UnknownEnvironment(spec.image, list(self.config.environments), kernel_id)
-        try:
-            _kernel_argv(spec, environment)  # refuse an unreadable command line up front
-        except ValueError as e:
-            raise KernelStartFailed(kernel_id, f"cannot read the startup command: {e}") from e
         async with self._lock(kernel_id):
             if scratch.exists():
                 info = await self.get_kernel(kernel_id)
@@ -999,8 +1001,11 @@ class ProcessRuntime:
 
 
 def _kernel_argv(spec: KernelSpec, environment: ProcessEnvironment) -> tuple[str, ...]:
+    """A startup command runs through the shell whatever the environment (its
+    interpreter is first on the kernel's PATH); a command follows the environment's
+    prefix."""
     if spec.startup_command is not None:
-        return environment.startup_argv(spec.startup_command)
+        return (*STARTUP_SHELL, spec.startup_command)
     return environment.argv(spec.command)
 
 

@@ -79,10 +79,12 @@ def _outcome(info: SessionInfo) -> str:
 
 
 def startup_command_line(words: list[str]) -> str | None:
-    """The ``startupCommand`` for the words after ``--``: one word is already a command
-    line (``shell -- 'echo hi; exit 3'``) and goes as is; several are shell-quoted and
-    joined (``python -- -c 'print(1)'`` -> ``-c 'print(1)'``), so the agent splits them
-    back into the same words.  None without words."""
+    """The ``startupCommand`` for the words after ``--``: a whole command line, which the
+    agent runs with ``/bin/sh -c`` in the session's environment (as ``docker run IMAGE
+    CMD...``).  One word is already a command line (``python -- 'echo hi; exit 3'``) and
+    goes as is; several are shell-quoted and joined (``python -- python -c 'print(1)'``
+    -> ``python -c 'print(1)'``), so the shell gets the same words back.  None without
+    words."""
     if not words:
         return None
     return words[0] if len(words) == 1 else shlex.join(words)
@@ -103,10 +105,11 @@ def create_command(
     command: Annotated[
         list[str] | None,
         typer.Argument(
-            help="What to run, after `--`: python's arguments (`python -- -c 'print(1)'`),"
-            " a shell command line (`shell -- 'echo hi; exit 3'`). One argument is sent as"
-            " the command line as is, several are quoted and joined. A command makes a"
-            " batch session unless --type says otherwise.",
+            help="What to run, after `--`: a command line, run by /bin/sh in the"
+            " session's work dir with its environment, the image's interpreter first on"
+            " PATH (`python -- python -c 'print(1)'`, `python -- 'echo hi; exit 3'`). One"
+            " argument is sent as the command line as is, several are quoted and joined."
+            " A command makes a batch session unless --type says otherwise.",
             show_default=False,
             metavar="COMMAND",
         ),

@@ -127,9 +127,8 @@ def kernel_request(job: BindJob, row: Session | sa.Row[Any]) -> CreateKernelRequ
     request itself.
 
     A batch session's ``startupCommand`` goes as ``startup_command``, whole: the agent's
-    runtime runs it in the session's environment (process runtime: ``shell`` runs the
-    string as its script, ``python`` and other non-``-c`` environments take its
-    shell-style words as arguments; docker: ``/bin/sh -c`` in the container).  The
+    runtime runs it with ``/bin/sh -c`` in the kernel, as Backend.AI does (in its working
+    folder, with its environment; the environment's interpreter first on PATH).  The
     manager adds no interpreter of its own.  An interactive session's startup command
     is only recorded, as the ``startup_command`` label.
     """
