@@ -57,6 +57,7 @@ from . import (
     admin,
     agents,
     app_proxy,
+    bai_events,
     compat,
     config_routes,
     execute,
@@ -169,6 +170,7 @@ def create_app(
             compat.router,  # the official Backend.AI client's extras (docs/compatibility.md)
             app_proxy.router,  # web terminal and app services (the WSProxy role)
             execute.router,  # Backend.AI's execute API (code run in a session)
+            bai_events.router,  # Backend.AI's event streams (session events, watch)
         ):
             app.include_router(router)
         app.include_router(create_graphql_router(), prefix="/admin/gql")

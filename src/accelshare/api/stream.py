@@ -172,7 +172,7 @@ def _shared(request: Request, settings: StreamSettings) -> SharedSnapshots:
     return shared
 
 
-class _LeasedStream(StreamingResponse):
+class LeasedStream(StreamingResponse):
     """A stream holding a connection slot, given back however the response ends (also
     when the client left before its body started, so the generator never ran)."""
 
@@ -270,7 +270,7 @@ def _event_stream(
             await manager.hub.wait(settings.poll_s)
             await asyncio.sleep(0)  # let a burst of publishes settle into one re-read
 
-    return _LeasedStream(
+    return LeasedStream(
         stream(),
         lease,
         media_type="text/event-stream",

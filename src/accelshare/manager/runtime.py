@@ -31,6 +31,7 @@ from accelshare.protocol import KernelEvent
 
 from .agent_client import AgentClient, AgentRPCError
 from .agents import compat_from_views, format_compat, full_from_views, views_of
+from .bai_events import BackendAIEvents
 from .bus_link import ManagerBusLink
 from .clock import Clock, utcnow
 from .db import Database
@@ -128,6 +129,7 @@ class Manager:
             default_scaling_group=options.default_scaling_group,
         )
         self.execute = ExecuteService(self.sessions, self.client)
+        self.bai_events = BackendAIEvents(db, self.hub, self.sessions)
         self._sweeper: asyncio.Task[None] | None = None
         self.bus_link: ManagerBusLink | None = None
         if bus is not None:

@@ -359,6 +359,45 @@ def test_sdk_execute_steps_a_run_and_names_bad_run_ids(bai: Bai) -> None:
     bai.sdk("destroy", name="compat-exec")
 
 
+def test_session_events_and_watch_follow_a_session_to_its_end(bai: Bai) -> None:
+    """``session events`` prints Backend.AI's events of the session until it ends;
+    ``session watch`` exits with a batch session's exit code."""
+    created = bai.ok(
+        "session", "create", "--type", "batch", "--startup-command", "sleep 1; exit 3",
+        "-r", "cpu=1", "-r", "mem=1g", "--name", "compat-events", "python",
+    )  # fmt: skip
+    session_id = created_id(created.output) if CREATED.search(created.output) else None
+    events = bai.ok("session", "events", "compat-events")
+    lines = [line.split(" ", 1) for line in events.stdout.splitlines() if line.strip()]
+    names = [name for name, _ in lines]
+    assert names[0] == "session_enqueued", names
+    for expected in ("session_scheduled", "kernel_creating", "session_started"):
+        assert expected in names, names
+    assert names[-4:] == [
+        "kernel_terminated", "session_failure", "session_terminated", "server_close"
+    ], names  # fmt: skip
+    payload = json.loads(lines[-3][1])
+    assert payload["sessionName"] == "compat-events"
+    assert payload["exitCode"] == 3
+    if session_id is not None:
+        assert payload["sessionId"] == session_id
+    only_session = bai.ok("events", "compat-events", "--scope", "session")
+    assert "kernel_" not in only_session.stdout
+    assert "session_started" in only_session.stdout
+
+    bai.ok(
+        "session", "create", "--type", "batch", "--startup-command", "sleep 2; exit 4",
+        "-r", "cpu=1", "-r", "mem=1g", "--name", "compat-watch", "python",
+    )  # fmt: skip
+    watched = bai("session", "watch", "compat-watch")
+    assert watched.code == 4, watched
+    assert "session_failure" in watched.output
+
+    missing = bai("session", "events", "compat-nosuch-events")
+    assert "404" in missing.output
+    assert "No session 'compat-nosuch-events'" in missing.output
+
+
 def test_what_does_not_work_fails_clearly(bai: Bai) -> None:
     # The client itself insists on a UUID for `session info` (no request is sent).
     by_name = bai("session", "info", "compat-nosuch")
