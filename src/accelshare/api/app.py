@@ -66,6 +66,7 @@ from . import (
     login,
     metrics_route,
     sessions,
+    stream_apps,
 )
 from .app_origin import AppOrigin, AppsOriginMiddleware
 from .auth import Authenticator, AuthSettings, CurrentIdentity
@@ -171,6 +172,7 @@ def create_app(
             app_proxy.router,  # web terminal and app services (the WSProxy role)
             execute.router,  # Backend.AI's execute API (code run in a session)
             bai_events.router,  # Backend.AI's event streams (session events, watch)
+            stream_apps.router,  # Backend.AI's stream proxy (backend.ai app / apps)
         ):
             app.include_router(router)
         app.include_router(create_graphql_router(), prefix="/admin/gql")

@@ -8,6 +8,7 @@ session's port goes back to the range.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shlex
 from collections.abc import AsyncIterator
@@ -15,6 +16,8 @@ from pathlib import Path
 
 import httpx
 import pytest
+import websockets
+from websockets.exceptions import ConnectionClosed
 
 from accelshare.agent.runtime.sandbox import SandboxConfig
 from accelshare.agent.runtime.sandbox import probe as probe_sandbox
@@ -22,7 +25,7 @@ from accelshare_testkit.waiting import until
 
 from .cluster import free_ports_below_ephemeral
 from .test_mgr_real_agent import real_cluster
-from .test_mgr_terminal import make_user
+from .test_mgr_terminal import close_code, make_user, signed_headers, ws_url
 
 # Serves its work dir on $BACKENDAI_SERVICE_PORT_WEB, with who.txt naming its session.
 WHO_APP = """
@@ -161,3 +164,43 @@ async def test_an_app_path_with_a_control_character_is_refused(admin: httpx.Asyn
         assert (await owner.get(path)).status_code == 400, path
     assert (await owner.get(f"/session/{sid}/apps/web/who.txt")).status_code == 200
     await owner.aclose()
+
+
+async def test_the_stream_proxy_relays_tcp_to_the_owners_service(admin: httpx.AsyncClient) -> None:
+    """Backend.AI's ``/stream/session/{id}/tcpproxy`` (what ``backend.ai app`` opens):
+    bytes both ways to the session's service; refusals close with the reason."""
+    owner = await make_user(admin, "streamer@example.com")
+    other = await make_user(admin, "other@example.com")
+    created = await owner.post("/session", json=_body("tcp"))
+    assert created.json()["status"] == "RUNNING", created.text
+    sid = created.json()["sessionId"]
+    listed = await owner.get(f"/stream/session/{sid}/apps")
+    assert listed.json() == [{"name": "web", "protocol": "http", "ports": [8888]}]
+
+    path = f"/stream/session/{sid}/tcpproxy?app=web"
+
+    async def fetch() -> bytes | None:
+        async with websockets.connect(
+            ws_url(owner, path), additional_headers=signed_headers(owner, path)
+        ) as ws:
+            await ws.send(b"GET /who.txt HTTP/1.0\r\nHost: x\r\n\r\n")
+            answer = b""
+            with contextlib.suppress(ConnectionClosed):
+                while True:
+                    frame = await ws.recv()
+                    answer += frame if isinstance(frame, bytes) else frame.encode()
+        return answer if b" 200 " in answer.split(b"\r\n", 1)[0] else None
+
+    answer = await until(fetch, "the service through the tcpproxy", timeout_s=20)
+    assert answer.split(b"\r\n\r\n", 1)[1].startswith(sid.encode())  # its own who.txt
+
+    for client, query, code in (
+        (owner, "app=nosuch", 4404),
+        (owner, "app=web&envs=%7B%22A%22%3A%221%22%7D", 4400),
+        (owner, "", 4400),
+        (other, "app=web", 4404),  # another user's session: not found
+    ):
+        refused = f"/stream/session/{sid}/tcpproxy" + (f"?{query}" if query else "")
+        assert await close_code(ws_url(client, refused), signed_headers(client, refused)) == code
+    await owner.aclose()
+    await other.aclose()

@@ -121,6 +121,4 @@ async def test_all_of_a_users_sessions_from_now_on(cluster: Cluster) -> None:
 async def _identity(cluster: Cluster, access_key: str) -> Any:
     authenticator = cluster.app.state.authenticator
     credential = await authenticator.store.get_credential(access_key)
-    return await authenticator.identity_of(
-        access_key, str(credential.user_id), AuthMethod.KEYPAIR
-    )
+    return await authenticator.identity_of(access_key, str(credential.user_id), AuthMethod.KEYPAIR)

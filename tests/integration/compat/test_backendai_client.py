@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
 import sys
 from typing import Any
 
+import httpx
 import pytest
 
-from accelshare.devcluster import LocalCluster
+from accelshare.devcluster import LocalCluster, free_port
 
 from .conftest import Bai
 
@@ -396,6 +398,41 @@ def test_session_events_and_watch_follow_a_session_to_its_end(bai: Bai) -> None:
     missing = bai("session", "events", "compat-nosuch-events")
     assert "404" in missing.output
     assert "No session 'compat-nosuch-events'" in missing.output
+
+
+def test_app_opens_a_local_proxy_to_a_sessions_service(bai: Bai) -> None:
+    """``backend.ai apps`` lists a session's services; ``backend.ai app SESSION web -b``
+    serves the session's web server on a local port, through the manager's tcpproxy."""
+    bai.ok(
+        "session", "create", "--type", "batch",
+        "--startup-command", "python -m http.server 8765 --bind 127.0.0.1",
+        "-e", "BACKENDAI_SERVICE_PORT_WEB=8765",
+        "-r", "cpu=1", "-r", "mem=1g", "--name", "compat-app", "python",
+    )  # fmt: skip
+    listed = bai.ok("apps", "compat-app", "-l")
+    assert "following app services: web" in listed.output
+    port = free_port()
+    proxy = subprocess.Popen(
+        [str(bai.bin_dir / "backend.ai"), "app", "compat-app", "web", "-b", f"127.0.0.1:{port}"],
+        env=bai.env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
+    try:
+
+        def page() -> str | None:
+            try:
+                answer = httpx.get(f"http://127.0.0.1:{port}/", timeout=5)
+            except httpx.HTTPError:
+                return None
+            return answer.text if answer.status_code == 200 else None
+
+        body = bai.until(page, what="the session's web page through the local proxy")
+        assert "Directory listing" in body
+    finally:
+        proxy.terminate()
+        proxy.wait(30)
+    bai.ok("session", "destroy", "compat-app")
 
 
 def test_what_does_not_work_fails_clearly(bai: Bai) -> None:
