@@ -36,8 +36,8 @@ dictionary lookup however many kernels run.  After a change only the devices it 
 are rebuilt: :meth:`view` (objects, for heartbeats) and :meth:`view_json` (the bytes the
 alloc-map query answers, equal to ``view().model_dump_json()``) each keep per-device
 parts in device order and re-assemble the rest by joining; a device's holders are kept
-sorted with their JSON as kernels come and go (:class:`_Holders`).  With 1,000 kernels
-on 1,000 cores a rebuilt answer takes about 0.2-0.4 ms (bench/agent_bench.py).
+sorted with their JSON as kernels come and go (:class:`_Holders`).  What a rebuilt
+answer costs is measured by bench/agent_bench.py (docs/performance.md, *Agent*).
 """
 
 from __future__ import annotations

@@ -5,9 +5,9 @@ agent and pending session per row), SQLAlchemy's and pydantic's structures, the
 application itself — about a million container objects at 1,000 agents and 10,000
 pending sessions.  With CPython's default thresholds (700, 10, 10) a full (generation 2)
 collection runs each time that heap has grown by a quarter, and every one scans all of
-it: 550-730 ms each on the development machine, several in a row while a burst of
+it, for hundreds of milliseconds at that size, several in a row while a burst of
 sessions is placed, with the event loop (API, binds, heartbeats) frozen meanwhile; they
-found almost nothing to free (the manager's data is freed by reference counting).
+find almost nothing to free (the manager's data is freed by reference counting).
 
 :func:`tune_gc`, called once the application is built:
 

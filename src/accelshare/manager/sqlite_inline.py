@@ -4,9 +4,9 @@ aiosqlite runs every call (``execute``, each ``fetch``, ``close`` of a cursor,
 ``commit``) in a worker thread and hands the result back through the event loop: a
 queue put, a thread wake-up and a ``call_soon_threadsafe`` per call, three or more per
 statement.  For the manager's statements (index lookups of microseconds) that hand-off
-*was* the cost: measured 384 µs of CPU per ``SELECT`` through SQLAlchemy's asyncio
-layer against 12 µs with the synchronous driver, and at 90 statements per session it
-was about half of the manager's CPU (``docs/performance.md``).
+is the cost: many times the statement's own, and, at dozens of statements per session,
+a large part of the manager's CPU (``bench/stmt_bench.py`` measures a statement both
+ways).
 
 :class:`InlineConnection` is an ``aiosqlite.Connection`` whose calls run at once on
 the calling (event loop) thread.  The worker thread is kept for what may wait:

@@ -176,9 +176,8 @@ class MapLayouts:
 
     * **Empty maps** (:meth:`empty_map`): built once per layout and copied
       (:meth:`AbstractAllocMap.copy`): a cluster's agents mostly share a few layouts,
-      and building a map validates every device (an agent of 8 GPUs and 64 cores:
-      ~190 µs built, ~15 µs copied).  Capacities are compared by value: the maps' texts
-      are normalised.
+      and building a map validates every device (a copy costs a small fraction of
+      that).  Capacities are compared by value: the maps' texts are normalised.
     * **Empty-map verdicts** (:meth:`verdict`, :meth:`remember`): whether a request part fits an
       *empty* map of a layout.  A pass asks it for every request shape (``could_fit``),
       and an empty map's answer depends on its layout alone.

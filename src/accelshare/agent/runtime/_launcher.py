@@ -33,8 +33,8 @@ Fork-server mode (``--fork-server CONTROL_FD``, :func:`serve`): one long-lived l
 per agent whose interpreter is up once; for each kernel the agent sends the launch
 file's path with the status pipe's write end attached (``SCM_RIGHTS``) over a
 ``SOCK_SEQPACKET`` socket, and the server forks a child that goes on exactly like a
-spare given its launch file (output to ``logs/launcher.log``, steps 1-5).  A fork costs
-about a millisecond where starting the interpreter costs 10-25 ms of CPU per create.
+spare given its launch file (output to ``logs/launcher.log``, steps 1-5).  A fork is far
+cheaper than starting an interpreter per create.
 The server exits when the agent closes its end (or dies).
 """
 

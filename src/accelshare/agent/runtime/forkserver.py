@@ -3,8 +3,9 @@
 One launcher process per process runtime with its interpreter up; :meth:`ForkServer.launch`
 sends it a launch file's path with the status pipe's write end attached, and the server
 forks a child that starts the kernel exactly as a freshly started launcher would.  A
-create then costs a fork (about 1 ms) instead of a Python start (10-25 ms of CPU), which
-is most of the agent host's CPU per session when sessions are created back to back.
+create then costs a fork instead of a Python start, which would be most of the agent
+host's CPU per session when sessions are created back to back (figures:
+docs/performance.md, *Agent*).
 
 Contract: :meth:`launch` is thread-safe (creates run in worker threads) and returns
 False only when the message could not be handed to a server, even after one restart:

@@ -130,8 +130,8 @@ class HeldRevisionTriggers:
 
     Any status change bumps, also one within the resource-holding statuses (SCHEDULED
     -> ... -> RUNNING), after which the next pass reads that agent's text again for
-    nothing: telling the two apart in the trigger (``status IN (...)`` twice a row) cost
-    more than it saved — 26,550 status moves 190-230 ms bumping, 300-360 ms testing."""
+    nothing: telling the two apart in the trigger (``status IN (...)`` twice a row) costs
+    more than it saves (measured on bulk status moves)."""
 
     table: str
     target: str

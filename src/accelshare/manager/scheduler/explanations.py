@@ -2,9 +2,10 @@
 
 A pass leaves its failures here (:meth:`Explanations.add`) and goes on; a task of the
 scheduler writes them: ``status_info`` and ``status_data.scheduler`` of each session
-still PENDING.  Writing 10,000 explanations costs ~400 ms of the database and the event
-loop; done inside the pass (before) it held the scheduling lock that long, so a release
-right after waited for it, and a stream of passes rewrote every pending row each time.
+still PENDING.  Writing thousands of explanations takes a noticeable time of the
+database and the event loop; done inside the pass it would hold the scheduling lock that
+long, so a release right after would wait for it, and a stream of passes would rewrite
+every pending row each time.
 
 * **Coalesced.** A session queued again before its entry was written keeps only the
   newest explanation; the retries of the passes in between add up.
