@@ -35,12 +35,13 @@ from .bai_events import BackendAIEvents
 from .bus_link import ManagerBusLink
 from .clock import Clock, utcnow
 from .db import Database
+from .enums import AgentStatus
 from .errors import NotFound
 from .execute import ExecuteService
 from .hub import ChangeHub
 from .images import ImageService
 from .metrics import ManagerMetrics
-from .models import Agent, AgentStatus, Session
+from .models import Agent, Session
 from .registry import AgentRegistry
 from .scheduler import Binder, Scheduler
 from .sessions import SessionService
