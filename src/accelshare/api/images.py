@@ -25,9 +25,9 @@ from fastapi import APIRouter
 from pydantic import BaseModel, ConfigDict, Field
 
 from accelshare.manager.images import NewImage
+from accelshare.manager.services.admin import parse_slots
 from accelshare.sched.images import IMAGE_NAME_PATTERN
 
-from .admin import parse_slots
 from .auth import CurrentIdentity, SuperadminIdentity
 from .deps import ManagerDep
 from .problems import InvalidAPIParameters

@@ -44,6 +44,7 @@ from .metrics import ManagerMetrics
 from .models import Agent, Session
 from .registry import AgentRegistry
 from .scheduler import Binder, Scheduler
+from .services.admin import AdminService
 from .sessions import SessionService
 from .slots import KnownSlots
 
@@ -131,6 +132,7 @@ class Manager:
         )
         self.execute = ExecuteService(self.sessions, self.client)
         self.bai_events = BackendAIEvents(db, self.hub, self.sessions)
+        self.admin = AdminService(db=db, known_slots=self.known_slots, trigger=self.trigger)
         self._sweeper: asyncio.Task[None] | None = None
         self.bus_link: ManagerBusLink | None = None
         if bus is not None:
