@@ -4,7 +4,9 @@
 it builds the control plane: the database named by ``manager.toml``, its schema created
 or upgraded to head (:func:`~.schema.ensure_schema`), and the first-start defaults and
 superadmin (:func:`~.bootstrap.bootstrap`).  The API layer holds the result as an opaque
-handle (health checks, the control plane's constructor); it never queries it.
+handle (health checks, the control plane's constructor); it never queries it.  A schema
+this manager cannot work with raises :class:`SchemaError` (the server's launcher reports
+it and exits).
 """
 
 from __future__ import annotations
@@ -14,9 +16,9 @@ from .bootstrap import bootstrap
 from .clock import Clock, utcnow
 from .config import ManagerConfig
 from .db import Database
-from .schema import ensure_schema
+from .schema import SchemaError, ensure_schema
 
-__all__ = ["open_database", "shared_used_tokens"]
+__all__ = ["SchemaError", "open_database", "shared_used_tokens"]
 
 
 async def open_database(
