@@ -81,8 +81,8 @@ async def add_image(
                 expected="a device name such as cuda or rocm",
                 received=device,
             )
-    async with manager.known_slots.hold() as known:
-        min_slots = parse_slots(body.min_slots, known, "min_slots")
+    known = await manager.known_slots.load()
+    min_slots = parse_slots(body.min_slots, known, "min_slots")
     return await manager.images.add(
         NewImage(
             ref=body.ref,

@@ -396,14 +396,21 @@ class SessionService:
         return {"items": items, "total": total, "limit": limit, "offset": offset}
 
     # -- enqueue ----------------------------------------------------------------------------
-    async def create(self, caller: Caller, body: CreateSessionBody) -> CreateResult:
+    async def create(
+        self,
+        caller: Caller,
+        body: CreateSessionBody,
+        *,
+        known: Mapping[str, SlotTypes] | None = None,
+    ) -> CreateResult:
         """Enqueue (PENDING), trigger a pass, wait as the body asks; the answer's body.
 
-        The resources are parsed against the known slot types held for this request
-        (the caller's, e.g. the API route's; else read now and held for the enqueue), so
-        a heartbeat adding a slot meanwhile does not change what this request sees."""
-        async with self.known_slots.hold() as known:
-            enqueued = await self._enqueue(caller, body, known)
+        The resources are parsed against ``known``, the known slot types (read once, now,
+        when not given), so a heartbeat adding a slot meanwhile does not change what this
+        request sees."""
+        if known is None:
+            known = await self.known_slots.load()
+        enqueued = await self._enqueue(caller, body, known)
         if isinstance(enqueued, CreateResult):  # reuseIfExists found a live session
             return enqueued
         row = enqueued

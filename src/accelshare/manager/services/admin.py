@@ -456,7 +456,8 @@ class AdminService:
     async def patch_user(
         self, actor: Administrator, email: str, changes: UserChanges
     ) -> dict[str, Any]:
-        async with self.known_slots.hold() as known, self.db.begin(write=True) as db:
+        known = await self.known_slots.load()
+        async with self.db.begin(write=True) as db:
             user = await _user_by_email(db, actor, email)
             if changes.role is UserRole.SUPERADMIN and not actor.is_superadmin:
                 raise PermissionDenied(
@@ -581,7 +582,8 @@ class AdminService:
     async def create_policy(self, new: PolicyChanges) -> dict[str, Any]:
         if not new.name:
             raise InvalidRequest("A name is needed", field="name", received=new.name)
-        async with self.known_slots.hold() as known, self.db.begin(write=True) as db:
+        known = await self.known_slots.load()
+        async with self.db.begin(write=True) as db:
             if await db.get(KeypairResourcePolicy, new.name) is not None:
                 raise Conflict(f"The policy {new.name!r} exists", field="name", received=new.name)
             policy = KeypairResourcePolicy(
@@ -597,7 +599,8 @@ class AdminService:
         return policy_json(policy)
 
     async def patch_policy(self, name: str, changes: PolicyChanges) -> dict[str, Any]:
-        async with self.known_slots.hold() as known, self.db.begin(write=True) as db:
+        known = await self.known_slots.load()
+        async with self.db.begin(write=True) as db:
             policy = await _policy(db, name)
             _apply_policy(policy, changes, known)
         return policy_json(policy)
@@ -628,7 +631,8 @@ class AdminService:
     async def create_sgroup(self, new: ScalingGroupChanges) -> dict[str, Any]:
         if not new.name:
             raise InvalidRequest("A name is needed", field="name", received=new.name)
-        async with self.known_slots.hold() as known, self.db.begin(write=True) as db:
+        known = await self.known_slots.load()
+        async with self.db.begin(write=True) as db:
             if await db.get(ScalingGroup, new.name) is not None:
                 raise Conflict(
                     f"The scaling group {new.name!r} exists", field="name", received=new.name
@@ -648,7 +652,8 @@ class AdminService:
 
     async def patch_sgroup(self, name: str, changes: ScalingGroupChanges) -> dict[str, Any]:
         """Changes the group, then asks for a scheduling pass."""
-        async with self.known_slots.hold() as known, self.db.begin(write=True) as db:
+        known = await self.known_slots.load()
+        async with self.db.begin(write=True) as db:
             sg = await db.get(ScalingGroup, name)
             if sg is None:
                 raise NotFound(f"No scaling group {name!r}", field="name", received=name)
