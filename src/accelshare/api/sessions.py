@@ -52,7 +52,7 @@ async def create_session(
     The official Backend.AI client also waits for a scheduled session to run
     (:func:`.compat.wait_like_backendai`)."""
     spec = compat.normalize_resource_opts(await _exact_amounts(request, body))
-    result = await manager.sessions.create(identity, spec)
+    result = await manager.sessions.create(identity, spec.to_request())
     if not result.created:
         response.status_code = 200
     if compat.is_backendai_client(request):

@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
+from accelshare.api.schemas.sessions import CreateSessionBody
 from accelshare.common import SlotTypes
 from accelshare.manager.models import UserRole
-from accelshare.manager.session_spec import CreateSessionBody
 from accelshare.manager.slots import RESOURCE_SLOTS_PREFIX, KnownSlots
 from accelshare.protocol import CLUSTER_SECRET_HEADER
 from accelshare_testkit.hollow_agent import TWO_FGPU, HollowAgent, HollowSpec
@@ -168,6 +168,6 @@ async def test_an_enqueue_given_no_set_reads_the_clusters(cluster: Cluster) -> N
             "enqueueOnly": True,
         }
     )
-    result = await cluster.manager.sessions.create(caller, body)
+    result = await cluster.manager.sessions.create(caller, body.to_request())
     assert result.created
     assert result.body["session"]["requestedSlots"]["cuda.shares"] == "0.5"
