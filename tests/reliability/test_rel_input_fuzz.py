@@ -29,6 +29,7 @@ from accelshare.accel.mock.config import parse_mock_config
 from accelshare.agent.recovery import discover_kernels, sort_kernels
 from accelshare.agent.runtime.base import KernelInfo, KernelState
 from accelshare.agent.state_files import AGENT_DIR, load_pending_events, read_device_history
+from accelshare.api.schemas.sessions import CreateSessionBody
 from accelshare.client.cli import app as cli_app
 from accelshare.client.cli.args import ArgumentError, parse_resources
 from accelshare.client.config import ClientConfigError, load_client_config
@@ -38,7 +39,6 @@ from accelshare.config.agent_file import AgentConfigError, parse_agent_config
 from accelshare.config.errors import ConfigFileError
 from accelshare.config.settings import load_config_store_settings
 from accelshare.manager.config import ManagerConfigError, load_manager_config
-from accelshare.manager.session_spec import CreateSessionBody
 from accelshare.protocol import KernelEvent
 
 from .conftest import scaled

@@ -15,15 +15,13 @@ amounts and devices stay exact, so the bars still add up).  A user gets 403.
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Iterable, Mapping, Set
 from typing import Annotated, Any, Literal
 
-import sqlalchemy as sa
 from fastapi import APIRouter, Query
 
 from accelshare.manager.agents import agent_json, full_from_views, views_of
-from accelshare.manager.models import AgentStatus, Kernel, Session
+from accelshare.manager.enums import AgentStatus
 from accelshare.manager.runtime import Manager
 
 from .auth import AdminIdentity, Identity
@@ -98,30 +96,11 @@ def hide_other_domains(
     return maps, visible
 
 
-async def _own_kernels(manager: Manager, domain: str, kernel_ids: set[str]) -> set[str]:
-    """Those of ``kernel_ids`` that belong to sessions of ``domain``."""
-    wanted = []
-    for kernel_id in kernel_ids:
-        try:
-            wanted.append(uuid.UUID(kernel_id))
-        except ValueError:
-            continue  # not a kernel the manager could know: hidden
-    if not wanted:
-        return set()
-    async with manager.db.begin() as db:
-        rows = await db.execute(
-            sa.select(Kernel.id)
-            .join(Session, Kernel.session_id == Session.id)
-            .where(Kernel.id.in_(wanted), Session.domain_name == domain)
-        )
-        return {str(kernel_id) for (kernel_id,) in rows}
-
-
 async def _for(identity: Identity, manager: Manager, alloc_map: dict[str, Any]) -> dict[str, Any]:
     if identity.is_superadmin:
         return alloc_map
     ids = kernel_ids_in(alloc_map)
-    shown = await _own_kernels(manager, identity.domain_name, ids)
+    shown = await manager.holders.in_domain(identity.domain_name, ids)
     return hide_kernels(alloc_map, shown, {})
 
 

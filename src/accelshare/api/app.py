@@ -28,11 +28,10 @@ import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from datetime import timedelta
-from typing import Any
+from typing import Any, Protocol
 
 import httpx
 from fastapi import FastAPI, Request
-from sqlalchemy.exc import SQLAlchemyError
 
 from accelshare import __version__
 from accelshare.bus import RedisBus, load_bus_settings
@@ -43,15 +42,14 @@ from accelshare.config import (
     open_config_store,
 )
 from accelshare.config.settings import DEFAULT_EMBEDDED_PATH
-from accelshare.manager.app_tokens import DbUsedTokens
-from accelshare.manager.bootstrap import bootstrap, load_or_create_secret
+from accelshare.manager.assembly import open_database, shared_used_tokens
+from accelshare.manager.bootstrap import load_or_create_secret
 from accelshare.manager.clock import Clock, utcnow
 from accelshare.manager.config import ENV_CLUSTER_SECRET, ManagerConfig, parse_host_port
 from accelshare.manager.credentials import CredentialStore, DBCredentialStore
-from accelshare.manager.db import Database
-from accelshare.manager.models import UserRole
+from accelshare.manager.enums import UserRole
 from accelshare.manager.runtime import Manager, ManagerOptions
-from accelshare.manager.schema import ensure_schema
+from accelshare.manager.store_errors import DATABASE_ERRORS
 
 from . import (
     admin,
@@ -68,7 +66,7 @@ from . import (
     sessions,
     stream_apps,
 )
-from .app_origin import AppOrigin, AppsOriginMiddleware
+from .app_origin import AppOrigin, AppsOriginMiddleware, UsedTokens
 from .auth import Authenticator, AuthSettings, CurrentIdentity
 from .conn_limits import ConnectionLimits, ConnectionSettings
 from .gql_limits import GraphQLLimits
@@ -92,12 +90,26 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
+_NO_ANSWER: tuple[type[Exception], ...] = (*DATABASE_ERRORS, OSError)
+"""A health check's ping failing: the store's errors and a socket's."""
+
+
+class DatabaseHandle(Protocol):
+    """What the application itself does with the manager's database: ask whether it
+    answers (``GET /health``).  Every query goes through the manager's services."""
+
+    @property
+    def dialect(self) -> str: ...
+
+    async def ping(self) -> None: ...
+
 
 def create_app(
     *,
     store: CredentialStore,
     settings: AuthSettings,
-    db: Database | None = None,
+    db: DatabaseHandle | None = None,
+    used_tokens: UsedTokens | None = None,
     title: str = "accelshare manager",
     manager: Manager | None = None,
     apps: AppOrigin | None = None,
@@ -107,7 +119,8 @@ def create_app(
 ) -> FastAPI:
     """The application with authentication, problem+json errors and the base routes
     (plus the control plane's routes when a ``manager`` is given).  ``apps``: app pages
-    on an origin of their own (``[apps]``; :mod:`.app_origin`)."""
+    on an origin of their own (``[apps]``; :mod:`.app_origin`), recording the used
+    hand-off tokens in ``used_tokens`` when given (the database the replicas share)."""
     app = FastAPI(title=title, version=__version__)
     app.state.authenticator = Authenticator(store, settings)
     app.state.db = db
@@ -117,9 +130,9 @@ def create_app(
     app.state.login_throttle = login_throttle or LoginThrottle()
     app.state.connection_limits = connection_limits or ConnectionLimits()
     if apps is not None:
-        if db is not None and apps.used_tokens is None:
+        if used_tokens is not None and apps.used_tokens is None:
             # single-use hand-off tokens across the replicas sharing the database
-            apps.used_tokens = DbUsedTokens(db)
+            apps.used_tokens = used_tokens
         app.add_middleware(AppsOriginMiddleware, apps=apps)
     install_problem_handlers(app)
     install_body_limit(app)  # 413 over 1 MiB (docs/reliability.md)
@@ -132,12 +145,12 @@ def create_app(
 
     @app.get("/health", tags=["meta"])
     async def health(request: Request) -> dict[str, str]:
-        database: Database | None = request.app.state.db
+        database: DatabaseHandle | None = request.app.state.db
         if database is None:
             return {"status": "ok", "database": "none"}
         try:
             await database.ping()
-        except (SQLAlchemyError, OSError) as e:
+        except _NO_ANSWER as e:
             log.warning("health: the database does not answer: %s", e)
             raise ServiceUnavailable("The database does not answer") from None
         return {"status": "ok", "database": database.dialect}
@@ -313,11 +326,9 @@ async def create_manager_app(
     drive passes and sweeps by hand).
     """
     bus_settings = load_bus_settings(config.source)  # a bad [redis] fails before anything opens
-    db = Database.from_config(config)
+    db = await open_database(config, clock=clock, auto_upgrade=auto_upgrade)
     owned_store: ConfigStore | None = None
     try:
-        await ensure_schema(db, auto_upgrade=auto_upgrade)
-        await bootstrap(db, config, clock=clock)
         secret = load_or_create_secret(config.cookie_secret_file)
         cluster_secret = cluster_secret_from_config(config)
         if config_store is None:
@@ -340,6 +351,7 @@ async def create_manager_app(
         store=DBCredentialStore(db),
         settings=auth_settings_from_config(config, cookie_secret=secret, clock=clock),
         db=db,
+        used_tokens=shared_used_tokens(db),
         manager=manager,
         apps=apps_origin_from_config(config, cookie_secret=secret),
         graphql_limits=graphql_limits_from_config(config),

@@ -38,7 +38,7 @@ from fastapi import Depends, Request
 
 from accelshare.manager.clock import Clock, utcnow
 from accelshare.manager.credentials import Credential, CredentialStore
-from accelshare.manager.models import UserRole, UserStatus
+from accelshare.manager.enums import UserRole, UserStatus
 
 from .cookies import CookieError, decode_session_cookie
 from .problems import Forbidden, InvalidAPIParameters, Unauthorized

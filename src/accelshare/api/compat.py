@@ -34,11 +34,11 @@ from fastapi import APIRouter, Request
 from pydantic import model_validator
 
 from accelshare.manager.runtime import Manager
-from accelshare.manager.session_spec import CreateSessionBody
 from accelshare.sched.lifecycle import FINAL_STATUSES, SessionStatus
 
 from .auth import CurrentIdentity, Identity
 from .problems import InvalidAPIParameters, Problem
+from .schemas.sessions import CreateSessionBody
 
 __all__ = [
     "BACKENDAI_CLIENT_AGENT",
@@ -110,7 +110,7 @@ def is_backendai_client(request: Request) -> bool:
 def normalize_resource_opts(body: CreateSessionBody) -> CreateSessionBody:
     """Boolean resource options given as text (``"false"``) become booleans.
 
-    >>> from accelshare.manager.session_spec import CreateSessionBody
+    >>> from accelshare.api.schemas.sessions import CreateSessionBody
     >>> body = CreateSessionBody.model_validate({"image": "x", "config": {"resource_opts":
     ...     {"allow_fractional_resource_fragmentation": "false"}}})
     >>> normalize_resource_opts(body).config.resource_opts

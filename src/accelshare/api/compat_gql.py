@@ -24,14 +24,12 @@ JSON-valued fields are JSON *strings*, as Backend.AI's ``JSONString``.
 from __future__ import annotations
 
 import json
-import uuid
 from collections.abc import Mapping
 from typing import Any
 
-import sqlalchemy as sa
 import strawberry
 
-from accelshare.manager.models import Agent, Group, Keypair, User
+from accelshare.manager.agents import AgentRecord
 from accelshare.manager.runtime import Manager
 from accelshare.sched.lifecycle import SessionStatus
 
@@ -109,19 +107,11 @@ class KeyPairNode:
 
 
 async def keypair_node(manager: Manager, access_key: str) -> KeyPairNode | None:
-    async with manager.db.begin() as db:
-        row = (
-            await db.execute(
-                sa.select(Keypair, User)
-                .join(User, User.id == Keypair.user_id)
-                .where(Keypair.access_key == access_key)
-            )
-        ).first()
-    if row is None:
+    keypair = await manager.directory.keypair(access_key)
+    if keypair is None:
         return None
-    keypair, user = row
     return KeyPairNode(
-        user_id=user.email,
+        user_id=keypair.owner_email,
         access_key=keypair.access_key,
         secret_key=None,
         is_active=keypair.is_active,
@@ -130,7 +120,7 @@ async def keypair_node(manager: Manager, access_key: str) -> KeyPairNode | None:
         created_at=keypair.created_at.isoformat(),
         rate_limit=0,
         concurrency_used=0,
-        domain_name=user.domain_name,
+        domain_name=keypair.domain_name,
     )
 
 
@@ -195,23 +185,15 @@ class DependencyNode:
 
 
 async def group_name(manager: Manager, group_id: str) -> str | None:
-    async with manager.db.begin() as db:
-        name: str | None = (
-            await db.execute(sa.select(Group.name).where(Group.id == uuid.UUID(group_id)))
-        ).scalar_one_or_none()
-    return name
+    return await manager.directory.group_name(group_id)
 
 
 async def user_email(manager: Manager, user_id: str) -> str | None:
-    async with manager.db.begin() as db:
-        email: str | None = (
-            await db.execute(sa.select(User.email).where(User.id == uuid.UUID(user_id)))
-        ).scalar_one_or_none()
-    return email
+    return await manager.directory.user_email(user_id)
 
 
 # -- agents -------------------------------------------------------------------------------
-def hardware_metadata(agent: Agent) -> str:
+def hardware_metadata(agent: AgentRecord) -> str:
     """``{plugin: {status, status_info, metadata}}`` from the plugins the agent reported."""
     plugins = agent.compute_plugins or {}
     return _json(

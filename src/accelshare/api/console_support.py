@@ -21,7 +21,7 @@ from typing import Any
 from fastapi import APIRouter
 
 from accelshare.common import canonical_decimal
-from accelshare.manager.models import AgentStatus
+from accelshare.manager.enums import AgentStatus
 from accelshare.manager.runtime import StatsUnavailable
 
 from .auth import AdminIdentity, CurrentIdentity

@@ -37,9 +37,9 @@ from strawberry.fastapi import GraphQLRouter
 from strawberry.schema.config import StrawberryConfig
 from strawberry.types import ExecutionContext, Info
 
-from accelshare.manager.agents import gpu_alloc_map_string
+from accelshare.manager.agents import AgentRecord, gpu_alloc_map_string
+from accelshare.manager.enums import AgentStatus, UserRole
 from accelshare.manager.errors import ManagerError
-from accelshare.manager.models import Agent, AgentStatus, UserRole
 from accelshare.manager.runtime import Manager
 from accelshare.sched.lifecycle import SessionStatus
 
@@ -122,10 +122,10 @@ class AgentNode:
     cpu_cur_pct: float | None
     mem_cur_bytes: float | None
     live_stat: str | None
-    _row: strawberry.Private[Agent]
+    _row: strawberry.Private[AgentRecord]
 
     @classmethod
-    def from_row(cls, row: Agent) -> AgentNode:
+    def from_row(cls, row: AgentRecord) -> AgentNode:
         return cls(
             id=row.id,
             status=row.status.value,

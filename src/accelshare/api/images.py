@@ -25,9 +25,9 @@ from fastapi import APIRouter
 from pydantic import BaseModel, ConfigDict, Field
 
 from accelshare.manager.images import NewImage
+from accelshare.manager.services.admin import parse_slots
 from accelshare.sched.images import IMAGE_NAME_PATTERN
 
-from .admin import parse_slots
 from .auth import CurrentIdentity, SuperadminIdentity
 from .deps import ManagerDep
 from .problems import InvalidAPIParameters
@@ -81,8 +81,8 @@ async def add_image(
                 expected="a device name such as cuda or rocm",
                 received=device,
             )
-    async with manager.known_slots.hold() as known:
-        min_slots = parse_slots(body.min_slots, known, "min_slots")
+    known = await manager.known_slots.load()
+    min_slots = parse_slots(body.min_slots, known, "min_slots")
     return await manager.images.add(
         NewImage(
             ref=body.ref,

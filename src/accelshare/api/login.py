@@ -27,7 +27,7 @@ from pydantic import AliasChoices, BaseModel, ConfigDict, Field, field_validator
 
 from accelshare.common.text_input import check_text
 from accelshare.manager.credentials import LoginRecord
-from accelshare.manager.models import UserStatus
+from accelshare.manager.enums import UserStatus
 from accelshare.manager.passwords import hash_password, verify_password
 
 from .auth import Authenticator, AuthFailure, AuthMethod, CurrentIdentity

@@ -5,7 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Response
 from prometheus_client import CONTENT_TYPE_LATEST
 
-from accelshare.manager.models import AgentStatus
+from accelshare.manager.enums import AgentStatus
 from accelshare.sched.lifecycle import SessionStatus
 
 from .deps import ManagerDep

@@ -48,12 +48,11 @@ from typing import Any, ClassVar
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
-from sqlalchemy import exc as sa_exc
-from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from accelshare.common import CommonValueError
 from accelshare.manager.errors import ManagerError
+from accelshare.manager.store_errors import DATABASE_ERRORS, is_database_unavailable
 
 __all__ = [
     "DATABASE_RETRY_AFTER_S",
@@ -350,52 +349,11 @@ async def _on_http_exception(request: Request, exc: Exception) -> JSONResponse:
 
 
 DATABASE_RETRY_AFTER_S = 2
-# SQLSTATEs of a lost or refused connection: class 08 (connection exception),
-# 57P01-57P03 (admin/crash shutdown, cannot connect now), 53300 (too many connections).
-_UNAVAILABLE_SQLSTATES = ("08", "57P01", "57P02", "57P03", "53300")
-
-
-def _driver_errors(exc: DBAPIError) -> list[BaseException]:
-    """The DBAPI error and the driver's own (asyncpg's is the adapter's ``__cause__``)."""
-    found: list[BaseException] = []
-    error: BaseException | None = exc.orig
-    while error is not None and len(found) < 3:
-        found.append(error)
-        error = error.__cause__
-    return found
-
-
-def is_database_unavailable(exc: BaseException) -> bool:
-    """Is ``exc`` the database being unreachable, rather than a bug or bad data?
-
-    True for: a connection SQLAlchemy found dropped (``connection_invalidated``, e.g.
-    ``pg_terminate_backend`` mid-query); ``OperationalError`` / ``InterfaceError``
-    (SQLite's "database is locked" too); a driver error whose SQLSTATE says the
-    connection failed (class 08, 57P01-57P03, 53300) or whose severity is FATAL/PANIC
-    (the server ended the session, e.g. "database is not accepting connections");
-    the pool's ``TimeoutError`` and ``DisconnectionError``; and a socket
-    ``ConnectionError`` (asyncpg raises ``ConnectionRefusedError`` as it is).
-    An ``IntegrityError`` or a syntax error stays a 500.
-    """
-    if isinstance(exc, ConnectionError | sa_exc.DisconnectionError | sa_exc.TimeoutError):
-        return True
-    if not isinstance(exc, DBAPIError):
-        return False
-    if exc.connection_invalidated or isinstance(
-        exc, sa_exc.OperationalError | sa_exc.InterfaceError
-    ):
-        return True
-    for error in _driver_errors(exc):
-        sqlstate = getattr(error, "sqlstate", None)
-        if isinstance(sqlstate, str) and sqlstate.startswith(_UNAVAILABLE_SQLSTATES):
-            return True
-        if getattr(error, "severity", None) in ("FATAL", "PANIC"):
-            return True
-    return False
 
 
 async def _on_backend_error(request: Request, exc: Exception) -> JSONResponse:
-    """SQLAlchemy errors and socket ``ConnectionError``: 503 when the database is
+    """The store's errors (:data:`~accelshare.manager.store_errors.DATABASE_ERRORS`) and
+    socket ``ConnectionError``: 503 when the database is
     unavailable (:func:`is_database_unavailable`); anything else goes on to the
     unexpected-error handler (500) exactly as before."""
     if not is_database_unavailable(exc):
@@ -433,6 +391,7 @@ def install_problem_handlers(app: FastAPI) -> None:
     app.add_exception_handler(CommonValueError, _on_common_value_error)
     app.add_exception_handler(ManagerError, _on_manager_error)
     app.add_exception_handler(StarletteHTTPException, _on_http_exception)
-    app.add_exception_handler(SQLAlchemyError, _on_backend_error)
+    for error in DATABASE_ERRORS:
+        app.add_exception_handler(error, _on_backend_error)
     app.add_exception_handler(ConnectionError, _on_backend_error)
     app.add_exception_handler(Exception, _on_unexpected)

@@ -35,10 +35,10 @@ from uvicorn.config import LOGGING_CONFIG
 from accelshare.common import CommonValueError
 from accelshare.config import ConfigFileError, ConfigStoreError
 from accelshare.logs import configure_logging
+from accelshare.manager.assembly import SchemaError
 from accelshare.manager.bootstrap import BootstrapError
 from accelshare.manager.config import load_manager_config, parse_host_port
 from accelshare.manager.gc_tuning import tune_gc
-from accelshare.manager.schema import SchemaError
 
 from .app import create_manager_app
 from .stream import close_streams

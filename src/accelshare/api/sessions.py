@@ -24,8 +24,6 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Query, Request, Response
 from fastapi.responses import StreamingResponse
 
-from accelshare.manager.slots import use_known_slots
-
 from . import compat
 from .auth import CurrentIdentity
 from .deps import ManagerDep
@@ -54,8 +52,7 @@ async def create_session(
     The official Backend.AI client also waits for a scheduled session to run
     (:func:`.compat.wait_like_backendai`)."""
     spec = compat.normalize_resource_opts(await _exact_amounts(request, body))
-    with use_known_slots(await manager.known_slots.load()):
-        result = await manager.sessions.create(identity, spec)
+    result = await manager.sessions.create(identity, spec.to_request())
     if not result.created:
         response.status_code = 200
     if compat.is_backendai_client(request):

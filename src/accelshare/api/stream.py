@@ -39,15 +39,14 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Annotated, Any
 
-import sqlalchemy as sa
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import StreamingResponse
 from starlette.types import Receive, Scope, Send
 
-from accelshare.manager.agents import agent_json
-from accelshare.manager.models import Agent, AgentStatus, Kernel, Session, UserStatus
+from accelshare.manager.agents import AgentRecord, agent_json
+from accelshare.manager.enums import AgentStatus, UserStatus
 from accelshare.manager.runtime import Manager, StatsUnavailable
-from accelshare.sched.lifecycle import FINAL_STATUSES, SessionStatus
+from accelshare.sched.lifecycle import SessionStatus
 
 from .agents import hide_other_domains
 from .auth import AdminIdentity, Authenticator, CurrentIdentity, Identity
@@ -306,41 +305,16 @@ async def session_stream(
     return _event_stream(request, identity, manager, "sessions", key, snapshot)
 
 
-async def _kernel_holders(manager: Manager) -> dict[str, dict[str, Any]]:
-    """kernel id -> the session holding it (live kernels only)."""
-    async with manager.db.begin() as db:
-        rows = await db.execute(
-            sa.select(
-                Kernel.id,
-                Session.id,
-                Session.name,
-                Session.access_key,
-                Session.status,
-                Session.domain_name,
-            )
-            .join(Session, Kernel.session_id == Session.id)
-            .where(Kernel.status.not_in(list(FINAL_STATUSES)))
-        )
-        return {
-            str(kernel_id): {
-                "sessionId": str(session_id),
-                "sessionName": name,
-                "accessKey": access_key,
-                "status": status.value,
-                "domainName": domain,
-            }
-            for kernel_id, session_id, name, access_key, status, domain in rows
-        }
-
-
-async def _stats_of(manager: Manager, agent: Agent) -> tuple[dict[str, Any] | None, str | None]:
+async def _stats_of(
+    manager: Manager, agent: AgentRecord
+) -> tuple[dict[str, Any] | None, str | None]:
     try:
         return await manager.node_stats(agent), None
     except StatsUnavailable as e:
         return None, str(e)
 
 
-async def agent_view(manager: Manager, agent: Agent) -> dict[str, Any]:
+async def agent_view(manager: Manager, agent: AgentRecord) -> dict[str, Any]:
     """An agent with its live allocation map (the last heartbeat's when the agent does
     not answer) and its device stats (None, with ``statsError``, when it does not)."""
     view: dict[str, Any] = {"agent": agent_json(agent), "allocMap": None, "stats": None}
@@ -368,7 +342,7 @@ async def agent_stream(
     async def snapshot() -> dict[str, Any]:
         agents = await manager.list_agents(scaling_group=scaling_group)
         views = await asyncio.gather(*(agent_view(manager, a) for a in agents))
-        kernels = await _kernel_holders(manager)
+        kernels = await manager.holders.live()
         if not identity.is_superadmin:  # other domains' sessions stay anonymous
             maps, kernels = hide_other_domains(
                 identity.domain_name, (v["allocMap"] for v in views), kernels

@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from decimal import Decimal, InvalidOperation
-from typing import Any
+from typing import Any, TypeAlias
 
 from accelshare.common import INTRINSIC_SLOTS, SlotName
 from accelshare.protocol import PluginMapView
@@ -23,6 +23,7 @@ from .models import Agent
 from .scheduler.snapshot import parse_views
 
 __all__ = [
+    "AgentRecord",
     "agent_json",
     "compat_from_views",
     "format_compat",
@@ -33,6 +34,11 @@ __all__ = [
 ]
 
 _HUNDREDTH = Decimal("0.01")
+
+AgentRecord: TypeAlias = Agent
+"""An agent's row as :meth:`~accelshare.manager.runtime.Manager.get_agent` and
+``list_agents`` hand it to the API layer, which only reads it (never writes or queries
+through it)."""
 
 
 def _iso(value: Any) -> str | None:

@@ -35,14 +35,18 @@ from .bai_events import BackendAIEvents
 from .bus_link import ManagerBusLink
 from .clock import Clock, utcnow
 from .db import Database
+from .enums import AgentStatus
 from .errors import NotFound
 from .execute import ExecuteService
 from .hub import ChangeHub
 from .images import ImageService
 from .metrics import ManagerMetrics
-from .models import Agent, AgentStatus, Session
+from .models import Agent, Session
 from .registry import AgentRegistry
 from .scheduler import Binder, Scheduler
+from .services.admin import AdminService
+from .services.directory import Directory
+from .services.holders import KernelHolders
 from .sessions import SessionService
 from .slots import KnownSlots
 
@@ -130,6 +134,9 @@ class Manager:
         )
         self.execute = ExecuteService(self.sessions, self.client)
         self.bai_events = BackendAIEvents(db, self.hub, self.sessions)
+        self.admin = AdminService(db=db, known_slots=self.known_slots, trigger=self.trigger)
+        self.directory = Directory(db)
+        self.holders = KernelHolders(db)
         self._sweeper: asyncio.Task[None] | None = None
         self.bus_link: ManagerBusLink | None = None
         if bus is not None:

@@ -1,8 +1,9 @@
-"""The session-creation request and its validation at enqueue (spec 05 "Requests", 07).
+"""The session-creation request as the session service takes it, and its validation
+at enqueue (spec 05 "Requests", 07).
 
-``POST /session`` takes spec 07's body; Backend.AI's client sends the same with a few
-other spellings (``config.scaling_group``, ``startsAt``, ``clientSessionToken``...),
-accepted as aliases.  Unknown fields are ignored (the official client sends more).
+:class:`SessionRequest` is a plain value: the API reads and checks ``POST /session``'s
+body (:mod:`accelshare.api.schemas.sessions`, Backend.AI's spellings included) and
+converts it.
 
 :func:`resolve_resources` is the pure part of the validation, given what the agents
 reported (known slot types, quanta, discrete slots):
@@ -23,13 +24,11 @@ from __future__ import annotations
 
 import contextlib
 import re
-import uuid
 from collections.abc import Mapping, Sequence, Set
-from datetime import UTC, datetime
+from dataclasses import dataclass, field
+from datetime import datetime
 from decimal import Decimal
 from typing import Any, Literal
-
-from pydantic import AliasChoices, BaseModel, ConfigDict, Field, field_validator
 
 from accelshare.common import (
     BelowOneQuantum,
@@ -41,59 +40,42 @@ from accelshare.common import (
     canonical_decimal,
     grid_neighbours,
 )
-from accelshare.common.text_input import check_env_name, check_text
 
 from .errors import InvalidRequest
 from .models.sessions import DEFAULT_PRIORITY, MAX_PRIORITY
 
 __all__ = [
-    "CreateSessionBody",
-    "ServicePortBody",
-    "SessionConfigBody",
+    "DEFAULT_PRIORITY",
+    "MAX_PRIORITY",
+    "SERVICE_NAME_RE",
+    "SERVICE_PORT_ENV_PREFIX",
+    "ServicePort",
+    "SessionConfig",
+    "SessionRequest",
     "app_services",
     "resolve_resources",
     "service_ports_from_environ",
 ]
 
-_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
-
-
-def _aliases(*names: str) -> AliasChoices:
-    return AliasChoices(*names)
-
-
-_SERVICE_NAME_RE = re.compile(r"^[a-z][a-z0-9_]{0,31}$")
+SERVICE_NAME_RE = re.compile(r"^[a-z][a-z0-9_]{0,31}$")
 SERVICE_PORT_ENV_PREFIX = "BACKENDAI_SERVICE_PORT_"
 
 
-class ServicePortBody(BaseModel):
+@dataclass(frozen=True)
+class ServicePort:
     """One app service a session offers (``config.service_ports``).
 
-    Until images declare their services (the image catalogue), the session's creator
-    declares them.  They are kept in the session's environment, as
-    ``BACKENDAI_SERVICE_PORT_<NAME>=<port>`` (the name upper-cased; this is also how a
-    kernel learns its ports).  The agent gives each one a host port of its own from
-    ``[container] port-range`` (:mod:`accelshare.agent.ports`: the process runtime's
-    kernel listens on it, its variable rewritten; a docker bridge container keeps the
-    declared port, published on it), and the manager proxies
+    Kept in the session's environment as ``BACKENDAI_SERVICE_PORT_<NAME>=<port>`` (the
+    name upper-cased; this is also how a kernel learns its ports).  The agent gives each
+    one a host port of its own from ``[container] port-range``
+    (:mod:`accelshare.agent.ports`), and the manager proxies
     ``/session/{id}/apps/{name}/...`` there (HTTP and WebSocket).
     :func:`service_ports_from_environ` reads them back, :func:`app_services` adds the
     host ports."""
 
-    model_config = ConfigDict(extra="forbid")
-
     name: str
-    protocol: Literal["http"] = "http"
-    port: int = Field(ge=1024, le=65535)
-
-    @field_validator("name")
-    @classmethod
-    def _check_name(cls, value: str) -> str:
-        if not _SERVICE_NAME_RE.fullmatch(value):
-            raise ValueError(
-                "a service name is 1-32 lower-case letters, digits or '_', starting with a letter"
-            )
-        return value
+    protocol: str
+    port: int
 
     @property
     def env_name(self) -> str:
@@ -109,7 +91,7 @@ def service_ports_from_environ(environ: Mapping[str, str] | None) -> list[dict[s
     found = []
     for key, value in (environ or {}).items():
         name = key[len(SERVICE_PORT_ENV_PREFIX) :].lower()
-        if key.startswith(SERVICE_PORT_ENV_PREFIX) and _SERVICE_NAME_RE.match(name):
+        if key.startswith(SERVICE_PORT_ENV_PREFIX) and SERVICE_NAME_RE.match(name):
             with contextlib.suppress(ValueError):
                 found.append({"name": name, "protocol": "http", "port": int(value)})
     return sorted(found, key=lambda s: str(s["name"]))
@@ -136,128 +118,38 @@ def app_services(
     ]
 
 
-class SessionConfigBody(BaseModel):
-    model_config = ConfigDict(extra="ignore", populate_by_name=True)
+@dataclass(frozen=True)
+class SessionConfig:
+    """``config`` of a request: the amounts as sent (parsed by :func:`resolve_resources`)."""
 
-    # Any: the amounts are parsed (exactly, or refused by name) by resolve_resources;
-    # a narrower type here would let pydantic turn a JSON ``true`` into 1.
-    resources: dict[str, Any] = Field(default_factory=dict)
-    resource_opts: dict[str, Any] = Field(
-        default_factory=dict, validation_alias=_aliases("resource_opts", "resourceOpts")
-    )
-    scaling_group: str | None = Field(
-        default=None, validation_alias=_aliases("scalingGroup", "scaling_group")
-    )
-    environ: dict[str, str] = Field(default_factory=dict)
-    agent_list: list[str] | None = Field(
-        default=None, validation_alias=_aliases("agentList", "agent_list")
-    )
-    service_ports: list[ServicePortBody] = Field(
-        default_factory=list,
-        max_length=16,
-        validation_alias=_aliases("service_ports", "servicePorts"),
-    )
-
-    @field_validator("environ")
-    @classmethod
-    def _check_environ(cls, value: dict[str, str]) -> dict[str, str]:
-        """POSIX names the agent does not set; values without NUL or control characters
-        (tabs and line breaks allowed).  :mod:`accelshare.common.text_input`."""
-        for name, text in value.items():
-            check_env_name(name, field=f"config.environ.{name}")
-            check_text(text, field=f"config.environ.{name}", multiline=True)
-        return value
-
-    @field_validator("service_ports")
-    @classmethod
-    def _unique_services(cls, value: list[ServicePortBody]) -> list[ServicePortBody]:
-        names: list[object] = [s.name for s in value]
-        ports: list[object] = [s.port for s in value]
-        for label, seen in (("name", names), ("port", ports)):
-            dup = next((x for x in seen if seen.count(x) > 1), None)
-            if dup is not None:
-                raise ValueError(f"two services with the {label} {dup!r}: each must be unique")
-        return value
+    resources: Mapping[str, Any] = field(default_factory=dict)
+    resource_opts: Mapping[str, Any] = field(default_factory=dict)
+    scaling_group: str | None = None
+    environ: Mapping[str, str] = field(default_factory=dict)
+    agent_list: tuple[str, ...] | None = None
+    service_ports: tuple[ServicePort, ...] = ()
 
 
-class CreateSessionBody(BaseModel):
-    """``POST /session`` (spec 07; Backend.AI's spellings accepted)."""
+@dataclass(frozen=True)
+class SessionRequest:
+    """A session to enqueue, as :meth:`SessionService.create
+    <accelshare.manager.sessions.SessionService.create>` takes it (the API's
+    ``CreateSessionBody`` has checked the names, texts and ranges)."""
 
-    model_config = ConfigDict(extra="ignore", populate_by_name=True)
-
-    image: str = Field(min_length=1, max_length=512, validation_alias=_aliases("image", "lang"))
-    name: str | None = Field(
-        default=None,
-        validation_alias=_aliases("name", "sessionName", "clientSessionToken"),
-    )
-    type: Literal["interactive", "batch"] = Field(
-        default="interactive", validation_alias=_aliases("type", "sessionType", "session_type")
-    )
-    config: SessionConfigBody = Field(default_factory=SessionConfigBody)
-    priority: int = Field(default=DEFAULT_PRIORITY, ge=0, le=MAX_PRIORITY)
-    starts_at: datetime | None = Field(
-        default=None, validation_alias=_aliases("starts_at", "startsAt")
-    )
-    dependencies: list[str] = Field(default_factory=list)
-    enqueue_only: bool = Field(
-        default=False, validation_alias=_aliases("enqueueOnly", "enqueue_only")
-    )
-    # Keep a session no agent of its scaling group could hold even when empty (it is
-    # refused otherwise): it waits, saying so, for an agent that can to join.
-    wait_for_agents: bool = Field(
-        default=False, validation_alias=_aliases("waitForAgents", "wait_for_agents")
-    )
-    max_wait_seconds: int = Field(
-        default=0, ge=0, le=3600, validation_alias=_aliases("maxWaitSeconds", "max_wait_seconds")
-    )
-    startup_command: str | None = Field(
-        default=None,
-        max_length=16384,
-        validation_alias=_aliases("startupCommand", "startup_command"),
-    )
-    group: str | None = Field(default=None, validation_alias=_aliases("group", "groupName"))
-    reuse_if_exists: bool = Field(
-        default=False, validation_alias=_aliases("reuseIfExists", "reuse_if_exists")
-    )
-    owner_access_key: str | None = Field(
-        default=None, validation_alias=_aliases("owner_access_key", "ownerAccessKey")
-    )
-    cluster_size: int = Field(default=1, validation_alias=_aliases("cluster_size", "clusterSize"))
-
-    @field_validator("name")
-    @classmethod
-    def _check_name(cls, value: str | None) -> str | None:
-        if value is None:
-            return None
-        if not _NAME_RE.fullmatch(value):
-            raise ValueError(
-                "a session name is 1-64 letters, digits, '.', '_' or '-', starting with a"
-                " letter or digit"
-            )
-        try:
-            uuid.UUID(value)
-        except ValueError:
-            return value
-        raise ValueError("a session name must not look like a session id (a UUID)")
-
-    @field_validator("startup_command")
-    @classmethod
-    def _check_startup_command(cls, value: str | None) -> str | None:
-        return None if value is None else check_text(value, field="startupCommand", multiline=True)
-
-    @field_validator("starts_at")
-    @classmethod
-    def _aware(cls, value: datetime | None) -> datetime | None:
-        if value is not None and value.tzinfo is None:
-            return value.replace(tzinfo=UTC)
-        return value
-
-    @field_validator("cluster_size")
-    @classmethod
-    def _single_node(cls, value: int) -> int:
-        if value != 1:
-            raise ValueError("only single-kernel sessions are supported (cluster_size = 1)")
-        return value
+    image: str
+    name: str | None = None
+    type: Literal["interactive", "batch"] = "interactive"
+    config: SessionConfig = field(default_factory=SessionConfig)
+    priority: int = DEFAULT_PRIORITY
+    starts_at: datetime | None = None
+    dependencies: tuple[str, ...] = ()
+    enqueue_only: bool = False
+    wait_for_agents: bool = False
+    max_wait_seconds: int = 0
+    startup_command: str | None = None
+    group: str | None = None
+    reuse_if_exists: bool = False
+    owner_access_key: str | None = None
 
 
 def _field(slot: str) -> str:

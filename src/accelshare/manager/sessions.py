@@ -78,11 +78,7 @@ from .models import (
 )
 from .scheduler.binding import BINDABLE
 from .scheduler.snapshot import reported_map_states
-from .session_spec import (
-    CreateSessionBody,
-    app_services,
-    resolve_resources,
-)
+from .session_spec import SessionRequest, app_services, resolve_resources
 from .slots import KnownSlots
 from .status_watch import StatusWatch
 from .transitions import agent_addresses, change_status, lock_session, session_kernels
@@ -396,14 +392,21 @@ class SessionService:
         return {"items": items, "total": total, "limit": limit, "offset": offset}
 
     # -- enqueue ----------------------------------------------------------------------------
-    async def create(self, caller: Caller, body: CreateSessionBody) -> CreateResult:
+    async def create(
+        self,
+        caller: Caller,
+        body: SessionRequest,
+        *,
+        known: Mapping[str, SlotTypes] | None = None,
+    ) -> CreateResult:
         """Enqueue (PENDING), trigger a pass, wait as the body asks; the answer's body.
 
-        The resources are parsed against the known slot types held for this request
-        (the caller's, e.g. the API route's; else read now and held for the enqueue), so
-        a heartbeat adding a slot meanwhile does not change what this request sees."""
-        async with self.known_slots.hold() as known:
-            enqueued = await self._enqueue(caller, body, known)
+        The resources are parsed against ``known``, the known slot types (read once, now,
+        when not given), so a heartbeat adding a slot meanwhile does not change what this
+        request sees."""
+        if known is None:
+            known = await self.known_slots.load()
+        enqueued = await self._enqueue(caller, body, known)
         if isinstance(enqueued, CreateResult):  # reuseIfExists found a live session
             return enqueued
         row = enqueued
@@ -419,7 +422,7 @@ class SessionService:
         return CreateResult(_create_answer(result, created=True), True)
 
     async def _enqueue(
-        self, caller: Caller, body: CreateSessionBody, known: Mapping[str, SlotTypes]
+        self, caller: Caller, body: SessionRequest, known: Mapping[str, SlotTypes]
     ) -> _Enqueued | CreateResult:
         """The enqueue transaction: the new PENDING session, or the live session of that
         name when ``reuseIfExists`` finds one."""
@@ -565,7 +568,7 @@ class SessionService:
         params = {"access_key": access_key, "name": name}
         return (await db.execute(_LIVE_BY_NAME, params)).scalar_one_or_none()
 
-    async def _scaling_group(self, db: AsyncSession, body: CreateSessionBody) -> ScalingGroup:
+    async def _scaling_group(self, db: AsyncSession, body: SessionRequest) -> ScalingGroup:
         name = body.config.scaling_group or self.default_scaling_group
         sgroup = (await db.execute(_SCALING_GROUP, {"name": name})).scalar_one_or_none()
         if sgroup is None or not sgroup.is_active:
@@ -636,7 +639,7 @@ class SessionService:
         self,
         agents: Sequence[_GroupAgent],
         sgroup: ScalingGroup,
-        body: CreateSessionBody,
+        body: SessionRequest,
         known: Mapping[str, SlotTypes],
     ) -> ResourceSlot:
         quanta: dict[str, set[Decimal]] = {}
@@ -662,7 +665,7 @@ class SessionService:
     async def _image(
         self,
         db: AsyncSession,
-        body: CreateSessionBody,
+        body: SessionRequest,
         resources: ResourceSlot,
         sgroup_name: str,
         agents: Sequence[_GroupAgent],
@@ -745,7 +748,7 @@ class SessionService:
         return sorted(set(deps))
 
     async def _designated(
-        self, db: AsyncSession, caller: Caller, body: CreateSessionBody, sgroup: str
+        self, db: AsyncSession, caller: Caller, body: SessionRequest, sgroup: str
     ) -> str | None:
         agents = body.config.agent_list
         if not agents:

@@ -1,72 +1,38 @@
 """Known slot types: the union of every slot any agent ever reported (spec 01).
 
 Stored in the config store as ``config/resource_slots/<slot> = <type>`` (never
-removed), plus the intrinsic ``cpu: count`` and ``mem: bytes``.  The set is read once
-per API request / scheduling pass and held in :data:`KNOWN_SLOT_TYPES` (a
-``ContextVar``) so it stays consistent for that whole request even if a heartbeat
-adds a slot meanwhile::
+removed), plus the intrinsic ``cpu: count`` and ``mem: bytes``.  Whoever parses
+resources reads the set once (:meth:`KnownSlots.load`) and passes it down as an
+argument, so that it stays the same for a whole request or scheduling round even if a
+heartbeat adds a slot meanwhile::
 
-    async with known_slots.hold() as types:   # read once (or the set already held)
-        ... current_known_slots() ...         # the same mapping everywhere below
+    known = await known_slots.load()          # once per request / round
+    resolve_resources(raw, known=known, ...)  # every parser below gets it explicitly
 
-    types = await known_slots.load()          # or, for a pass: read, then hold
-    with use_known_slots(types):
-        ...
-
-Whoever parses resources holds the set: the session routes and the scheduling pass
-hold it for the whole request / round, and :meth:`SessionService.create
-<accelshare.manager.sessions.SessionService.create>` holds one itself when its caller
-did not, so an enqueue never parses against a set read mid-way (nor against the
-intrinsic slots alone).
+The scheduling round (:meth:`Scheduler.run_once
+<accelshare.manager.scheduler.loop.Scheduler.run_once>`) reads it once for all its
+scaling groups; :meth:`SessionService.create
+<accelshare.manager.sessions.SessionService.create>` takes the caller's set or reads one
+for the enqueue; the admin service reads one per call.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Iterator, Mapping
-from contextlib import asynccontextmanager, contextmanager
-from contextvars import ContextVar
+from collections.abc import Mapping
 from types import MappingProxyType
 
 from accelshare.common import INTRINSIC_SLOTS, SlotTypes
 from accelshare.config import ConfigStore
 
-__all__ = [
-    "KNOWN_SLOT_TYPES",
-    "RESOURCE_SLOTS_PREFIX",
-    "KnownSlots",
-    "current_known_slots",
-    "held_known_slots",
-    "use_known_slots",
-]
+__all__ = ["RESOURCE_SLOTS_PREFIX", "KnownSlots"]
 
 log = logging.getLogger(__name__)
 
 RESOURCE_SLOTS_PREFIX = "config/resource_slots"
 
-KNOWN_SLOT_TYPES: ContextVar[Mapping[str, SlotTypes]] = ContextVar("accelshare_known_slot_types")
-
 _INTRINSIC: Mapping[str, SlotTypes] = MappingProxyType(dict(INTRINSIC_SLOTS))
-
-
-def current_known_slots() -> Mapping[str, SlotTypes]:
-    """The set held for this request / pass (only the intrinsic slots when none is held)."""
-    return KNOWN_SLOT_TYPES.get(_INTRINSIC)
-
-
-def held_known_slots() -> Mapping[str, SlotTypes] | None:
-    """The set held for this request / pass, or ``None`` when none is held."""
-    return KNOWN_SLOT_TYPES.get(None)
-
-
-@contextmanager
-def use_known_slots(types: Mapping[str, SlotTypes]) -> Iterator[Mapping[str, SlotTypes]]:
-    token = KNOWN_SLOT_TYPES.set(types)
-    try:
-        yield types
-    finally:
-        KNOWN_SLOT_TYPES.reset(token)
 
 
 class KnownSlots:
@@ -76,17 +42,6 @@ class KnownSlots:
         self.store = store
         self._stored: dict[str, SlotTypes] = {}  # what this process knows is in the store
         self._lock = asyncio.Lock()
-
-    @asynccontextmanager
-    async def hold(self) -> AsyncIterator[Mapping[str, SlotTypes]]:
-        """Hold the set for the block: the one already held by an enclosing request or
-        pass (read once per request), else a fresh :meth:`load`, released on exit."""
-        held = held_known_slots()
-        if held is not None:
-            yield held
-            return
-        with use_known_slots(await self.load()) as types:
-            yield types
 
     async def load(self) -> Mapping[str, SlotTypes]:
         """A fresh, immutable copy: intrinsic slots first, then the stored ones."""

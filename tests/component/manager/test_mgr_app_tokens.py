@@ -69,6 +69,7 @@ async def test_used_tokens_are_pruned_once_expired(schema: Database) -> None:
 async def test_apps_of_a_manager_app_record_tokens_in_its_database(schema: Database) -> None:
     from accelshare.api.app import create_app
     from accelshare.api.auth import AuthSettings
+    from accelshare.manager.assembly import shared_used_tokens
     from accelshare.manager.credentials import DBCredentialStore
 
     apps = AppOrigin.from_secret(SECRET)
@@ -76,6 +77,7 @@ async def test_apps_of_a_manager_app_record_tokens_in_its_database(schema: Datab
         store=DBCredentialStore(schema),
         settings=AuthSettings(cookie_secret=SECRET),
         db=schema,
+        used_tokens=shared_used_tokens(schema),
         apps=apps,
     )
     assert isinstance(apps.used_tokens, DbUsedTokens)

@@ -1,5 +1,5 @@
 """Known slot types across a cluster (spec 01): the union of every slot any agent reported,
-kept in the config store, never shrinking, read once per request and held in a ContextVar."""
+kept in the config store, never shrinking, read once per request and passed down explicitly."""
 
 from __future__ import annotations
 
@@ -11,15 +11,10 @@ from typing import Any
 
 import pytest
 
+from accelshare.api.schemas.sessions import CreateSessionBody
 from accelshare.common import SlotTypes
 from accelshare.manager.models import UserRole
-from accelshare.manager.session_spec import CreateSessionBody
-from accelshare.manager.slots import (
-    RESOURCE_SLOTS_PREFIX,
-    KnownSlots,
-    current_known_slots,
-    held_known_slots,
-)
+from accelshare.manager.slots import RESOURCE_SLOTS_PREFIX, KnownSlots
 from accelshare.protocol import CLUSTER_SECRET_HEADER
 from accelshare_testkit.hollow_agent import TWO_FGPU, HollowAgent, HollowSpec
 
@@ -135,20 +130,18 @@ async def test_a_request_keeps_the_set_it_read_when_a_heartbeat_adds_a_slot(
     assert after.status_code == 201, after.text
 
 
-async def test_the_set_is_held_in_the_context_var(cluster: Cluster) -> None:
+async def test_a_loaded_set_is_a_snapshot(cluster: Cluster) -> None:
+    """What :meth:`KnownSlots.load` returns does not change when a heartbeat adds a slot
+    (the request or round that read it keeps its view); the next load sees the slot."""
     await cluster.add_agent("i-cuda")
     known_slots: KnownSlots = cluster.manager.known_slots
-    assert held_known_slots() is None
-    async with known_slots.hold() as held:
-        assert current_known_slots() is held
-        assert "cuda.shares" in held
-        await cluster.add_agent("i-rocm", mock_config=ROCM)
-        async with known_slots.hold() as inner:  # read once: the enclosing request's set
-            assert inner is held
-        assert "rocm.shares" not in current_known_slots()
-    assert held_known_slots() is None  # released with the block
-    async with known_slots.hold() as fresh:
-        assert "rocm.shares" in fresh
+    held = await known_slots.load()
+    assert "cuda.shares" in held
+    await cluster.add_agent("i-rocm", mock_config=ROCM)
+    assert "rocm.shares" not in held
+    with pytest.raises(TypeError):
+        held["rocm.shares"] = SlotTypes.COUNT  # type: ignore[index]
+    assert "rocm.shares" in await known_slots.load()
 
 
 @dataclass(frozen=True)
@@ -160,9 +153,9 @@ class Caller:
     access_key: str
 
 
-async def test_an_enqueue_outside_a_request_reads_and_holds_the_set(cluster: Cluster) -> None:
-    """``SessionService.create`` called with no set held (not through the route) parses
-    against the cluster's set, not the intrinsic slots alone."""
+async def test_an_enqueue_given_no_set_reads_the_clusters(cluster: Cluster) -> None:
+    """``SessionService.create`` called without ``known`` parses against the cluster's
+    set (read for the enqueue), not the intrinsic slots alone."""
     await cluster.add_agent("i-cuda")
     me = (await cluster.admin.get("/whoami")).json()
     caller = Caller(
@@ -175,8 +168,6 @@ async def test_an_enqueue_outside_a_request_reads_and_holds_the_set(cluster: Clu
             "enqueueOnly": True,
         }
     )
-    assert held_known_slots() is None
-    result = await cluster.manager.sessions.create(caller, body)
+    result = await cluster.manager.sessions.create(caller, body.to_request())
     assert result.created
     assert result.body["session"]["requestedSlots"]["cuda.shares"] == "0.5"
-    assert held_known_slots() is None  # held for the enqueue only

@@ -21,7 +21,7 @@ from accelshare.manager.credentials import (
     generate_access_key,
     generate_secret_key,
 )
-from accelshare.manager.models import UserRole, UserStatus
+from accelshare.manager.enums import UserRole, UserStatus
 from accelshare.manager.passwords import ScryptParams, hash_password
 
 T0 = datetime(2024, 1, 2, 3, 4, 5, tzinfo=UTC)

@@ -13,7 +13,7 @@ from accelshare.api.auth import AdminIdentity, SuperadminIdentity
 from accelshare.api.signing import API_VERSION, compute_signature, sign_request
 from accelshare.manager.clock import FrozenClock
 from accelshare.manager.credentials import Credential
-from accelshare.manager.models import UserRole, UserStatus
+from accelshare.manager.enums import UserRole, UserStatus
 
 from .conftest import HMACAuth, MemoryCredentialStore
 

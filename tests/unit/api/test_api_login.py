@@ -15,7 +15,7 @@ from accelshare.api.cookies import (
 )
 from accelshare.api.signing import sign_request
 from accelshare.manager.clock import FrozenClock
-from accelshare.manager.models import UserRole, UserStatus
+from accelshare.manager.enums import UserRole, UserStatus
 
 from .conftest import COOKIE_SECRET, T0, MemoryCredentialStore
 from .test_api_auth import assert_problem

@@ -8,11 +8,12 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
+from accelshare.api.schemas.sessions import CreateSessionBody
 from accelshare.common import ResourceSlot, SlotTypes
 from accelshare.manager.agents import format_compat, gpu_alloc_map_string
 from accelshare.manager.errors import InvalidRequest
 from accelshare.manager.scheduler.loop import advisory_key
-from accelshare.manager.session_spec import CreateSessionBody, resolve_resources
+from accelshare.manager.session_spec import resolve_resources
 
 KNOWN = {
     "cpu": SlotTypes.COUNT,

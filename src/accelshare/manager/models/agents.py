@@ -32,6 +32,7 @@ from sqlalchemy.orm import Mapped, mapped_column
 
 from accelshare.common import ResourceSlot
 from accelshare.manager.clock import utcnow
+from accelshare.manager.enums import AgentStatus
 
 from .base import Base, JSONDocument, ResourceSlotJSON, UTCDateTime, str_enum
 from .triggers import AGENT_VIEWS
@@ -45,12 +46,6 @@ __all__ = [
     "AgentStatus",
     "ScalingGroup",
 ]
-
-
-class AgentStatus(enum.StrEnum):
-    ALIVE = "ALIVE"
-    LOST = "LOST"  # missed heartbeats for agent-timeout; reconciled when it returns
-    TERMINATED = "TERMINATED"  # shut down cleanly
 
 
 class AgentSelectionStrategy(enum.StrEnum):

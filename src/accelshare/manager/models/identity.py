@@ -16,7 +16,6 @@ Secret keys are stored in clear: the server needs them to recompute HMAC signatu
 
 from __future__ import annotations
 
-import enum
 import uuid
 from datetime import datetime
 
@@ -25,6 +24,7 @@ from sqlalchemy.orm import Mapped, mapped_column
 
 from accelshare.common import DefaultForUnspecified, ResourceSlot
 from accelshare.manager.clock import utcnow
+from accelshare.manager.enums import UserRole, UserStatus
 
 from .base import Base, ResourceSlotJSON, UTCDateTime, str_enum
 
@@ -45,31 +45,6 @@ __all__ = [
 
 ACCESS_KEY_LENGTH = 20
 SECRET_KEY_LENGTH = 40
-
-
-class UserRole(enum.StrEnum):
-    """Ordered: every role can do what the roles before it can."""
-
-    USER = "user"  # own sessions only
-    ADMIN = "admin"  # one domain
-    SUPERADMIN = "superadmin"  # everything: agents, configuration, all domains
-
-    @property
-    def rank(self) -> int:
-        return _ROLE_RANK[self]
-
-    def includes(self, other: UserRole) -> bool:
-        """``ADMIN.includes(USER)`` is True; ``USER.includes(ADMIN)`` is False."""
-        return self.rank >= other.rank
-
-
-_ROLE_RANK = {UserRole.USER: 0, UserRole.ADMIN: 1, UserRole.SUPERADMIN: 2}
-
-
-class UserStatus(enum.StrEnum):
-    ACTIVE = "active"
-    INACTIVE = "inactive"  # may not log in or sign requests
-    DELETED = "deleted"  # kept for the sessions that reference it
 
 
 class Domain(Base):

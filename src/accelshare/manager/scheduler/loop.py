@@ -36,13 +36,14 @@ import contextlib
 import hashlib
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 import sqlalchemy as sa
 
 from accelshare.aio import cancel_and_wait
+from accelshare.common import SlotTypes
 from accelshare.config import ConfigStore
 from accelshare.sched.fit import MapLayouts
 from accelshare.sched.lifecycle import SessionStatus
@@ -53,7 +54,7 @@ from ..db import Database
 from ..hub import ChangeHub
 from ..metrics import ManagerMetrics
 from ..models import Kernel, ScalingGroup, Session
-from ..slots import KnownSlots, current_known_slots, use_known_slots
+from ..slots import KnownSlots
 from ..transitions import change_status
 from .apply import BindJob, apply_plan
 from .binding import BINDABLE, Binder
@@ -198,12 +199,11 @@ class Scheduler:
         explanations of the sessions left pending before returning (the loop leaves
         them to the explanations' task, which writes between passes)."""
         async with self._lock, self._explanations_held():
-            known = await self.known_slots.load()
+            known = await self.known_slots.load()  # one set for the whole round
             results: list[PassResult] = []
-            with use_known_slots(known):
-                groups = await self._groups_with_pending()
-                for sgroup in groups:
-                    results.append(await self._pass(sgroup))
+            groups = await self._groups_with_pending()
+            for sgroup in groups:
+                results.append(await self._pass(sgroup, known))
             for gone in set(self.snapshot_caches) - set(groups):  # nothing pending there
                 del self.snapshot_caches[gone]
             for gone in set(self.plan_memos) - set(groups):
@@ -321,9 +321,9 @@ class Scheduler:
             finally:
                 await conn.close()
 
-    async def _pass(self, sgroup_name: str) -> PassResult:
+    async def _pass(self, sgroup_name: str, known: Mapping[str, SlotTypes]) -> PassResult:
+        """One scaling group's pass; ``known``: the slot types read for the round."""
         started = time.perf_counter()
-        known = current_known_slots()  # held for the whole round by run_once
         last_rr = await self.store.get(ROUNDROBIN_KEY.format(sgroup=sgroup_name))
         store_options = await self.store_scheduler_options(sgroup_name)
         async with self._group_lock(sgroup_name):

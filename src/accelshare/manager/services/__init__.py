@@ -1,0 +1,11 @@
+"""The manager's services that the API layer calls for what it reads and writes in the
+database (docs/architecture.md, "API, services, store").
+
+* :mod:`.admin` — users, keypairs, resource policies and scaling groups;
+* :mod:`.directory` — owner, group and keypair look-ups (the compatibility GraphQL);
+* :mod:`.holders` — which sessions hold which kernels (agents' maps, the agents stream).
+
+The sessions, agents and images have theirs next to the control plane
+(:class:`~accelshare.manager.sessions.SessionService`, the agent queries of
+:class:`~accelshare.manager.runtime.Manager`, :class:`~accelshare.manager.images.ImageService`).
+"""
