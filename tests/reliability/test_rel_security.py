@@ -50,6 +50,10 @@ ROUTE_ROLES: dict[tuple[str, str], str] = {
     ("GET", "/session/{ref}/logs"): "user",
     ("GET", "/session/{ref}/why"): "user",
     ("GET", "/session/{ref}/events"): "user",
+    ("POST", "/session/{ref}"): "user",  # Backend.AI's execute API (owner or superadmin)
+    ("GET", "/events/session"): "user",  # Backend.AI's session events
+    ("GET", "/events/background-task"): "user",
+    ("GET", "/stream/session/{ref}/apps"): "user",
     ("GET", "/events/sessions"): "user",
     ("GET", "/config/resource-slots"): "user",
     ("GET", "/config/resource-slots/details"): "user",
@@ -98,7 +102,7 @@ ROUTE_ROLES: dict[tuple[str, str], str] = {
 RANK = {"user": 0, "admin": 1, "superadmin": 2}
 # Live event streams never end; an in-process client would wait for their end, so
 # only the refusals are checked there.
-ENDLESS = {"/events/sessions", "/events/agents"}
+ENDLESS = {"/events/sessions", "/events/agents", "/events/session"}
 
 
 def operations(app: Any) -> list[tuple[str, str, str]]:

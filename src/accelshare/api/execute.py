@@ -105,8 +105,9 @@ def execute_request(
 async def execute(
     ref: str, body: ExecuteBody, identity: CurrentIdentity, manager: ManagerDep
 ) -> dict[str, Any]:
+    target = await manager.execute.target(identity, ref)  # a session one cannot see: 404
     request = execute_request(body.mode, body.code, body.runId, body.options, REST_FLUSH_S)
-    result = await manager.execute.step(identity, ref, request)
+    result = await manager.execute.step(identity, ref, request, target)
     return {"result": _result_json(result)}
 
 
