@@ -257,7 +257,7 @@ class ComputeSessionNode:
             created_user_id=s["userId"],
             occupying_slots=_json(s["occupiedSlots"]),
             startup_command=s["startupCommand"],
-            tag=None,
+            tag=s.get("tag"),
             registry=None,
             cluster_template=None,
             cluster_mode="single-node",

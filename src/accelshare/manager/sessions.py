@@ -20,7 +20,7 @@ import logging
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence, Set
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any, Protocol, cast
 
@@ -78,7 +78,14 @@ from .models import (
 )
 from .scheduler.binding import BINDABLE
 from .scheduler.snapshot import reported_map_states
-from .session_spec import SessionRequest, app_services, resolve_resources
+from .session_spec import (
+    MAX_PRIORITY,
+    SESSION_NAME_RULE,
+    SessionRequest,
+    app_services,
+    resolve_resources,
+    session_name_problem,
+)
 from .slots import KnownSlots
 from .status_watch import StatusWatch
 from .transitions import agent_addresses, change_status, lock_session, session_kernels
@@ -196,6 +203,7 @@ def session_json(
         "startupCommand": row.startup_command,
         "priority": row.priority,
         "startsAt": _iso(row.starts_at),
+        "tag": row.tag,
         "scalingGroup": row.scaling_group,
         "agentId": row.agent_id,
         "accessKey": row.access_key,
@@ -491,7 +499,12 @@ class SessionService:
                 },
                 "startup_command": body.startup_command,
                 "priority": body.priority,
-                "starts_at": body.starts_at,
+                "starts_at": (
+                    now + body.starts_at
+                    if isinstance(body.starts_at, timedelta)
+                    else body.starts_at
+                ),
+                "tag": body.tag,
                 "scaling_group": sgroup.name,
                 "designated_agent_id": designated,
                 "status": SessionStatus.PENDING,
@@ -871,6 +884,115 @@ class SessionService:
             )
             return True
 
+    # -- status history, rename, priority ------------------------------------------------
+    async def status_history(
+        self, caller: Caller, ref: str, owner_access_key: str | None = None
+    ) -> dict[str, str]:
+        """``{STATUS: when the session last entered it}`` (Backend.AI's ``status_history``
+        shape: upper-case status names, ISO times) from the recorded status changes."""
+        async with self.db.begin() as db:
+            row = await self._find(db, caller, ref, owner_access_key)
+            rows = (await db.execute(_HISTORY_TIMES, {"session_id": row.id})).all()
+        return {status.value: _iso(at) or "" for status, at in rows}
+
+    async def rename(
+        self, caller: Caller, ref: str, new_name: str, owner_access_key: str | None = None
+    ) -> dict[str, Any]:
+        """Give a live session another name (the rule of ``POST /session``'s ``name``;
+        not one of the owner's other live sessions').  Its id, kernels and allocation
+        are unchanged.  Answers ``{sessionId, sessionName, status}``."""
+        async with self.db.begin(write=True) as db:
+            row = await self._find(db, caller, ref, owner_access_key)
+            row = await self._lock_for_change(db, row)
+            await self._rename_row(db, row, new_name)
+            answer = {"sessionId": str(row.id), "sessionName": row.name, "status": row.status.value}
+        self.hub.publish()
+        log.info("session %s renamed to %s by %s", answer["sessionId"], new_name, caller.email)
+        return answer
+
+    async def modify(
+        self,
+        caller: Caller,
+        ref: str,
+        *,
+        name: str | None = None,
+        priority: int | None = None,
+    ) -> dict[str, Any]:
+        """Backend.AI's ``modify_compute_session``: a new name (as :meth:`rename`) and/or
+        a new scheduling priority (0..MAX_PRIORITY, only while the session is PENDING:
+        afterwards there is no queue to reorder).  Both or neither change.  The session's
+        full JSON afterwards."""
+        if priority is not None and not 0 <= priority <= MAX_PRIORITY:
+            raise InvalidRequest(
+                f"priority must be from 0 to {MAX_PRIORITY} (received {priority})",
+                field="priority",
+                expected=f"an integer from 0 to {MAX_PRIORITY}",
+                received=priority,
+            )
+        async with self.db.begin(write=True) as db:
+            row = await self._find(db, caller, ref, None)
+            row = await self._lock_for_change(db, row)
+            if priority is not None and priority != row.priority:
+                if row.status is not SessionStatus.PENDING:
+                    raise Conflict(
+                        f"The priority of session {row.name!r} can change only while it is"
+                        f" PENDING; it is {row.status.value}",
+                        field="status",
+                        expected="PENDING",
+                        received=row.status.value,
+                    )
+                row.priority = priority
+            if name is not None:
+                await self._rename_row(db, row, name)
+            session_id = row.id
+        if priority is not None:
+            self.trigger()  # the queue's order may have changed
+        self.hub.publish()
+        async with self.db.begin() as db:
+            fresh = (await db.execute(_SESSION_BY_ID, {"id": session_id})).scalar_one()
+            return await self._full_json(db, fresh)
+
+    async def _lock_for_change(self, db: AsyncSession, row: Session) -> Session:
+        """``row`` locked (PostgreSQL: with the owner's enqueue lock, so no create of the
+        same name interleaves; SQLite's ``BEGIN IMMEDIATE`` serialises writers)."""
+        if self.db.dialect != "postgresql":
+            return row
+        await db.execute(sa.select(sa.func.pg_advisory_xact_lock(_lock_key(row.access_key))))
+        locked = await lock_session(db, row.id)
+        assert locked is not None
+        return locked
+
+    async def _rename_row(self, db: AsyncSession, row: Session, new_name: str) -> None:
+        problem = session_name_problem(new_name)
+        if problem is not None:
+            raise InvalidRequest(
+                f"Invalid session name {new_name!r}: {problem}",
+                field="name",
+                expected=SESSION_NAME_RULE,
+                received=new_name,
+            )
+        if row.status in FINAL_STATUSES or row.status is SessionStatus.TERMINATING:
+            raise Conflict(
+                f"Session {row.name!r} has ended ({row.status.value}): only a live session"
+                " can be renamed",
+                field="status",
+                expected="a live session (not TERMINATING or ended)",
+                received=row.status.value,
+            )
+        if new_name == row.name:
+            return
+        existing = await self._live_by_name(db, row.access_key, new_name)
+        if existing is not None and existing.id != row.id:
+            raise Conflict(
+                f"A session named {new_name!r} already exists ({existing.status.value});"
+                " choose another name",
+                field="name",
+                expected="a name not used by the owner's live sessions",
+                received=new_name,
+                sessionId=str(existing.id),
+            )
+        row.name = new_name
+
     # -- proxy (web terminal, app services) ------------------------------------------------
     async def proxy_target(self, caller: Caller, ref: str) -> ProxyTarget:
         """Where the session's terminal and apps live, for its owner or a superadmin.
@@ -1225,6 +1347,11 @@ _NEWEST_FIRST = (Session.status_changed_at.desc(), Session.created_at.desc(), Se
 _SESSION_BY_ID = sa.select(Session).where(Session.id == sa.bindparam("id"))
 _HISTORY = (
     sa.select(SessionStatusHistory)
+    .where(SessionStatusHistory.session_id == sa.bindparam("session_id"))
+    .order_by(SessionStatusHistory.id)
+)
+_HISTORY_TIMES = (
+    sa.select(SessionStatusHistory.to_status, SessionStatusHistory.changed_at)
     .where(SessionStatusHistory.session_id == sa.bindparam("session_id"))
     .order_by(SessionStatusHistory.id)
 )

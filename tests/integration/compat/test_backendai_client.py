@@ -13,6 +13,7 @@ import json
 import re
 import subprocess
 import sys
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import httpx
@@ -457,3 +458,65 @@ def test_what_does_not_work_fails_clearly(bai: Bai) -> None:
     assert missing.code != 0
     assert "404" in missing.output
     assert "No session 'compat-nosuch'" in missing.output
+
+
+def test_status_history_and_rename(bai: Bai) -> None:
+    """``session status-history`` prints the times the manager recorded; ``session
+    rename`` renames a live session (id and allocation kept) and refuses a name in use."""
+    created = bai.ok(
+        "session", "create", "-r", "cpu=1", "-r", "mem=1g", "-r", "cuda.shares=0.3",
+        "--name", "compat-hist", "python",
+    )  # fmt: skip
+    session_id = created_id(created.output)
+    history = bai.ok("session", "status-history", session_id)
+    assert "status_history: {" in history.output, history
+    for status in ("'PENDING'", "'PREPARING'", "'RUNNING'", "'preparing'"):
+        assert status in history.output, history
+    assert "Actual Resource Allocation Time: {'result': {'seconds':" in history.output
+
+    alloc = gpu_alloc_map(bai)
+    renamed = bai.ok("session", "rename", "compat-hist", "compat-renamed")
+    assert "Session renamed to compat-renamed." in renamed.output
+    sessions = bai.sessions()
+    assert sessions["compat-renamed"] == "RUNNING"
+    assert bai.sdk("info", name="compat-renamed")["sessionId"] == session_id
+    assert gpu_alloc_map(bai) == alloc
+
+    bai.ok(
+        "session", "create", "-r", "cpu=1", "-r", "mem=1g", "--name", "compat-other", "python"
+    )  # fmt: skip
+    taken = bai("session", "rename", "compat-renamed", "compat-other")
+    assert taken.code != 0, taken
+    assert "409" in taken.output
+    assert "already exists" in taken.output
+    assert bai.sdk("info", name=session_id)["sessionName"] == "compat-renamed"
+    bai.ok("session", "destroy", "compat-renamed", "compat-other")
+
+
+def test_tag_and_relative_starts_at(bai: Bai) -> None:
+    """``--tag`` is kept and shown by ``session info``; ``--starts-at 20s`` (Backend.AI's
+    delays) holds a batch session until then; a bad value is a 400 naming startsAt."""
+    before = datetime.now(UTC)
+    created = bai.ok(
+        "session", "create", "--type", "batch", "--startup-command", "echo later",
+        "--starts-at", "20s", "--tag", "mytag", "-r", "cpu=1", "-r", "mem=1g",
+        "--name", "compat-later", "python",
+    )  # fmt: skip
+    match = SESSION_ID.search(created.output)
+    assert match, created
+    info = bai.sdk("info", name="compat-later")
+    assert info["tag"] == "mytag"
+    assert info["status"] == "PENDING"
+    starts = datetime.fromisoformat(info["startsAt"])
+    assert before + timedelta(seconds=20) <= starts <= datetime.now(UTC) + timedelta(seconds=20)
+    shown = bai.ok("session", "info", match.group(1))
+    assert "mytag" in shown.stdout, shown
+
+    bad = bai(
+        "session", "create", "--type", "batch", "--startup-command", "true",
+        "--starts-at", "soon", "-r", "cpu=1", "-r", "mem=1g", "--name", "compat-bad", "python",
+    )  # fmt: skip
+    assert bad.code != 0, bad
+    assert "400" in bad.output
+    assert "startsAt" in bad.output
+    bai.ok("session", "destroy", "compat-later")

@@ -1,0 +1,153 @@
+"""Managing a session after its creation (Backend.AI's ``session status-history``,
+``rename``, ``set-priority``, ``--tag``, ``--starts-at``), with the refusals."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Any
+
+from accelshare.manager.clock import utcnow
+
+from .cluster import Cluster
+from .test_mgr_api import make_user
+
+
+async def test_status_history_gives_when_each_status_was_entered(cluster: Cluster) -> None:
+    await cluster.add_agent("i-node01")
+    created = await cluster.create({"cuda.shares": "0.1"}, name="hist", maxWaitSeconds=10)
+    assert created.json()["status"] == "RUNNING", created.text
+    sid = created.json()["sessionId"]
+
+    answer = await cluster.admin.get("/session/hist/status-history")
+    assert answer.status_code == 200, answer.text
+    history = answer.json()["result"]
+    for status in ("PENDING", "SCHEDULED", "PREPARING", "RUNNING"):
+        assert status in history, history
+    assert "TERMINATED" not in history
+    assert history["preparing"] == history["PREPARING"]  # what Backend.AI's client reads
+    times = [datetime.fromisoformat(history[s]) for s in ("PENDING", "PREPARING", "RUNNING")]
+    assert times == sorted(times)
+    assert all(t.tzinfo is not None for t in times)
+
+    assert (await cluster.admin.delete(f"/session/{sid}")).is_success
+    ended = (await cluster.admin.get(f"/session/{sid}/status-history")).json()["result"]
+    assert ended["terminated"] == ended["TERMINATED"]
+    assert datetime.fromisoformat(ended["TERMINATED"]) >= times[-1]
+
+    other, _ = await make_user(cluster, "other-hist@example.com")
+    async with other:
+        hidden = await other.get(f"/session/{sid}/status-history")
+        assert hidden.status_code == 404, hidden.text
+        assert hidden.json()["field"] == "session"
+
+
+async def _kernels(cluster: Cluster, ref: str) -> list[dict[str, Any]]:
+    kernels: list[dict[str, Any]] = (await cluster.session(ref))["kernels"]
+    return kernels
+
+
+async def test_rename_keeps_the_session_and_refuses_names_in_use(cluster: Cluster) -> None:
+    await cluster.add_agent("i-node01")
+    first = await cluster.create({"cuda.shares": "0.3"}, name="first", maxWaitSeconds=10)
+    second = await cluster.create({"cuda.shares": "0.1"}, name="second", maxWaitSeconds=10)
+    assert [first.json()["status"], second.json()["status"]] == ["RUNNING", "RUNNING"]
+    sid = first.json()["sessionId"]
+    kernels = await _kernels(cluster, sid)
+
+    renamed = await cluster.admin.post("/session/first/rename", params={"name": "renamed"})
+    assert renamed.status_code == 204, renamed.text
+    body = await cluster.session("renamed")
+    assert (body["sessionId"], body["status"]) == (sid, "RUNNING")
+    assert await _kernels(cluster, sid) == kernels  # same kernel, same devices
+    assert (await cluster.admin.get("/session/first")).status_code == 404
+
+    taken = await cluster.admin.post(f"/session/{sid}/rename", params={"name": "second"})
+    assert taken.status_code == 409, taken.text
+    assert taken.json()["field"] == "name"
+    assert "already exists" in taken.json()["detail"]
+    for bad in ("-dash", "x" * 65, "c59395cd-ac91-4cd3-a1b0-3d2568aa2d01"):
+        refused = await cluster.admin.post(f"/session/{sid}/rename", params={"name": bad})
+        assert refused.status_code == 400, (bad, refused.text)
+        assert refused.json()["field"] == "name", bad
+    missing = await cluster.admin.post(f"/session/{sid}/rename")
+    assert missing.status_code == 400, missing.text
+    assert missing.json()["field"] == "name"
+    assert (await cluster.session(sid))["sessionName"] == "renamed"
+    assert await _kernels(cluster, sid) == kernels
+
+    # a name is free again once its session has ended
+    assert (await cluster.admin.delete("/session/second")).is_success
+    reused = await cluster.admin.post(f"/session/{sid}/rename", params={"name": "second"})
+    assert reused.status_code == 204, reused.text
+    ended = await cluster.admin.post("/session/second/rename", params={"name": "x"})
+    assert ended.status_code == 204  # "second" names the live one now
+    gone = await cluster.admin.post(
+        f"/session/{second.json()['sessionId']}/rename", params={"name": "again"}
+    )
+    assert gone.status_code == 409, gone.text
+    assert gone.json()["field"] == "status"
+    assert gone.json()["received"] == "TERMINATED"
+
+    other, _ = await make_user(cluster, "other-rename@example.com")
+    async with other:
+        hidden = await other.post(f"/session/{sid}/rename", params={"name": "mine"})
+        assert hidden.status_code == 404, hidden.text
+    assert (await cluster.session(sid))["sessionName"] == "x"
+
+
+async def test_tag_is_stored_and_shown(cluster: Cluster) -> None:
+    await cluster.add_agent("i-node01")
+    created = await cluster.create({"cpu": "1"}, name="tagged", tag="my experiment")
+    assert created.status_code == 201, created.text
+    assert created.json()["session"]["tag"] == "my experiment"
+    assert (await cluster.session("tagged"))["tag"] == "my experiment"
+    sid = created.json()["sessionId"]
+    gql = await cluster.gql("query ($id: UUID!) { compute_session(id: $id) { tag } }", {"id": sid})
+    assert gql["data"]["compute_session"]["tag"] == "my experiment"
+    listed = (await cluster.admin.get("/sessions")).json()["items"]
+    assert [s["tag"] for s in listed if s["sessionId"] == sid] == ["my experiment"]
+
+    untagged = await cluster.create({"cpu": "1"}, name="untagged")
+    assert untagged.json()["session"]["tag"] is None
+    for bad in ("x" * 65, "two\nlines"):
+        refused = await cluster.create({"cpu": "1"}, name="badtag", tag=bad)
+        assert refused.status_code == 400, (bad, refused.text)
+        assert refused.json()["field"] == "tag", refused.json()
+
+
+async def test_starts_at_takes_backendais_delays(cluster: Cluster) -> None:
+    await cluster.add_agent("i-node01")
+    for text, delay in (
+        ("20s", timedelta(seconds=20)),
+        ("5m", timedelta(minutes=5)),
+        ("1h", timedelta(hours=1)),
+        ("2d", timedelta(days=2)),
+        ("1h30m", timedelta(minutes=90)),
+        ("90", timedelta(seconds=90)),
+    ):
+        before = utcnow()
+        created = await cluster.create(
+            {"cpu": "1"}, name=f"later-{len(text)}-{delay.seconds}", type="batch",
+            startupCommand="true", starts_at=text, enqueueOnly=True,
+        )  # fmt: skip
+        after = utcnow()
+        assert created.status_code == 201, (text, created.text)
+        starts = datetime.fromisoformat(created.json()["session"]["startsAt"])
+        assert before + delay <= starts <= after + delay, (text, starts)
+        assert created.json()["status"] == "PENDING"
+
+    iso = await cluster.create(
+        {"cpu": "1"}, name="at-iso", type="batch", startupCommand="true",
+        startsAt="2030-01-02T03:04:05Z", enqueueOnly=True,
+    )  # fmt: skip
+    assert iso.json()["session"]["startsAt"] == "2030-01-02T03:04:05+00:00"
+
+    for bad in ("soon", "20x", "5 m", "1m1h", "99999d"):
+        refused = await cluster.create(
+            {"cpu": "1"}, name="bad-start", type="batch", startupCommand="true", startsAt=bad
+        )
+        assert refused.status_code == 400, (bad, refused.text)
+        problem = refused.json()
+        assert problem["field"] == "startsAt", problem
+        assert "20s, 5m, 1h30m, 2d" in problem["expected"]
+        assert problem["received"] == bad
