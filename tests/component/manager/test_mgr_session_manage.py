@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import base64
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -151,3 +152,78 @@ async def test_starts_at_takes_backendais_delays(cluster: Cluster) -> None:
         assert problem["field"] == "startsAt", problem
         assert "20s, 5m, 1h30m, 2d" in problem["expected"]
         assert problem["received"] == bad
+
+
+MODIFY = """
+mutation($input: ModifyComputeSessionInput!) {
+  modify_compute_session(input: $input) { item { name priority } clientMutationId }
+}
+"""
+
+
+async def _gql(client: Any, query: str, variables: dict[str, Any]) -> dict[str, Any]:
+    response = await client.post("/admin/gql", json={"query": query, "variables": variables})
+    assert response.status_code == 200, response.text
+    body: dict[str, Any] = response.json()
+    return body
+
+
+async def test_modify_compute_session_sets_the_priority_of_a_pending_session(
+    cluster: Cluster,
+) -> None:
+    await cluster.add_agent("i-node01")
+    pending = await cluster.create(
+        {"cpu": "1"}, name="queued", type="batch", startupCommand="true", startsAt="1h"
+    )
+    assert pending.json()["status"] == "PENDING", pending.text
+    sid = pending.json()["sessionId"]
+    answer = await cluster.gql(
+        MODIFY, {"input": {"id": sid, "priority": 42, "clientMutationId": "m-1"}}
+    )
+    assert answer["data"]["modify_compute_session"] == {
+        "item": {"name": "queued", "priority": 42},
+        "clientMutationId": "m-1",
+    }
+    assert (await cluster.session(sid))["priority"] == 42
+    relay_id = base64.b64encode(f"ComputeSessionNode:{sid}".encode()).decode()
+    both = await cluster.gql(MODIFY, {"input": {"id": relay_id, "name": "q2", "priority": 7}})
+    assert both["data"]["modify_compute_session"]["item"] == {"name": "q2", "priority": 7}
+
+    out_of_range = await _gql(cluster.admin, MODIFY, {"input": {"id": sid, "priority": 101}})
+    assert "priority must be from 0 to 100" in out_of_range["errors"][0]["message"]
+    bad_name = await _gql(cluster.admin, MODIFY, {"input": {"id": sid, "name": "-x"}})
+    assert "Invalid session name" in bad_name["errors"][0]["message"]
+    bad_id = await _gql(cluster.admin, MODIFY, {"input": {"id": "nope", "priority": 1}})
+    assert "expected a session UUID" in bad_id["errors"][0]["message"]
+    assert (await cluster.session(sid))["priority"] == 7
+
+    running = await cluster.create({"cpu": "1"}, name="busy", maxWaitSeconds=10)
+    assert running.json()["status"] == "RUNNING", running.text
+    refused = await _gql(
+        cluster.admin, MODIFY, {"input": {"id": running.json()["sessionId"], "priority": 50}}
+    )
+    message = refused["errors"][0]["message"]
+    assert "only while it is PENDING; it is RUNNING" in message, message
+    assert refused["data"] is None
+    assert (await cluster.session("busy"))["priority"] == 10
+
+    other, _ = await make_user(cluster, "other-modify@example.com")
+    async with other:
+        hidden = await _gql(other, MODIFY, {"input": {"id": sid, "priority": 1}})
+        assert "No session" in hidden["errors"][0]["message"]
+    assert (await cluster.session(sid))["priority"] == 7
+
+
+RESCAN = "mutation($a: String!) { rescan_gpu_alloc_maps(agent_id: $a) { task_id } }"
+
+
+async def test_rescan_gpu_alloc_maps_is_accepted_and_has_nothing_to_do(cluster: Cluster) -> None:
+    await cluster.add_agent("i-node01")
+    answer = await cluster.gql(RESCAN, {"a": "i-node01"})
+    assert answer["data"] == {"rescan_gpu_alloc_maps": {"task_id": None}}
+    unknown = await _gql(cluster.admin, RESCAN, {"a": "i-nosuch"})
+    assert "No agent 'i-nosuch'" in unknown["errors"][0]["message"]
+    user, _ = await make_user(cluster, "rescan-user@example.com")
+    async with user:
+        refused = await _gql(user, RESCAN, {"a": "i-node01"})
+        assert refused["errors"][0]["message"].startswith("This needs the superadmin role")

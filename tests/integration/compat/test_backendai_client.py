@@ -520,3 +520,41 @@ def test_tag_and_relative_starts_at(bai: Bai) -> None:
     assert "400" in bad.output
     assert "startsAt" in bad.output
     bai.ok("session", "destroy", "compat-later")
+
+
+def test_set_priority_of_a_pending_session_and_rescan_gpu_alloc_maps(bai: Bai) -> None:
+    """``ComputeSession.update(priority=...)`` (``modify_compute_session``) changes a
+    PENDING session's priority and refuses a RUNNING one's; ``rescan_gpu_alloc_maps`` is
+    accepted (the maps are live: no task)."""
+    created = bai.ok(
+        "session", "create", "--type", "batch", "--startup-command", "true",
+        "--starts-at", "1h", "-r", "cpu=1", "-r", "mem=1g", "--name", "compat-queued", "python",
+    )  # fmt: skip
+    match = SESSION_ID.search(created.output)
+    assert match, created
+    queued_id = match.group(1)
+    changed = bai.sdk("update", id=queued_id, priority=42)
+    assert changed["item"] == {"name": "compat-queued", "priority": 42}
+    assert changed["clientMutationId"]
+    assert bai.sdk("info", name=queued_id)["priority"] == 42
+
+    # The CLI's `session set-priority` builds its session object from the name only, and
+    # the client's update() insists on an id: it fails in the client, before any request.
+    cli = bai("session", "set-priority", queued_id, "7")
+    assert cli.code != 0
+    assert "must have a valid session ID" in cli.output
+
+    running = bai.ok(
+        "session", "create", "-r", "cpu=1", "-r", "mem=1g", "--name", "compat-busy", "python"
+    )  # fmt: skip
+    refused = bai.sdk("update", id=created_id(running.output), priority=5)
+    assert refused["status"] == 400  # the client's status for any GraphQL error
+    assert "only while it is PENDING; it is RUNNING" in json.dumps(refused["data"])
+
+    rescan = bai.sdk(
+        "gql",
+        query="mutation($a: String!) { rescan_gpu_alloc_maps(agent_id: $a) { task_id } }",
+        variables={"a": AGENT},
+    )
+    assert rescan["data"] == {"rescan_gpu_alloc_maps": {"task_id": None}}
+    bai.ok("session", "destroy", "compat-queued", "compat-busy")
