@@ -7,6 +7,7 @@
 |---|---|
 | ``POST /session`` | 201 ``{sessionId, sessionName, status, statusInfo, created, servicePorts, session}`` (200 and ``created: false`` when ``reuseIfExists`` found a live session of that name) |
 | ``GET /session/{ref}`` | the session (``statusHistory``, ``kernels`` with per-device allocations) |
+| ``PATCH /session/{ref}`` | restart (Backend.AI's ``session restart``): ``{sessionId, sessionName, status, statusInfo}``; the kernels created again with the same allocation, the session id kept; not RUNNING: a 409 naming ``status`` |
 | ``DELETE /session/{ref}`` | ``{sessionId, sessionName, status, statusInfo}``; ``?forced=true`` ends it even if the agent does not confirm |
 | ``GET /session/{ref}/logs`` | ``{"result": {"logs": "..."}}`` (Backend.AI's shape) |
 | ``GET /session/{ref}/why`` | ``{sessionId, status, statusInfo, scheduler, agents, explanation}`` |
@@ -128,6 +129,14 @@ async def destroy_session(
     return await manager.sessions.destroy(
         identity, ref, forced=forced, owner_access_key=owner_access_key
     )
+
+
+@router.patch("/session/{ref}")
+async def restart_session(
+    ref: str, identity: CurrentIdentity, manager: ManagerDep, owner_access_key: OwnerQuery = None
+) -> dict[str, Any]:
+    """Restart a RUNNING session's kernels on the same devices (Backend.AI's restart)."""
+    return await manager.sessions.restart(identity, ref, owner_access_key)
 
 
 @router.get("/session/{ref}/logs")

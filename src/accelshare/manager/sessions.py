@@ -28,6 +28,7 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from accelshare.common import ResourceSlot, SlotTypes, canonical_decimal
+from accelshare.protocol import CreateKernelRequest, KernelReport, KernelStatus
 from accelshare.sched.explain import explain
 from accelshare.sched.fit import (
     DeviceLedger,
@@ -44,7 +45,7 @@ from accelshare.sched.images import (
     check_accelerators,
     image_refusal,
 )
-from accelshare.sched.lifecycle import FINAL_STATUSES, SessionStatus
+from accelshare.sched.lifecycle import FINAL_STATUSES, SessionResult, SessionStatus
 from accelshare.sched.model import KeypairLimits, SessionType
 from accelshare.sched.predicates import check_enqueue_limits
 
@@ -76,7 +77,8 @@ from .models import (
     User,
     UserRole,
 )
-from .scheduler.binding import BINDABLE
+from .scheduler.apply import BindJob
+from .scheduler.binding import BINDABLE, allocations_json, kernel_request
 from .scheduler.snapshot import reported_map_states
 from .session_spec import (
     MAX_PRIORITY,
@@ -993,6 +995,162 @@ class SessionService:
             )
         row.name = new_name
 
+    # -- restart ----------------------------------------------------------------------------
+    async def restart(
+        self, caller: Caller, ref: str, owner_access_key: str | None = None
+    ) -> dict[str, Any]:
+        """Backend.AI's ``session restart``: each kernel of a RUNNING session destroyed on
+        its agent and created again with the same allocation (the same devices and
+        amounts: the kernel row's ``device_allocs`` sent as the create's plan).  The
+        session keeps its id, name, status (RUNNING) and resources; each kernel gets a new
+        id (a new kernel row, the old one removed first, so the old kernel's exit event
+        and heartbeats refer to no kernel of the session and cannot end it).  The history
+        records a RUNNING -> RUNNING change, "restarted by ...".  A batch session's
+        startup command runs again; the kernel's scratch directory is new.
+
+        Not RUNNING (a batch session that has ended included): ``Conflict`` naming the
+        status; its agent not ALIVE: ``Unavailable``.  A kernel that cannot be created
+        again ends the session (ERROR -> TERMINATED, FAILURE, with the agent's reason)."""
+        who = caller.email
+        now = self.clock()
+        async with self.db.begin(write=True) as db:
+            row = await self._find(db, caller, ref, owner_access_key)
+            row = await self._lock_for_change(db, row)
+            if row.status is not SessionStatus.RUNNING:
+                raise Conflict(
+                    f"Session {row.name!r} is {row.status.value}: only a RUNNING session can"
+                    " be restarted",
+                    field="status",
+                    expected="RUNNING",
+                    received=row.status.value,
+                )
+            began = (row.status_data or {}).get("restarting")
+            if isinstance(began, str) and datetime.fromisoformat(began) > now - _RESTART_GUARD:
+                raise Conflict(
+                    f"Session {row.name!r} is being restarted already (since {began})",
+                    field="status",
+                    expected="RUNNING, not restarting",
+                    received="restarting",
+                )
+            kernels = await session_kernels(db, row.id)
+            addresses, lost = await _agent_reach(db, kernels)
+            missing = [k for k in kernels if k.agent_id not in addresses or k.agent_id in lost]
+            if not kernels or missing:
+                agent = missing[0].agent_id if missing else row.agent_id
+                raise Unavailable(
+                    f"Session {row.name!r} cannot be restarted: its agent {agent} is not"
+                    " reachable (LOST or unknown)",
+                    field="agent",
+                    received=agent,
+                )
+            swaps: list[_KernelSwap] = []
+            for old in kernels:
+                assert old.agent_id is not None
+                swap = _KernelSwap(
+                    old=_kernel_values(old),
+                    new_id=uuid.uuid4(),
+                    agent_url=addresses[old.agent_id],
+                )
+                job = BindJob(row.id, swap.new_id, old.agent_id, plan=old.device_allocs or None)
+                swap.request = kernel_request(job, row)
+                swaps.append(swap)
+                await db.delete(old)
+            await db.flush()
+            for swap in swaps:
+                db.add(Kernel(**swap.new_values(now)))
+            row.status_data = {**(row.status_data or {}), "restarting": now.isoformat()}
+            row.status_info = f"restarting (by {who})"
+            session_id = row.id
+        self.hub.publish()
+        log.info("session %s: restarting %d kernel(s) for %s", session_id, len(swaps), who)
+        return await self._restart_kernels(session_id, swaps, who)
+
+    async def _restart_kernels(
+        self, session_id: uuid.UUID, swaps: list[_KernelSwap], who: str
+    ) -> dict[str, Any]:
+        failure: str | None = None
+        reports: dict[uuid.UUID, KernelReport] = {}
+        for swap in swaps:
+            old_id = str(swap.old["id"])
+            try:
+                await self.client.destroy_kernel(swap.agent_url, old_id)
+            except AgentRPCError as e:
+                if e.status_code != 404:
+                    failure = f"the kernel {old_id} could not be destroyed: {e}"
+                    break
+            assert swap.request is not None
+            try:
+                report = await self.client.create_kernel(swap.agent_url, swap.request)
+            except AgentRPCError as e:
+                failure = f"the kernel could not be created again: {e}"
+                break
+            if report.status is KernelStatus.FAILED:
+                failure = f"the kernel could not be created again: {report.reason or 'no reason'}"
+                break
+            reports[swap.new_id] = report
+        stale: list[tuple[str, str]] = []  # kernels created for a session ended meanwhile
+        released = False
+        async with self.db.begin(write=True) as db:
+            row = await lock_session(db, session_id)
+            if row is None or row.status is not SessionStatus.RUNNING:
+                stale = [(s.agent_url, str(s.new_id)) for s in swaps if s.new_id in reports]
+            else:
+                kernels = await session_kernels(db, row.id)
+                for kernel in kernels:
+                    got = reports.get(kernel.id)
+                    if got is None:
+                        continue
+                    if got.allocations:
+                        kernel.device_allocs = allocations_json(got)
+                    kernel.container_id = got.container_id
+                    kernel.service_ports = [m.model_dump(mode="json") for m in got.service_ports]
+                row.status_data = {
+                    k: v for k, v in (row.status_data or {}).items() if k != "restarting"
+                }
+                now = self.clock()
+                if failure is None:
+                    reason = f"restarted by {who}"
+                    db.add(
+                        SessionStatusHistory(
+                            session_id=row.id,
+                            from_status=SessionStatus.RUNNING,
+                            to_status=SessionStatus.RUNNING,
+                            reason=reason,
+                            changed_at=now,
+                        )
+                    )
+                    row.status_info = reason
+                    row.status_changed_at = now
+                else:
+                    why = f"restart by {who} failed: {failure}"
+                    await change_status(
+                        db, row, SessionStatus.ERROR, reason=why, now=now, kernels=kernels
+                    )
+                    row.result = SessionResult.FAILURE
+                    await change_status(
+                        db, row, SessionStatus.TERMINATED, reason=why, now=now, kernels=kernels
+                    )
+                    released = True
+                    stale = [(s.agent_url, str(s.new_id)) for s in swaps if s.new_id in reports]
+        for url, kernel_id in stale:
+            try:
+                await self.client.destroy_kernel(url, kernel_id)
+            except AgentRPCError as e:  # the agent's next heartbeat is told to destroy it
+                log.info("session %s: kernel %s not destroyed yet: %s", session_id, kernel_id, e)
+        if released:
+            self.trigger()
+        self.hub.publish()
+        if failure is not None:
+            log.warning("session %s: restart failed: %s", session_id, failure)
+        async with self.db.connect() as conn:
+            answer = (await conn.execute(_DESTROY_ANSWER, {"id": session_id})).one()
+        return {
+            "sessionId": str(answer.id),
+            "sessionName": answer.name,
+            "status": answer.status.value,
+            "statusInfo": answer.status_info,
+        }
+
     # -- proxy (web terminal, app services) ------------------------------------------------
     async def proxy_target(self, caller: Caller, ref: str) -> ProxyTarget:
         """Where the session's terminal and apps live, for its owner or a superadmin.
@@ -1146,6 +1304,39 @@ class ProxyTarget:
         """The port on the agent's host that serves ``name`` (None: no such service)."""
         service = self.service(name)
         return None if service is None else int(service.get("hostPort") or service["port"])
+
+
+_RESTART_GUARD = timedelta(minutes=5)  # a restart older than this has died with its manager
+
+
+@dataclass(slots=True)
+class _KernelSwap:
+    """A kernel being restarted: its row's values, the new kernel's id and request."""
+
+    old: dict[str, Any]
+    new_id: uuid.UUID
+    agent_url: str
+    request: CreateKernelRequest | None = None
+
+    def new_values(self, now: datetime) -> dict[str, Any]:
+        return {
+            **self.old,
+            "id": self.new_id,
+            "container_id": None,
+            "service_ports": [],
+            "exit_code": None,
+            "status_changed_at": now,
+            "created_at": now,
+            "started_at": now,
+            "terminated_at": None,
+        }
+
+
+_KERNEL_COLUMNS = tuple(c.key for c in cast(sa.Table, Kernel.__table__).columns)
+
+
+def _kernel_values(kernel: Kernel) -> dict[str, Any]:
+    return {name: getattr(kernel, name) for name in _KERNEL_COLUMNS}
 
 
 @dataclass(frozen=True, slots=True)

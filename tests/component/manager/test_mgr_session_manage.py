@@ -227,3 +227,77 @@ async def test_rescan_gpu_alloc_maps_is_accepted_and_has_nothing_to_do(cluster: 
     async with user:
         refused = await _gql(user, RESCAN, {"a": "i-node01"})
         assert refused["errors"][0]["message"].startswith("This needs the superadmin role")
+
+
+async def test_restart_recreates_the_kernel_on_the_same_devices(cluster: Cluster) -> None:
+    agent = await cluster.add_agent("i-node01")
+    agent.destroy_event_first = True  # the old kernel's exit arrives before the RPC returns
+    agent.destroy_exit_code = 137
+    created = await cluster.create({"cuda.shares": "0.3"}, name="again", maxWaitSeconds=10)
+    assert created.json()["status"] == "RUNNING", created.text
+    sid = created.json()["sessionId"]
+    (before,) = await _kernels(cluster, sid)
+    alloc_before = agent.compat_alloc_map()
+
+    restarted = await cluster.admin.patch("/session/again")
+    assert restarted.status_code == 200, restarted.text
+    assert restarted.json()["sessionId"] == sid
+    assert restarted.json()["status"] == "RUNNING"
+    await agent.settle()
+    body = await cluster.session(sid)
+    assert (body["status"], body["result"]) == ("RUNNING", "UNDEFINED"), body["statusInfo"]
+    assert body["statusInfo"] == f"restarted by {cluster.creds.email}"
+    (after,) = body["kernels"]
+    assert after["kernelId"] != before["kernelId"]
+    assert after["deviceAllocs"] == before["deviceAllocs"]
+    assert after["occupiedSlots"] == before["occupiedSlots"]
+    assert after["status"] == "RUNNING"
+    assert agent.destroy_requests == [before["kernelId"]]
+    assert list(agent.kernels) == [after["kernelId"]]
+    assert agent.compat_alloc_map() == alloc_before
+    last = body["statusHistory"][-1]
+    assert (last["from"], last["to"]) == ("RUNNING", "RUNNING")
+    assert last["reason"].startswith("restarted by")
+    await agent.heartbeat()  # the agent's report of the new kernel keeps the session
+    assert (await cluster.session(sid))["status"] == "RUNNING"
+
+    # refusals: not RUNNING (a session still PENDING, a batch session that has ended)
+    pending = await cluster.create(
+        {"cpu": "1"}, name="waiting", type="batch", startupCommand="true", startsAt="1h"
+    )
+    refused = await cluster.admin.patch("/session/waiting")
+    assert refused.status_code == 409, refused.text
+    assert (refused.json()["field"], refused.json()["received"]) == ("status", "PENDING")
+    assert (await cluster.session(pending.json()["sessionId"]))["status"] == "PENDING"
+    batch = await cluster.create(
+        {"cpu": "1"}, name="done", type="batch", startupCommand="true", maxWaitSeconds=10
+    )
+    (kernel,) = await _kernels(cluster, batch.json()["sessionId"])
+    await agent.exit_kernel(kernel["kernelId"], 0)
+    await cluster.wait_status("done", "TERMINATED")
+    ended = await cluster.admin.patch(f"/session/{batch.json()['sessionId']}")
+    assert ended.status_code == 409, ended.text
+    assert (ended.json()["field"], ended.json()["received"]) == ("status", "TERMINATED")
+    assert "only a RUNNING session can be restarted" in ended.json()["detail"]
+
+    other, _ = await make_user(cluster, "other-restart@example.com")
+    async with other:
+        assert (await other.patch(f"/session/{sid}")).status_code == 404
+    assert (await cluster.session(sid))["kernels"][0]["kernelId"] == after["kernelId"]
+
+
+async def test_a_restart_the_agent_refuses_ends_the_session(cluster: Cluster) -> None:
+    agent = await cluster.add_agent("i-node01")
+    created = await cluster.create({"cuda.shares": "0.5"}, name="fragile", maxWaitSeconds=10)
+    assert created.json()["status"] == "RUNNING", created.text
+    agent.refuse_creates = "the agent is draining"
+    answer = await cluster.admin.patch("/session/fragile")
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["status"] == "TERMINATED"
+    assert "restart by" in answer.json()["statusInfo"]
+    assert "could not be created again" in answer.json()["statusInfo"]
+    body = await cluster.session(created.json()["sessionId"])
+    assert body["result"] == "FAILURE"
+    assert [h["to"] for h in body["statusHistory"]][-2:] == ["ERROR", "TERMINATED"]
+    assert set(agent.compat_alloc_map().values()) == {"0.00"}
+    assert agent.kernels == {}

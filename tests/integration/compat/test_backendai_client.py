@@ -558,3 +558,29 @@ def test_set_priority_of_a_pending_session_and_rescan_gpu_alloc_maps(bai: Bai) -
     )
     assert rescan["data"] == {"rescan_gpu_alloc_maps": {"task_id": None}}
     bai.ok("session", "destroy", "compat-queued", "compat-busy")
+
+
+def test_restart_keeps_the_session_and_its_devices(bai: Bai) -> None:
+    """``session restart``: the kernel is created again on the same devices, the session
+    keeps its id; a session that is not RUNNING is a 409 naming its status."""
+    created = bai.ok(
+        "session", "create", "-r", "cpu=1", "-r", "mem=1g", "-r", "cuda.shares=0.4",
+        "--name", "compat-restart", "python",
+    )  # fmt: skip
+    session_id = created_id(created.output)
+    before = bai.sdk("info", name=session_id)
+    alloc = gpu_alloc_map(bai)
+    assert "Done." in bai.ok("session", "restart", "compat-restart").output
+    after = bai.sdk("info", name=session_id)
+    assert (after["status"], after["sessionName"]) == ("RUNNING", "compat-restart")
+    assert after["kernels"][0]["kernelId"] != before["kernels"][0]["kernelId"]
+    assert after["kernels"][0]["deviceAllocs"] == before["kernels"][0]["deviceAllocs"]
+    assert gpu_alloc_map(bai) == alloc
+    ran = bai.ok("run", "--name", "compat-restart", "-c", "print('after restart')", "python")
+    assert "after restart" in ran.stdout
+
+    bai.ok("session", "destroy", "compat-restart")
+    refused = bai("session", "restart", "compat-restart")
+    assert refused.code != 0, refused
+    assert "409" in refused.output
+    assert "TERMINATED" in refused.output
