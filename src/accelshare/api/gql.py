@@ -15,6 +15,14 @@ Backend.AI's field names and shapes; slot maps are JSON *strings* (its ``JSONStr
 * ``keypair(access_key)`` — the caller's own keypair (any one for a superadmin);
 * ``images(runtime)`` — the image catalogue (any user; docs/images.md).
 
+Mutations (Backend.AI's):
+
+* ``modify_compute_session(input: {id, name, priority, clientMutationId}) { item { name
+  priority } clientMutationId }`` — the caller's visibility; ``priority`` (0..100) only
+  while the session is PENDING, ``name`` as ``POST /session/{ref}/rename``;
+* ``rescan_gpu_alloc_maps(agent_id) { task_id }`` — superadmin; the maps are live, so
+  nothing runs and ``task_id`` is null.
+
 The official Backend.AI client's queries work unchanged: the extra fields and arguments
 it sends are described in :mod:`.compat_gql` (and docs/compatibility.md).
 
@@ -25,6 +33,7 @@ same message a REST problem would carry.
 
 from __future__ import annotations
 
+import base64
 import json
 import logging
 import uuid
@@ -257,7 +266,7 @@ class ComputeSessionNode:
             created_user_id=s["userId"],
             occupying_slots=_json(s["occupiedSlots"]),
             startup_command=s["startupCommand"],
-            tag=None,
+            tag=s.get("tag"),
             registry=None,
             cluster_template=None,
             cluster_mode="single-node",
@@ -474,6 +483,80 @@ class Query:
         return await keypair_node(manager, key)
 
 
+@strawberry.input(name="ModifyComputeSessionInput")
+class ModifyComputeSessionInput:
+    """Backend.AI's relay input: ``id`` is the session's UUID (or its relay global id,
+    base64 of ``ComputeSessionNode:<uuid>``)."""
+
+    id: str
+    name: str | None = None
+    priority: int | None = None
+    client_mutation_id: str | None = strawberry.field(default=None, name="clientMutationId")
+
+
+@strawberry.type(name="ModifyComputeSessionPayload")
+class ModifyComputeSessionPayload:
+    item: ComputeSessionNode | None
+    client_mutation_id: str | None = strawberry.field(name="clientMutationId")
+
+
+@strawberry.type(name="RescanGPUAllocMaps")
+class RescanGPUAllocMaps:
+    """Backend.AI starts a background task that re-reads an agent's GPU allocation maps
+    and answers its id.  accelshare reads the maps live from the agent at every
+    ``gpu_alloc_map`` query, so there is nothing to rescan and no task: ``task_id`` is
+    ``null`` (Backend.AI's field is nullable)."""
+
+    task_id: uuid.UUID | None
+
+
+def session_ref_of(global_id: str) -> str:
+    """A session UUID from Backend.AI's relay global id or the UUID itself.
+
+    >>> session_ref_of("c59395cd-ac91-4cd3-a1b0-3d2568aa2d01")
+    'c59395cd-ac91-4cd3-a1b0-3d2568aa2d01'
+    >>> session_ref_of("Q29tcHV0ZVNlc3Npb25Ob2RlOmM1OTM5NWNkLWFjOTEtNGNkMy1hMWIwLTNkMjU2OGFhMmQwMQ==")
+    'c59395cd-ac91-4cd3-a1b0-3d2568aa2d01'
+    """
+    try:
+        return str(uuid.UUID(global_id))
+    except ValueError:
+        pass
+    try:
+        decoded = base64.b64decode(global_id, validate=True).decode()
+        return str(uuid.UUID(decoded.partition(":")[2]))
+    except ValueError:
+        raise ValueError(
+            f"modify_compute_session(input.id): expected a session UUID or its relay global"
+            f" id, received {global_id!r}"
+        ) from None
+
+
+@strawberry.type
+class Mutation:
+    @strawberry.mutation
+    async def modify_compute_session(
+        self, info: Info, input: ModifyComputeSessionInput
+    ) -> ModifyComputeSessionPayload:
+        """Backend.AI's ``set-priority`` (and ``update(name=...)``): the priority of a
+        PENDING session, the name of a live one (the session service's rules)."""
+        manager, identity = _context(info)
+        session = await manager.sessions.modify(
+            identity, session_ref_of(input.id), name=input.name, priority=input.priority
+        )
+        return ModifyComputeSessionPayload(
+            item=ComputeSessionNode.from_json(session), client_mutation_id=input.client_mutation_id
+        )
+
+    @strawberry.mutation
+    async def rescan_gpu_alloc_maps(self, info: Info, agent_id: str) -> RescanGPUAllocMaps:
+        """Superadmin; the agent must exist.  See :class:`RescanGPUAllocMaps`."""
+        manager, identity = _context(info)
+        _require_superadmin(identity)
+        await manager.get_agent(agent_id)
+        return RescanGPUAllocMaps(task_id=None)
+
+
 class _Schema(strawberry.Schema):
     def process_errors(
         self, errors: list[GraphQLError], execution_context: ExecutionContext | None = None
@@ -506,7 +589,7 @@ class _Schema(strawberry.Schema):
             )
 
 
-schema = _Schema(query=Query, config=StrawberryConfig(auto_camel_case=False))
+schema = _Schema(query=Query, mutation=Mutation, config=StrawberryConfig(auto_camel_case=False))
 
 
 async def _check_cost(request: Request, identity: Identity) -> None:

@@ -7,9 +7,12 @@
 |---|---|
 | ``POST /session`` | 201 ``{sessionId, sessionName, status, statusInfo, created, servicePorts, session}`` (200 and ``created: false`` when ``reuseIfExists`` found a live session of that name) |
 | ``GET /session/{ref}`` | the session (``statusHistory``, ``kernels`` with per-device allocations) |
+| ``PATCH /session/{ref}`` | restart (Backend.AI's ``session restart``): ``{sessionId, sessionName, status, statusInfo}``; the kernels created again with the same allocation, the session id kept; not RUNNING: a 409 naming ``status`` |
 | ``DELETE /session/{ref}`` | ``{sessionId, sessionName, status, statusInfo}``; ``?forced=true`` ends it even if the agent does not confirm |
 | ``GET /session/{ref}/logs`` | ``{"result": {"logs": "..."}}`` (Backend.AI's shape) |
 | ``GET /session/{ref}/why`` | ``{sessionId, status, statusInfo, scheduler, agents, explanation}`` |
+| ``GET /session/{ref}/status-history`` | ``{"result": {STATUS: time, ...}}``: when the session last entered each status (Backend.AI's shape), plus ``preparing`` / ``terminated`` as Backend.AI's client reads them |
+| ``POST /session/{ref}/rename?name=NEW`` | 204; a name the owner's live sessions use is a 409 naming ``name``; an ended session is a 409 naming ``status`` |
 | ``GET /session/{ref}/events`` | ``text/event-stream``: ``event: status`` / ``data: {sessionId, from, status, reason, at}``; history first, ends at a final status |
 | ``GET /sessions`` | ``{items, total, limit, offset}`` (each item also has ``ownerEmail``, the owner's e-mail); ``?status=RUNNING,PENDING`` (default: every non-final status; ``all``), ``?access_key=``, ``?order=created`` (oldest first, the default) or ``recent`` (last changed first: the history of ended sessions) |
 """
@@ -128,12 +131,49 @@ async def destroy_session(
     )
 
 
+@router.patch("/session/{ref}")
+async def restart_session(
+    ref: str, identity: CurrentIdentity, manager: ManagerDep, owner_access_key: OwnerQuery = None
+) -> dict[str, Any]:
+    """Restart a RUNNING session's kernels on the same devices (Backend.AI's restart)."""
+    return await manager.sessions.restart(identity, ref, owner_access_key)
+
+
 @router.get("/session/{ref}/logs")
 async def session_logs(
     ref: str, identity: CurrentIdentity, manager: ManagerDep, owner_access_key: OwnerQuery = None
 ) -> dict[str, Any]:
     logs = await manager.sessions.logs(identity, ref, owner_access_key)
     return {"result": {"logs": logs}}
+
+
+@router.get("/session/{ref}/status-history")
+async def session_status_history(
+    ref: str, identity: CurrentIdentity, manager: ManagerDep, owner_access_key: OwnerQuery = None
+) -> dict[str, Any]:
+    """When the session last entered each status (the recorded status changes).
+
+    Backend.AI's manager answers its ``status_history`` column (upper-case status
+    names); its client 25.5 reads lower-case ``preparing`` and ``terminated`` to print
+    the allocation time, so those two are given as well."""
+    history: dict[str, str] = await manager.sessions.status_history(identity, ref, owner_access_key)
+    for status in ("PREPARING", "TERMINATED"):
+        if status in history:
+            history[status.lower()] = history[status]
+    return {"result": history}
+
+
+@router.post("/session/{ref}/rename", status_code=204)
+async def rename_session(
+    ref: str,
+    identity: CurrentIdentity,
+    manager: ManagerDep,
+    name: Annotated[str, Query(description="the new name")],
+    owner_access_key: OwnerQuery = None,
+) -> Response:
+    """Rename a live session (Backend.AI's ``session rename``); id and allocation kept."""
+    await manager.sessions.rename(identity, ref, name, owner_access_key)
+    return Response(status_code=204)
 
 
 @router.get("/session/{ref}/why")

@@ -24,9 +24,10 @@ from __future__ import annotations
 
 import contextlib
 import re
+import uuid
 from collections.abc import Mapping, Sequence, Set
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import Any, Literal
 
@@ -49,16 +50,101 @@ __all__ = [
     "MAX_PRIORITY",
     "SERVICE_NAME_RE",
     "SERVICE_PORT_ENV_PREFIX",
+    "SESSION_NAME_RULE",
+    "STARTS_AT_FORMS",
+    "TAG_MAX_LENGTH",
     "ServicePort",
     "SessionConfig",
     "SessionRequest",
     "app_services",
+    "parse_starts_at",
     "resolve_resources",
     "service_ports_from_environ",
+    "session_name_problem",
 ]
 
 SERVICE_NAME_RE = re.compile(r"^[a-z][a-z0-9_]{0,31}$")
 SERVICE_PORT_ENV_PREFIX = "BACKENDAI_SERVICE_PORT_"
+TAG_MAX_LENGTH = 64
+"""A session's ``tag`` (Backend.AI's free text annotation): one line, at most this long."""
+
+_SESSION_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+SESSION_NAME_RULE = (
+    "1-64 letters, digits, '.', '_' or '-', starting with a letter or digit, not a UUID"
+)
+
+
+def session_name_problem(name: str) -> str | None:
+    """Why ``name`` cannot name a session (None: it can).  The rule of ``POST /session``,
+    ``rename`` and ``modify_compute_session``: :data:`SESSION_NAME_RULE`.
+
+    >>> session_name_problem("train-1") is None
+    True
+    >>> session_name_problem("-x")
+    "a session name is 1-64 letters, digits, '.', '_' or '-', starting with a letter or digit"
+    """
+    if not _SESSION_NAME_RE.fullmatch(name):
+        return (
+            "a session name is 1-64 letters, digits, '.', '_' or '-', starting with a"
+            " letter or digit"
+        )
+    try:
+        uuid.UUID(name)
+    except ValueError:
+        return None
+    return "a session name must not look like a session id (a UUID)"
+
+
+STARTS_AT_FORMS = (
+    "an ISO 8601 time (2030-01-02T03:04:05Z; no zone: UTC) or a delay from now: seconds"
+    " (30), or amounts with units d/day(s), h/hr(s)/hour(s), m/min(s)/minute(s),"
+    " s/sec(s)/second(s), in that order (20s, 5m, 1h30m, 2d)"
+)
+
+# Backend.AI's relative forms (its manager's str_to_timedelta): each unit at most once,
+# days to seconds, an optional sign; a bare number is seconds.
+_DELAY_RE = re.compile(
+    r"(?P<sign>[+-])?\s*"
+    r"(?:(?P<days>\d+(?:\.\d+)?)(?:days|day|d))?\s*"
+    r"(?:(?P<hours>\d+(?:\.\d+)?)(?:hours|hour|hrs|hr|h))?\s*"
+    r"(?:(?P<minutes>\d+(?:\.\d+)?)(?:minutes|minute|mins|min|m))?\s*"
+    r"(?:(?P<seconds>\d+(?:\.\d+)?)(?:seconds|second|secs|sec|s))?"
+)
+_BARE_SECONDS_RE = re.compile(r"[+-]?\d+(?:\.\d+)?")
+_MAX_DELAY = timedelta(days=3650)
+
+
+def parse_starts_at(value: str | datetime) -> datetime | timedelta:
+    """``startsAt`` as Backend.AI reads it: an ISO time (made aware: UTC when it has no
+    zone) or a delay from now (:data:`STARTS_AT_FORMS`).  Raises ``ValueError``.
+
+    >>> parse_starts_at("20s"), parse_starts_at("1h30m"), parse_starts_at("90")
+    (datetime.timedelta(seconds=20), datetime.timedelta(seconds=5400), datetime.timedelta(seconds=90))
+    >>> parse_starts_at("2030-01-02T03:04:05")
+    datetime.datetime(2030, 1, 2, 3, 4, 5, tzinfo=datetime.timezone.utc)
+    """
+    if isinstance(value, datetime):
+        return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
+    text = value.strip()
+    if _BARE_SECONDS_RE.fullmatch(text):
+        return _bounded(timedelta(seconds=float(text)), value)
+    match = _DELAY_RE.fullmatch(text)
+    if match and text and any(match.group(u) for u in ("days", "hours", "minutes", "seconds")):
+        delay = timedelta(
+            **{u: float(match.group(u) or 0) for u in ("days", "hours", "minutes", "seconds")}
+        )
+        return _bounded(-delay if match.group("sign") == "-" else delay, value)
+    try:
+        when = datetime.fromisoformat(text.replace("Z", "+00:00") if text.endswith("Z") else text)
+    except ValueError:
+        raise ValueError(f"not a time or a delay: {value!r}") from None
+    return when if when.tzinfo is not None else when.replace(tzinfo=UTC)
+
+
+def _bounded(delay: timedelta, value: str) -> timedelta:
+    if abs(delay) > _MAX_DELAY:
+        raise ValueError(f"a delay of at most {_MAX_DELAY.days} days (received {value!r})")
+    return delay
 
 
 @dataclass(frozen=True)
@@ -141,7 +227,8 @@ class SessionRequest:
     type: Literal["interactive", "batch"] = "interactive"
     config: SessionConfig = field(default_factory=SessionConfig)
     priority: int = DEFAULT_PRIORITY
-    starts_at: datetime | None = None
+    # a time, or a delay from the moment the service enqueues the session
+    starts_at: datetime | timedelta | None = None
     dependencies: tuple[str, ...] = ()
     enqueue_only: bool = False
     wait_for_agents: bool = False
@@ -150,6 +237,7 @@ class SessionRequest:
     group: str | None = None
     reuse_if_exists: bool = False
     owner_access_key: str | None = None
+    tag: str | None = None
 
 
 def _field(slot: str) -> str:

@@ -20,7 +20,7 @@ import logging
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence, Set
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any, Protocol, cast
 
@@ -28,6 +28,7 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from accelshare.common import ResourceSlot, SlotTypes, canonical_decimal
+from accelshare.protocol import CreateKernelRequest, KernelReport, KernelStatus
 from accelshare.sched.explain import explain
 from accelshare.sched.fit import (
     DeviceLedger,
@@ -44,7 +45,7 @@ from accelshare.sched.images import (
     check_accelerators,
     image_refusal,
 )
-from accelshare.sched.lifecycle import FINAL_STATUSES, SessionStatus
+from accelshare.sched.lifecycle import FINAL_STATUSES, SessionResult, SessionStatus
 from accelshare.sched.model import KeypairLimits, SessionType
 from accelshare.sched.predicates import check_enqueue_limits
 
@@ -76,9 +77,17 @@ from .models import (
     User,
     UserRole,
 )
-from .scheduler.binding import BINDABLE
+from .scheduler.apply import BindJob
+from .scheduler.binding import BINDABLE, allocations_json, kernel_request
 from .scheduler.snapshot import reported_map_states
-from .session_spec import SessionRequest, app_services, resolve_resources
+from .session_spec import (
+    MAX_PRIORITY,
+    SESSION_NAME_RULE,
+    SessionRequest,
+    app_services,
+    resolve_resources,
+    session_name_problem,
+)
 from .slots import KnownSlots
 from .status_watch import StatusWatch
 from .transitions import agent_addresses, change_status, lock_session, session_kernels
@@ -196,6 +205,7 @@ def session_json(
         "startupCommand": row.startup_command,
         "priority": row.priority,
         "startsAt": _iso(row.starts_at),
+        "tag": row.tag,
         "scalingGroup": row.scaling_group,
         "agentId": row.agent_id,
         "accessKey": row.access_key,
@@ -491,7 +501,12 @@ class SessionService:
                 },
                 "startup_command": body.startup_command,
                 "priority": body.priority,
-                "starts_at": body.starts_at,
+                "starts_at": (
+                    now + body.starts_at
+                    if isinstance(body.starts_at, timedelta)
+                    else body.starts_at
+                ),
+                "tag": body.tag,
                 "scaling_group": sgroup.name,
                 "designated_agent_id": designated,
                 "status": SessionStatus.PENDING,
@@ -871,6 +886,271 @@ class SessionService:
             )
             return True
 
+    # -- status history, rename, priority ------------------------------------------------
+    async def status_history(
+        self, caller: Caller, ref: str, owner_access_key: str | None = None
+    ) -> dict[str, str]:
+        """``{STATUS: when the session last entered it}`` (Backend.AI's ``status_history``
+        shape: upper-case status names, ISO times) from the recorded status changes."""
+        async with self.db.begin() as db:
+            row = await self._find(db, caller, ref, owner_access_key)
+            rows = (await db.execute(_HISTORY_TIMES, {"session_id": row.id})).all()
+        return {status.value: _iso(at) or "" for status, at in rows}
+
+    async def rename(
+        self, caller: Caller, ref: str, new_name: str, owner_access_key: str | None = None
+    ) -> dict[str, Any]:
+        """Give a live session another name (the rule of ``POST /session``'s ``name``;
+        not one of the owner's other live sessions').  Its id, kernels and allocation
+        are unchanged.  Answers ``{sessionId, sessionName, status}``."""
+        async with self.db.begin(write=True) as db:
+            row = await self._find(db, caller, ref, owner_access_key)
+            row = await self._lock_for_change(db, row)
+            await self._rename_row(db, row, new_name)
+            answer = {"sessionId": str(row.id), "sessionName": row.name, "status": row.status.value}
+        self.hub.publish()
+        log.info("session %s renamed to %s by %s", answer["sessionId"], new_name, caller.email)
+        return answer
+
+    async def modify(
+        self,
+        caller: Caller,
+        ref: str,
+        *,
+        name: str | None = None,
+        priority: int | None = None,
+    ) -> dict[str, Any]:
+        """Backend.AI's ``modify_compute_session``: a new name (as :meth:`rename`) and/or
+        a new scheduling priority (0..MAX_PRIORITY, only while the session is PENDING:
+        afterwards there is no queue to reorder).  Both or neither change.  The session's
+        full JSON afterwards."""
+        if priority is not None and not 0 <= priority <= MAX_PRIORITY:
+            raise InvalidRequest(
+                f"priority must be from 0 to {MAX_PRIORITY} (received {priority})",
+                field="priority",
+                expected=f"an integer from 0 to {MAX_PRIORITY}",
+                received=priority,
+            )
+        async with self.db.begin(write=True) as db:
+            row = await self._find(db, caller, ref, None)
+            row = await self._lock_for_change(db, row)
+            if priority is not None and priority != row.priority:
+                if row.status is not SessionStatus.PENDING:
+                    raise Conflict(
+                        f"The priority of session {row.name!r} can change only while it is"
+                        f" PENDING; it is {row.status.value}",
+                        field="status",
+                        expected="PENDING",
+                        received=row.status.value,
+                    )
+                row.priority = priority
+            if name is not None:
+                await self._rename_row(db, row, name)
+            session_id = row.id
+        if priority is not None:
+            self.trigger()  # the queue's order may have changed
+        self.hub.publish()
+        async with self.db.begin() as db:
+            fresh = (await db.execute(_SESSION_BY_ID, {"id": session_id})).scalar_one()
+            return await self._full_json(db, fresh)
+
+    async def _lock_for_change(self, db: AsyncSession, row: Session) -> Session:
+        """``row`` locked (PostgreSQL: with the owner's enqueue lock, so no create of the
+        same name interleaves; SQLite's ``BEGIN IMMEDIATE`` serialises writers)."""
+        if self.db.dialect != "postgresql":
+            return row
+        await db.execute(sa.select(sa.func.pg_advisory_xact_lock(_lock_key(row.access_key))))
+        locked = await lock_session(db, row.id)
+        assert locked is not None
+        return locked
+
+    async def _rename_row(self, db: AsyncSession, row: Session, new_name: str) -> None:
+        problem = session_name_problem(new_name)
+        if problem is not None:
+            raise InvalidRequest(
+                f"Invalid session name {new_name!r}: {problem}",
+                field="name",
+                expected=SESSION_NAME_RULE,
+                received=new_name,
+            )
+        if row.status in FINAL_STATUSES or row.status is SessionStatus.TERMINATING:
+            raise Conflict(
+                f"Session {row.name!r} has ended ({row.status.value}): only a live session"
+                " can be renamed",
+                field="status",
+                expected="a live session (not TERMINATING or ended)",
+                received=row.status.value,
+            )
+        if new_name == row.name:
+            return
+        existing = await self._live_by_name(db, row.access_key, new_name)
+        if existing is not None and existing.id != row.id:
+            raise Conflict(
+                f"A session named {new_name!r} already exists ({existing.status.value});"
+                " choose another name",
+                field="name",
+                expected="a name not used by the owner's live sessions",
+                received=new_name,
+                sessionId=str(existing.id),
+            )
+        row.name = new_name
+
+    # -- restart ----------------------------------------------------------------------------
+    async def restart(
+        self, caller: Caller, ref: str, owner_access_key: str | None = None
+    ) -> dict[str, Any]:
+        """Backend.AI's ``session restart``: each kernel of a RUNNING session destroyed on
+        its agent and created again with the same allocation (the same devices and
+        amounts: the kernel row's ``device_allocs`` sent as the create's plan).  The
+        session keeps its id, name, status (RUNNING) and resources; each kernel gets a new
+        id (a new kernel row, the old one removed first, so the old kernel's exit event
+        and heartbeats refer to no kernel of the session and cannot end it).  The history
+        records a RUNNING -> RUNNING change, "restarted by ...".  A batch session's
+        startup command runs again; the kernel's scratch directory is new.
+
+        Not RUNNING (a batch session that has ended included): ``Conflict`` naming the
+        status; its agent not ALIVE: ``Unavailable``.  A kernel that cannot be created
+        again ends the session (ERROR -> TERMINATED, FAILURE, with the agent's reason)."""
+        who = caller.email
+        now = self.clock()
+        async with self.db.begin(write=True) as db:
+            row = await self._find(db, caller, ref, owner_access_key)
+            row = await self._lock_for_change(db, row)
+            if row.status is not SessionStatus.RUNNING:
+                raise Conflict(
+                    f"Session {row.name!r} is {row.status.value}: only a RUNNING session can"
+                    " be restarted",
+                    field="status",
+                    expected="RUNNING",
+                    received=row.status.value,
+                )
+            began = (row.status_data or {}).get("restarting")
+            if isinstance(began, str) and datetime.fromisoformat(began) > now - _RESTART_GUARD:
+                raise Conflict(
+                    f"Session {row.name!r} is being restarted already (since {began})",
+                    field="status",
+                    expected="RUNNING, not restarting",
+                    received="restarting",
+                )
+            kernels = await session_kernels(db, row.id)
+            addresses, lost = await _agent_reach(db, kernels)
+            missing = [k for k in kernels if k.agent_id not in addresses or k.agent_id in lost]
+            if not kernels or missing:
+                agent = missing[0].agent_id if missing else row.agent_id
+                raise Unavailable(
+                    f"Session {row.name!r} cannot be restarted: its agent {agent} is not"
+                    " reachable (LOST or unknown)",
+                    field="agent",
+                    received=agent,
+                )
+            swaps: list[_KernelSwap] = []
+            for old in kernels:
+                assert old.agent_id is not None
+                swap = _KernelSwap(
+                    old=_kernel_values(old),
+                    new_id=uuid.uuid4(),
+                    agent_url=addresses[old.agent_id],
+                )
+                job = BindJob(row.id, swap.new_id, old.agent_id, plan=old.device_allocs or None)
+                swap.request = kernel_request(job, row)
+                swaps.append(swap)
+                await db.delete(old)
+            await db.flush()
+            for swap in swaps:
+                db.add(Kernel(**swap.new_values(now)))
+            row.status_data = {**(row.status_data or {}), "restarting": now.isoformat()}
+            row.status_info = f"restarting (by {who})"
+            session_id = row.id
+        self.hub.publish()
+        log.info("session %s: restarting %d kernel(s) for %s", session_id, len(swaps), who)
+        return await self._restart_kernels(session_id, swaps, who)
+
+    async def _restart_kernels(
+        self, session_id: uuid.UUID, swaps: list[_KernelSwap], who: str
+    ) -> dict[str, Any]:
+        failure: str | None = None
+        reports: dict[uuid.UUID, KernelReport] = {}
+        for swap in swaps:
+            old_id = str(swap.old["id"])
+            try:
+                await self.client.destroy_kernel(swap.agent_url, old_id)
+            except AgentRPCError as e:
+                if e.status_code != 404:
+                    failure = f"the kernel {old_id} could not be destroyed: {e}"
+                    break
+            assert swap.request is not None
+            try:
+                report = await self.client.create_kernel(swap.agent_url, swap.request)
+            except AgentRPCError as e:
+                failure = f"the kernel could not be created again: {e}"
+                break
+            if report.status is KernelStatus.FAILED:
+                failure = f"the kernel could not be created again: {report.reason or 'no reason'}"
+                break
+            reports[swap.new_id] = report
+        stale: list[tuple[str, str]] = []  # kernels created for a session ended meanwhile
+        released = False
+        async with self.db.begin(write=True) as db:
+            row = await lock_session(db, session_id)
+            if row is None or row.status is not SessionStatus.RUNNING:
+                stale = [(s.agent_url, str(s.new_id)) for s in swaps if s.new_id in reports]
+            else:
+                kernels = await session_kernels(db, row.id)
+                for kernel in kernels:
+                    got = reports.get(kernel.id)
+                    if got is None:
+                        continue
+                    if got.allocations:
+                        kernel.device_allocs = allocations_json(got)
+                    kernel.container_id = got.container_id
+                    kernel.service_ports = [m.model_dump(mode="json") for m in got.service_ports]
+                row.status_data = {
+                    k: v for k, v in (row.status_data or {}).items() if k != "restarting"
+                }
+                now = self.clock()
+                if failure is None:
+                    reason = f"restarted by {who}"
+                    db.add(
+                        SessionStatusHistory(
+                            session_id=row.id,
+                            from_status=SessionStatus.RUNNING,
+                            to_status=SessionStatus.RUNNING,
+                            reason=reason,
+                            changed_at=now,
+                        )
+                    )
+                    row.status_info = reason
+                    row.status_changed_at = now
+                else:
+                    why = f"restart by {who} failed: {failure}"
+                    await change_status(
+                        db, row, SessionStatus.ERROR, reason=why, now=now, kernels=kernels
+                    )
+                    row.result = SessionResult.FAILURE
+                    await change_status(
+                        db, row, SessionStatus.TERMINATED, reason=why, now=now, kernels=kernels
+                    )
+                    released = True
+                    stale = [(s.agent_url, str(s.new_id)) for s in swaps if s.new_id in reports]
+        for url, kernel_id in stale:
+            try:
+                await self.client.destroy_kernel(url, kernel_id)
+            except AgentRPCError as e:  # the agent's next heartbeat is told to destroy it
+                log.info("session %s: kernel %s not destroyed yet: %s", session_id, kernel_id, e)
+        if released:
+            self.trigger()
+        self.hub.publish()
+        if failure is not None:
+            log.warning("session %s: restart failed: %s", session_id, failure)
+        async with self.db.connect() as conn:
+            answer = (await conn.execute(_DESTROY_ANSWER, {"id": session_id})).one()
+        return {
+            "sessionId": str(answer.id),
+            "sessionName": answer.name,
+            "status": answer.status.value,
+            "statusInfo": answer.status_info,
+        }
+
     # -- proxy (web terminal, app services) ------------------------------------------------
     async def proxy_target(self, caller: Caller, ref: str) -> ProxyTarget:
         """Where the session's terminal and apps live, for its owner or a superadmin.
@@ -1024,6 +1304,39 @@ class ProxyTarget:
         """The port on the agent's host that serves ``name`` (None: no such service)."""
         service = self.service(name)
         return None if service is None else int(service.get("hostPort") or service["port"])
+
+
+_RESTART_GUARD = timedelta(minutes=5)  # a restart older than this has died with its manager
+
+
+@dataclass(slots=True)
+class _KernelSwap:
+    """A kernel being restarted: its row's values, the new kernel's id and request."""
+
+    old: dict[str, Any]
+    new_id: uuid.UUID
+    agent_url: str
+    request: CreateKernelRequest | None = None
+
+    def new_values(self, now: datetime) -> dict[str, Any]:
+        return {
+            **self.old,
+            "id": self.new_id,
+            "container_id": None,
+            "service_ports": [],
+            "exit_code": None,
+            "status_changed_at": now,
+            "created_at": now,
+            "started_at": now,
+            "terminated_at": None,
+        }
+
+
+_KERNEL_COLUMNS = tuple(c.key for c in cast(sa.Table, Kernel.__table__).columns)
+
+
+def _kernel_values(kernel: Kernel) -> dict[str, Any]:
+    return {name: getattr(kernel, name) for name in _KERNEL_COLUMNS}
 
 
 @dataclass(frozen=True, slots=True)
@@ -1225,6 +1538,11 @@ _NEWEST_FIRST = (Session.status_changed_at.desc(), Session.created_at.desc(), Se
 _SESSION_BY_ID = sa.select(Session).where(Session.id == sa.bindparam("id"))
 _HISTORY = (
     sa.select(SessionStatusHistory)
+    .where(SessionStatusHistory.session_id == sa.bindparam("session_id"))
+    .order_by(SessionStatusHistory.id)
+)
+_HISTORY_TIMES = (
+    sa.select(SessionStatusHistory.to_status, SessionStatusHistory.changed_at)
     .where(SessionStatusHistory.session_id == sa.bindparam("session_id"))
     .order_by(SessionStatusHistory.id)
 )

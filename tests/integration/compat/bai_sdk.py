@@ -11,6 +11,7 @@ import asyncio
 import json
 import sys
 from typing import Any
+from uuid import UUID
 
 from ai.backend.client.config import APIConfig
 from ai.backend.client.exceptions import BackendAPIError
@@ -78,6 +79,18 @@ async def destroy(params: dict[str, Any]) -> Any:
         return await session.ComputeSession(params["name"]).destroy()
 
 
+async def update(params: dict[str, Any]) -> Any:
+    """``ComputeSession.update()`` (the ``modify_compute_session`` mutation); a refusal's
+    message.  The session is named by id: ``update()`` needs one."""
+    async with AsyncSession() as session:
+        compute = session.ComputeSession.from_session_id(UUID(params["id"]))
+        fields = {k: params[k] for k in ("name", "priority") if k in params}
+        try:
+            return await compute.update(**fields)
+        except BackendAPIError as e:
+            return {"status": e.status, "data": e.data}
+
+
 async def agents(params: dict[str, Any]) -> Any:
     async with AsyncSession() as session:
         page = await session.Agent.paginated_list(status="ALIVE")
@@ -110,7 +123,7 @@ async def execute(params: dict[str, Any]) -> Any:
 
 ACTIONS = {
     f.__name__: f
-    for f in (hello, keypair, bad_secret, gql, create, info, logs, destroy, agents, execute)
+    for f in (hello, keypair, bad_secret, gql, create, info, logs, destroy, update, agents, execute)
 }
 
 

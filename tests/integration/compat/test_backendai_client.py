@@ -13,6 +13,7 @@ import json
 import re
 import subprocess
 import sys
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import httpx
@@ -457,3 +458,129 @@ def test_what_does_not_work_fails_clearly(bai: Bai) -> None:
     assert missing.code != 0
     assert "404" in missing.output
     assert "No session 'compat-nosuch'" in missing.output
+
+
+def test_status_history_and_rename(bai: Bai) -> None:
+    """``session status-history`` prints the times the manager recorded; ``session
+    rename`` renames a live session (id and allocation kept) and refuses a name in use."""
+    created = bai.ok(
+        "session", "create", "-r", "cpu=1", "-r", "mem=1g", "-r", "cuda.shares=0.3",
+        "--name", "compat-hist", "python",
+    )  # fmt: skip
+    session_id = created_id(created.output)
+    history = bai.ok("session", "status-history", session_id)
+    assert "status_history: {" in history.output, history
+    for status in ("'PENDING'", "'PREPARING'", "'RUNNING'", "'preparing'"):
+        assert status in history.output, history
+    assert "Actual Resource Allocation Time: {'result': {'seconds':" in history.output
+
+    alloc = gpu_alloc_map(bai)
+    renamed = bai.ok("session", "rename", "compat-hist", "compat-renamed")
+    assert "Session renamed to compat-renamed." in renamed.output
+    sessions = bai.sessions()
+    assert sessions["compat-renamed"] == "RUNNING"
+    assert bai.sdk("info", name="compat-renamed")["sessionId"] == session_id
+    assert gpu_alloc_map(bai) == alloc
+
+    bai.ok(
+        "session", "create", "-r", "cpu=1", "-r", "mem=1g", "--name", "compat-other", "python"
+    )  # fmt: skip
+    taken = bai("session", "rename", "compat-renamed", "compat-other")
+    assert taken.code != 0, taken
+    assert "409" in taken.output
+    assert "already exists" in taken.output
+    assert bai.sdk("info", name=session_id)["sessionName"] == "compat-renamed"
+    bai.ok("session", "destroy", "compat-renamed", "compat-other")
+
+
+def test_tag_and_relative_starts_at(bai: Bai) -> None:
+    """``--tag`` is kept and shown by ``session info``; ``--starts-at 20s`` (Backend.AI's
+    delays) holds a batch session until then; a bad value is a 400 naming startsAt."""
+    before = datetime.now(UTC)
+    created = bai.ok(
+        "session", "create", "--type", "batch", "--startup-command", "echo later",
+        "--starts-at", "20s", "--tag", "mytag", "-r", "cpu=1", "-r", "mem=1g",
+        "--name", "compat-later", "python",
+    )  # fmt: skip
+    match = SESSION_ID.search(created.output)
+    assert match, created
+    info = bai.sdk("info", name="compat-later")
+    assert info["tag"] == "mytag"
+    assert info["status"] == "PENDING"
+    starts = datetime.fromisoformat(info["startsAt"])
+    assert before + timedelta(seconds=20) <= starts <= datetime.now(UTC) + timedelta(seconds=20)
+    shown = bai.ok("session", "info", match.group(1))
+    assert "mytag" in shown.stdout, shown
+
+    bad = bai(
+        "session", "create", "--type", "batch", "--startup-command", "true",
+        "--starts-at", "soon", "-r", "cpu=1", "-r", "mem=1g", "--name", "compat-bad", "python",
+    )  # fmt: skip
+    assert bad.code != 0, bad
+    assert "400" in bad.output
+    assert "startsAt" in bad.output
+    bai.ok("session", "destroy", "compat-later")
+
+
+def test_set_priority_of_a_pending_session_and_rescan_gpu_alloc_maps(bai: Bai) -> None:
+    """``ComputeSession.update(priority=...)`` (``modify_compute_session``) changes a
+    PENDING session's priority and refuses a RUNNING one's; ``rescan_gpu_alloc_maps`` is
+    accepted (the maps are live: no task)."""
+    created = bai.ok(
+        "session", "create", "--type", "batch", "--startup-command", "true",
+        "--starts-at", "1h", "-r", "cpu=1", "-r", "mem=1g", "--name", "compat-queued", "python",
+    )  # fmt: skip
+    match = SESSION_ID.search(created.output)
+    assert match, created
+    queued_id = match.group(1)
+    changed = bai.sdk("update", id=queued_id, priority=42)
+    assert changed["item"] == {"name": "compat-queued", "priority": 42}
+    assert changed["clientMutationId"]
+    assert bai.sdk("info", name=queued_id)["priority"] == 42
+
+    # The CLI's `session set-priority` builds its session object from the name only, and
+    # the client's update() insists on an id: it fails in the client, before any request.
+    cli = bai("session", "set-priority", queued_id, "7")
+    assert cli.code != 0
+    assert "must have a valid session ID" in cli.output
+
+    running = bai.ok(
+        "session", "create", "-r", "cpu=1", "-r", "mem=1g", "--name", "compat-busy", "python"
+    )  # fmt: skip
+    refused = bai.sdk("update", id=created_id(running.output), priority=5)
+    assert refused["status"] == 400  # the client's status for any GraphQL error
+    assert "only while it is PENDING; it is RUNNING" in json.dumps(refused["data"])
+
+    rescan = bai.sdk(
+        "gql",
+        query="mutation($a: String!) { rescan_gpu_alloc_maps(agent_id: $a) { task_id } }",
+        variables={"a": AGENT},
+    )
+    assert rescan["data"] == {"rescan_gpu_alloc_maps": {"task_id": None}}
+    bai.ok("session", "destroy", "compat-queued", "compat-busy")
+
+
+def test_restart_keeps_the_session_and_its_devices(bai: Bai) -> None:
+    """``session restart``: the kernel is created again on the same devices, the session
+    keeps its id; a session that is not RUNNING is a 409 naming its status."""
+    created = bai.ok(
+        "session", "create", "-r", "cpu=1", "-r", "mem=1g", "-r", "cuda.shares=0.4",
+        "--name", "compat-restart", "python",
+    )  # fmt: skip
+    session_id = created_id(created.output)
+    before = bai.sdk("info", name=session_id)
+    alloc = gpu_alloc_map(bai)
+    assert "Done." in bai.ok("session", "restart", "compat-restart").output
+    after = bai.sdk("info", name=session_id)
+    assert (after["status"], after["sessionName"]) == ("RUNNING", "compat-restart")
+    assert after["kernels"][0]["kernelId"] != before["kernels"][0]["kernelId"]
+    assert after["kernels"][0]["deviceAllocs"] == before["kernels"][0]["deviceAllocs"]
+    assert gpu_alloc_map(bai) == alloc
+    ran = bai.ok("run", "--name", "compat-restart", "-c", "print('after restart')", "python")
+    assert "after restart" in ran.stdout
+
+    bai.ok("session", "destroy", "compat-restart")
+    refused = bai("session", "restart", "compat-restart")
+    assert refused.code != 0, refused
+    assert "409" in refused.output
+    assert "TERMINATED" in refused.output

@@ -2,18 +2,25 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
 import pytest
 from pydantic import ValidationError
 
+from accelshare.api.problems import InvalidAPIParameters
 from accelshare.api.schemas.sessions import CreateSessionBody
 from accelshare.common import ResourceSlot, SlotTypes
 from accelshare.manager.agents import format_compat, gpu_alloc_map_string
 from accelshare.manager.errors import InvalidRequest
 from accelshare.manager.scheduler.loop import advisory_key
-from accelshare.manager.session_spec import resolve_resources
+from accelshare.manager.session_spec import (
+    STARTS_AT_FORMS,
+    parse_starts_at,
+    resolve_resources,
+    session_name_problem,
+)
 
 KNOWN = {
     "cpu": SlotTypes.COUNT,
@@ -108,8 +115,48 @@ def test_body_accepts_backend_ai_spellings() -> None:
     )
     assert (body.name, body.config.scaling_group, body.enqueue_only) == ("mine", "gpu", True)
     assert body.config.resource_opts == {"shmem": "1g"}
-    assert body.starts_at is not None
-    assert body.starts_at.tzinfo is not None
+    starts_at = body.to_request().starts_at
+    assert isinstance(starts_at, datetime)
+    assert starts_at == datetime(2026, 1, 1, tzinfo=UTC)  # no zone: UTC
+
+
+@pytest.mark.parametrize(
+    ("text", "delay"),
+    [
+        ("20s", timedelta(seconds=20)),
+        ("10sec", timedelta(seconds=10)),
+        ("5m", timedelta(minutes=5)),
+        ("30min", timedelta(minutes=30)),
+        ("1h", timedelta(hours=1)),
+        ("2hours 15min", timedelta(minutes=135)),
+        ("2d", timedelta(days=2)),
+        ("1d1hr", timedelta(days=1, hours=1)),
+        ("300", timedelta(seconds=300)),
+        ("1.5h", timedelta(minutes=90)),
+        ("-1day", timedelta(days=-1)),
+    ],
+)
+def test_starts_at_takes_backend_ais_delays(text: str, delay: timedelta) -> None:
+    assert parse_starts_at(text) == delay
+
+
+@pytest.mark.parametrize("text", ["", "soon", "5 m", "1m1h", "1h1h", "20x", "99999d", "1e3"])
+def test_starts_at_refuses_other_text(text: str) -> None:
+    with pytest.raises(ValueError, match=r"not a time or a delay|a delay of at most"):
+        parse_starts_at(text)
+    body = CreateSessionBody.model_validate({"image": "x", "startsAt": text})
+    with pytest.raises(InvalidAPIParameters) as info:
+        body.to_request()
+    assert info.value.extra["field"] == "startsAt"
+    assert info.value.extra["expected"] == STARTS_AT_FORMS
+    assert info.value.extra["received"] == text
+
+
+def test_session_names_follow_one_rule() -> None:
+    assert session_name_problem("train.v2_final-1") is None
+    assert session_name_problem("x" * 64) is None
+    for bad in ("", "x" * 65, "-x", "a b", "00000000-0000-0000-0000-000000000000"):
+        assert session_name_problem(bad) is not None, bad
 
 
 @pytest.mark.parametrize(

@@ -10,9 +10,7 @@ known slot types (:func:`~accelshare.manager.session_spec.resolve_resources`).
 
 from __future__ import annotations
 
-import re
-import uuid
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any, Literal
 
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, field_validator
@@ -22,14 +20,18 @@ from accelshare.manager.session_spec import (
     DEFAULT_PRIORITY,
     MAX_PRIORITY,
     SERVICE_NAME_RE,
+    STARTS_AT_FORMS,
+    TAG_MAX_LENGTH,
     ServicePort,
     SessionConfig,
     SessionRequest,
+    parse_starts_at,
+    session_name_problem,
 )
 
-__all__ = ["CreateSessionBody", "ServicePortBody", "SessionConfigBody"]
+from ..problems import InvalidAPIParameters
 
-_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+__all__ = ["CreateSessionBody", "ServicePortBody", "SessionConfigBody"]
 
 
 def _aliases(*names: str) -> AliasChoices:
@@ -132,9 +134,11 @@ class CreateSessionBody(BaseModel):
     )
     config: SessionConfigBody = Field(default_factory=SessionConfigBody)
     priority: int = Field(default=DEFAULT_PRIORITY, ge=0, le=MAX_PRIORITY)
-    starts_at: datetime | None = Field(
+    # an ISO time or Backend.AI's delays ("20s", "5m", "1h"): read by to_request
+    starts_at: datetime | str | None = Field(
         default=None, validation_alias=_aliases("starts_at", "startsAt")
     )
+    tag: str | None = Field(default=None, max_length=TAG_MAX_LENGTH)
     dependencies: list[str] = Field(default_factory=list)
     enqueue_only: bool = Field(
         default=False, validation_alias=_aliases("enqueueOnly", "enqueue_only")
@@ -166,28 +170,20 @@ class CreateSessionBody(BaseModel):
     def _check_name(cls, value: str | None) -> str | None:
         if value is None:
             return None
-        if not _NAME_RE.fullmatch(value):
-            raise ValueError(
-                "a session name is 1-64 letters, digits, '.', '_' or '-', starting with a"
-                " letter or digit"
-            )
-        try:
-            uuid.UUID(value)
-        except ValueError:
-            return value
-        raise ValueError("a session name must not look like a session id (a UUID)")
+        problem = session_name_problem(value)
+        if problem is not None:
+            raise ValueError(problem)
+        return value
 
     @field_validator("startup_command")
     @classmethod
     def _check_startup_command(cls, value: str | None) -> str | None:
         return None if value is None else check_text(value, field="startupCommand", multiline=True)
 
-    @field_validator("starts_at")
+    @field_validator("tag")
     @classmethod
-    def _aware(cls, value: datetime | None) -> datetime | None:
-        if value is not None and value.tzinfo is None:
-            return value.replace(tzinfo=UTC)
-        return value
+    def _check_tag(cls, value: str | None) -> str | None:
+        return None if value is None else check_text(value, field="tag")
 
     @field_validator("cluster_size")
     @classmethod
@@ -200,6 +196,17 @@ class CreateSessionBody(BaseModel):
         """What :meth:`SessionService.create
         <accelshare.manager.sessions.SessionService.create>` takes."""
         config = self.config
+        starts_at = None
+        if self.starts_at is not None:
+            try:
+                starts_at = parse_starts_at(self.starts_at)
+            except ValueError as e:
+                raise InvalidAPIParameters(
+                    f"Invalid startsAt: {e}; expected {STARTS_AT_FORMS}",
+                    field="startsAt",
+                    expected=STARTS_AT_FORMS,
+                    received=self.starts_at,
+                ) from None
         return SessionRequest(
             image=self.image,
             name=self.name,
@@ -213,7 +220,7 @@ class CreateSessionBody(BaseModel):
                 service_ports=tuple(sp.to_port() for sp in config.service_ports),
             ),
             priority=self.priority,
-            starts_at=self.starts_at,
+            starts_at=starts_at,
             dependencies=tuple(self.dependencies),
             enqueue_only=self.enqueue_only,
             wait_for_agents=self.wait_for_agents,
@@ -222,4 +229,5 @@ class CreateSessionBody(BaseModel):
             group=self.group,
             reuse_if_exists=self.reuse_if_exists,
             owner_access_key=self.owner_access_key,
+            tag=self.tag,
         )

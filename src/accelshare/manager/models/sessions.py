@@ -80,6 +80,7 @@ class Session(Base):
     priority: Mapped[int] = mapped_column(default=DEFAULT_PRIORITY)
     starts_at: Mapped[datetime | None] = mapped_column(UTCDateTime())  # batch: not before
     cluster_size: Mapped[int] = mapped_column(default=1)
+    tag: Mapped[str | None] = mapped_column(sa.String(64))  # Backend.AI's free-text note
     # where it runs
     scaling_group: Mapped[str] = mapped_column(sa.ForeignKey("scaling_groups.name"))
     agent_id: Mapped[str | None] = mapped_column(sa.ForeignKey("agents.id"), index=True)
