@@ -65,6 +65,7 @@ from . import (
     metrics_route,
     sessions,
     stream_apps,
+    unsupported,
 )
 from .app_origin import AppOrigin, AppsOriginMiddleware, UsedTokens
 from .auth import Authenticator, AuthSettings, CurrentIdentity
@@ -186,6 +187,7 @@ def create_app(
             execute.router,  # Backend.AI's execute API (code run in a session)
             bai_events.router,  # Backend.AI's event streams (session events, watch)
             stream_apps.router,  # Backend.AI's stream proxy (backend.ai app / apps)
+            unsupported.router,  # 501 for the Backend.AI routes accelshare lacks (last)
         ):
             app.include_router(router)
         app.include_router(create_graphql_router(), prefix="/admin/gql")

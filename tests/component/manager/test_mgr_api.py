@@ -472,3 +472,34 @@ async def test_dependencies_and_keypair_quota_from_the_database(cluster: Cluster
     assert [p["name"] for p in why["scheduler"]["failed_predicates"]] == ["keypair_resource_limit"]
     await cluster.admin.delete("/session/after")
     await cluster.wait_status("over", "RUNNING")
+
+
+async def test_backendai_routes_accelshare_lacks_answer_501_naming_the_feature(
+    cluster: Cluster,
+) -> None:
+    """No bare 404/405 for a Backend.AI feature accelshare does not have: a 501
+    not-supported problem naming it and what to use instead."""
+    cases = [
+        ("POST", "/session/s1/upload", "session-files"),
+        ("GET", "/session/s1/download", "session-files"),
+        ("GET", "/session/s1/files", "session-files"),
+        ("POST", "/session/s1/commit", "session-commit"),
+        ("POST", "/session/s1/complete", "code-completion"),
+        ("POST", "/session/s1/interrupt", "interrupt"),
+        ("POST", "/session/_/create-from-template", "session-template"),
+        ("GET", "/template/session", "session-template"),
+        ("GET", "/user-config/dotfiles", "dotfiles"),
+        ("GET", "/services", "model-serving"),
+        ("GET", "/logs/error", "server-logs"),
+        ("POST", "/image/import", "image-import"),
+    ]
+    for method, path, feature in cases:
+        response = await cluster.admin.request(method, path, json={})
+        assert response.status_code == 501, (path, response.text)
+        problem = response.json()
+        assert problem["type"] == "/problems/not-supported", problem
+        assert problem["feature"] == feature, problem
+        assert "docs/compatibility.md" in problem["detail"]
+    # the routes accelshare has are not shadowed
+    assert (await cluster.admin.get("/session/nosuch/logs")).status_code == 404
+    assert (await cluster.admin.post("/session/nosuch/logs")).status_code == 405
