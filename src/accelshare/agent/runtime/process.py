@@ -116,7 +116,7 @@ class ProcessRuntime:
         Cgroups that exist but cannot be written (a read-only ``/sys/fs/cgroup`` in a
         container, an unprivileged agent) are dropped here, once, with a warning, rather
         than failing every create; hierarchies that are only partly writable are kept
-        and the missing limits fall back per kernel (see :meth:`_launch_record`).
+        and the missing limits fall back per kernel (see :mod:`.process_launch`).
         """
         if cgroups is None:
             return None, "rlimits (cgroups disabled: use-cgroups = false)"
