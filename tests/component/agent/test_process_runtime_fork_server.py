@@ -33,8 +33,8 @@ def kernel(command: tuple[str, ...] | None = None) -> KernelSpec:
 
 
 def server_pid(runtime: ProcessRuntime) -> int:
-    assert runtime._fork_server is not None
-    pid = runtime._fork_server.pid
+    assert runtime._launcher.fork_server is not None
+    pid = runtime._launcher.fork_server.pid
     assert pid is not None
     return pid
 
@@ -44,7 +44,7 @@ async def test_kernels_are_forked_by_one_server(
 ) -> None:
     runtime = make_runtime(fork_server=True, prespawn_launchers=2)
     server = server_pid(runtime)
-    assert runtime._spares == []  # no spare launchers while the server serves
+    assert runtime._launcher.spares == []  # no spare launchers while the server serves
     first = await runtime.create_kernel(kernel(("echo out-$0; echo err-$0 >&2; exit 4",)))
     done = await runtime.wait_exit(first.kernel_id, timeout_s=10)
     assert done.exit is not None
@@ -86,9 +86,9 @@ async def test_without_a_server_a_fresh_launcher_starts_the_kernel(
 ) -> None:
     # a "python" that cannot run the server: every hand-over fails, the fallback starts it
     runtime = make_runtime(fork_server=True)
-    assert runtime._fork_server is not None
-    runtime._fork_server._argv = [str(tmp_path / "missing-python")]
-    runtime._fork_server._stop_locked()
+    assert runtime._launcher.fork_server is not None
+    runtime._launcher.fork_server._argv = [str(tmp_path / "missing-python")]
+    runtime._launcher.fork_server._stop_locked()
     info = await runtime.create_kernel(kernel())
     assert info.is_running
     await runtime.destroy_kernel(info.kernel_id, grace_s=1)
@@ -117,7 +117,7 @@ async def test_the_server_ignores_malformed_messages_and_ends_on_eof(
     make_runtime: RuntimeFactory,
 ) -> None:
     runtime = make_runtime(fork_server=True)
-    server = runtime._fork_server
+    server = runtime._launcher.fork_server
     assert server is not None
     with server._lock:
         control = server._control

@@ -29,11 +29,11 @@ async def test_spares_start_kernels_and_are_replaced(
     make_runtime: RuntimeFactory, eventually: Eventually
 ) -> None:
     runtime = make_runtime(prespawn_launchers=2)
-    spares = [p.pid for p, _ in runtime._spares]
+    spares = [p.pid for p, _ in runtime._launcher.spares]
     assert len(spares) == 2
     first = await runtime.create_kernel(kernel(("echo out-$0; echo err-$0 >&2; exit 4",)))
-    assert runtime._spares[0][0].pid == spares[1]  # the oldest was used, a new one queued
-    assert len(runtime._spares) == 2
+    assert runtime._launcher.spares[0][0].pid == spares[1]  # the oldest was used, a new one queued
+    assert len(runtime._launcher.spares) == 2
     done = await runtime.wait_exit(first.kernel_id, timeout_s=10)
     assert done.exit is not None
     assert (done.exit.reason, done.exit.exit_code) == (ExitReason.EXITED, 4)
@@ -44,15 +44,15 @@ async def test_spares_start_kernels_and_are_replaced(
     assert second.is_running
     await runtime.destroy_kernel(second.kernel_id, grace_s=1)
 
-    left = [p for p, _ in runtime._spares]
+    left = [p for p, _ in runtime._launcher.spares]
     await runtime.close()
     assert all(p.poll() is not None for p in left)  # spares exit without launching
-    assert runtime._spares == []
+    assert runtime._launcher.spares == []
 
 
 async def test_a_dead_spare_is_skipped(make_runtime: RuntimeFactory) -> None:
     runtime = make_runtime(prespawn_launchers=1)
-    process, _ = runtime._spares[0]
+    process, _ = runtime._launcher.spares[0]
     process.kill()
     process.wait()
     info = await runtime.create_kernel(kernel())  # falls back to a fresh launcher

@@ -7,7 +7,8 @@ from typing import Any
 
 import pytest
 
-from accelshare.agent.service import _environments, resolve_scratch_root
+from accelshare.agent import service_runtime
+from accelshare.agent.service import resolve_scratch_root
 from accelshare.agent.stats import rpc_url_of
 from accelshare.config.agent_file import AgentConfigError, parse_agent_config
 
@@ -66,7 +67,7 @@ def test_all_new_keys_parse_and_none_is_unknown(tmp_path: Path) -> None:
     assert config.container.sandbox_syscall_filter is False
     assert rpc_url_of(config) == "http://10.0.0.5:6001"
     assert resolve_scratch_root(config) == tmp_path / "kernels"
-    environments = _environments(config)
+    environments = service_runtime.environments(config)
     assert set(environments) == {"python", "shell", "torch"}
     assert environments["torch"].argv(("-c", "1")) == ("/opt/torch/bin/python", "-c", "1")
 
@@ -100,7 +101,7 @@ def test_a_bad_environment_names_it(tmp_path: Path) -> None:
         source_path=tmp_path / "agent.toml",
     )
     with pytest.raises(AgentConfigError) as info:
-        _environments(config)
+        service_runtime.environments(config)
     assert str(info.value) == (
         f"{tmp_path / 'agent.toml'}: key 'container.environments.torch.command-prefix': "
         'expected a non-empty list of strings such as ["/opt/venvs/torch/bin/python"], '
