@@ -200,6 +200,10 @@ class AbstractAllocMap(abc.ABC):
         units = self._plan_units(
             slots, affinity_hint, context_tag, min_memory, allow_resource_fragmentation
         )
+        return self._take(units)
+
+    def _take(self, units: Mapping[str, Mapping[str, int]]) -> SlotAllocation:
+        """Put ``units`` (slot -> device -> whole units) on the ledger; their amounts."""
         placement: SlotAllocation = {}
         allocated, spare, slot_spare, unit = (
             self._allocated,
@@ -308,21 +312,7 @@ class AbstractAllocMap(abc.ABC):
         """
         needs = self._request_units(slots, context_tag)
         units = self._placement_units(needs, placement, context_tag, allow_resource_fragmentation)
-        taken: SlotAllocation = {}
-        allocated, spare, slot_spare, unit = (
-            self._allocated,
-            self._spare,
-            self._slot_spare,
-            self._unit,
-        )
-        for slot, per_device in units.items():
-            amounts = taken[slot] = {}
-            for device, n in per_device.items():
-                amount = amounts[device] = unit * n
-                allocated[device] += amount
-                spare[device] -= n
-                slot_spare[slot] -= n
-        return taken
+        return self._take(units)
 
     def _placement_units(
         self,

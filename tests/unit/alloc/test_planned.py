@@ -74,6 +74,10 @@ def test_a_device_that_is_not_there_is_a_conflict() -> None:
         # a negative or float amount
         ({"cuda.shares": D("0.5")}, {"cuda.shares": {"a0": 0.5}},
          InvalidResourceArgument, "float"),
+        # not a mapping at all, or not one for a slot
+        ({"cuda.shares": D("0.5")}, ["a0"], InvalidResourceArgument, "expected slot -> device"),
+        ({"cuda.shares": D("0.5")}, {"cuda.shares": "a0"},
+         InvalidResourceArgument, "expected device -> amount for cuda.shares"),
     ],
 )  # fmt: skip
 def test_a_wrong_plan_is_refused_as_invalid_not_as_a_conflict(
@@ -91,6 +95,15 @@ def test_a_wrong_plan_is_reported_as_wrong_even_when_a_device_is_also_short() ->
     m.allocate_planned({"cuda.shares": D(1)}, {"cuda.shares": {"a0": D(1)}})
     with pytest.raises(InvalidResourceArgument, match=r"the request asks for 0\.5"):
         m.allocate_planned({"cuda.shares": D("0.5")}, {"cuda.shares": {"a0": D("0.6")}})
+
+
+def test_a_zero_amount_in_a_plan_places_nothing_there() -> None:
+    m = fmap(["1", "1"], quantum="0.1")
+    taken = m.allocate_planned(
+        {"cuda.shares": D("0.5")}, {"cuda.shares": {"a0": D(0), "a1": D("0.5")}}
+    )
+    assert taken == {"cuda.shares": {"a1": D("0.5")}}
+    assert m.allocations == {"cuda.shares": {"a0": D(0), "a1": D("0.5")}}
 
 
 def test_discrete_amounts_must_be_whole_units() -> None:
@@ -164,3 +177,10 @@ def test_kernel_plan_naming_a_slot_no_map_owns_is_invalid() -> None:
 def test_a_plan_is_not_an_insufficient_resource_error() -> None:
     # the agent tells a conflict from a request that does not fit by the class
     assert not issubclass(PlanConflict, InsufficientResource)
+
+
+def test_kernel_plan_for_an_empty_request_is_invalid() -> None:
+    maps = {"cpu": dmap([2])}
+    with pytest.raises(InvalidResourceArgument, match=r"places tpu\.device"):
+        allocate_planned_kernel(maps, {}, {"tpu.device": {"t0": D(1)}})
+    assert maps["cpu"].allocations == {"cpu": {"a0": D(0)}}
