@@ -279,10 +279,10 @@ def instrument(manager: Manager, records: list[PassRecord]) -> Callable[[], None
 
         return wrapper
 
-    async def timed_pass(sgroup: str) -> Any:
+    async def timed_pass(*args: Any, **kwargs: Any) -> Any:  # Scheduler._pass's arguments
         parts.clear()
         start = time.perf_counter()
-        result = await original_pass(sgroup)
+        result = await original_pass(*args, **kwargs)
         elapsed = time.perf_counter() - start
         plan = result.plan
         records.append(
