@@ -51,6 +51,9 @@ ROUTE_ROLES: dict[tuple[str, str], str] = {
     ("GET", "/session/{ref}/why"): "user",
     ("GET", "/session/{ref}/events"): "user",
     ("POST", "/session/{ref}"): "user",  # Backend.AI's execute API (owner or superadmin)
+    ("PATCH", "/session/{ref}"): "user",  # restart
+    ("POST", "/session/{ref}/rename"): "user",
+    ("GET", "/session/{ref}/status-history"): "user",
     ("GET", "/events/session"): "user",  # Backend.AI's session events
     ("GET", "/events/background-task"): "user",
     ("GET", "/stream/session/{ref}/apps"): "user",
