@@ -30,7 +30,8 @@ Amounts are decimal strings (``"0.6"``, ``"2147483648"``) everywhere: never floa
 Unknown fields are ignored so that a newer agent can talk to an older manager.  What
 the manager stores is checked at the edge (:mod:`.fields`).
 
-The modules: :mod:`.agent_rpc` (kernels: create, report, list), :mod:`.execute` (code
+The modules: :mod:`.agent_rpc` (kernels: create, report, list), :mod:`.storage` (the
+storage proxy's manager- and client-facing APIs), :mod:`.execute` (code
 execution in a kernel), :mod:`.heartbeat`
 (heartbeats and kernel events), :mod:`.maps` (allocation map views), :mod:`.stats`
 (live statistics) and :mod:`.fields` (field types, base models, checks).  This package
@@ -44,6 +45,7 @@ from .agent_rpc import (
     CreateKernelBatch,
     CreateKernelRequest,
     KernelList,
+    KernelMount,
     KernelReport,
     KernelReports,
     KernelStatus,
@@ -77,6 +79,7 @@ __all__ = [
     "KernelEventBatch",
     "KernelEventType",
     "KernelList",
+    "KernelMount",
     "KernelReport",
     "KernelReports",
     "KernelStats",

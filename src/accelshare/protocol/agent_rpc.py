@@ -33,6 +33,7 @@ __all__ = [
     "CreateKernelBatch",
     "CreateKernelRequest",
     "KernelList",
+    "KernelMount",
     "KernelReport",
     "KernelReports",
     "KernelStatus",
@@ -49,6 +50,20 @@ class KernelStatus(enum.StrEnum):
     RUNNING = "RUNNING"
     EXITED = "EXITED"  # ended by itself or was destroyed
     FAILED = "FAILED"  # could not start
+
+
+class KernelMount(WireModel):
+    """A storage folder bound into a kernel.
+
+    ``host_path`` is the folder on the agent's host (a volume every agent mounts at the
+    same path, see docs/storage.md); ``kernel_path`` is where the kernel sees it:
+    ``/home/work/<name>`` unless the user chose another path.  ``read_only``: the kernel
+    cannot write it (a share with ``ro`` permission, or the ``:ro`` form)."""
+
+    name: Annotated[str, Field(min_length=1, max_length=64)]
+    host_path: Annotated[str, Field(min_length=1, max_length=4096)]
+    kernel_path: Annotated[str, Field(min_length=1, max_length=4096)]
+    read_only: bool = False
 
 
 class CreateKernelRequest(WireModel):
@@ -68,6 +83,8 @@ class CreateKernelRequest(WireModel):
     allow_fractional_resource_fragmentation: bool = True
     owner_access_key: str = ""
     labels: dict[str, str] = Field(default_factory=dict)
+    # Storage folders bound into the kernel (empty from older managers).
+    mounts: Annotated[list[KernelMount], Field(max_length=64)] = Field(default_factory=list)
 
 
 class ServicePortMapping(WireModel):
