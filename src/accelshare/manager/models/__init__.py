@@ -16,6 +16,17 @@ from .agents import (
 )
 from .app_tokens import UsedAppToken
 from .base import NAMING_CONVENTION, Base, JSONDocument, ResourceSlotJSON, UTCDateTime
+from .folders import (
+    InvitationState,
+    SessionVFolderMount,
+    VFolder,
+    VFolderInvitation,
+    VFolderOwnershipType,
+    VFolderPermission,
+    VFolderPermissionGrant,
+    VFolderStatus,
+    VFolderUsageMode,
+)
 from .identity import (
     ACCESS_KEY_LENGTH,
     SECRET_KEY_LENGTH,
@@ -58,6 +69,7 @@ __all__ = [
     "GroupMember",
     "Image",
     "ImageAlias",
+    "InvitationState",
     "JSONDocument",
     "Kernel",
     "KernelEventRecord",
@@ -67,11 +79,19 @@ __all__ = [
     "ScalingGroup",
     "Session",
     "SessionDependency",
+    "SessionVFolderMount",
     "SessionStatusHistory",
     "UTCDateTime",
     "UsedAppToken",
     "User",
     "UserRole",
     "UserStatus",
+    "VFolder",
+    "VFolderInvitation",
+    "VFolderOwnershipType",
+    "VFolderPermission",
+    "VFolderPermissionGrant",
+    "VFolderStatus",
+    "VFolderUsageMode",
     "email_matches",
 ]
