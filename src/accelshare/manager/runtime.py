@@ -46,9 +46,11 @@ from .registry import AgentRegistry
 from .scheduler import Binder, Scheduler
 from .services.admin import AdminService
 from .services.directory import Directory
+from .services.folders import FolderService
 from .services.holders import KernelHolders
 from .sessions import SessionService
 from .slots import KnownSlots
+from .storage_client import StorageProxies
 
 __all__ = ["Manager", "ManagerOptions", "StatsUnavailable"]
 
@@ -64,6 +66,7 @@ class ManagerOptions:
     agent_rpc_timeout_s: float = 30.0
     stale_bind_timeout_s: float | None = None  # None: agent_rpc_timeout_s + 30
     default_scaling_group: str = "default"
+    trash_max_age_s: float | None = 30 * 86400.0  # None: the trash is purged by hand only
 
 
 class StatsUnavailable(RuntimeError):
@@ -79,6 +82,7 @@ class Manager:
         options: ManagerOptions,
         clock: Clock = utcnow,
         agent_transport: httpx.AsyncBaseTransport | None = None,
+        storage_transport: httpx.AsyncBaseTransport | None = None,
         bus: RedisBus | None = None,
     ) -> None:
         self.db = db
@@ -137,6 +141,15 @@ class Manager:
         self.admin = AdminService(db=db, known_slots=self.known_slots, trigger=self.trigger)
         self.directory = Directory(db)
         self.holders = KernelHolders(db)
+        self.storage = StorageProxies(store, transport=storage_transport)
+        self.folders = FolderService(
+            db=db,
+            proxies=self.storage,
+            clock=clock,
+            trash_max_age=timedelta(seconds=options.trash_max_age_s)
+            if options.trash_max_age_s
+            else None,
+        )
         self._sweeper: asyncio.Task[None] | None = None
         self.bus_link: ManagerBusLink | None = None
         if bus is not None:
@@ -181,6 +194,7 @@ class Manager:
         if self.bus_link is not None:
             await self.bus_link.stop()
         await self.client.close()
+        await self.storage.close()
 
     async def _sweep_forever(self) -> None:
         # longer than any bind in flight can take (one create RPC per session, bounded)
@@ -196,6 +210,14 @@ class Manager:
                 raise
             except Exception:
                 log.exception("agent sweep failed")
+            try:
+                purged = await self.folders.purge_old_trash()
+                if purged:
+                    log.info("purged %d folders from the trash: %s", len(purged), purged)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("trash purge failed")
 
     # -- agents, for the API ------------------------------------------------------------------
     async def get_agent(self, agent_id: str) -> Agent:

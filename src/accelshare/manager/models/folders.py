@@ -21,7 +21,6 @@ folder's id, the manager keeps everything else here.
 
 from __future__ import annotations
 
-import enum
 import uuid
 from datetime import datetime
 
@@ -29,6 +28,13 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Mapped, mapped_column
 
 from accelshare.manager.clock import utcnow
+from accelshare.manager.enums import (
+    InvitationState,
+    VFolderOwnershipType,
+    VFolderPermission,
+    VFolderStatus,
+    VFolderUsageMode,
+)
 
 from .base import Base, UTCDateTime, str_enum
 
@@ -43,48 +49,6 @@ __all__ = [
     "VFolderStatus",
     "VFolderUsageMode",
 ]
-
-
-class VFolderOwnershipType(enum.StrEnum):
-    USER = "user"
-    GROUP = "group"
-
-
-class VFolderPermission(enum.StrEnum):
-    READ_ONLY = "ro"
-    READ_WRITE = "rw"
-    RW_DELETE = "wd"  # read, write and delete (the owner's)
-
-    @property
-    def can_write(self) -> bool:
-        return self is not VFolderPermission.READ_ONLY
-
-
-class VFolderUsageMode(enum.StrEnum):
-    GENERAL = "general"
-    MODEL = "model"
-    DATA = "data"
-
-
-class VFolderStatus(enum.StrEnum):
-    """Backend.AI's ``VFolderOperationStatus`` names."""
-
-    READY = "ready"
-    PERFORMING = "performing"
-    CLONING = "cloning"
-    MOUNTED = "mounted"
-    ERROR = "error"
-    DELETE_PENDING = "delete-pending"  # in the trash
-    DELETE_ONGOING = "delete-ongoing"  # being purged
-    DELETE_COMPLETE = "delete-complete"
-    DELETE_ERROR = "delete-error"
-
-
-class InvitationState(enum.StrEnum):
-    PENDING = "pending"
-    ACCEPTED = "accepted"
-    REJECTED = "rejected"
-    CANCELED = "canceled"
 
 
 class VFolder(Base):

@@ -1,0 +1,432 @@
+"""Storage folders through the ``/folders`` routes, against an in-process storage proxy
+that implements the contract (``accelshare_testkit.fake_storage``): names, owners and
+permissions, shares and invitations, limits, the trash, files and session mounts."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import sqlalchemy as sa
+
+from accelshare.manager.models import GroupMember, KeypairResourcePolicy, User, VFolder
+from accelshare.protocol.storage import StorageErrorType
+from accelshare_testkit.fake_storage import FakeStorageProxy
+
+from .cluster import Cluster, running_cluster
+
+
+@dataclass
+class Env:
+    cluster: Cluster
+    proxy: FakeStorageProxy
+
+    async def user(
+        self, email: str, *, role: str = "user", group: str | None = None
+    ) -> httpx.AsyncClient:
+        body: dict[str, Any] = {"email": email, "password": "long enough password", "role": role}
+        if group:
+            body["group"] = group
+        response = await self.cluster.admin.post("/admin/users", json=body)
+        assert response.status_code == 201, response.text
+        keypair = response.json()["keypair"]
+        return self.cluster.client(keypair["access_key"], keypair["secret_key"])
+
+
+@pytest.fixture
+async def env(tmp_path: Path) -> AsyncIterator[Env]:
+    proxy = FakeStorageProxy(tmp_path / "volumes", volumes=["vol1", "vol2"])
+    async with running_cluster(
+        f"sqlite+aiosqlite:///{tmp_path / 'manager.db'}",
+        tmp_path / "state",
+        background=False,
+        storage_transport=proxy.transport,
+    ) as cluster:
+        await proxy.register(cluster.manager.store, "local")
+        yield Env(cluster, proxy)
+
+
+async def create(client: httpx.AsyncClient, name: str, **body: Any) -> httpx.Response:
+    return await client.post("/folders", json={"name": name, **body})
+
+
+def problem(response: httpx.Response, status: int) -> dict[str, Any]:
+    assert response.status_code == status, response.text
+    body: dict[str, Any] = response.json()
+    return body
+
+
+async def test_hosts_create_list_info(env: Env) -> None:
+    alice = await env.user("alice@x.test")
+    hosts = (await alice.get("/folders/_/hosts")).json()
+    assert hosts["default"] == "local:vol1"
+    assert hosts["allowed"] == ["local:vol1", "local:vol2"]
+    assert (await alice.get("/folders/_/allowed_types")).json() == ["user", "group"]
+
+    created = await create(alice, "data", host="local:vol2", cloneable=True)
+    assert created.status_code == 201, created.text
+    folder = created.json()
+    assert folder["name"] == "data" and folder["host"] == "local:vol2"
+    assert folder["ownership_type"] == "user" and folder["status"] == "ready"
+    assert folder["permission"] == "wd" and folder["is_owner"] is True
+    assert (env.proxy.root / "vol2" / folder["id"]).is_dir()
+
+    (env.proxy.root / "vol2" / folder["id"] / "a.txt").write_bytes(b"12345")
+    ident = (await alice.request("GET", "/folders/_/id", json={"name": "data"})).json()
+    assert ident == {"id": folder["id"], "name": "data"}
+    info = (await alice.get(f"/folders/{folder['id']}")).json()
+    assert info["numFiles"] == 1 and info["used_bytes"] == 5
+    assert info["is_owner"] is True and info["type"] == "user" and info["cloneable"] is True
+    listed = (await alice.get("/folders")).json()
+    assert [f["name"] for f in listed] == ["data"]
+
+    # default host
+    second = (await create(alice, "second")).json()
+    assert second["host"] == "local:vol1"
+
+
+@pytest.mark.parametrize(
+    ("name", "words"),
+    [
+        ("", "name is required"),
+        ("a/b", "no '/'"),
+        (".hidden", "not starting with '.'"),
+        ("x" * 65, "1 to 64 characters"),
+        ("bad\x00name", "control character"),
+    ],
+)
+async def test_bad_names_are_refused(env: Env, name: str, words: str) -> None:
+    alice = await env.user("alice@x.test")
+    body = problem(await create(alice, name), 400)
+    assert body["field"] == "name" and words in body["detail"]
+    assert env.proxy.calls == []  # nothing reached the proxy
+
+
+async def test_names_unique_per_owner_and_unknown_hosts(env: Env) -> None:
+    alice = await env.user("alice@x.test")
+    bob = await env.user("bob@x.test")
+    assert (await create(alice, "data")).status_code == 201
+    body = problem(await create(alice, "data"), 409)
+    assert "already exists" in body["detail"]
+    assert (await create(bob, "data")).status_code == 201  # another owner
+    body = problem(await create(alice, "x", host="local:nope"), 400)
+    assert body["field"] == "host" and "local:vol1" in body["expected"]
+    body = problem(await create(alice, "x", host="other:vol1"), 400)
+    assert body["field"] == "host" and "No storage proxy 'other'" in body["detail"]
+    body = problem(await create(alice, "x", host="novolume"), 400)
+    assert body["expected"] == "<proxy>:<volume>"
+
+
+async def test_someone_elses_folder_is_404(env: Env) -> None:
+    alice = await env.user("alice@x.test")
+    bob = await env.user("bob@x.test")
+    folder = (await create(alice, "private")).json()
+    for path in (f"/folders/{folder['id']}", "/folders/private"):
+        assert (await bob.get(path)).status_code == 404
+    assert (await bob.request("DELETE", "/folders", json={"id": folder["id"]})).status_code == 404
+    assert (
+        await bob.post(f"/folders/{folder['id']}/request-upload", json={"path": "a", "size": 1})
+    ).status_code == 404
+    assert (await bob.get("/folders")).json() == []
+    # the superadmin sees it with all=true
+    everything = (await env.cluster.admin.request("GET", "/folders", json={"all": True})).json()
+    assert "private" in [f["name"] for f in everything]
+
+
+async def test_invite_accept_and_read_only_share(env: Env) -> None:
+    alice = await env.user("alice@x.test")
+    bob = await env.user("bob@x.test")
+    folder = (await create(alice, "shared")).json()
+    fid = folder["id"]
+    answer = await alice.post(
+        f"/folders/{fid}/invite", json={"perm": "ro", "user_ids": ["bob@x.test", "nobody@x.test"]}
+    )
+    assert answer.status_code == 201 and answer.json() == {"invited_ids": ["bob@x.test"]}
+    # a second invitation while one is pending is not sent
+    again = await alice.post(
+        f"/folders/{fid}/invite", json={"perm": "ro", "user_ids": ["bob@x.test"]}
+    )
+    assert again.json() == {"invited_ids": []}
+    # bob invites to alice's folder: not his
+    assert (
+        await bob.post(f"/folders/{fid}/invite", json={"perm": "rw", "user_ids": ["alice@x.test"]})
+    ).status_code == 404
+
+    invitations = (await bob.get("/folders/invitations/list")).json()["invitations"]
+    assert [(i["inviter"], i["vfolder_name"], i["perm"]) for i in invitations] == [
+        ("alice@x.test", "shared", "ro")
+    ]
+    assert (await alice.get("/folders/invitations/list")).json() == {"invitations": []}
+    accepted = await bob.post("/folders/invitations/accept", json={"inv_id": invitations[0]["id"]})
+    assert accepted.status_code == 200, accepted.text
+
+    listed = (await bob.get("/folders")).json()
+    assert [(f["name"], f["permission"], f["is_owner"]) for f in listed] == [
+        ("shared", "ro", False)
+    ]
+    assert (await bob.get("/folders/shared")).json()["permission"] == "ro"
+    # read-only: downloads yes, uploads / mkdir / delete no
+    (env.proxy.root / "vol1" / fid / "f.txt").write_bytes(b"hi")
+    assert (
+        await bob.post(f"/folders/{fid}/request-download", json={"path": "f.txt"})
+    ).status_code == 200
+    for method, path, body in [
+        ("POST", "request-upload", {"path": "g.txt", "size": 1}),
+        ("POST", "mkdir", {"path": "d"}),
+        ("DELETE", "delete-files", {"files": ["f.txt"]}),
+        ("POST", "move-file", {"src": "f.txt", "dst": "g.txt"}),
+    ]:
+        refused = problem(await bob.request(method, f"/folders/{fid}/{path}", json=body), 403)
+        assert "read-only" in refused["detail"], path
+    # only the owner renames or deletes
+    assert (await bob.post(f"/folders/{fid}/rename", json={"new_name": "mine"})).status_code == 403
+    assert (await bob.request("DELETE", "/folders", json={"id": fid})).status_code == 403
+    # bob leaves: the folder is gone from his list
+    assert (await bob.post(f"/folders/{fid}/leave", json={})).status_code == 200
+    assert (await bob.get("/folders")).json() == []
+
+
+async def test_reject_and_cancel_invitations(env: Env) -> None:
+    alice = await env.user("alice@x.test")
+    bob = await env.user("bob@x.test")
+    fid = (await create(alice, "f")).json()["id"]
+    await alice.post(f"/folders/{fid}/invite", json={"perm": "rw", "user_ids": ["bob@x.test"]})
+    inv = (await bob.get("/folders/invitations/list")).json()["invitations"][0]
+    rejected = await bob.request(
+        "DELETE", "/folders/invitations/delete", json={"inv_id": inv["id"]}
+    )
+    assert rejected.json() == {"msg": "Invitation rejected"}
+    assert (
+        await bob.post("/folders/invitations/accept", json={"inv_id": inv["id"]})
+    ).status_code == 404
+    assert (await bob.get("/folders")).json() == []
+
+
+async def test_project_folders_and_shares(env: Env) -> None:
+    alice = await env.user("alice@x.test", group="default")
+    bob = await env.user("bob@x.test", group="default")
+    carol = await env.user("carol@x.test")
+    async with env.cluster.manager.db.begin(write=True) as db:  # carol leaves the project
+        carol_id = (
+            await db.execute(sa.select(User.id).where(User.email == "carol@x.test"))
+        ).scalar_one()
+        await db.execute(sa.delete(GroupMember).where(GroupMember.user_id == carol_id))
+    created = await create(env.cluster.admin, "team", group="default", permission="ro")
+    assert created.status_code == 201, created.text
+    team = created.json()
+    assert team["ownership_type"] == "group" and team["group"] is not None
+    # members see it with the folder's permission; outsiders do not
+    assert [(f["name"], f["permission"]) for f in (await bob.get("/folders")).json()] == [
+        ("team", "ro")
+    ]
+    assert (await carol.get("/folders")).json() == []
+    assert (await carol.get(f"/folders/{team['id']}")).status_code == 404
+    # a member may not create a project folder in a project they are not in
+    assert (await create(carol, "x", group="default")).status_code == 403
+    # share rw with alice
+    shared = await env.cluster.admin.post(
+        f"/folders/{team['id']}/share", json={"permission": "rw", "emails": ["alice@x.test"]}
+    )
+    assert shared.status_code == 201 and shared.json() == {"shared_emails": ["alice@x.test"]}
+    outsider = problem(
+        await env.cluster.admin.post(
+            f"/folders/{team['id']}/share", json={"permission": "rw", "emails": ["carol@x.test"]}
+        ),
+        400,
+    )
+    assert "carol@x.test" in outsider["detail"]
+    assert (await alice.get(f"/folders/{team['id']}")).json()["permission"] == "rw"
+    assert (
+        await alice.post(f"/folders/{team['id']}/mkdir", json={"path": "out"})
+    ).status_code == 201
+    assert (await bob.post(f"/folders/{team['id']}/mkdir", json={"path": "x"})).status_code == 403
+    unshared = await env.cluster.admin.request(
+        "DELETE", f"/folders/{team['id']}/unshare", json={"emails": ["alice@x.test"]}
+    )
+    assert unshared.json() == {"unshared_emails": ["alice@x.test"]}
+    assert (await alice.get(f"/folders/{team['id']}")).json()["permission"] == "ro"
+
+
+async def test_trash_restore_purge(env: Env) -> None:
+    alice = await env.user("alice@x.test")
+    fid = (await create(alice, "old")).json()["id"]
+    assert (await alice.request("DELETE", "/folders", json={"id": fid})).status_code == 204
+    info = (await alice.get(f"/folders/{fid}")).json()
+    assert info["status"] == "delete-pending"
+    # in the trash: no uploads, its name still taken
+    assert (
+        problem(
+            await alice.post(f"/folders/{fid}/request-upload", json={"path": "a", "size": 1}), 409
+        )["folder_status"]
+        == "delete-pending"
+    )
+    assert (await create(alice, "old")).status_code == 409
+    assert (
+        await alice.post("/folders/restore-from-trash-bin", json={"id": fid})
+    ).status_code == 204
+    assert (await alice.get(f"/folders/{fid}")).json()["status"] == "ready"
+    # purge needs the trash first
+    assert (await alice.post("/folders/delete-from-trash-bin", json={"id": fid})).status_code == 409
+    await alice.request("DELETE", "/folders", json={"id": fid})
+    assert (await alice.post("/folders/delete-from-trash-bin", json={"id": fid})).status_code == 204
+    assert (await alice.get(f"/folders/{fid}")).status_code == 404
+    assert not (env.proxy.root / "vol1" / fid).exists()
+    assert (await create(alice, "old")).status_code == 201
+
+
+async def test_old_trash_is_purged(env: Env) -> None:
+    alice = await env.user("alice@x.test")
+    old = (await create(alice, "old")).json()["id"]
+    new = (await create(alice, "new")).json()["id"]
+    await alice.request("DELETE", "/folders", json={"id": old})
+    await alice.request("DELETE", "/folders", json={"id": new})
+    service = env.cluster.manager.folders
+    async with env.cluster.manager.db.begin(write=True) as db:
+        await db.execute(
+            sa.update(VFolder)
+            .where(VFolder.id == __import__("uuid").UUID(old))
+            .values(status_changed_at=service.clock() - timedelta(days=40))
+        )
+    assert await service.purge_old_trash(timedelta(days=30)) == [old]
+    assert (await alice.get(f"/folders/{old}")).status_code == 404
+    assert (await alice.get(f"/folders/{new}")).json()["status"] == "delete-pending"
+    assert await service.purge_old_trash(None) == []  # the fixture's manager keeps 30 days
+
+
+async def test_count_limit_and_quota_from_the_policy(env: Env) -> None:
+    alice = await env.user("alice@x.test")
+    async with env.cluster.manager.db.begin(write=True) as db:
+        await db.execute(
+            sa.update(KeypairResourcePolicy)
+            .where(KeypairResourcePolicy.name == "default")
+            .values(max_vfolder_count=2, max_vfolder_size=10)
+        )
+    one = (await create(alice, "one")).json()
+    assert one["max_size"] == 10
+    assert env.proxy.quotas[("vol1", one["id"])] == 10
+    assert (await create(alice, "two")).status_code == 201
+    body = problem(await create(alice, "three"), 412)
+    assert body["field"] == "max_vfolder_count" and "2" in body["detail"]
+    # the proxy refuses an upload over the quota; the manager passes its refusal on
+    over = problem(
+        await alice.post(f"/folders/{one['id']}/request-upload", json={"path": "big", "size": 11}),
+        412,
+    )
+    assert "quota" in over["detail"]
+
+
+async def test_files(env: Env) -> None:
+    alice = await env.user("alice@x.test")
+    fid = (await create(alice, "work")).json()["id"]
+    made = (
+        await alice.post(f"/folders/{fid}/mkdir", json={"path": ["a", "a/b"], "parents": False})
+    ).json()
+    assert [s["item"] for s in made["results"]["success"]] == ["a", "a/b"]
+    again = (await alice.post(f"/folders/{fid}/mkdir", json={"path": "a"})).json()
+    assert [f["item"] for f in again["results"]["failed"]] == ["a"]
+
+    ticket = (
+        await alice.post(f"/folders/{fid}/request-upload", json={"path": "a/data.bin", "size": 4})
+    ).json()
+    async with env.proxy.client() as storage:
+        patch = await storage.patch(
+            "/upload",
+            params={"token": ticket["token"]},
+            content=b"abcd",
+            headers={"Upload-Offset": "0", "Content-Type": "application/offset+octet-stream"},
+        )
+        assert patch.status_code == 204
+        ticket = (
+            await alice.post(f"/folders/{fid}/request-download", json={"path": "a/data.bin"})
+        ).json()
+        assert ticket["url"].endswith("/download")
+        assert (
+            await storage.get("/download", params={"token": ticket["token"]})
+        ).content == b"abcd"
+
+    listing = (await alice.get(f"/folders/{fid}/files", params={"path": "a"})).json()
+    assert sorted((i["name"], i["type"]) for i in listing["items"]) == [
+        ("b", "DIR"),
+        ("data.bin", "FILE"),
+    ]
+    import json
+
+    files = json.loads(listing["files"])
+    assert {f["filename"] for f in files} == {"b", "data.bin"} and all("mtime" in f for f in files)
+
+    assert (
+        await alice.post(
+            f"/folders/{fid}/rename-file", json={"target_path": "a/data.bin", "new_name": "d2.bin"}
+        )
+    ).json() == {}
+    assert (
+        await alice.post(f"/folders/{fid}/move-file", json={"src": "a/d2.bin", "dst": "moved.bin"})
+    ).json() == {}
+    assert (env.proxy.root / "vol1" / fid / "moved.bin").read_bytes() == b"abcd"
+    # traversal is refused by the proxy, with its words
+    bad = problem(
+        await alice.post(f"/folders/{fid}/move-file", json={"src": "moved.bin", "dst": "../x"}), 400
+    )
+    assert "leaves the folder" in bad["detail"]
+    not_empty = await alice.request("DELETE", f"/folders/{fid}/delete-files", json={"files": ["a"]})
+    assert not_empty.status_code == 409
+    assert (
+        await alice.request(
+            "DELETE", f"/folders/{fid}/delete-files", json={"files": ["a"], "recursive": True}
+        )
+    ).status_code == 204
+    names = [i["name"] for i in (await alice.get(f"/folders/{fid}/files")).json()["items"]]
+    assert names == ["moved.bin"]
+
+
+async def test_rename_and_clone(env: Env) -> None:
+    alice = await env.user("alice@x.test")
+    bob = await env.user("bob@x.test")
+    src = (await create(alice, "src")).json()
+    (env.proxy.root / "vol1" / src["id"] / "model.pt").write_bytes(b"weights")
+    assert (
+        await alice.post(f"/folders/{src['id']}/rename", json={"new_name": "source"})
+    ).status_code == 204
+    assert (await alice.get("/folders/source")).json()["id"] == src["id"]
+    assert (
+        await alice.post(f"/folders/{src['id']}/rename", json={"new_name": "a/b"})
+    ).status_code == 400
+
+    clone = await alice.post(f"/folders/{src['id']}/clone", json={"target_name": "copy"})
+    assert clone.status_code == 201, clone.text
+    copy = clone.json()
+    assert copy["name"] == "copy" and copy["id"] != src["id"] and "bgtask_id" not in copy
+    assert (env.proxy.root / "vol1" / copy["id"] / "model.pt").read_bytes() == b"weights"
+    # shared read-only with bob, not cloneable: bob may not clone it
+    await alice.post(
+        f"/folders/{src['id']}/invite", json={"perm": "ro", "user_ids": ["bob@x.test"]}
+    )
+    inv = (await bob.get("/folders/invitations/list")).json()["invitations"][0]
+    await bob.post("/folders/invitations/accept", json={"inv_id": inv["id"]})
+    assert problem(await bob.post(f"/folders/{src['id']}/clone", json={"target_name": "mine"}), 403)
+
+
+async def test_a_failing_proxy_leaves_no_folder(env: Env) -> None:
+    alice = await env.user("alice@x.test")
+    env.proxy.fail["create"] = StorageErrorType.EXISTS
+    refused = problem(await create(alice, "never"), 409)
+    assert "injected exists" in refused["detail"]
+    assert (await alice.get("/folders")).json() == []
+    # a wrong secret is the manager's configuration, not the caller's fault: 503
+    await env.cluster.manager.store.put("volumes/proxies/local/secret", "wrong")
+    assert (await create(alice, "never")).status_code == 503
+    assert (await alice.get("/folders")).json() == []
+
+
+async def test_unbuilt_routes_answer_501(env: Env) -> None:
+    alice = await env.user("alice@x.test")
+    fid = (await create(alice, "f")).json()["id"]
+    for method, path in [("GET", "/folders/_/fstab"), ("POST", f"/folders/{fid}/update-options")]:
+        response = await alice.request(method, path, json={})
+        assert response.status_code == 501, path
+        assert "accelshare does not support" in response.json()["detail"]
