@@ -4,6 +4,8 @@ permissions, shares and invitations, limits, the trash, files and session mounts
 
 from __future__ import annotations
 
+import json
+import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from datetime import timedelta
@@ -71,17 +73,23 @@ async def test_hosts_create_list_info(env: Env) -> None:
     created = await create(alice, "data", host="local:vol2", cloneable=True)
     assert created.status_code == 201, created.text
     folder = created.json()
-    assert folder["name"] == "data" and folder["host"] == "local:vol2"
-    assert folder["ownership_type"] == "user" and folder["status"] == "ready"
-    assert folder["permission"] == "wd" and folder["is_owner"] is True
+    assert folder["name"] == "data"
+    assert folder["host"] == "local:vol2"
+    assert folder["ownership_type"] == "user"
+    assert folder["status"] == "ready"
+    assert folder["permission"] == "wd"
+    assert folder["is_owner"] is True
     assert (env.proxy.root / "vol2" / folder["id"]).is_dir()
 
     (env.proxy.root / "vol2" / folder["id"] / "a.txt").write_bytes(b"12345")
     ident = (await alice.request("GET", "/folders/_/id", json={"name": "data"})).json()
     assert ident == {"id": folder["id"], "name": "data"}
     info = (await alice.get(f"/folders/{folder['id']}")).json()
-    assert info["numFiles"] == 1 and info["used_bytes"] == 5
-    assert info["is_owner"] is True and info["type"] == "user" and info["cloneable"] is True
+    assert info["numFiles"] == 1
+    assert info["used_bytes"] == 5
+    assert info["is_owner"] is True
+    assert info["type"] == "user"
+    assert info["cloneable"] is True
     listed = (await alice.get("/folders")).json()
     assert [f["name"] for f in listed] == ["data"]
 
@@ -103,7 +111,8 @@ async def test_hosts_create_list_info(env: Env) -> None:
 async def test_bad_names_are_refused(env: Env, name: str, words: str) -> None:
     alice = await env.user("alice@x.test")
     body = problem(await create(alice, name), 400)
-    assert body["field"] == "name" and words in body["detail"]
+    assert body["field"] == "name"
+    assert words in body["detail"]
     assert env.proxy.calls == []  # nothing reached the proxy
 
 
@@ -115,9 +124,11 @@ async def test_names_unique_per_owner_and_unknown_hosts(env: Env) -> None:
     assert "already exists" in body["detail"]
     assert (await create(bob, "data")).status_code == 201  # another owner
     body = problem(await create(alice, "x", host="local:nope"), 400)
-    assert body["field"] == "host" and "local:vol1" in body["expected"]
+    assert body["field"] == "host"
+    assert "local:vol1" in body["expected"]
     body = problem(await create(alice, "x", host="other:vol1"), 400)
-    assert body["field"] == "host" and "No storage proxy 'other'" in body["detail"]
+    assert body["field"] == "host"
+    assert "No storage proxy 'other'" in body["detail"]
     body = problem(await create(alice, "x", host="novolume"), 400)
     assert body["expected"] == "<proxy>:<volume>"
 
@@ -146,7 +157,8 @@ async def test_invite_accept_and_read_only_share(env: Env) -> None:
     answer = await alice.post(
         f"/folders/{fid}/invite", json={"perm": "ro", "user_ids": ["bob@x.test", "nobody@x.test"]}
     )
-    assert answer.status_code == 201 and answer.json() == {"invited_ids": ["bob@x.test"]}
+    assert answer.status_code == 201
+    assert answer.json() == {"invited_ids": ["bob@x.test"]}
     # a second invitation while one is pending is not sent
     again = await alice.post(
         f"/folders/{fid}/invite", json={"perm": "ro", "user_ids": ["bob@x.test"]}
@@ -219,7 +231,8 @@ async def test_project_folders_and_shares(env: Env) -> None:
     created = await create(env.cluster.admin, "team", group="default", permission="ro")
     assert created.status_code == 201, created.text
     team = created.json()
-    assert team["ownership_type"] == "group" and team["group"] is not None
+    assert team["ownership_type"] == "group"
+    assert team["group"] is not None
     # members see it with the folder's permission; outsiders do not
     assert [(f["name"], f["permission"]) for f in (await bob.get("/folders")).json()] == [
         ("team", "ro")
@@ -232,7 +245,8 @@ async def test_project_folders_and_shares(env: Env) -> None:
     shared = await env.cluster.admin.post(
         f"/folders/{team['id']}/share", json={"permission": "rw", "emails": ["alice@x.test"]}
     )
-    assert shared.status_code == 201 and shared.json() == {"shared_emails": ["alice@x.test"]}
+    assert shared.status_code == 201
+    assert shared.json() == {"shared_emails": ["alice@x.test"]}
     outsider = problem(
         await env.cluster.admin.post(
             f"/folders/{team['id']}/share", json={"permission": "rw", "emails": ["carol@x.test"]}
@@ -289,7 +303,7 @@ async def test_old_trash_is_purged(env: Env) -> None:
     async with env.cluster.manager.db.begin(write=True) as db:
         await db.execute(
             sa.update(VFolder)
-            .where(VFolder.id == __import__("uuid").UUID(old))
+            .where(VFolder.id == uuid.UUID(old))
             .values(status_changed_at=service.clock() - timedelta(days=40))
         )
     assert await service.purge_old_trash(timedelta(days=30)) == [old]
@@ -311,7 +325,8 @@ async def test_count_limit_and_quota_from_the_policy(env: Env) -> None:
     assert env.proxy.quotas[("vol1", one["id"])] == 10
     assert (await create(alice, "two")).status_code == 201
     body = problem(await create(alice, "three"), 412)
-    assert body["field"] == "max_vfolder_count" and "2" in body["detail"]
+    assert body["field"] == "max_vfolder_count"
+    assert "2" in body["detail"]
     # the proxy refuses an upload over the quota; the manager passes its refusal on
     over = problem(
         await alice.post(f"/folders/{one['id']}/request-upload", json={"path": "big", "size": 11}),
@@ -354,10 +369,10 @@ async def test_files(env: Env) -> None:
         ("b", "DIR"),
         ("data.bin", "FILE"),
     ]
-    import json
 
     files = json.loads(listing["files"])
-    assert {f["filename"] for f in files} == {"b", "data.bin"} and all("mtime" in f for f in files)
+    assert {f["filename"] for f in files} == {"b", "data.bin"}
+    assert all("mtime" in f for f in files)
 
     assert (
         await alice.post(
@@ -400,7 +415,9 @@ async def test_rename_and_clone(env: Env) -> None:
     clone = await alice.post(f"/folders/{src['id']}/clone", json={"target_name": "copy"})
     assert clone.status_code == 201, clone.text
     copy = clone.json()
-    assert copy["name"] == "copy" and copy["id"] != src["id"] and "bgtask_id" not in copy
+    assert copy["name"] == "copy"
+    assert copy["id"] != src["id"]
+    assert "bgtask_id" not in copy
     assert (env.proxy.root / "vol1" / copy["id"] / "model.pt").read_bytes() == b"weights"
     # shared read-only with bob, not cloneable: bob may not clone it
     await alice.post(
