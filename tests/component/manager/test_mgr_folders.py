@@ -46,7 +46,6 @@ async def env(tmp_path: Path) -> AsyncIterator[Env]:
     async with running_cluster(
         f"sqlite+aiosqlite:///{tmp_path / 'manager.db'}",
         tmp_path / "state",
-        background=False,
         storage_transport=proxy.transport,
     ) as cluster:
         await proxy.register(cluster.manager.store, "local")
@@ -447,3 +446,71 @@ async def test_unbuilt_routes_answer_501(env: Env) -> None:
         response = await alice.request(method, path, json={})
         assert response.status_code == 501, path
         assert "accelshare does not support" in response.json()["detail"]
+
+
+async def test_session_mounts(env: Env) -> None:
+    alice = await env.user("alice@x.test")
+    bob = await env.user("bob@x.test")
+    agent = await env.cluster.add_agent("i-node01")
+    data = (await create(alice, "data")).json()
+    models = (await create(alice, "models")).json()
+    secret = (await create(bob, "secret")).json()
+    lent = (await create(bob, "lent")).json()
+    await bob.post(
+        f"/folders/{lent['id']}/invite", json={"perm": "ro", "user_ids": ["alice@x.test"]}
+    )
+    inv = (await alice.get("/folders/invitations/list")).json()["invitations"][0]
+    await alice.post("/folders/invitations/accept", json={"inv_id": inv["id"]})
+
+    async def start(name: str, **config: Any) -> httpx.Response:
+        body = {
+            "image": "python:3.11",
+            "name": name,
+            "enqueueOnly": True,
+            "config": {"resources": {"cpu": 1, "mem": "1g"}, **config},
+        }
+        return await alice.post("/session", json=body)
+
+    # Backend.AI's forms: a name, mount_map, and permission options
+    created = await start(
+        "s1",
+        mounts=["data", "models", "lent"],
+        mount_map={"models": "/opt/models"},
+        mount_options={
+            "data": {"type": "bind", "permission": None},
+            "models": {"permission": "ro"},
+        },
+    )
+    assert created.status_code == 201, created.text
+    session_id = created.json()["sessionId"]
+    await env.cluster.wait_status(session_id, "RUNNING")
+    request = agent.create_requests[-1]
+    mounts = {m.name: m for m in request.mounts}
+    assert set(mounts) == {"data", "models", "lent"}
+    assert mounts["data"].kernel_path == "/home/work/data"
+    assert mounts["data"].host_path == str(env.proxy.root / "vol1" / data["id"])
+    assert not mounts["data"].read_only
+    assert mounts["models"].kernel_path == "/opt/models"
+    assert mounts["models"].read_only  # asked read-only
+    assert mounts["lent"].read_only  # a read-only share
+
+    # a mounted folder cannot be deleted; the error names the session
+    refused = problem(await alice.request("DELETE", "/folders", json={"id": data["id"]}), 409)
+    assert "'s1'" in refused["detail"]
+    assert refused["sessions"] == ["s1"]
+
+    # unknown folders, someone else's, bad paths: 400 naming the folder; nothing enqueued
+    for config, words in [
+        ({"mounts": ["nope"]}, "'nope'"),
+        ({"mounts": [secret["name"]]}, "'secret'"),
+        ({"mounts": ["data:/home/work/../etc"]}, "absolute path without '..'"),
+        ({"mounts": ["data", "models:/home/work/data"]}, "both mounted at /home/work/data"),
+    ]:
+        body = problem(await start("bad", **config), 400)
+        assert words in body["detail"], body
+    assert models["id"]  # used above by name
+
+    # once the session ends, the folder can go
+    assert (await alice.delete("/session/s1")).status_code in (200, 204)
+    await env.cluster.wait_status(session_id, "TERMINATED")
+    assert (await alice.request("DELETE", "/folders", json={"id": data["id"]})).status_code == 204

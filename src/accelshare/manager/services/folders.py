@@ -34,7 +34,7 @@ import json
 import re
 import stat
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Protocol
@@ -84,6 +84,7 @@ from ..models import (
     VFolderPermissionGrant,
     email_matches,
 )
+from ..session_spec import ResolvedMount
 from ..storage_client import StorageError, StorageProxies, split_host
 
 __all__ = [
@@ -144,12 +145,6 @@ class MountRequest:
 
 
 @dataclass(frozen=True)
-class ResolvedMount:
-    folder_id: uuid.UUID
-    mount: KernelMount
-
-
-@dataclass(frozen=True)
 class _Access:
     folder: VFolder
     permission: VFolderPermission
@@ -202,10 +197,14 @@ def _check_rel_path(path: Any, *, field: str) -> str:
 
 
 def parse_mount_specs(
-    mounts: Sequence[str] | None, mount_map: dict[str, str] | None
+    mounts: Sequence[str] | None,
+    mount_map: Mapping[str, str] | None,
+    mount_options: Mapping[str, Any] | None = None,
 ) -> list[MountRequest]:
     """A create request's ``mounts`` (``name``, ``name:/path``, ``name:/path:ro``,
-    ``name:ro``) and ``mount_map`` (``name -> path``; a ``:ro`` suffix allowed) as one list.
+    ``name:ro``), ``mount_map`` (``name -> path``; a ``:ro`` suffix allowed) and
+    ``mount_options`` (``name -> {"permission": "ro"}``, the official client's ``perm=ro``)
+    as one list.
 
     >>> parse_mount_specs(["data", "models:/opt/models:ro"], {"data": "/data"})
     [MountRequest(name='data', kernel_path='/data', read_only=False), MountRequest(name='models', kernel_path='/opt/models', read_only=True)]
@@ -233,6 +232,16 @@ def parse_mount_specs(
             _check_kernel_path(path, field=f"mount_map.{name}"),
             read_only or (previous.read_only if previous else False),
         )
+    for name, options in (mount_options or {}).items():
+        if name not in found or not isinstance(options, Mapping):
+            continue
+        permission = options.get("permission") or options.get("perm")
+        if permission in ("ro", "read-only", "READ_ONLY") or options.get("readonly") in (
+            True,
+            "true",
+            "1",
+        ):
+            found[name] = MountRequest(name, found[name].kernel_path, True)
     return list(found.values())
 
 
@@ -1340,6 +1349,13 @@ class FolderService:
                     received=req.name,
                 ) from None
             folder = access.folder
+            if any(r.folder_id == folder.id for r in resolved):
+                raise InvalidRequest(
+                    f"The folder {req.name!r} is asked for twice: mount it once",
+                    field=field,
+                    expected="each folder once",
+                    received=req.name,
+                )
             if folder.status not in _LIVE:
                 raise InvalidRequest(
                     f"The folder {req.name!r} cannot be mounted: it is {folder.status.value}",
