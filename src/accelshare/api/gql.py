@@ -58,6 +58,7 @@ from .compat_gql import (
     DependencyNode,
     KeyPairNode,
     VirtualFolderList,
+    VirtualFolderNode,
     containers_of,
     group_name,
     hardware_metadata,
@@ -469,9 +470,18 @@ class Query:
         filter: str | None = None,
         order: str | None = None,
     ) -> VirtualFolderList:
-        """Backend.AI's virtual folders: accelshare has none (always empty)."""
+        """The caller's storage folders (own, project, shared; a superadmin: every one)."""
+        manager, identity = _context(info)
+        refuse_filter_and_order(filter, order)
         _page("vfolder_list", limit, offset)
-        return VirtualFolderList(items=[], total_count=0)
+        items = await manager.folders.list_folders(
+            identity, all_=identity.is_superadmin, group_id=group_id
+        )
+        page = items[offset : offset + limit]
+        return VirtualFolderList(
+            items=[VirtualFolderNode.from_item(i, identity.domain_name) for i in page],
+            total_count=len(items),
+        )
 
     @strawberry.field
     async def keypair(self, info: Info, access_key: str | None = None) -> KeyPairNode | None:
