@@ -41,10 +41,11 @@ class Env:
 
 
 @pytest.fixture
-async def env(tmp_path: Path) -> AsyncIterator[Env]:
+async def env(db_url: str, tmp_path: Path) -> AsyncIterator[Env]:
+    """SQLite and PostgreSQL (``db_url``), a fake proxy with the volumes vol1 and vol2."""
     proxy = FakeStorageProxy(tmp_path / "volumes", volumes=["vol1", "vol2"])
     async with running_cluster(
-        f"sqlite+aiosqlite:///{tmp_path / 'manager.db'}",
+        db_url,
         tmp_path / "state",
         storage_transport=proxy.transport,
     ) as cluster:
