@@ -16,6 +16,8 @@ import httpx
 import pytest
 import sqlalchemy as sa
 
+from accelshare.client import AccelshareClient
+from accelshare.client.config import ClientConfig
 from accelshare.manager.models import GroupMember, KeypairResourcePolicy, User, VFolder
 from accelshare.protocol.storage import StorageErrorType
 from accelshare_testkit.fake_storage import FakeStorageProxy
@@ -515,3 +517,48 @@ async def test_session_mounts(env: Env) -> None:
     assert (await alice.delete("/session/s1")).status_code in (200, 204)
     await env.cluster.wait_status(session_id, "TERMINATED")
     assert (await alice.request("DELETE", "/folders", json={"id": data["id"]})).status_code == 204
+
+
+async def test_the_sdk_round_trip(env: Env, tmp_path: Path) -> None:
+    """``client.folders`` (what ``accelshare vfolder`` calls): create, upload in tus
+    chunks, list, download whole, trash and purge."""
+    response = await env.cluster.admin.post(
+        "/admin/users", json={"email": "dana@x.test", "password": "long enough password"}
+    )
+    keypair = response.json()["keypair"]
+    config = ClientConfig("http://127.0.0.1:8081", keypair["access_key"], keypair["secret_key"])
+    async with AccelshareClient(
+        config,
+        transport=httpx.ASGITransport(app=env.cluster.app),
+        storage_transport=env.proxy.transport,
+    ) as client:
+        assert (await client.folders.hosts())["default"] == "local:vol1"
+        created = await client.folders.create("sdk", cloneable=True)
+        source = tmp_path / "blob.bin"
+        payload = bytes(range(256)) * 1000  # 256000 bytes: several chunks
+        source.write_bytes(payload)
+        done: list[int] = []
+        await client.folders.upload(
+            "sdk", source, "in/blob.bin", chunk_bytes=65536, progress=lambda d, _t: done.append(d)
+        )
+        assert done == [65536, 131072, 196608, 256000]
+        assert (await client.folders.mkdir("sdk", ["out"]))["success"][0]["item"] == "out"
+        listing = await client.folders.ls("sdk", "in")
+        assert [(i["name"], i["size"]) for i in listing] == [("blob.bin", 256000)]
+        downloads = tmp_path / "downloads"
+        downloads.mkdir()
+        target = await client.folders.download("sdk", "in/blob.bin", downloads)
+        assert target == downloads / "blob.bin"
+        assert target.read_bytes() == payload
+        assert not (downloads / "blob.bin.partial").exists()
+        with pytest.raises(FileExistsError):
+            await client.folders.download("sdk", "in/blob.bin", downloads)
+        assert [f["name"] for f in await client.folders.list_folders()] == ["sdk"]
+        await client.folders.move("sdk", "in/blob.bin", "out/blob.bin")
+        await client.folders.rm("sdk", ["in"])
+        assert {i["name"] for i in await client.folders.ls("sdk")} == {"out"}
+        await client.folders.delete("sdk")
+        assert (await client.folders.info("sdk"))["status"] == "delete-pending"
+        await client.folders.purge("sdk")
+        assert await client.folders.list_folders() == []
+        assert created["name"] == "sdk"
