@@ -134,13 +134,24 @@ class Result:
 class Bai:
     """``backend.ai ...`` and the SDK helper, configured for one cluster."""
 
-    def __init__(self, bin_dir: Path, env: dict[str, str]) -> None:
-        self.bin_dir, self.env = bin_dir, env
+    def __init__(self, bin_dir: Path, env: dict[str, str], cwd: Path | None = None) -> None:
+        self.bin_dir, self.env, self.cwd = bin_dir, env, cwd
 
-    def _run(self, argv: list[str]) -> Result:
+    def as_user(self, access_key: str, secret_key: str) -> Bai:
+        """The same client with another keypair."""
+        env = {**self.env, "BACKEND_ACCESS_KEY": access_key, "BACKEND_SECRET_KEY": secret_key}
+        return Bai(self.bin_dir, env, self.cwd)
+
+    def in_dir(self, cwd: Path) -> Bai:
+        """The same client run in ``cwd`` (``vfolder upload/download`` use it)."""
+        return Bai(self.bin_dir, self.env, cwd)
+
+    def _run(self, argv: list[str], input_text: str | None = None) -> Result:
         done = subprocess.run(
             argv,
             env=self.env,
+            cwd=self.cwd,
+            input=input_text,
             capture_output=True,
             text=True,
             timeout=COMMAND_TIMEOUT_S,
@@ -148,11 +159,12 @@ class Bai:
         )
         return Result(done.returncode, done.stdout, done.stderr)
 
-    def __call__(self, *args: str) -> Result:
-        return self._run([str(self.bin_dir / "backend.ai"), *args])
+    def __call__(self, *args: str, input_text: str | None = None) -> Result:
+        """``input_text``: what the command reads on stdin (a confirmation)."""
+        return self._run([str(self.bin_dir / "backend.ai"), *args], input_text)
 
-    def ok(self, *args: str) -> Result:
-        result = self(*args)
+    def ok(self, *args: str, input_text: str | None = None) -> Result:
+        result = self(*args, input_text=input_text)
         assert result.code == 0, f"backend.ai {' '.join(args)} failed: {result}"
         return result
 
