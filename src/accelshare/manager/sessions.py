@@ -218,6 +218,8 @@ def session_json(
         "startedAt": _iso(row.started_at),
         "terminationTime": _iso(row.terminated_at),
         "dependencies": [str(d) for d in dependencies],
+        # the storage folders its kernels mount: {name, host_path, kernel_path, read_only}
+        "mounts": list(row.vfolder_mounts or []),
         "servicePorts": app_services(
             row.environ, reported_ports if reported_ports is not None else _reported_ports(kernels)
         ),

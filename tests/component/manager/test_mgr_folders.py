@@ -18,7 +18,7 @@ import sqlalchemy as sa
 
 from accelshare.client import AccelshareClient
 from accelshare.client.config import ClientConfig
-from accelshare.manager.models import GroupMember, KeypairResourcePolicy, User, VFolder
+from accelshare.manager.models import GroupMember, User, VFolder
 from accelshare.protocol.storage import StorageErrorType
 from accelshare_testkit.fake_storage import FakeStorageProxy
 
@@ -316,12 +316,17 @@ async def test_old_trash_is_purged(env: Env) -> None:
 
 async def test_count_limit_and_quota_from_the_policy(env: Env) -> None:
     alice = await env.user("alice@x.test")
-    async with env.cluster.manager.db.begin(write=True) as db:
-        await db.execute(
-            sa.update(KeypairResourcePolicy)
-            .where(KeypairResourcePolicy.name == "default")
-            .values(max_vfolder_count=2, max_vfolder_size=10)
-        )
+    patched = await env.cluster.admin.patch(
+        "/admin/resource-policies/default", json={"max_vfolder_count": 2, "max_vfolder_size": 10}
+    )
+    assert patched.status_code == 200, patched.text
+    assert patched.json()["max_vfolder_count"] == 2
+    assert patched.json()["max_vfolder_size"] == 10
+    too_big = await env.cluster.admin.patch(
+        "/admin/resource-policies/default", json={"max_vfolder_size": 2**63}
+    )
+    assert too_big.status_code == 400
+    assert too_big.json()["field"] == "max_vfolder_size"
     one = (await create(alice, "one")).json()
     assert one["max_size"] == 10
     assert env.proxy.quotas[("vol1", one["id"])] == 10
@@ -487,6 +492,12 @@ async def test_session_mounts(env: Env) -> None:
     assert created.status_code == 201, created.text
     session_id = created.json()["sessionId"]
     await env.cluster.wait_status(session_id, "RUNNING")
+    shown = await env.cluster.session(session_id)
+    assert {m["name"]: m["kernel_path"] for m in shown["mounts"]} == {
+        "data": "/home/work/data",
+        "models": "/opt/models",
+        "lent": "/home/work/lent",
+    }
     request = agent.create_requests[-1]
     mounts = {m.name: m for m in request.mounts}
     assert set(mounts) == {"data", "models", "lent"}
