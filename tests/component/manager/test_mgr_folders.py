@@ -4,6 +4,7 @@ permissions, shares and invitations, limits, the trash, files and session mounts
 
 from __future__ import annotations
 
+import asyncio
 import json
 import uuid
 from collections.abc import AsyncIterator
@@ -573,3 +574,23 @@ async def test_the_sdk_round_trip(env: Env, tmp_path: Path) -> None:
         await client.folders.purge("sdk")
         assert await client.folders.list_folders() == []
         assert created["name"] == "sdk"
+
+
+async def test_concurrent_creates_of_one_name_leave_one_folder(env: Env) -> None:
+    alice = await env.user("alice@x.test")
+    answers = await asyncio.gather(*(create(alice, "race") for _ in range(4)))
+    assert sorted(a.status_code for a in answers) == [201, 409, 409, 409]
+    winner = next(a.json() for a in answers if a.status_code == 201)
+    on_disk = sorted(p.name for p in (env.proxy.root / "vol1").iterdir())
+    assert on_disk == [winner["id"]]  # the losers' proxy folders were removed again
+
+
+async def test_a_purge_the_proxy_refuses_is_kept_as_delete_error(env: Env) -> None:
+    alice = await env.user("alice@x.test")
+    fid = (await create(alice, "stuck")).json()["id"]
+    await alice.request("DELETE", "/folders", json={"id": fid})
+    env.proxy.fail["delete"] = StorageErrorType.BAD_REQUEST
+    assert (await alice.post("/folders/delete-from-trash-bin", json={"id": fid})).status_code == 400
+    assert (await alice.get(f"/folders/{fid}")).json()["status"] == "delete-error"
+    assert (await alice.post("/folders/delete-from-trash-bin", json={"id": fid})).status_code == 204
+    assert (await alice.get(f"/folders/{fid}")).status_code == 404
