@@ -62,7 +62,8 @@ async def create_session(
     config = spec.config
     if config.mounts or config.mount_map:
         wanted = parse_mount_specs(config.mounts, config.mount_map, config.mount_options)
-        mounts = await manager.folders.resolve_mounts(identity, wanted)
+        owner = await manager.folders.actor_for(identity, spec.owner_access_key)
+        mounts = await manager.folders.resolve_mounts(owner, wanted)
         session_request = dataclasses.replace(session_request, mounts=tuple(mounts))
     result = await manager.sessions.create(identity, session_request)
     if not result.created:

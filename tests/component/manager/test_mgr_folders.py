@@ -8,7 +8,7 @@ import asyncio
 import json
 import uuid
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -30,6 +30,7 @@ from .cluster import Cluster, running_cluster
 class Env:
     cluster: Cluster
     proxy: FakeStorageProxy
+    access_keys: dict[str, str] = field(default_factory=dict)  # e-mail -> access key
 
     async def user(
         self, email: str, *, role: str = "user", group: str | None = None
@@ -40,6 +41,7 @@ class Env:
         response = await self.cluster.admin.post("/admin/users", json=body)
         assert response.status_code == 201, response.text
         keypair = response.json()["keypair"]
+        self.access_keys[email] = keypair["access_key"]
         return self.cluster.client(keypair["access_key"], keypair["secret_key"])
 
 
@@ -524,6 +526,32 @@ async def test_session_mounts(env: Env) -> None:
         body = problem(await start("bad", **config), 400)
         assert words in body["detail"], body
     assert models["id"]  # used above by name
+
+    # a superadmin creating a session for alice mounts alice's folders
+    for_alice = await env.cluster.admin.post(
+        "/session",
+        json={
+            "image": "python:3.11",
+            "name": "s2",
+            "enqueueOnly": True,
+            "owner_access_key": env.access_keys["alice@x.test"],
+            "config": {"resources": {"cpu": 1, "mem": "1g"}, "mounts": ["models"]},
+        },
+    )
+    assert for_alice.status_code == 201, for_alice.text
+    await env.cluster.wait_status(for_alice.json()["sessionId"], "RUNNING")
+    assert [m.name for m in agent.create_requests[-1].mounts] == ["models"]
+    # a user naming another user's key mounts nothing of theirs
+    sneaky = await bob.post(
+        "/session",
+        json={
+            "image": "python:3.11",
+            "owner_access_key": env.access_keys["alice@x.test"],
+            "config": {"resources": {"cpu": 1, "mem": "1g"}, "mounts": ["models"]},
+        },
+    )
+    assert sneaky.status_code == 400
+    assert "No folder 'models'" in sneaky.json()["detail"]
 
     # once the session ends, the folder can go
     assert (await alice.delete("/session/s1")).status_code in (200, 204)

@@ -75,6 +75,7 @@ from ..errors import Conflict, InvalidRequest, LimitExceeded, NotFound, Permissi
 from ..models import (
     Group,
     GroupMember,
+    Keypair,
     KeypairResourcePolicy,
     Session,
     SessionVFolderMount,
@@ -122,6 +123,17 @@ class FolderActor(Protocol):
 
     @property
     def resource_policy(self) -> str: ...
+
+
+@dataclass(frozen=True)
+class _Owner:
+    """A session's owner when an admin creates it for another user (``owner_access_key``)."""
+
+    user_id: uuid.UUID
+    email: str
+    role: UserRole
+    domain_name: str
+    resource_policy: str
 
 
 @dataclass(frozen=True)
@@ -1327,6 +1339,28 @@ class FolderService:
         )
 
     # -- session mounts ------------------------------------------------------------------
+
+    async def actor_for(self, caller: FolderActor, owner_access_key: str | None) -> FolderActor:
+        """Whose folders a session mounts: the caller's, or for an admin acting for
+        another user (``owner_access_key``), that user's.  A user naming another key, or
+        an unknown key, keeps the caller (the session's create refuses it with its own
+        error, and no folder of another user is looked at)."""
+        if not owner_access_key or caller.role is UserRole.USER:
+            return caller
+        async with self.db.begin() as db:
+            row = (
+                await db.execute(
+                    sa.select(User, Keypair.resource_policy)
+                    .join(Keypair, Keypair.user_id == User.id)
+                    .where(Keypair.access_key == owner_access_key)
+                )
+            ).first()
+        if row is None:
+            return caller
+        user, policy = row
+        if caller.role is not UserRole.SUPERADMIN and user.domain_name != caller.domain_name:
+            return caller
+        return _Owner(user.id, user.email, user.role, user.domain_name, policy)
 
     async def resolve_mounts(
         self, actor: FolderActor, requests: Sequence[MountRequest]
