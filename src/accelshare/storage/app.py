@@ -387,9 +387,10 @@ def client_app(proxy: StorageProxy) -> FastAPI:
                     StorageErrorType.UPLOAD_CONFLICT,
                     f"Upload-Offset: expected {offset}, received {claimed}",
                 )
+            dst_dir = split_relpath(request.query_params.get("dst_dir", ""), field="dst_dir")
             offset = await _receive(request, volume, session, offset)
             if offset == session.size:
-                await _run(volume.finish_upload, session)
+                await _run(volume.finish_upload, session, dst_dir)
         finally:
             proxy._patching.discard(key)
         return Response(status_code=204, headers=_tus_headers(session, offset))
@@ -398,7 +399,9 @@ def client_app(proxy: StorageProxy) -> FastAPI:
     async def download(request: Request) -> Response:
         claims = proxy.signer.verify(request.query_params.get("token"), op="download")
         volume = proxy.volume(claims.volume)
-        opened = await _run(volume.open_for_read, claims.folder_id, claims.path)
+        dst_dir = split_relpath(request.query_params.get("dst_dir", ""), field="dst_dir")
+        path = "/".join((*dst_dir, claims.path))
+        opened = await _run(volume.open_for_read, claims.folder_id, path)
         if isinstance(opened, OpenDir):
             if not claims.archive:
                 os.close(opened.fd)

@@ -508,8 +508,9 @@ class Volume:
         except FileNotFoundError:
             return 0
 
-    def finish_upload(self, session: UploadSession) -> None:
-        """Move the whole partial file under its name in the folder (atomically)."""
+    def finish_upload(self, session: UploadSession, dst_dir: tuple[str, ...] = ()) -> None:
+        """Move the whole partial file under its name in the folder (atomically);
+        ``dst_dir``: a directory the path is relative to (the client's ``dst_dir``)."""
         part = self._part(session.session)
         fd = os.open(part, os.O_RDONLY | os.O_CLOEXEC)
         try:
@@ -519,8 +520,8 @@ class Volume:
         root = self._root_fd(session.folder_id)
         try:
             parent, name = walk(
-                root, split_relpath(session.path), follow_last=False, create_dirs=True,
-                shown=session.path,
+                root, dst_dir + split_relpath(session.path), follow_last=False,
+                create_dirs=True, shown=session.path,
             )  # fmt: skip
         finally:
             os.close(root)

@@ -364,3 +364,21 @@ async def test_traversal_is_refused_everywhere(storage: Running) -> None:
     r = await storage.mgr.post("/v1/files/delete", json={**ref, "paths": ["out"]})
     assert r.status_code == 204
     assert (outside / "secret").exists()
+
+
+async def test_dst_dir_is_honoured_and_checked(storage: Running) -> None:
+    """The official client may add ``dst_dir`` to the ticket's URL (Backend.AI's proxy
+    takes the path relative to it)."""
+    fid = await storage.new_folder()
+    url, params = await _ticket(storage, "upload", {"folder_id": fid, "path": "f", "size": 2})
+    r = await _patch(url, {**params, "dst_dir": "../.."}, 0, b"hi")
+    assert "dst_dir: expected" in _problem(r, 400, "bad-path")
+    r = await _patch(url, {**params, "dst_dir": "in/here"}, 0, b"hi")
+    assert r.status_code == 204, r.text
+    assert (storage.folder(fid) / "in" / "here" / "f").read_bytes() == b"hi"
+    (storage.folder(fid) / "f").write_bytes(b"root")
+    url, params = await _ticket(storage, "download", {"folder_id": fid, "path": "f"})
+    async with httpx.AsyncClient() as http:
+        r = await http.get(url, params={**params, "dst_dir": "in/here"})
+        assert r.content == b"hi"
+        assert (await http.get(url, params=params)).content == b"root"
