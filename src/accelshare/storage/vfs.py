@@ -33,7 +33,7 @@ from collections import OrderedDict
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
@@ -78,14 +78,6 @@ class OpenFile:
     name: str
     size: int
     mtime: float
-
-
-def _entry_type(mode: int) -> Literal["file", "dir", "symlink"]:
-    if stat.S_ISDIR(mode):
-        return "dir"
-    if stat.S_ISLNK(mode):
-        return "symlink"
-    return "file"
 
 
 class Volume:
@@ -212,6 +204,14 @@ class Volume:
     def list_files(
         self, folder_id: str, path: str, *, limit: int, cursor: str | None
     ) -> FileListPage:
+        items, next_cursor = self.list_raw(folder_id, path, limit=limit, cursor=cursor)
+        return FileListPage(items=[FileEntry(**item) for item in items], next_cursor=next_cursor)
+
+    def list_raw(
+        self, folder_id: str, path: str, *, limit: int, cursor: str | None
+    ) -> tuple[list[dict[str, Any]], str | None]:
+        """One page as plain :class:`FileEntry` dicts (no model per entry: a page of 5000
+        is serialised straight to JSON) and the next page's cursor (None: the last)."""
         parts = split_relpath(path)
         root = self._root_fd(folder_id)
         try:
@@ -229,26 +229,28 @@ class Volume:
             names = self._sorted_names(dir_fd)
             start = bisect.bisect_right(names, cursor) if cursor is not None else 0
             page = names[start : start + limit]
-            items = []
+            items: list[dict[str, Any]] = []
+            lstat, is_dir, is_link, imode = os.stat, stat.S_ISDIR, stat.S_ISLNK, stat.S_IMODE
             for entry in page:
                 try:
-                    info = os.stat(entry, dir_fd=dir_fd, follow_symlinks=False)
+                    info = lstat(entry, dir_fd=dir_fd, follow_symlinks=False)
                 except FileNotFoundError:
                     continue  # removed since the directory was read
+                mode = info.st_mode
                 items.append(
-                    FileEntry(
-                        name=entry,
-                        type=_entry_type(info.st_mode),
-                        size=info.st_size,
-                        mode=stat.S_IMODE(info.st_mode),
-                        created=info.st_ctime,
-                        modified=info.st_mtime,
-                    )
+                    {
+                        "name": entry,
+                        "type": "dir" if is_dir(mode) else "symlink" if is_link(mode) else "file",
+                        "size": info.st_size,
+                        "mode": imode(mode),
+                        "created": info.st_ctime,
+                        "modified": info.st_mtime,
+                    }
                 )
         finally:
             os.close(dir_fd)
         more = start + limit < len(names)
-        return FileListPage(items=items, next_cursor=page[-1] if more and page else None)
+        return items, (page[-1] if more and page else None)
 
     def _sorted_names(self, dir_fd: int) -> list[str]:
         info = os.fstat(dir_fd)
