@@ -82,3 +82,10 @@ def test_a_file_that_is_not_toml(tmp_path: Path) -> None:
     path.write_text("[storage-proxy\n")
     with pytest.raises(StorageConfigError, match="valid TOML"):
         load_storage_config(path)
+
+
+def test_the_sample_config_is_valid() -> None:
+    sample = Path(__file__).resolve().parents[3] / "configs" / "storage.toml"
+    config = load_storage_config(sample)
+    assert config.storage_proxy.node_id == "storage1"
+    assert config.volume["volume1"].path == "/srv/accelshare/volume1"
