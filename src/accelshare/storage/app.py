@@ -72,7 +72,7 @@ class StorageProxy:
             name: Volume(name, Path(section.path)) for name, section in config.volume.items()
         }
         self.signer = TokenSigner(config.storage_proxy.secret)
-        self._patching: set[tuple[str, str]] = set()
+        self.patching: set[tuple[str, str]] = set()
 
     def prepare(self) -> None:
         for volume in self.volumes.values():
@@ -378,13 +378,13 @@ def client_app(proxy: StorageProxy) -> FastAPI:
                 f"Upload-Offset: expected a byte offset, received {claimed!r}",
             )
         key = (volume.name, session.session)
-        if key in proxy._patching:
+        if key in proxy.patching:
             raise StorageError(
                 StorageErrorType.UPLOAD_CONFLICT,
                 "Upload-Offset: expected one PATCH at a time, received one while another is"
                 " still writing (HEAD for the offset, then retry)",
             )
-        proxy._patching.add(key)
+        proxy.patching.add(key)
         try:
             offset = await _run(volume.part_offset, session)
             if session.done or int(claimed) != offset:
@@ -397,7 +397,7 @@ def client_app(proxy: StorageProxy) -> FastAPI:
             if offset == session.size:
                 await _run(volume.finish_upload, session, dst_dir)
         finally:
-            proxy._patching.discard(key)
+            proxy.patching.discard(key)
         return Response(status_code=204, headers=_tus_headers(session, offset))
 
     @app.api_route("/download", methods=["GET", "HEAD"])
