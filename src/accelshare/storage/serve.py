@@ -82,7 +82,7 @@ def launch_storage(config_path: Path, *, log_level: str = "info", json_logs: boo
         config = load_storage_config(config_path)
     except StorageConfigError as e:
         log.error("%s", e)
-        return 2
+        return 1
     proxy = StorageProxy(config)
     try:
         proxy.prepare()
