@@ -2,6 +2,8 @@
 database (docs/architecture.md, "API, services, store").
 
 * :mod:`.admin` — users, keypairs, resource policies and scaling groups;
+* :mod:`.admin_views` — the role-scoped, paged admin lists (users, keypairs, domains,
+  groups, policies) and the domain and group changes (the admin GraphQL);
 * :mod:`.directory` — owner, group and keypair look-ups (the compatibility GraphQL);
 * :mod:`.holders` — which sessions hold which kernels (agents' maps, the agents stream).
 
