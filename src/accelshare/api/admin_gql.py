@@ -25,7 +25,10 @@ Mutations (``{ ok msg <object> }``): ``create_user`` / ``modify_user`` / ``delet
 What accelshare does not keep (``need_password_change``, ``allowed_client_ip``, a
 scaling group's ``driver``, a policy's ``max_session_lifetime``...) reads as ``null``; an
 input that asks for a value of such a setting other than its "off" value is refused
-with an error naming the field, so nothing is silently dropped.  ``filter`` and
+with an error naming the field, so nothing is silently dropped; the exceptions are the
+limits on things accelshare does not have (``allowed_vfolder_hosts``: no virtual
+folders; ``max_concurrent_sftp_sessions``: no SFTP sessions), which hold whatever their
+value and are accepted without being kept.  ``filter`` and
 ``order`` accept only ``null`` for now (:func:`.compat_gql.refuse_filter_and_order`).
 """
 
@@ -104,6 +107,12 @@ def _json_input(raw: str | None, field: str) -> dict[str, Any] | None:
     if not isinstance(value, dict):
         raise ValueError(f"{field}: expected a JSON object, received {raw!r}")
     return value
+
+
+def _vacuous(field: str, raw: str | None) -> None:
+    """``allowed_vfolder_hosts``: accelshare has no virtual folders, so a permission on
+    their hosts grants nothing and is accepted (a JSON object) without being kept."""
+    _json_input(raw, field)
 
 
 def _not_kept(field: str, value: Any, *off: Any) -> None:
@@ -835,13 +844,11 @@ def _policy_changes(
     name: str | None,
 ) -> PolicyChanges:
     _not_kept("max_session_lifetime", props.max_session_lifetime, 0)
-    _not_kept("max_concurrent_sftp_sessions", props.max_concurrent_sftp_sessions, 0)
+    sftp = props.max_concurrent_sftp_sessions
+    if sftp is not None and sftp < 0:  # no SFTP sessions exist: any limit holds
+        raise ValueError(f"max_concurrent_sftp_sessions: expected >= 0, received {sftp}")
     _not_kept("max_containers_per_session", props.max_containers_per_session, 1)
-    _not_kept(
-        "allowed_vfolder_hosts",
-        _json_input(props.allowed_vfolder_hosts, "allowed_vfolder_hosts"),
-        {},
-    )
+    _vacuous("allowed_vfolder_hosts", props.allowed_vfolder_hosts)
     default = None
     if props.default_for_unspecified is not None:
         try:
@@ -1001,11 +1008,7 @@ class AdminMutation:
     async def create_domain(self, info: Info, name: str, props: DomainInput) -> CreateDomain:
         manager, identity = _context(info)
         _require_superadmin(identity)
-        _not_kept(
-            "allowed_vfolder_hosts",
-            _json_input(props.allowed_vfolder_hosts, "allowed_vfolder_hosts"),
-            {},
-        )
+        _vacuous("allowed_vfolder_hosts", props.allowed_vfolder_hosts)
         _not_kept("allowed_docker_registries", props.allowed_docker_registries, [])
         _not_kept("integration_id", props.integration_id, "")
         made = await manager.admin_views.create_domain(
@@ -1026,11 +1029,7 @@ class AdminMutation:
         manager, identity = _context(info)
         _require_superadmin(identity)
         _not_kept("name", props.name, name)
-        _not_kept(
-            "allowed_vfolder_hosts",
-            _json_input(props.allowed_vfolder_hosts, "allowed_vfolder_hosts"),
-            {},
-        )
+        _vacuous("allowed_vfolder_hosts", props.allowed_vfolder_hosts)
         _not_kept("allowed_docker_registries", props.allowed_docker_registries, [])
         _not_kept("integration_id", props.integration_id, "")
         await manager.admin_views.modify_domain(
@@ -1067,11 +1066,7 @@ class AdminMutation:
         manager, identity = _context(info)
         _require_admin(identity)
         _not_kept("type", props.type and props.type.upper(), "GENERAL")
-        _not_kept(
-            "allowed_vfolder_hosts",
-            _json_input(props.allowed_vfolder_hosts, "allowed_vfolder_hosts"),
-            {},
-        )
+        _vacuous("allowed_vfolder_hosts", props.allowed_vfolder_hosts)
         _not_kept("integration_id", props.integration_id, "")
         _not_kept("resource_policy", props.resource_policy)
         _not_kept("container_registry", props.container_registry)
@@ -1093,11 +1088,7 @@ class AdminMutation:
     async def modify_group(self, info: Info, gid: uuid.UUID, props: ModifyGroupInput) -> Done:
         manager, identity = _context(info)
         _require_admin(identity)
-        _not_kept(
-            "allowed_vfolder_hosts",
-            _json_input(props.allowed_vfolder_hosts, "allowed_vfolder_hosts"),
-            {},
-        )
+        _vacuous("allowed_vfolder_hosts", props.allowed_vfolder_hosts)
         _not_kept("integration_id", props.integration_id, "")
         _not_kept("resource_policy", props.resource_policy)
         _not_kept("container_registry", props.container_registry)
