@@ -12,8 +12,12 @@ Backend.AI's field names and shapes; slot maps are JSON *strings* (its ``JSONStr
 * ``compute_session(id: UUID!)``,
   ``compute_session_list(limit, offset, status, access_key) { items total_count }`` —
   the caller's visibility (user: own, admin: domain, superadmin: all);
-* ``keypair(access_key)`` — the caller's own keypair (any one for a superadmin);
-* ``images(runtime)`` — the image catalogue (any user; docs/images.md).
+* ``keypair(access_key)`` — the caller's own keypair (or one of its domain for an admin,
+  any one for a superadmin);
+* ``images(runtime, is_operation)``, ``image(reference)`` — the image catalogue (any
+  user; docs/images.md);
+* Backend.AI's admin surface (users, keypairs, domains, groups, scaling groups, keypair
+  resource policies, their mutations): :mod:`.admin_gql`.
 
 Mutations (Backend.AI's):
 
