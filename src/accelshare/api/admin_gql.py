@@ -27,8 +27,8 @@ scaling group's ``driver``, a policy's ``max_session_lifetime``...) reads as ``n
 input that asks for a value of such a setting other than its "off" value is refused
 with an error naming the field, so nothing is silently dropped; the exceptions are the
 limits on things accelshare does not have (``allowed_vfolder_hosts``: no virtual
-folders; ``max_concurrent_sftp_sessions``: no SFTP sessions), which hold whatever their
-value and are accepted without being kept.  ``filter`` and
+folders; ``max_concurrent_sftp_sessions``: no SFTP sessions) and a keypair's
+``rate_limit`` (the client always sends one), which are accepted without being kept.  ``filter`` and
 ``order`` accept only ``null`` for now (:func:`.compat_gql.refuse_filter_and_order`).
 """
 
@@ -621,6 +621,8 @@ class KeyPairInput:
     is_admin: bool | None = False
     resource_policy: str | None = None
     concurrency_limit: int | None = None
+    # Accepted and not kept: accelshare has no per-key rate limit (the client's
+    # `keypair add` always sends one, 5000 by default); it reads as null.
     rate_limit: int | None = None
 
 
@@ -630,6 +632,8 @@ class ModifyKeyPairInput:
     is_admin: bool | None = None
     resource_policy: str | None = None
     concurrency_limit: int | None = None
+    # Accepted and not kept: accelshare has no per-key rate limit (the client's
+    # `keypair add` always sends one, 5000 by default); it reads as null.
     rate_limit: int | None = None
 
 
@@ -966,6 +970,7 @@ class AdminMutation:
         """``user_id`` is the owner's email (Backend.AI's argument name)."""
         manager, identity = _context(info)
         _require_admin(identity)
+        _not_kept("concurrency_limit", props.concurrency_limit)
         made = await manager.admin.create_keypair(
             identity,
             NewKeypair(
@@ -985,6 +990,7 @@ class AdminMutation:
     async def modify_keypair(self, info: Info, access_key: str, props: ModifyKeyPairInput) -> Done:
         manager, identity = _context(info)
         _require_admin(identity)
+        _not_kept("concurrency_limit", props.concurrency_limit)
         await manager.admin.patch_keypair(
             identity,
             access_key,
