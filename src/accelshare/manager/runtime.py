@@ -45,6 +45,7 @@ from .models import Agent, Session
 from .registry import AgentRegistry
 from .scheduler import Binder, Scheduler
 from .services.admin import AdminService
+from .services.admin_views import AdminViews
 from .services.directory import Directory
 from .services.folders import FolderService
 from .services.holders import KernelHolders
@@ -140,6 +141,7 @@ class Manager:
         self.bai_events = BackendAIEvents(db, self.hub, self.sessions)
         self.admin = AdminService(db=db, known_slots=self.known_slots, trigger=self.trigger)
         self.directory = Directory(db)
+        self.admin_views = AdminViews(db=db, known_slots=self.known_slots)
         self.holders = KernelHolders(db)
         self.storage = StorageProxies(store, transport=storage_transport)
         self.folders = FolderService(
