@@ -18,6 +18,11 @@ from accelshare.devcluster import LocalCluster
 from .conftest import Bai
 
 
+def _default_host(bai: Bai) -> str:
+    hosts = bai.ok("vfolder", "list-hosts").output
+    return hosts.split("Default vfolder host: ", 1)[1].split()[0]
+
+
 def _user(cluster: LocalCluster, email: str) -> tuple[str, str]:
     """A new user of the default project; its access and secret key."""
 
@@ -52,7 +57,8 @@ def test_folder_life_cycle(storage: Bai, tmp_path: Path) -> None:
     default_host = hosts.split("Default vfolder host: ", 1)[1].split()[0]
     assert ":" in default_host
 
-    assert f'Virtual folder "{name}" is created.' in bai.ok("vfolder", "create", name).output
+    created = bai.ok("vfolder", "create", name, default_host, "--cloneable").output
+    assert f'Virtual folder "{name}" is created.' in created
     listed = bai.ok("--output", "json", "vfolder", "list").json()
     mine = [f for f in listed["items"] if f["name"] == name]
     assert len(mine) == 1
@@ -93,7 +99,13 @@ def test_folder_life_cycle(storage: Bai, tmp_path: Path) -> None:
 
     # clone, then delete (to the trash)
     clone = f"{name}-c"
-    assert "complete" in bai.ok("vfolder", "clone", renamed, clone).output
+    up.ok("vfolder", "upload", renamed, "data.bin")
+    cloned = bai.ok("vfolder", "clone", renamed, clone, default_host).output
+    assert "Cloning the vfolder is complete." in cloned
+    copy = tmp_path / "copy"
+    copy.mkdir()
+    bai.in_dir(copy).ok("vfolder", "download", clone, "data.bin")
+    assert (copy / "data.bin").read_bytes() == payload
     assert "Deleted." in bai.ok("vfolder", "delete", clone).output
     assert "delete-pending" in bai.ok("vfolder", "info", clone).output
 
@@ -103,7 +115,7 @@ def test_invite_share_and_read_only(storage: Bai, cluster: LocalCluster, tmp_pat
     name = f"compat-{uuid.uuid4().hex[:8]}"
     email = f"{name}@example.com"
     bob = bai.as_user(*_user(cluster, email))
-    bai.ok("vfolder", "create", name)
+    bai.ok("vfolder", "create", name, _default_host(bai))
     invited = bai.ok("vfolder", "invite", name, email, "-p", "ro").output
     assert "Invitation sent to:" in invited
     assert email in invited
@@ -120,7 +132,7 @@ def test_invite_share_and_read_only(storage: Bai, cluster: LocalCluster, tmp_pat
 
     # a project folder shared with a member, read-write
     project = f"{name}-p"
-    created = bai("vfolder", "create", project, "-g", "default")
+    created = bai("vfolder", "create", project, _default_host(bai), "-g", "default")
     assert created.code == 0, created
     shared = bai.ok("vfolder", "share", project, email, "-p", "rw").output
     assert email in shared
@@ -130,7 +142,7 @@ def test_invite_share_and_read_only(storage: Bai, cluster: LocalCluster, tmp_pat
 def test_session_create_mounts_a_folder(storage: Bai) -> None:
     bai = storage
     name = f"compat-{uuid.uuid4().hex[:8]}"
-    bai.ok("vfolder", "create", name)
+    bai.ok("vfolder", "create", name, _default_host(bai))
     unknown = bai(
         "session", "create", "-m", "compat-nosuch", "-r", "cpu=1", "-r", "mem=1g", "python"
     )
