@@ -62,3 +62,21 @@ def test_vfolder_commands(cli: Cli, tmp_path: Path) -> None:
     listed_names = [f["name"] for f in json.loads(cli("vfolder", "list", "--json").stdout)]
     assert f"{name}-copy" in listed_names
     assert f"{name}-r" not in listed_names
+
+
+def test_session_create_mounts_folders(cli: Cli) -> None:
+    name = f"cli-{uuid.uuid4().hex[:8]}"
+    assert cli("vfolder", "create", name).code == 0
+    unknown = cli("session", "create", "-r", "cpu=1", "-r", "mem=256", "-m", "cli-nosuch", "python")
+    assert unknown.code == 1
+    assert "No folder 'cli-nosuch' to mount" in unknown.stderr
+    created = cli(
+        "session", "create", "-r", "cpu=1", "-r", "mem=256", "-m", f"{name}:/data:ro",
+        "--name", f"{name}-s", "python",
+    )  # fmt: skip
+    assert created.code == 0, created
+    refused = cli("vfolder", "delete", name)
+    assert refused.code == 1
+    assert f"'{name}-s'" in refused.stderr
+    assert cli("session", "destroy", f"{name}-s").code == 0
+    assert cli("vfolder", "delete", name).code == 0
