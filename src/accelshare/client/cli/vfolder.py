@@ -137,6 +137,14 @@ def info(name: Name, as_json: JsonOption = False) -> None:
         typer.echo(f"- {label}: {result.get(key)}")
 
 
+def _said(message: str, as_json: bool, doc: Any) -> None:
+    """``message``, or with ``--json`` the JSON document ``doc``."""
+    if as_json:
+        print_json(doc)
+    else:
+        typer.echo(message)
+
+
 def _upload_one(name: str, path: Path, target: str) -> None:
     call_api(lambda c: c.folders.upload(name, path, target))
 
@@ -153,9 +161,11 @@ def upload(
         Path | None,
         typer.Option("-b", "--base-dir", help="Paths in the folder are relative to it."),
     ] = None,
+    as_json: JsonOption = False,
 ) -> None:
     """Upload files (tus to the storage proxy; a broken connection resumes)."""
     base = (base_dir or Path.cwd()).resolve()
+    done: list[dict[str, str]] = []
     for source in files:
         path = source if source.is_absolute() else base / source
         if not path.is_file():
@@ -165,8 +175,10 @@ def upload(
         except ValueError:
             target = path.name
         _upload_one(name, path, target)
-        typer.echo(f"Uploaded {source} as {target}")
-    typer.echo("Done.")
+        done.append({"source": str(source), "path": target})
+        if not as_json:
+            typer.echo(f"Uploaded {source} as {target}")
+    _said("Done.", as_json, {"uploaded": done})
 
 
 @vfolder_app.command("download")
@@ -174,15 +186,19 @@ def download(
     name: Name,
     files: Annotated[list[str], typer.Argument(help="Paths in the folder.")],
     dest: Annotated[Path, typer.Option("--dest", "-d", help="Where to write them.")] = Path("."),
+    as_json: JsonOption = False,
 ) -> None:
     """Download files (written whole, or not at all)."""
+    done: list[dict[str, str]] = []
     for path in files:
         try:
             written = _download_one(name, path, dest)
         except FileExistsError as e:
             fail(str(e))
-        typer.echo(f"Downloaded {path} to {written}")
-    typer.echo("Done.")
+        done.append({"path": path, "file": str(written)})
+        if not as_json:
+            typer.echo(f"Downloaded {path} to {written}")
+    _said("Done.", as_json, {"downloaded": done})
 
 
 @vfolder_app.command("ls")
@@ -205,7 +221,12 @@ def ls(
     console().print(table)
 
 
-def _print_results(results: dict[str, Any]) -> None:
+def _print_results(results: dict[str, Any], as_json: bool) -> None:
+    if as_json:
+        print_json(results)
+        if results.get("failed"):
+            raise typer.Exit(1)
+        return
     for entry in results.get("success", []):
         typer.echo(f"created {entry['item']}")
     failed = results.get("failed", [])
@@ -223,10 +244,12 @@ def mkdir(
     exist_ok: Annotated[
         bool, typer.Option("-e", "--exist-ok", help="An existing one is fine.")
     ] = False,
+    as_json: JsonOption = False,
 ) -> None:
     """Make directories in the folder."""
     _print_results(
-        call_api(lambda c: c.folders.mkdir(name, paths, parents=parents, exist_ok=exist_ok))
+        call_api(lambda c: c.folders.mkdir(name, paths, parents=parents, exist_ok=exist_ok)),
+        as_json,
     )
 
 
@@ -237,10 +260,11 @@ def rm(
     recursive: Annotated[
         bool, typer.Option("-r", "--recursive", help="Directories with what is in them.")
     ] = False,
+    as_json: JsonOption = False,
 ) -> None:
     """Delete files of the folder."""
     call_api(lambda c: c.folders.rm(name, paths, recursive=recursive))
-    typer.echo("Done.")
+    _said("Done.", as_json, {"deleted": paths})
 
 
 @vfolder_app.command("mv")
@@ -248,38 +272,43 @@ def mv(
     name: Name,
     src: Annotated[str, typer.Argument(help="The path now.")],
     dst: Annotated[str, typer.Argument(help="The new path.")],
+    as_json: JsonOption = False,
 ) -> None:
     """Move or rename a file in the folder."""
     call_api(lambda c: c.folders.move(name, src, dst))
-    typer.echo("Moved.")
+    _said("Moved.", as_json, {"moved": src, "to": dst})
 
 
 @vfolder_app.command("rename")
-def rename(old_name: Name, new_name: Annotated[str, typer.Argument(help="The new name.")]) -> None:
+def rename(
+    old_name: Name,
+    new_name: Annotated[str, typer.Argument(help="The new name.")],
+    as_json: JsonOption = False,
+) -> None:
     """Rename the folder."""
     call_api(lambda c: c.folders.rename(old_name, new_name))
-    typer.echo("Renamed.")
+    _said("Renamed.", as_json, {"renamed": old_name, "to": new_name})
 
 
 @vfolder_app.command("delete")
-def delete(name: Name) -> None:
+def delete(name: Name, as_json: JsonOption = False) -> None:
     """Move the folder to the trash (`restore` brings it back, `purge` deletes it)."""
     call_api(lambda c: c.folders.delete(name))
-    typer.echo("Deleted.")
+    _said("Deleted.", as_json, {"trashed": name})
 
 
 @vfolder_app.command("restore")
-def restore(name: Name) -> None:
+def restore(name: Name, as_json: JsonOption = False) -> None:
     """Bring a folder back from the trash."""
     call_api(lambda c: c.folders.restore(name))
-    typer.echo("Restored.")
+    _said("Restored.", as_json, {"restored": name})
 
 
 @vfolder_app.command("purge")
-def purge(name: Name) -> None:
+def purge(name: Name, as_json: JsonOption = False) -> None:
     """Delete a folder in the trash for good, with its files."""
     call_api(lambda c: c.folders.purge(name))
-    typer.echo("Purged.")
+    _said("Purged.", as_json, {"purged": name})
 
 
 @vfolder_app.command("invite")
@@ -287,10 +316,14 @@ def invite(
     name: Name,
     emails: Annotated[list[str], typer.Argument(help="The users' e-mail addresses.")],
     permission: Perm = "rw",
+    as_json: JsonOption = False,
 ) -> None:
     """Invite users to your folder (they accept with `accelshare vfolder invitations`)."""
     _check_perm(permission)
     invited = call_api(lambda c: c.folders.invite(name, emails, permission=permission))
+    if as_json:
+        print_json({"invited": invited})
+        return
     if not invited:
         typer.echo("No users found. Invitation was not sent.")
         return
@@ -312,11 +345,11 @@ def invitations(
     """Your pending invitations; accept or reject one."""
     if accept:
         call_api(lambda c: c.folders.accept(accept))
-        typer.echo("Accepted.")
+        _said("Accepted.", as_json, {"accepted": accept})
         return
     if reject:
         call_api(lambda c: c.folders.reject(reject))
-        typer.echo("Rejected.")
+        _said("Rejected.", as_json, {"rejected": reject})
         return
     pending = call_api(lambda c: c.folders.invitations())
     if as_json:
@@ -333,10 +366,14 @@ def share(
     name: Name,
     emails: Annotated[list[str], typer.Argument(help="Members of the folder's project.")],
     permission: Perm = "rw",
+    as_json: JsonOption = False,
 ) -> None:
     """Share a project folder with members of its project, with their own permission."""
     _check_perm(permission)
     shared = call_api(lambda c: c.folders.share(name, emails, permission=permission))
+    if as_json:
+        print_json({"shared": shared, "permission": permission})
+        return
     typer.echo(f"Shared with {permission} permission to:")
     for email in shared:
         typer.echo(f"\t- {email}")
@@ -344,10 +381,15 @@ def share(
 
 @vfolder_app.command("unshare")
 def unshare(
-    name: Name, emails: Annotated[list[str], typer.Argument(help="E-mail addresses.")]
+    name: Name,
+    emails: Annotated[list[str], typer.Argument(help="E-mail addresses.")],
+    as_json: JsonOption = False,
 ) -> None:
     """Take a project folder's share away from users."""
     unshared = call_api(lambda c: c.folders.unshare(name, emails))
+    if as_json:
+        print_json({"unshared": unshared})
+        return
     typer.echo("Unshared from:" if unshared else "No users found. Folder is not unshared.")
     for email in unshared:
         typer.echo(f"\t- {email}")
@@ -358,7 +400,8 @@ def clone(
     name: Name,
     target_name: Annotated[str, typer.Argument(help="The new folder's name.")],
     target_host: Annotated[str | None, typer.Option("--target-host", help="proxy:volume.")] = None,
+    as_json: JsonOption = False,
 ) -> None:
     """Copy a folder (yours, or one marked cloneable) into a new folder of yours."""
-    call_api(lambda c: c.folders.clone(name, target_name, target_host=target_host))
-    typer.echo("Cloning the vfolder is complete.")
+    cloned = call_api(lambda c: c.folders.clone(name, target_name, target_host=target_host))
+    _said("Cloning the vfolder is complete.", as_json, cloned)
