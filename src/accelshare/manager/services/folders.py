@@ -385,8 +385,8 @@ class FolderService:
                 .where(
                     sa.or_(
                         VFolder.user_id == actor.user_id,
-                        VFolder.group_id.in_(groups),
-                        VFolder.id.in_(grants),
+                        VFolder.group_id.in_(list(groups)),
+                        VFolder.id.in_(list(grants)),
                         sa.true() if actor.role is UserRole.SUPERADMIN else sa.false(),
                         VFolder.domain_name == actor.domain_name
                         if actor.role is UserRole.ADMIN
@@ -665,8 +665,8 @@ class FolderService:
             grants = await self._grants(db, actor.user_id)
             visible = [
                 VFolder.user_id == actor.user_id,
-                VFolder.group_id.in_(groups),
-                VFolder.id.in_(grants),
+                VFolder.group_id.in_(list(groups)),
+                VFolder.id.in_(list(grants)),
             ]
             if all_ and actor.role is UserRole.SUPERADMIN:
                 visible.append(sa.true())
