@@ -57,7 +57,7 @@ async def test_a_kernel_created_with_mounts_sees_them_rw_and_ro(
     ro.mkdir(parents=True)
     (ro / "in.txt").write_text("from-host\n")
     kernel_id = kid()
-    mounts = [
+    mounts: list[dict[str, Any]] = [
         {"name": "data", "host_path": str(rw), "kernel_path": "/home/work/data"},
         {"name": "ro", "host_path": str(ro), "kernel_path": "ro", "read_only": True},
     ]
@@ -70,7 +70,9 @@ async def test_a_kernel_created_with_mounts_sees_them_rw_and_ro(
 
     text = await eventually(log, what="the kernel's checks")
     assert f"MOUNTS={rw}:/home/work/data:rw,{ro}:/home/work/ro:ro" in text
-    assert "rw=ok" in text and "ro=fail" in text and "ro_read=from-host" in text
+    assert "rw=ok" in text
+    assert "ro=fail" in text
+    assert "ro_read=from-host" in text
     assert (rw / "out.txt").read_text() == "made\n"
     assert not (ro / "out.txt").exists()
     await agent.destroy(kernel_id)

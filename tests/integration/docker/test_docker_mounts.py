@@ -71,5 +71,5 @@ async def test_a_missing_host_folder_fails_the_docker_start(
         resource_txt="SLOTS={}\n",
         folder_mounts=(FolderMount("gone", str(tmp_path / "nope"), "/home/work/gone"),),
     )
-    with pytest.raises(KernelStartFailed, match="mount 'gone': host_path .* does not exist"):
+    with pytest.raises(KernelStartFailed, match=r"mount 'gone': host_path .* does not exist"):
         await docker_runtime.create_kernel(spec)

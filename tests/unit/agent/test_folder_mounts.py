@@ -68,10 +68,10 @@ def test_bad_kernel_paths_are_refused_naming_the_mount(given: str, why: str) -> 
 
 
 def test_host_folder_checks(tmp_path: Path) -> None:
-    with pytest.raises(MountRefused, match="mount 'a': host_path .* does not exist"):
+    with pytest.raises(MountRefused, match=r"mount 'a': host_path .* does not exist"):
         check_host_folder(FolderMount("a", str(tmp_path / "nope"), "/home/work/a"))
     (tmp_path / "f").write_text("x")
-    with pytest.raises(MountRefused, match="mount 'b': host_path .* is not a directory"):
+    with pytest.raises(MountRefused, match=r"mount 'b': host_path .* is not a directory"):
         check_host_folder(FolderMount("b", str(tmp_path / "f"), "/home/work/b"))
     with pytest.raises(MountRefused, match="is not absolute"):
         check_host_folder(FolderMount("c", "relative/dir", "/home/work/c"))
@@ -149,7 +149,7 @@ def test_overlapping_mounts_are_refused(second: str, why: str) -> None:
         KernelMount(name="a", host_path="/vol/a", kernel_path="/home/work/x/y"),
         KernelMount(name="b", host_path="/vol/b", kernel_path="/home/work/x"),
     )
-    with pytest.raises(MountRefused, match="mount 'b': .*would cover mount 'a'"):
+    with pytest.raises(MountRefused, match=r"mount 'b': .*would cover mount 'a'"):
         build_kernel_spec(covering, {}, {}, {}, {})
 
 
@@ -183,7 +183,9 @@ def test_bwrap_binds_folders_after_the_work_folder(tmp_path: Path) -> None:
     rw = triples.index(("--bind", "/vol/rw", str(work / "rw")))
     ro = triples.index(("--ro-bind", "/vol/ro", str(work / "deep" / "ro")))
     absolute = triples.index(("--ro-bind", "/vol/abs", "/datasets/abs"))
-    assert own < rw and own < ro and own < absolute
+    assert own < rw
+    assert own < ro
+    assert own < absolute
     # /datasets does not exist in the sandbox's root: made (0755) before the bind
     assert ("--dir", "/datasets") in itertools.pairwise(args)
     # the work folder is bound once, and never remade with --dir over the bind
@@ -193,7 +195,9 @@ def test_bwrap_binds_folders_after_the_work_folder(tmp_path: Path) -> None:
 @pytest.mark.parametrize("inside", ["k", "k/config", "k/config/x", "."])
 def test_bwrap_refuses_folders_over_the_sandboxs_own_binds(tmp_path: Path, inside: str) -> None:
     target = os.path.normpath(tmp_path / inside)
-    with pytest.raises(MountRefused, match="mount 'bad': kernel_path .* (would cover|lies inside)"):
+    with pytest.raises(
+        MountRefused, match=r"mount 'bad': kernel_path .* (would cover|lies inside)"
+    ):
         _sandbox_args(tmp_path, FolderMount("bad", "/vol/x", target))
 
 
@@ -220,5 +224,5 @@ def test_docker_binds_folders_read_only_where_asked(tmp_path: Path) -> None:
         resource_txt="",
         folder_mounts=(FolderMount("cfg", "/vol/x", "/home/config/x"),),
     )
-    with pytest.raises(MountRefused, match="mount 'cfg'"):
+    with pytest.raises(MountRefused, match=r"mount 'cfg'"):
         container_config(over, ScratchDir(tmp_path, "k2"), config)
