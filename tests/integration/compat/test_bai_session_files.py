@@ -6,9 +6,14 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
+
+from accelshare.devcluster import LocalCluster
 
 from .conftest import Bai
 
@@ -78,3 +83,41 @@ def test_upload_ls_download_and_refusals(bai: Bai, tmp_path: Path) -> None:
     assert ended.code != 0
     assert "409" in ended.output
     assert "TERMINATED" in ended.output
+
+
+def _accelshare(cluster: LocalCluster, *args: str, cwd: Path | None = None) -> Any:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ACCELSHARE_")}
+    env.update(cluster.client_env())
+    return subprocess.run(
+        [sys.executable, "-m", "accelshare.client.cli", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=cwd,
+        timeout=120,
+        check=False,
+    )
+
+
+def test_accelshare_session_upload_download_ls(
+    bai: Bai, cluster: LocalCluster, tmp_path: Path
+) -> None:
+    """The same through ``accelshare session upload|download|ls``."""
+    bai.ok("session", "create", "--name", "cli-files", "-r", "cpu=1", "-r", "mem=1g", "python")
+    local = tmp_path / "local"
+    (local / "in").mkdir(parents=True)
+    (local / "in" / "a.txt").write_text("alpha\n")
+    up = _accelshare(cluster, "session", "upload", "cli-files", "in/a.txt", cwd=local)
+    assert up.returncode == 0, up.stderr
+    assert "uploaded /home/work/in/a.txt" in up.stdout
+    listed = _accelshare(cluster, "session", "ls", "cli-files", "in", "--json")
+    assert listed.returncode == 0, listed.stderr
+    (entry,) = json.loads(listed.stdout)
+    assert (entry["filename"], entry["size"]) == ("a.txt", 6)
+    dest = tmp_path / "dest"
+    down = _accelshare(cluster, "session", "download", "cli-files", "in", "--dest", str(dest))
+    assert down.returncode == 0, down.stderr
+    assert (dest / "in" / "a.txt").read_text() == "alpha\n"
+    refused = _accelshare(cluster, "session", "ls", "cli-files", "../..")
+    assert refused.returncode != 0
+    assert "'..'" in refused.stderr
