@@ -121,4 +121,3 @@ def test_accelshare_session_upload_download_ls(
     refused = _accelshare(cluster, "session", "ls", "cli-files", "../..")
     assert refused.returncode != 0
     assert "'..'" in refused.stderr
-
