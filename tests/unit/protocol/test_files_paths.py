@@ -34,7 +34,7 @@ def test_relative_paths_are_cleaned(given: str, expected: str) -> None:
     ],
 )
 def test_refused_relative_paths_name_why(given: str, why: str) -> None:
-    with pytest.raises(ValueError, match="^path: ") as caught:
+    with pytest.raises(ValueError, match=r"^path: ") as caught:
         check_relative_path(given)
     assert why in str(caught.value)
 
@@ -55,5 +55,5 @@ def test_kernel_paths_under_home_work(given: str, expected: str) -> None:
 
 @pytest.mark.parametrize("given", ["/etc", "/home/workshop/x", "/home", "/home/work/../x"])
 def test_kernel_paths_elsewhere_are_refused(given: str) -> None:
-    with pytest.raises(ValueError, match="^path: "):
+    with pytest.raises(ValueError, match=r"^path: "):
         from_kernel_path(given)
