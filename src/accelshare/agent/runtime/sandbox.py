@@ -10,7 +10,8 @@ What a sandboxed kernel gets (``[container] sandbox``, docs/agent-runtimes.md)::
     files       the host's system folders read-only (/usr, /etc, /sys; /bin, /lib ... as
                 the host has them), its environment's interpreter read-only, its own
                 work/ folder writable (HOME), its config/ folder (resource.txt, the
-                plugins' tools) read-only, a private /tmp, /dev and /proc; nothing else
+                plugins' tools) read-only, the session's storage folders (read-write or
+                read-only, :mod:`.folder_mounts`), a private /tmp, /dev and /proc; nothing else
                 of the host: not the agent's or manager's data, configuration or secrets,
                 not the other kernels' folders.  ``/etc/accelshare`` and the agent's own
                 configuration files are hidden even though /etc is visible.
