@@ -48,6 +48,7 @@ from .services.admin import AdminService
 from .services.admin_views import AdminViews
 from .services.directory import Directory
 from .services.holders import KernelHolders
+from .session_files import SessionFiles
 from .sessions import SessionService
 from .slots import KnownSlots
 
@@ -134,6 +135,7 @@ class Manager:
             default_scaling_group=options.default_scaling_group,
         )
         self.execute = ExecuteService(self.sessions, self.client)
+        self.session_files = SessionFiles(self.sessions, self.client)
         self.bai_events = BackendAIEvents(db, self.hub, self.sessions)
         self.admin = AdminService(db=db, known_slots=self.known_slots, trigger=self.trigger)
         self.directory = Directory(db)
