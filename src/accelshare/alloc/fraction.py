@@ -41,6 +41,7 @@ from .strategies import (
     fits_unfragmented,
     is_unfragmented_split,
     largest_unfragmented,
+    pack_unfragmented,
     split_over_windows,
 )
 
@@ -157,6 +158,10 @@ class FractionAllocMap(AbstractAllocMap):
             else:
                 usable = self._slot_spare[slot] if tier is devices else sum(spare[d] for d in tier)
             if usable >= need:
+                if not allow_fragmentation:
+                    packed = self._packed(slot, ordered, need, min_units)
+                    if packed is not None:
+                        return packed
                 return self._evenly(ordered, need, min_units)
         raise self._insufficient(
             slot,
@@ -172,6 +177,22 @@ class FractionAllocMap(AbstractAllocMap):
             return {device: need}
         amounts = split_over_windows([self._spare[d] for d in ordered], need, min_units)
         return {d: a for d, a in zip(ordered, amounts, strict=True) if a}
+
+    def _packed(
+        self, slot: str, ordered: list[str], need: int, min_units: int
+    ) -> dict[str, int] | None:
+        """With fragmentation refused: the guard's shape on the fewest, tightest devices
+        (:func:`~accelshare.alloc.strategies.pack_unfragmented`), inside the tier found
+        (``ordered``), else over every usable device of the slot; None when neither
+        admits it (only when the guard's even part is below ``min_memory``)."""
+        capacity = self._capacity_units[slot]
+        spare = self._spare
+        for devices in (ordered, self._slot_devices[slot]):
+            devices = [d for d in devices if spare[d] >= min_units]
+            amounts = pack_unfragmented([spare[d] for d in devices], capacity, need)
+            if amounts is not None:
+                return {d: a for d, a in zip(devices, amounts, strict=True) if a}
+        return None
 
     def _check_planned_shape(
         self,
