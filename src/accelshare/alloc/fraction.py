@@ -187,8 +187,8 @@ class FractionAllocMap(AbstractAllocMap):
         admits it (only when the guard's even part is below ``min_memory``)."""
         capacity = self._capacity_units[slot]
         spare = self._spare
-        for devices in (ordered, self._slot_devices[slot]):
-            devices = [d for d in devices if spare[d] >= min_units]
+        for candidates in (ordered, self._slot_devices[slot]):
+            devices = [d for d in candidates if spare[d] >= min_units]
             amounts = pack_unfragmented([spare[d] for d in devices], capacity, need)
             if amounts is not None:
                 return {d: a for d, a in zip(devices, amounts, strict=True) if a}
