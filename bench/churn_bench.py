@@ -31,7 +31,6 @@ import json
 import os
 import random
 import subprocess
-import sys
 from collections.abc import Sequence
 from decimal import Decimal
 from typing import Any

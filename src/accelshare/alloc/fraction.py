@@ -181,15 +181,21 @@ class FractionAllocMap(AbstractAllocMap):
     def _packed(
         self, slot: str, ordered: list[str], need: int, min_units: int
     ) -> dict[str, int] | None:
-        """With fragmentation refused: the guard's shape on the fewest, tightest devices
-        (:func:`~accelshare.alloc.strategies.pack_unfragmented`), inside the tier found
-        (``ordered``), else over every usable device of the slot; None when neither
-        admits it (only when the guard's even part is below ``min_memory``)."""
-        capacity = self._capacity_units[slot]
+        """With fragmentation refused: the guard's shape on the devices that keep the
+        largest holes (:func:`~accelshare.alloc.strategies.pack_unfragmented`), inside
+        the tier found (``ordered``: most free first, all above ``min_units``), else over
+        every usable device of the slot; None when neither admits it (only when the
+        guard's even part is below ``min_memory``)."""
         spare = self._spare
+        if need <= self._capacity_units[slot]:  # best fit, as EVENLY does anyway
+            device = best_fit(ordered, spare, need)
+            if device is not None:
+                return {device: need}
         for candidates in (ordered, self._slot_devices[slot]):
-            devices = [d for d in candidates if spare[d] >= min_units]
-            amounts = pack_unfragmented([spare[d] for d in devices], capacity, need)
+            devices = [d for d in most_free_first(candidates, spare) if spare[d] >= min_units]
+            amounts = pack_unfragmented(
+                [spare[d] for d in devices], self._capacity_units[slot], need
+            )
             if amounts is not None:
                 return {d: a for d, a in zip(devices, amounts, strict=True) if a}
         return None

@@ -253,7 +253,8 @@ def largest_unfragmented(spares: Sequence[int], capacity: int) -> tuple[int, int
 
 def pack_unfragmented(spares: Sequence[int], capacity: int, need: int) -> list[int] | None:
     """The packing placement of a request the guard of :func:`fits_unfragmented` admits:
-    amounts aligned with ``spares``, or None when these devices admit no such shape.
+    amounts aligned with ``spares`` (most free first), or None when these devices admit
+    no such shape.
 
     Among the guard's shapes it keeps the free share in holes as large as possible: it
     maximises the *hole score*, the sum of the squared spares left (in units), so that
@@ -267,7 +268,7 @@ def pack_unfragmented(spares: Sequence[int], capacity: int, need: int) -> list[i
       and then on the next tightest.  The n with the best score wins, the fewest
       devices on a tie.
 
-    Ties between equal spares go to the device that comes last in ``spares``.
+    Among equal spares the device that comes last in ``spares`` is taken first.
 
     >>> pack_unfragmented([10, 10, 8, 8, 7], 10, 15)   # 8 + 7 fill an 8 and the 7
     [0, 0, 0, 8, 7]
@@ -278,10 +279,8 @@ def pack_unfragmented(spares: Sequence[int], capacity: int, need: int) -> list[i
     [0, 9, 0]
     """
     count = len(spares)
-    # Device indexes by spare, least spare first; among equal spares the last one first.
-    ascending = sorted(range(count), key=lambda i: (spares[i], -i))
     if need <= capacity:
-        for i in ascending:
+        for i in range(count - 1, -1, -1):
             if spares[i] >= need:
                 amounts = [0] * count
                 amounts[i] = need
@@ -291,15 +290,26 @@ def pack_unfragmented(spares: Sequence[int], capacity: int, need: int) -> list[i
     best_score = -1
     for n in range(-(-need // capacity), count + 1):
         base, extra = divmod(need, n)
-        exact = [i for i in ascending if spares[i] == base]  # can only take D
-        larger = [i for i in ascending if spares[i] > base]  # can take D + 1
-        if len(larger) < extra or len(exact) + len(larger) < n:
+        # Devices [0, larger) can take D + 1, [larger, fitting) exactly D (most free first).
+        larger = fitting = 0
+        while fitting < count and spares[fitting] >= base:
+            if spares[fitting] > base:
+                larger += 1
+            fitting += 1
+        if larger < extra or fitting < n:
             continue
         amounts = [0] * count
-        for i in larger[:extra]:
+        # Tightest first: the D + 1 parts on the last ``extra`` of the larger devices;
+        # the D parts on the exact fits, then on the larger devices just before those.
+        for i in range(larger - extra, larger):
             amounts[i] = base + 1
-        for i in (exact + larger[extra:])[: n - extra]:
-            amounts[i] = base
+        low = n - extra
+        for i in range(fitting - 1, -1, -1):
+            if low == 0:
+                break
+            if not amounts[i]:
+                amounts[i] = base
+                low -= 1
         score = sum((s - a) * (s - a) for s, a in zip(spares, amounts, strict=True))
         if score > best_score:
             best, best_score = amounts, score

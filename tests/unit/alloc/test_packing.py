@@ -158,7 +158,9 @@ def _best_shape_score(spares: Sequence[int], capacity: int, need: int) -> int | 
 
 @settings(max_examples=300, deadline=None)
 @given(
-    spares=st.lists(st.integers(0, 10), min_size=1, max_size=5),
+    spares=st.lists(st.integers(0, 10), min_size=1, max_size=5).map(
+        lambda s: sorted(s, reverse=True)
+    ),
     need=st.integers(1, 30),
 )
 def test_pack_admits_what_the_guard_admits_with_the_best_holes(
