@@ -17,6 +17,12 @@ share, quantum 0.1, EVENLY:
 With ``allow_resource_fragmentation=False`` the anti-fragmentation guard runs first:
 a request up to one device's capacity must fit on one device, a larger one must be an
 even split over whole devices (:func:`~accelshare.alloc.strategies.fits_unfragmented`).
+The guard's verdict is the same as without packing; where it admits the request, EVENLY
+then *packs*: it places the guard's shape where the free share left stays in the largest
+holes (:func:`~accelshare.alloc.strategies.pack_unfragmented`).  Capacities 1, 1.5, 2, 3,
+3, 4, 4.5, 5, 5, request 11, ``min_memory`` 0.84: 2.75 on each of the devices of 3, 3, 4
+and 4.5, both devices of 5 left whole (fragmentation allowed, EVENLY takes the devices of
+4, 4.5, 5, 5, whose leftovers are all above ``min_memory``).
 """
 
 from __future__ import annotations

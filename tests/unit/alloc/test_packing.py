@@ -88,8 +88,8 @@ def test_issue_example_keeps_the_two_largest_devices_whole() -> None:
     [
         # Up to one device: best fit, as before.
         (["1", "0.5", "0.3"], "0.4", {"a1": "0.4"}),
-        # 1.5 over 8 free GPUs and one with 0.8 and one with 0.7 free: those two are
-        # filled, every whole GPU stays whole (EVENLY alone would take two whole GPUs).
+        # 1.5 over two free GPUs, one with 0.8 and one with 0.7 free: those two are
+        # filled, both whole GPUs stay whole (EVENLY alone: 0.5 on three devices).
         (["1", "1", "0.8", "0.7"], "1.5", {"a2": "0.8", "a3": "0.7"}),
         # 1.3: 0.7 + 0.6 needs two devices with 0.6 free.  0.5 + 0.4 + 0.4 would leave
         # 0.5 + 0.4 free (hole score 25 + 16 = 41, in tenths); 0.3 x 3 + 0.4 leaves 0.7
