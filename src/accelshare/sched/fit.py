@@ -327,6 +327,10 @@ class DeviceLedger:
         default_factory=dict, repr=False
     )
     _layout_ids: dict[str, int] | None = field(default=None, repr=False)
+    # hole_loss's answers until the maps change: accelerator part -> loss
+    _losses: dict[tuple[tuple[str, Decimal], ...], Decimal] = field(
+        default_factory=dict, repr=False
+    )
 
     def _index(self) -> None:
         """Which map owns which slot, and the maps' allocation order (worked out on first
@@ -373,6 +377,7 @@ class DeviceLedger:
             return FitFailure(self._explain(e, allow_fragmentation), e)
         self._refusals.clear()  # the maps changed
         self._part_refusals.clear()
+        self._losses.clear()
         self._placed = True
         return placed
 
@@ -386,11 +391,13 @@ class DeviceLedger:
         ranking estimate: :meth:`place` makes the placement).  Exact ``Decimal``."""
         self._index()
         wanted = set(slots)
+        parts = tuple((s, v) for s, v in request if s in wanted and s in self._kind_of)
+        loss = self._losses.get(parts)
+        if loss is not None:
+            return loss
         grouped: dict[str, dict[str, Decimal]] = {}
-        for slot, amount in request:
-            kind = self._kind_of.get(slot)
-            if kind is not None and slot in wanted:
-                grouped.setdefault(kind, {})[slot] = amount
+        for slot, amount in parts:
+            grouped.setdefault(self._kind_of[slot], {})[slot] = amount
         loss = Decimal(0)
         maps = self.maps
         for kind, part in grouped.items():
@@ -400,6 +407,7 @@ class DeviceLedger:
                 free = alloc_map.free_per_device(slot)
                 for device, amount in taken.items():
                     loss += amount * (2 * free[device] - amount)
+        self._losses[parts] = loss
         return loss
 
     @property

@@ -114,7 +114,7 @@ MAX_AGENT_REASONS = 10
 #: A session refusing fragmentation is dry-run on up to this many fitting agents, in the
 #: selector's order, and placed where it costs the least hole score (docs/scheduler.md,
 #: *Packing with the anti-fragmentation guard*).
-PACK_CANDIDATES = 8
+PACK_CANDIDATES = 32
 """A failure lists the per-agent reasons of the first 10 agents (by id) and one
 ``"... and N more agent(s)"`` line: a 1,000-agent cluster would otherwise compute (a
 per-device dry run each) and store 1,000 lines for every pending session on every pass."""
