@@ -85,6 +85,21 @@ def test_upload_ls_download_and_refusals(bai: Bai, tmp_path: Path) -> None:
     assert "TERMINATED" in ended.output
 
 
+def test_run_uploads_its_files_then_executes(bai: Bai, tmp_path: Path) -> None:
+    """``backend.ai run IMAGE FILES --exec CMD``: the files are uploaded, the client's
+    default clean and build ("*") do nothing, and the command runs with the files there."""
+    local = tmp_path / "src"
+    local.mkdir()
+    (local / "main.py").write_text("print('sum', sum(range(10)))\n")
+    ran = bai(
+        "run", "--rm", "-r", "cpu=1", "-r", "mem=1g", "--name", "compat-run-files",
+        "--exec", "python main.py; exit 3", "python", "main.py", cwd=local,
+    )  # fmt: skip
+    assert "sum 45" in ran.output, ran.output
+    # the client reports the command's exit code (a batch `run` itself exits 0)
+    assert "Execution finished. (exit code = 3)" in ran.output, ran.output
+
+
 def _accelshare(cluster: LocalCluster, *args: str, cwd: Path | None = None) -> Any:
     env = {k: v for k, v in os.environ.items() if not k.startswith("ACCELSHARE_")}
     env.update(cluster.client_env())
