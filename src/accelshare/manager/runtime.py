@@ -40,8 +40,10 @@ from .errors import NotFound
 from .execute import ExecuteService
 from .hub import ChangeHub
 from .images import ImageService
+from .list_specs import AGENTS
 from .metrics import ManagerMetrics
 from .models import Agent, Session
+from .querylang.compile_sql import apply_filter_and_order
 from .registry import AgentRegistry
 from .scheduler import Binder, Scheduler
 from .services.admin import AdminService
@@ -206,9 +208,16 @@ class Manager:
         return agent
 
     async def list_agents(
-        self, *, status: AgentStatus | None = None, scaling_group: str | None = None
+        self,
+        *,
+        status: AgentStatus | None = None,
+        scaling_group: str | None = None,
+        filter: str | None = None,
+        order: str | None = None,
     ) -> list[Agent]:
-        query = sa.select(Agent).order_by(Agent.id)
+        """The agents, by id unless ``order`` says otherwise; ``filter`` / ``order`` are
+        Backend.AI's expressions over :data:`~.list_specs.AGENTS`."""
+        query = apply_filter_and_order(sa.select(Agent), filter, order, AGENTS)
         if status is not None:
             query = query.where(Agent.status == status)
         if scaling_group is not None:
