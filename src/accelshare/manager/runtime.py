@@ -41,6 +41,7 @@ from .execute import ExecuteService
 from .hub import ChangeHub
 from .images import ImageService
 from .list_specs import AGENTS
+from .maintenance import Maintenance
 from .metrics import ManagerMetrics
 from .models import Agent, Session
 from .querylang.compile_sql import apply_filter_and_order
@@ -134,6 +135,10 @@ class Manager:
             known_slots=self.known_slots,
             default_scaling_group=options.default_scaling_group,
         )
+        self.maintenance = Maintenance(
+            store=store, db=db, scheduler=self.scheduler, sessions=self.sessions
+        )
+        self.sessions.maintenance = self.maintenance
         self.execute = ExecuteService(self.sessions, self.client)
         self.bai_events = BackendAIEvents(db, self.hub, self.sessions)
         self.admin = AdminService(db=db, known_slots=self.known_slots, trigger=self.trigger)

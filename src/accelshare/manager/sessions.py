@@ -63,6 +63,7 @@ from .errors import (
 from .hub import ChangeHub
 from .images import check_known_name, lookup, requirement_of
 from .list_specs import SESSIONS
+from .maintenance import Maintenance
 from .models import (
     Agent,
     AgentStatus,
@@ -283,6 +284,9 @@ async def _agent_reach(
 
 
 class SessionService:
+    maintenance: Maintenance | None = None
+    """Set by the manager: a frozen manager refuses new sessions."""
+
     def __init__(
         self,
         *,
@@ -425,6 +429,8 @@ class SessionService:
         The resources are parsed against ``known``, the known slot types (read once, now,
         when not given), so a heartbeat adding a slot meanwhile does not change what this
         request sees."""
+        if self.maintenance is not None:
+            await self.maintenance.refuse_if_frozen()
         if known is None:
             known = await self.known_slots.load()
         enqueued = await self._enqueue(caller, body, known)
