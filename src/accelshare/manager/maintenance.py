@@ -35,8 +35,8 @@ from .models import Session
 
 __all__ = [
     "FROZEN_REASON",
-    "Frozen",
     "MANAGER_STATUS_KEY",
+    "Frozen",
     "Maintenance",
     "ManagerStatus",
     "read_manager_status",
@@ -144,4 +144,3 @@ class Maintenance:
             except ManagerError as e:  # ended meanwhile, or an agent away: logged, go on
                 log.warning("freeze --force-kill: session %s: %s", session_id, e)
         log.warning("freeze --force-kill: destroyed %d session(s)", len(ids))
-
