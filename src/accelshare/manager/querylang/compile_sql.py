@@ -18,7 +18,7 @@ from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql import ColumnElement
 from sqlalchemy.sql.compiler import SQLCompiler
 
-from .like import escape_like, like_to_glob
+from .like import escape_like, like_to_glob, normalize_like
 from .nodes import And, Compare, Expr, Not, Op
 from .parser import parse_filter, parse_order
 from .spec import UNMATCHED, Condition, ListSpec, resolve, resolve_order
@@ -41,7 +41,8 @@ class _CaseSensitiveLike(ColumnElement[bool]):
 
 @compiles(_CaseSensitiveLike)
 def _like_default(element: _CaseSensitiveLike, compiler: SQLCompiler, **kw: Any) -> str:
-    return compiler.process(element.column.like(element.pattern, escape="\\"), **kw)
+    like = element.column.like(normalize_like(element.pattern), escape="\\")
+    return compiler.process(like, **kw)
 
 
 @compiles(_CaseSensitiveLike, "sqlite")
@@ -70,7 +71,7 @@ def _condition(cond: Condition) -> ColumnElement[bool]:
     if op is Op.LIKE:
         return _CaseSensitiveLike(col, value)
     if op is Op.ILIKE:
-        return col.ilike(value, escape="\\")
+        return col.ilike(normalize_like(value), escape="\\")
     if op is Op.CONTAINS:
         return _CaseSensitiveLike(col, f"%{escape_like(value)}%")
     comparisons = {

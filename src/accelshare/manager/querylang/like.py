@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["escape_like", "like_to_glob", "like_to_regex"]
+__all__ = ["escape_like", "like_to_glob", "like_to_regex", "normalize_like"]
 
 
 def _tokens(pattern: str) -> list[tuple[str, str]]:
@@ -31,6 +31,20 @@ def _tokens(pattern: str) -> list[tuple[str, str]]:
 def escape_like(text: str) -> str:
     """``text`` matched literally inside a LIKE pattern."""
     return re.sub(r"([\\%_])", r"\\\1", text)
+
+
+def normalize_like(pattern: str) -> str:
+    """The same pattern with ``\\`` only before ``%``, ``_`` and ``\\`` (a trailing lone
+    ``\\`` made PostgreSQL refuse the pattern; an escaped plain character is itself)."""
+    parts = []
+    for kind, ch in _tokens(pattern):
+        if kind == "any":
+            parts.append("%")
+        elif kind == "one":
+            parts.append("_")
+        else:
+            parts.append(escape_like(ch))
+    return "".join(parts)
 
 
 def like_to_glob(pattern: str) -> str:

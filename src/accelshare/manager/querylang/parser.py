@@ -264,11 +264,30 @@ class _Converter:
         value: Scalar
         if tree.data == "string":
             value = _unquote(raw)
+            _check_text(value, _column(token))
         elif tree.data == "number":
             value = _number(raw, _column(token))
         else:
             value = {"null": None, "true": True, "false": False}[raw]
         return Literal(value, _column(token))
+
+
+def _check_text(value: str, column: int) -> None:
+    """Databases take no NUL in text, and nothing that is not UTF-8 (a lone surrogate)."""
+    bad = "\x00" in value
+    if not bad:
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            bad = True
+    if bad:
+        raise QueryError(
+            "filter",
+            "unusable character in a string",
+            column=column,
+            expected="text without NUL characters or lone surrogates",
+            received=ascii(value[:40]),
+        )
 
 
 def _number(raw: str, column: int) -> int | Decimal:

@@ -78,6 +78,8 @@ class Field:
     """Enum values accepted that match nothing (compared upper-cased)."""
     filterable: bool = True
     orderable: bool = True
+    bounds: tuple[int, int] = (-(2**31), 2**31 - 1)
+    """Integers the column holds (SQL's INTEGER by default): others are refused."""
 
 
 @dataclass(frozen=True)
@@ -154,11 +156,13 @@ def _convert(c: Compare, f: Field, lit: Literal) -> Any:
                 return v
             raise _type_error(c, lit, "a quoted string")
         case FieldType.INTEGER:
-            if isinstance(v, int) and not isinstance(v, bool):
+            low, high = f.bounds
+            expected = f"an integer from {low} to {high}"
+            if isinstance(v, Decimal) and v == v.to_integral_value() and abs(v.adjusted()) < 20:
+                v = int(v)
+            if isinstance(v, int) and not isinstance(v, bool) and low <= v <= high:
                 return v
-            if isinstance(v, Decimal) and v == v.to_integral_value():
-                return int(v)
-            raise _type_error(c, lit, "an integer")
+            raise _type_error(c, lit, expected)
         case FieldType.BOOLEAN:
             if isinstance(v, bool):
                 return v
@@ -183,9 +187,9 @@ def _datetime(c: Compare, lit: Literal) -> datetime:
         raise _type_error(c, lit, expected)
     try:
         when = datetime.fromisoformat(lit.value)
-    except ValueError:
+        return when.replace(tzinfo=UTC) if when.tzinfo is None else when.astimezone(UTC)
+    except (ValueError, OverflowError):  # OverflowError: "0001-01-01T00:00+01:00"
         raise _type_error(c, lit, expected) from None
-    return when.replace(tzinfo=UTC) if when.tzinfo is None else when.astimezone(UTC)
 
 
 def _enum(c: Compare, f: Field, lit: Literal) -> Any:
