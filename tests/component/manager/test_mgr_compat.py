@@ -235,6 +235,34 @@ async def test_bad_expressions_are_graphql_errors_naming_the_column(
     assert wanted in body["errors"][0]["message"]
 
 
+async def test_nasty_expressions_are_errors_of_the_caller_never_of_the_server(
+    cluster: Cluster, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Through the API, expressions the databases would choke on are the caller's error
+    (a GraphQL error message), never an unexpected one (logged with a traceback)."""
+    await cluster.add_agent("i-node01")
+    created = await cluster.create({"cuda.shares": "0.1"}, name="nasty", maxWaitSeconds=10)
+    assert created.json()["status"] == "RUNNING", created.text
+    nasty = [
+        'name == "a\x00b"',
+        "priority > 3000000000",
+        'created_at < "0001-01-01T00:00:00+01:00"',
+        'name like "x\\\\"',
+        "(" * 200 + 'name == "x"' + ")" * 200,
+        "x" * 5000,
+        'status == "RUNNING" & ' * 40 + 'name == "nasty"',
+    ]
+    caplog.set_level("INFO", logger="accelshare.api.gql")
+    for text in nasty:
+        variables = {"status": None, "access_key": None, **PAGE, "filter": text}
+        body = await raw_gql(cluster, PS, variables)
+        if body.get("errors"):
+            assert body["errors"][0]["message"].startswith("filter"), body
+        else:
+            assert body["data"]["compute_session_list"]["total_count"] in (0, 1)
+    assert not [r for r in caplog.records if r.levelname == "ERROR"]
+
+
 async def test_create_body_of_the_sdk(cluster: Cluster) -> None:
     """``ComputeSession.get_or_create`` sends nulls for what was not given, and the CLI
     sends resource options as text."""
