@@ -45,9 +45,9 @@ from accelshare.sched.lifecycle import SessionStatus
 CASES: list[tuple[str, str | None, str | None]] = [
     ("no filter, default order", None, None),
     ("status == RUNNING, -created_at", 'status == "RUNNING"', "-created_at"),
-    ("name ilike %123%", 'name ilike "%123%"', None),  # {email}: the bootstrap admin's
+    ("name ilike %123%", 'name ilike "%123%"', None),
     ("status & name like, +name", 'status in ["PENDING", "RUNNING"] & name like "s-01%"', "+name"),
-    ("user_email (subquery), -name", 'user_email == "{email}"', "-name"),
+    ("user_email (subquery), -name", 'user_email == "{email}"', "-name"),  # the sessions' owner
     ("created_at range", 'created_at >= "2025-01-03" & created_at < "2025-01-05"', "-created_at"),
 ]
 STATUSES = [
@@ -147,7 +147,8 @@ async def run(url: str, label: str, rows: int, repeat: int, data_dir: Path) -> N
         sessions = service(db)
         every = list(SessionStatus)
         for who, caller in (("superadmin", superadmin), ("domain admin", admin)):
-            for name, filter_, order in CASES:
+            for name, template, order in CASES:
+                filter_ = template.format(email=superadmin.email) if template else None
 
                 async def page(
                     caller: Caller = caller, f: str | None = filter_, o: str | None = order
