@@ -5,7 +5,12 @@ from __future__ import annotations
 
 import pytest
 
-from accelshare.manager.maintenance import FROZEN_REASON, ManagerStatus, read_manager_status
+from accelshare.manager.maintenance import (
+    FROZEN_REASON,
+    MANAGER_STATUS_KEY,
+    ManagerStatus,
+    read_manager_status,
+)
 
 from .cluster import Cluster
 from .test_mgr_api import make_user
@@ -105,3 +110,10 @@ async def test_available_scaling_groups_of_a_project(cluster: Cluster, who: str)
     missing = await client.get("/scaling-groups", params={"group": "no-such-project"})
     assert missing.status_code == 404
     assert "no-such-project" in missing.text
+
+
+async def test_an_unknown_stored_status_reads_as_running(cluster: Cluster) -> None:
+    store = cluster.manager.scheduler.store
+    await store.put(MANAGER_STATUS_KEY, "on-vacation")
+    assert await read_manager_status(store) is ManagerStatus.RUNNING
+    assert (await cluster.admin.get("/manager/status")).json()["status"] == "running"
