@@ -1,18 +1,15 @@
-"""Admin list benchmark: server time of a filtered, ordered page of
-``compute_session_list`` (``backend.ai ps --filter ... --order ...``) over N sessions.
+"""Admin list benchmark: the server time of one page of ``user_list`` / ``keypair_list``
+(Backend.AI's admin GraphQL, ``AdminViews.users`` / ``AdminViews.keypairs``) over
+10,000 users with a keypair each, in two domains, on SQLite (and PostgreSQL with
+``--pg URL``, a database of its own that is emptied first).
 
-It fills a fresh database with ``--rows`` sessions (default 10,000: names ``s-00000``...,
-a spread of statuses, owners and creation times), then times the manager's own
-``SessionService.list_sessions`` — the call behind the GraphQL field — for each case in
-:data:`CASES` (filter, order), a 20-row page each, as a superadmin (no visibility
-predicate) and as a domain admin.  Figures are the median and the 95th percentile in ms
-over ``--repeat`` runs, after a warm-up.  The issue's target is a page in < 100 ms.
+Each figure is the median of ``--repeat`` calls of one page (``--limit`` rows) at the
+first, a middle and the last offset, as a superadmin (every row) and a domain admin
+(half of them): the count query, the page and the page's groups and live-session
+counts.  The target (issue 30) is < 100 ms a page.
 
-Run: ``.venv/bin/python bench/admin_list_bench.py [--rows 10000] [--repeat 30]
-[--pg postgresql://postgres@127.0.0.1:5432/postgres]`` — with ``--pg``, a temporary
-database on that server is benchmarked too (and dropped).  Prints figures; asserts
-nothing.  Other lists (users, keypairs...) extend :data:`CASES` with their own
-service call.
+Run: ``.venv/bin/python bench/admin_list_bench.py [--rows 10000] [--limit 20]
+[--pg postgresql+asyncpg://...]``.  Prints figures; asserts nothing.
 """
 
 from __future__ import annotations
@@ -23,180 +20,154 @@ import statistics
 import tempfile
 import time
 import uuid
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import sqlalchemy as sa
 
 from accelshare.common import ResourceSlot
-from accelshare.manager.bootstrap import bootstrap
-from accelshare.manager.clock import utcnow
-from accelshare.manager.config import ManagerConfig
 from accelshare.manager.db import Database
-from accelshare.manager.enums import UserRole
-from accelshare.manager.hub import ChangeHub
-from accelshare.manager.models import Group, Keypair, Session, User
+from accelshare.manager.enums import UserRole, UserStatus
+from accelshare.manager.models import (
+    Domain,
+    Group,
+    GroupMember,
+    Keypair,
+    KeypairResourcePolicy,
+    User,
+)
 from accelshare.manager.schema import upgrade_schema
-from accelshare.manager.sessions import SessionService
-from accelshare.sched.lifecycle import SessionStatus
+from accelshare.manager.services.admin_views import AdminViews
+from accelshare.manager.slots import KnownSlots
 
-CASES: list[tuple[str, str | None, str | None]] = [
-    ("no filter, default order", None, None),
-    ("status == RUNNING, -created_at", 'status == "RUNNING"', "-created_at"),
-    ("name ilike %123%", 'name ilike "%123%"', None),
-    ("status & name like, +name", 'status in ["PENDING", "RUNNING"] & name like "s-01%"', "+name"),
-    ("user_email (subquery), -name", 'user_email == "{email}"', "-name"),  # the sessions' owner
-    ("created_at range", 'created_at >= "2025-01-03" & created_at < "2025-01-05"', "-created_at"),
-]
-STATUSES = [
-    SessionStatus.RUNNING,
-    SessionStatus.PENDING,
-    SessionStatus.TERMINATED,
-    SessionStatus.RUNNING,
-    SessionStatus.CANCELLED,
-]
-T0 = datetime(2025, 1, 1, tzinfo=UTC)
+DOMAINS = ("bench-a", "bench-b")
 
 
 @dataclass(frozen=True)
 class Caller:
     user_id: uuid.UUID
-    email: str
-    role: UserRole
     domain_name: str
-    access_key: str
+    role: UserRole
+
+    @property
+    def is_superadmin(self) -> bool:
+        return self.role is UserRole.SUPERADMIN
 
 
-async def fill(db: Database, rows: int) -> Caller:
+async def seed(db: Database, rows: int) -> None:
+    now = datetime.now(UTC)
     async with db.begin(write=True) as session:
-        user = (await session.execute(sa.select(User))).scalars().first()
-        keypair = (await session.execute(sa.select(Keypair))).scalars().first()
-        group = (await session.execute(sa.select(Group))).scalars().first()
-        assert user is not None
-        assert keypair is not None
-        assert group is not None
-        base = {
-            "access_key": keypair.access_key,
-            "user_id": user.id,
-            "group_id": group.id,
-            "domain_name": user.domain_name,
-            "image": "python:3.11",
-            "scaling_group": "default",
-            "requested_slots": ResourceSlot({"cpu": 1, "mem": 1 << 30}),
-        }
-        for start in range(0, rows, 1000):
-            await session.execute(
-                sa.insert(Session),
-                [
-                    {
-                        **base,
-                        "id": uuid.uuid4(),
-                        "name": f"s-{i:05d}",
-                        "status": STATUSES[i % len(STATUSES)],
-                        "created_at": T0 + timedelta(minutes=i),
-                        "status_changed_at": T0 + timedelta(minutes=i),
-                    }
-                    for i in range(start, min(rows, start + 1000))
-                ],
+        if await session.get(KeypairResourcePolicy, "bench") is None:
+            session.add(KeypairResourcePolicy(name="bench", total_resource_slots=ResourceSlot()))
+        groups = {}
+        for name in DOMAINS:
+            session.add(Domain(name=name, total_resource_slots=ResourceSlot()))
+            groups[name] = uuid.uuid4()
+            session.add(
+                Group(
+                    id=groups[name],
+                    name="team",
+                    domain_name=name,
+                    total_resource_slots=ResourceSlot(),
+                )
             )
-        return Caller(user.id, user.email, user.role, user.domain_name, keypair.access_key)
+        await session.flush()
+        users, keypairs, members = [], [], []
+        for i in range(rows):
+            uid = uuid.uuid4()
+            domain = DOMAINS[i % 2]
+            users.append(
+                {
+                    "id": uid,
+                    "email": f"user{i:05d}@bench.example",
+                    "username": None,
+                    "full_name": f"User {i}",
+                    "password_hash": "x",
+                    "role": UserRole.USER,
+                    "status": UserStatus.ACTIVE,
+                    "domain_name": domain,
+                    "total_resource_slots": ResourceSlot(),
+                    "created_at": now + timedelta(milliseconds=i),
+                    "modified_at": now,
+                    "login_generation": 0,
+                }
+            )
+            keypairs.append(
+                {
+                    "access_key": f"AKIB{i:016d}",
+                    "secret_key": "s" * 40,
+                    "user_id": uid,
+                    "resource_policy": "bench",
+                    "is_active": True,
+                    "is_admin": False,
+                    "created_at": now + timedelta(milliseconds=i),
+                }
+            )
+            members.append({"group_id": groups[domain], "user_id": uid})
+        for table, values in ((User, users), (Keypair, keypairs), (GroupMember, members)):
+            for start in range(0, len(values), 2000):
+                await session.execute(sa.insert(table), values[start : start + 2000])
 
 
-def service(db: Database) -> SessionService:
-    async def no_pass(_after: int, _timeout: float, _sid: str) -> bool:
-        return True
-
-    return SessionService(
-        db=db,
-        client=None,  # type: ignore[arg-type]  # listing never calls an agent
-        hub=ChangeHub(),
-        clock=utcnow,
-        trigger=lambda: None,
-        passes=lambda: 0,
-        wait_for_pass=no_pass,
-        known_slots=None,  # type: ignore[arg-type]  # only creates read it
-    )
-
-
-async def time_ms(fn: Any, repeat: int) -> tuple[float, float]:
-    for _ in range(3):
-        await fn()
-    samples = []
+async def median_ms(fn: Callable[[], Awaitable[Any]], repeat: int) -> float:
+    await fn()  # warm
+    times = []
     for _ in range(repeat):
         start = time.perf_counter()
         await fn()
-        samples.append((time.perf_counter() - start) * 1000)
-    samples.sort()
-    return statistics.median(samples), samples[max(0, int(len(samples) * 0.95) - 1)]
+        times.append((time.perf_counter() - start) * 1000)
+    return statistics.median(times)
 
 
-async def run(url: str, label: str, rows: int, repeat: int, data_dir: Path) -> None:
+async def run(url: str, label: str, rows: int, limit: int, repeat: int) -> None:
     db = Database.from_url(url)
     try:
         await upgrade_schema(db)
-        config = ManagerConfig.model_validate(
-            {"manager": {"data-dir": str(data_dir)}, "db": {"url": url}}
-        )
-        await bootstrap(db, config)
-        started = time.perf_counter()
-        superadmin = await fill(db, rows)
-        print(f"{label}: filled {rows} sessions in {time.perf_counter() - started:.1f} s")
-        admin = Caller(uuid.uuid4(), "a@example.com", UserRole.ADMIN, superadmin.domain_name, "")
-        sessions = service(db)
-        every = list(SessionStatus)
-        for who, caller in (("superadmin", superadmin), ("domain admin", admin)):
-            for name, template, order in CASES:
-                filter_ = template.format(email=superadmin.email) if template else None
+        await seed(db, rows)
+        views = AdminViews(db=db, known_slots=cast(KnownSlots, None))  # lists use no slots
+        callers = {
+            "superadmin": Caller(uuid.uuid4(), DOMAINS[0], UserRole.SUPERADMIN),
+            "domain admin": Caller(uuid.uuid4(), DOMAINS[0], UserRole.ADMIN),
+        }
+        print(f"\n{label}: {rows} users and keypairs, pages of {limit}, median of {repeat}")
+        print(f"{'list':<14}{'caller':<14}{'offset':>8}{'ms':>10}{'total':>8}")
+        for caller_name, caller in callers.items():
+            visible = (await views.users(caller, limit=1)).total
+            for offset in (0, visible // 2, max(0, visible - limit)):
+                for name, call in (
+                    ("user_list", views.users),
+                    ("keypair_list", views.keypairs),
+                ):
 
-                async def page(
-                    caller: Caller = caller, f: str | None = filter_, o: str | None = order
-                ) -> Any:
-                    return await sessions.list_sessions(
-                        caller, statuses=every, limit=20, offset=0, filter=f, order=o
-                    )
+                    async def page(
+                        call: Any = call, caller: Any = caller, offset: int = offset
+                    ) -> Any:
+                        return await call(caller, limit=limit, offset=offset)
 
-                answer = await page()
-                median, p95 = await time_ms(page, repeat)
-                print(
-                    f"  {who:12} {name:34} total={answer['total']:6}"
-                    f"  median {median:7.2f} ms  p95 {p95:7.2f} ms"
-                )
+                    ms = await median_ms(page, repeat)
+                    total = (await page()).total
+                    print(f"{name:<14}{caller_name:<14}{offset:>8}{ms:>10.1f}{total:>8}")
     finally:
         await db.dispose()
 
 
-async def main(rows: int, repeat: int, pg: str | None) -> None:
+async def main(args: argparse.Namespace) -> None:
     with tempfile.TemporaryDirectory() as tmp:
-        await run(
-            f"sqlite+aiosqlite:///{Path(tmp) / 'bench.db'}", "SQLite", rows, repeat, Path(tmp) / "a"
-        )
-        if pg:
-            import asyncpg  # type: ignore[import-untyped]
-            from sqlalchemy.engine import make_url
-
-            name = f"accelshare_bench_{uuid.uuid4().hex[:8]}"
-            admin = await asyncpg.connect(pg)
-            try:
-                await admin.execute(f'CREATE DATABASE "{name}"')
-                url = make_url(pg).set(drivername="postgresql+asyncpg", database=name)
-                await run(
-                    url.render_as_string(hide_password=False),
-                    "PostgreSQL",
-                    rows,
-                    repeat,
-                    Path(tmp) / "b",
-                )
-            finally:
-                await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-                await admin.close()
+        sqlite = f"sqlite+aiosqlite:///{Path(tmp) / 'bench.db'}"
+        await run(sqlite, "SQLite", args.rows, args.limit, args.repeat)
+    if args.pg:
+        await run(args.pg, "PostgreSQL", args.rows, args.limit, args.repeat)
 
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=10_000)
-    parser.add_argument("--repeat", type=int, default=30)
-    parser.add_argument("--pg", default=None, help="a PostgreSQL admin URL (trust auth)")
-    args = parser.parse_args()
-    asyncio.run(main(args.rows, args.repeat, args.pg))
+    parser.add_argument("--limit", type=int, default=20)
+    parser.add_argument("--repeat", type=int, default=20)
+    parser.add_argument(
+        "--pg", help="a PostgreSQL URL (postgresql+asyncpg://...) of an empty database"
+    )
+    asyncio.run(main(parser.parse_args()))

@@ -146,7 +146,7 @@ def test_dev_up_runs_stops_and_keeps_state(data_dir: Path) -> None:
     assert "source " in out
     assert "client.env also puts `accelshare` on PATH" in out
     daemons = up.pids()
-    assert len(daemons) == 3  # manager + 2 agents
+    assert len(daemons) == 4  # manager, storage proxy and 2 agents
     for name in ("client.env", "cluster-secret", "admin-credentials.env"):
         assert _mode(data_dir / name) == 0o600, name
     env_file = data_dir / "client.env"

@@ -832,6 +832,7 @@ async def test_graphql_returns_no_secret_of_another(sqlite_cluster: Cluster) -> 
             "agent_id": "i-node01",
             "limit": 100,
             "offset": 0,
+            "name": "default",  # groups_by_name, domain, scaling_group, policies
         }
         callers = (("other", other), ("admin", admin), ("superadmin", cluster.admin))
         for caller, client in (*callers, ("victim", victim)):
@@ -1053,7 +1054,9 @@ async def test_graphql_errors_within_the_limits_log_one_line(
     assert written < 2000, written
 
 
-@pytest.mark.parametrize("query", ["compute_session_list", "agent_list", "vfolder_list"])
+@pytest.mark.parametrize(
+    "query", ["compute_session_list", "agent_list", "vfolder_list", "user_list", "keypair_list"]
+)
 @pytest.mark.parametrize(
     ("page", "argument", "bad"),
     [("limit: -1", "limit", -1), ("limit: 1001", "limit", 1001), ("offset: -5", "offset", -5)],

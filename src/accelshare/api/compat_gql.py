@@ -5,7 +5,7 @@ and sends arguments accelshare has no use for; a query that names an unknown fie
 argument fails as a whole, so the schema carries them:
 
 * ``keypair(access_key)`` — ``backend.ai ps`` asks ``keypair { is_admin ... }`` first
-  (``secret_key`` is always null: secrets are shown once, when created);
+  (``secret_key`` is null but in ``create_keypair``'s answer: secrets are shown once);
 * ``compute_session_list(..., filter, order, group_id)`` and ``agent_list(..., filter,
   order)``: Backend.AI's filter / order mini-language (:mod:`accelshare.manager.querylang`);
 * Backend.AI's statuses accelshare never uses (``RESTARTING``, ``RUNNING_DEGRADED``) are
@@ -37,12 +37,13 @@ __all__ = [
     "ContainerNode",
     "DependencyNode",
     "KeyPairNode",
+    "KeyPairUserInfo",
     "VirtualFolderList",
     "VirtualFolderNode",
     "containers_of",
     "group_name",
     "hardware_metadata",
-    "keypair_node",
+    "keypair_from_row",
     "session_statuses",
     "user_email",
 ]
@@ -78,36 +79,55 @@ def _json(value: Any) -> str:
 
 
 # -- keypair ------------------------------------------------------------------------------
+@strawberry.type(name="KeyPairUserInfo")
+class KeyPairUserInfo:
+    email: str
+    full_name: str
+
+
 @strawberry.type(name="KeyPair")
 class KeyPairNode:
     user_id: str  # Backend.AI: the owner's email
+    user: str  # the owner's UUID
     access_key: str
-    # Asked for by the client, never answered: a secret key is shown once, at creation.
+    # Asked for by the client, answered only by create_keypair: a secret key is shown
+    # once, when it is created.
     secret_key: str | None
     is_active: bool
     is_admin: bool
     resource_policy: str
     created_at: str | None
-    rate_limit: int
-    concurrency_used: int
+    last_used: str | None
     domain_name: str
+    projects: list[str]
+    user_info: KeyPairUserInfo
+    concurrency_used: int  # the keypair's live (not yet terminated) sessions
+    # Backend.AI's settings accelshare does not keep: null.
+    modified_at: str | None = None
+    rate_limit: int | None = None
+    num_queries: int | None = None
+    ssh_public_key: str | None = None
+    ssh_private_key: str | None = None
+    dotfiles: str | None = None
+    bootstrap_script: str | None = None
 
 
-async def keypair_node(manager: Manager, access_key: str) -> KeyPairNode | None:
-    keypair = await manager.directory.keypair(access_key)
-    if keypair is None:
-        return None
+def keypair_from_row(row: Mapping[str, Any]) -> KeyPairNode:
+    """A keypair of :meth:`~accelshare.manager.services.admin_views.AdminViews.keypairs`."""
     return KeyPairNode(
-        user_id=keypair.owner_email,
-        access_key=keypair.access_key,
+        user_id=row["user_email"],
+        user=row["user_uuid"],
+        access_key=row["access_key"],
         secret_key=None,
-        is_active=keypair.is_active,
-        is_admin=keypair.is_admin,
-        resource_policy=keypair.resource_policy,
-        created_at=keypair.created_at.isoformat(),
-        rate_limit=0,
-        concurrency_used=0,
-        domain_name=keypair.domain_name,
+        is_active=row["is_active"],
+        is_admin=row["is_admin"],
+        resource_policy=row["resource_policy"],
+        created_at=row["created_at"],
+        last_used=row["last_used_at"],
+        domain_name=row["domain_name"],
+        projects=list(row["projects"]),
+        user_info=KeyPairUserInfo(email=row["user_email"], full_name=row["full_name"]),
+        concurrency_used=row["concurrency_used"],
     )
 
 

@@ -15,8 +15,12 @@ Backend.AI's field names and shapes; slot maps are JSON *strings* (its ``JSONStr
 * ``filter`` / ``order``: Backend.AI's expressions (``status == "RUNNING" & name ilike
   "%x%"``, ``"-created_at"``; :mod:`accelshare.manager.querylang`, fields in
   :mod:`accelshare.manager.list_specs`); a bad one is a GraphQL error naming the column;
-* ``keypair(access_key)`` — the caller's own keypair (any one for a superadmin);
-* ``images(runtime)`` — the image catalogue (any user; docs/images.md).
+* ``keypair(access_key)`` — the caller's own keypair (or one of its domain for an admin,
+  any one for a superadmin);
+* ``images(runtime, is_operation)``, ``image(reference)`` — the image catalogue (any
+  user; docs/images.md);
+* Backend.AI's admin surface (users, keypairs, domains, groups, scaling groups, keypair
+  resource policies, their mutations): :mod:`.admin_gql`.
 
 Mutations (Backend.AI's):
 
@@ -40,6 +44,7 @@ import base64
 import json
 import logging
 import uuid
+from decimal import Decimal
 from typing import Annotated, Any
 
 import strawberry
@@ -52,9 +57,10 @@ from strawberry.types import ExecutionContext, Info
 from accelshare.manager.agents import AgentRecord, gpu_alloc_map_string
 from accelshare.manager.enums import AgentStatus, UserRole
 from accelshare.manager.errors import ManagerError
-from accelshare.manager.runtime import Manager
+from accelshare.manager.runtime import Manager, StatsUnavailable
 from accelshare.sched.lifecycle import SessionStatus
 
+from .admin_gql import AdminMutation, AdminQuery, check_page
 from .auth import Identity, current_identity
 from .compat_gql import (
     ContainerNode,
@@ -64,12 +70,12 @@ from .compat_gql import (
     containers_of,
     group_name,
     hardware_metadata,
-    keypair_node,
+    keypair_from_row,
     session_statuses,
     user_email,
 )
 from .deps import get_manager
-from .gql_limits import MAX_PAGE_SIZE, GraphQLLimits, LimitExceeded, check_document
+from .gql_limits import GraphQLLimits, LimitExceeded, check_document
 from .problems import QueryTooComplex
 
 __all__ = ["create_graphql_router", "schema"]
@@ -79,19 +85,7 @@ log = logging.getLogger(__name__)
 # Errors a caller causes (refused role, bad argument, unknown object): one log line per
 # request; anything else is a bug, logged once with its traceback.
 _EXPECTED_ERRORS = (PermissionError, ValueError, ManagerError)
-_MAX_OFFSET = 2**31 - 1  # past SQL's range
-
-
-def _page(query: str, limit: int, offset: int) -> None:
-    """Page sizes are capped like REST's (``GET /sessions?limit=``)."""
-    if not 1 <= limit <= MAX_PAGE_SIZE:
-        raise ValueError(
-            f"{query}(limit): expected an integer from 1 to {MAX_PAGE_SIZE}, received {limit}"
-        )
-    if not 0 <= offset <= _MAX_OFFSET:
-        raise ValueError(
-            f"{query}(offset): expected an integer from 0 to {_MAX_OFFSET}, received {offset}"
-        )
+_page = check_page
 
 
 def _context(info: Info) -> tuple[Manager, Identity]:
@@ -129,11 +123,8 @@ class AgentNode:
     lost_at: str | None
     hardware_metadata: str
     local_config: str
-    # Backend.AI's live statistics: accelshare's manager does not collect them (null).
-    cpu_cur_pct: float | None
-    mem_cur_bytes: float | None
-    live_stat: str | None
     _row: strawberry.Private[AgentRecord]
+    _stats: strawberry.Private[list[dict[str, Any] | None]]
 
     @classmethod
     def from_row(cls, row: AgentRecord) -> AgentNode:
@@ -164,11 +155,43 @@ class AgentNode:
                     }
                 }
             ),
-            cpu_cur_pct=None,
-            mem_cur_bytes=None,
-            live_stat=None,
             _row=row,
+            _stats=[],
         )
+
+    async def _live(self, info: Info) -> dict[str, Any] | None:
+        """Backend.AI's ``live_stat`` from the agent's latest stats (null when there
+        are none: the agent is not reachable or reports nothing), asked once per node."""
+        if not self._stats:
+            manager, _ = _context(info)
+            try:
+                stats = await manager.node_stats(self._row)
+            except StatsUnavailable:
+                self._stats.append(None)
+            else:
+                self._stats.append(live_stat(stats.get("metrics") or []))
+        return self._stats[0]
+
+    @strawberry.field
+    async def live_stat(self, info: Info) -> str | None:
+        """``{"node": {metric: {current, capacity, pct, unit_hint}}, "devices": {metric:
+        {device: {...}}}}`` as a JSON string (Backend.AI's shape)."""
+        live = await self._live(info)
+        return _json(live) if live is not None else None
+
+    @strawberry.field
+    async def cpu_cur_pct(self, info: Info) -> float | None:
+        """The node's CPU use in percent of all its cores (null when not measured)."""
+        live = await self._live(info)
+        metric = (live or {}).get("node", {}).get("cpu_util")
+        return float(metric["pct"]) if metric and metric["pct"] is not None else None
+
+    @strawberry.field
+    async def mem_cur_bytes(self, info: Info) -> float | None:
+        """The node's used memory in bytes (null when no plugin measures ``mem``)."""
+        live = await self._live(info)
+        metric = (live or {}).get("node", {}).get("mem")
+        return float(metric["current"]) if metric else None
 
     @strawberry.field
     async def gpu_alloc_map(self, info: Info) -> str:
@@ -335,6 +358,42 @@ class ComputeSessionList:
     total_count: int
 
 
+def live_stat(metrics: list[dict[str, Any]]) -> dict[str, Any]:
+    """Backend.AI's ``live_stat`` from accelshare's node metrics (``{name, device_id,
+    value, capacity, unit}``): ``pct`` is ``value / capacity`` in percent (the value
+    itself for a percentage without a capacity), amounts as strings.
+
+    >>> live_stat([{"name": "cpu_util", "device_id": None, "value": "50", "capacity": "200",
+    ...             "unit": "percent"}])["node"]["cpu_util"]["pct"]
+    '25.00'
+    """
+    node: dict[str, Any] = {}
+    devices: dict[str, dict[str, Any]] = {}
+    for m in metrics:
+        value = Decimal(str(m["value"]))
+        capacity = Decimal(str(m["capacity"])) if m.get("capacity") is not None else None
+        if capacity:
+            pct: Decimal | None = value * 100 / capacity
+        elif m.get("unit") in ("percent", "%", "pct"):
+            pct = value
+        else:
+            pct = None
+        entry = {
+            "current": str(value),
+            "capacity": str(capacity) if capacity is not None else None,
+            "pct": f"{pct:.2f}" if pct is not None else None,
+            "unit_hint": m.get("unit") or "count",
+            "stats.max": None,
+        }
+        if m.get("device_id") is None:
+            node[m["name"]] = entry
+        else:
+            devices.setdefault(m["name"], {})[str(m["device_id"])] = entry
+    for name in node:  # the client's formatter looks the node's metrics up per device
+        devices.setdefault(name, {})
+    return {"node": node, "devices": devices}
+
+
 def _agent_status(status: str | None) -> AgentStatus | None:
     if not status:
         return None
@@ -346,48 +405,141 @@ def _agent_status(status: str | None) -> AgentStatus | None:
         ) from None
 
 
+def image_registry(image: dict[str, Any]) -> str | None:
+    """The registry a docker image is pulled from (the engine's rule: a first path part
+    with a dot or a port, or ``localhost``, is a host; else Docker Hub); None for the
+    process runtime's environments, which come from no registry.
+
+    >>> image_registry({"runtime": "docker", "name": "cr.example.org/lablup/pytorch"})
+    'cr.example.org'
+    >>> image_registry({"runtime": "docker", "name": "python"})
+    'docker.io'
+    >>> image_registry({"runtime": "process", "name": "python"}) is None
+    True
+    """
+    if image["runtime"] != "docker":
+        return None
+    name: str = image["name"]
+    first, slash, _ = name.partition("/")
+    if slash and ("." in first or ":" in first or first == "localhost"):
+        return first
+    return "docker.io"
+
+
+_OPERATION_LABEL = "ai.backend.features"
+
+
+def is_operation_image(image: dict[str, Any]) -> bool:
+    """Backend.AI's "operation" images: labelled ``ai.backend.features`` with
+    ``operation`` among its space-separated words."""
+    return "operation" in str(image["labels"].get(_OPERATION_LABEL, "")).split()
+
+
+@strawberry.type(name="ResourceLimit")
+class ResourceLimitNode:
+    key: str
+    min: str | None
+    max: str | None
+
+
 @strawberry.type
 class ImageNode:
-    """A catalogue image (``GET /images``); ``min_slots`` and ``labels`` are JSON strings."""
+    """A catalogue image (``GET /images``); ``min_slots`` and ``labels`` are JSON strings.
 
+    Backend.AI's fields: ``id`` is the reference, ``registry`` as :func:`image_registry`,
+    ``resource_limits`` the minimum slots (no maximum); ``digest``, ``size_bytes`` and
+    ``installed`` are not kept by the catalogue (null)."""
+
+    id: str
     ref: str
     name: str
     tag: str
+    registry: str | None
     aliases: list[str]
     architecture: str
     runtime: str
     accelerators: list[str]
+    supported_accelerators: list[str]
     min_slots: str
+    resource_limits: list[ResourceLimitNode]
     labels: str
     description: str
+    digest: str | None = None
+    size_bytes: int | None = None
+    installed: bool | None = None
+    is_local: bool | None = None
 
     @classmethod
     def from_json(cls, image: dict[str, Any]) -> ImageNode:
         return cls(
+            id=image["ref"],
             ref=image["ref"],
             name=image["name"],
             tag=image["tag"],
+            registry=image_registry(image),
             aliases=list(image["aliases"]),
             architecture=image["architecture"],
             runtime=image["runtime"],
             accelerators=list(image["accelerators"]),
+            supported_accelerators=list(image["accelerators"]),
             min_slots=json.dumps(image["min_slots"]),
+            resource_limits=[
+                ResourceLimitNode(key=k, min=str(v), max=None)
+                for k, v in sorted(image["min_slots"].items())
+            ],
             labels=json.dumps(image["labels"]),
             description=image["description"],
         )
 
 
 @strawberry.type
-class Query:
+class Query(AdminQuery):
     @strawberry.field
-    async def images(self, info: Info, runtime: str | None = None) -> list[ImageNode]:
-        """The image catalogue (any user), optionally of one runtime (process | docker)."""
+    async def images(
+        self,
+        info: Info,
+        runtime: str | None = None,
+        is_operation: bool | None = None,
+        is_installed: bool | None = None,
+    ) -> list[ImageNode]:
+        """The image catalogue (any user), optionally of one runtime (process | docker);
+        ``is_operation`` true: only operation images, false: all but them (as Backend.AI;
+        see :func:`is_operation_image`).  ``is_installed``: only null (the catalogue does
+        not track which agent holds which image)."""
         manager, _identity = _context(info)
+        if is_installed is not None:
+            raise ValueError(
+                "images(is_installed): accelshare's catalogue does not track installed"
+                f" images; expected null, received {is_installed}"
+            )
         return [
             ImageNode.from_json(i)
             for i in await manager.images.list()
-            if runtime is None or i["runtime"] == runtime
+            if (runtime is None or i["runtime"] == runtime)
+            and (is_operation is None or is_operation_image(i) == is_operation)
         ]
+
+    @strawberry.field
+    async def image(
+        self,
+        info: Info,
+        reference: str | None = None,
+        architecture: str | None = None,
+        id: str | None = None,
+    ) -> ImageNode | None:
+        """One image by reference or alias (``id`` is the reference too); null if none
+        (or not of ``architecture``)."""
+        manager, _identity = _context(info)
+        ref = reference or id
+        if not ref:
+            raise ValueError("image: expected a reference or an id, received neither")
+        try:
+            found = await manager.images.info(ref)
+        except ManagerError:
+            return None
+        if architecture and found["architecture"] != architecture:
+            return None
+        return ImageNode.from_json(found)
 
     @strawberry.field
     async def agent(self, info: Info, agent_id: str) -> AgentNode | None:
@@ -482,13 +634,15 @@ class Query:
         return VirtualFolderList(items=[], total_count=0)
 
     @strawberry.field
-    async def keypair(self, info: Info, access_key: str | None = None) -> KeyPairNode | None:
-        """The caller's keypair, or (superadmin) the one named."""
+    async def keypair(
+        self, info: Info, access_key: str | None = None, domain_name: str | None = None
+    ) -> KeyPairNode | None:
+        """The caller's keypair, or one it may see (admin: its domain; superadmin: any)."""
         manager, identity = _context(info)
-        key = access_key or identity.access_key
-        if key != identity.access_key:
-            _require_superadmin(identity)
-        return await keypair_node(manager, key)
+        row = await manager.admin_views.keypair(identity, access_key or identity.access_key)
+        if row is None or (domain_name and row["domain_name"] != domain_name):
+            return None
+        return keypair_from_row(row)
 
 
 @strawberry.input(name="ModifyComputeSessionInput")
@@ -541,7 +695,7 @@ def session_ref_of(global_id: str) -> str:
 
 
 @strawberry.type
-class Mutation:
+class Mutation(AdminMutation):
     @strawberry.mutation
     async def modify_compute_session(
         self, info: Info, input: ModifyComputeSessionInput

@@ -59,6 +59,7 @@ __all__ = [
     "PROBLEM_MEDIA_TYPE",
     "BadRequest",
     "Conflict",
+    "ContentTooLarge",
     "Forbidden",
     "InvalidAPIParameters",
     "NotFound",
@@ -191,6 +192,12 @@ class QuotaExceeded(Problem):
     title = "Quota exceeded"
 
 
+class ContentTooLarge(Problem):
+    status = 413
+    slug = "content-too-large"
+    title = "Content Too Large"
+
+
 class TooManyRequests(Problem):
     """Throttled (the login's failure limits): ``Retry-After`` says when to try again."""
 
@@ -298,6 +305,7 @@ _MANAGER_PROBLEMS: dict[int, type[Problem]] = {
     404: NotFound,
     409: Conflict,
     412: QuotaExceeded,
+    413: ContentTooLarge,
     503: ServiceUnavailable,
 }
 

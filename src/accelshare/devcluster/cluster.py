@@ -14,10 +14,13 @@ Start order and why:
    created once), the mock accelerator file (copied), manager.toml and agent.toml;
 2. the accelerator options in the shared config store (``allocation_mode`` etc.) —
    before any agent starts, since plugins read them once at start;
-3. the manager; wait for ``GET /health``; read the superadmin's keys from the
+3. the storage proxy (``server storage``, one volume ``local:volume1`` under the data
+   dir, its addresses and secret in the config store under ``volumes/``); wait for its
+   ``GET /v1/health``;
+4. the manager; wait for ``GET /health``; read the superadmin's keys from the
    credentials file its bootstrap wrote; write ``client.env`` (with the ``PATH`` of
    this Python's ``accelshare`` and the location of the config store);
-4. the agents (``server agent --end-kernels-on-exit``); wait until each has sent a
+5. the agents (``server agent --end-kernels-on-exit``); wait until each has sent a
    heartbeat since this start (``GET /agents``).
 
 Synchronous (it blocks while waiting); call it from a thread inside an event loop.
@@ -82,6 +85,8 @@ from .layout import (
     render_agent_toml,
     render_client_env,
     render_manager_toml,
+    render_storage_toml,
+    storage_store_keys,
 )
 from .processes import Daemon, child_env, reap_kernels, stop_daemons
 
@@ -135,6 +140,8 @@ class LocalCluster:
         self.agent_ids = agent_ids(options.agents)
         self.manager: Daemon | None = None
         self.agents: list[Daemon] = []
+        self.storage: Daemon | None = None
+        self.storage_ports: tuple[int, int] | None = None  # (manager-facing, client-facing)
         self.credentials: AdminCredentials | None = None
         self.mock: MockConfig | None = None
         self.store_settings: ConfigStoreSettings | None = None
@@ -142,6 +149,7 @@ class LocalCluster:
         self._progress = progress or (lambda _msg: None)
         self._lock: IO[str] | None = None
         self._env = child_env()
+        self._storage_secret = ""
         self.reaped = 0  # processes killed under the data dir by the last stop()
 
     @property
@@ -176,6 +184,7 @@ class LocalCluster:
         deadline = time.monotonic() + timeout_s
         try:
             self._prepare()
+            self._start_storage(deadline)
             self._start_manager(deadline)
             self._start_agents(deadline)
             self._register_images()
@@ -203,6 +212,7 @@ class LocalCluster:
         if source != layout.mock_config:
             shutil.copyfile(source, layout.mock_config)
         self._write_secret()
+        self._write_storage_toml()
         layout.manager_toml.write_text(render_manager_toml(layout, options))
         for agent_id in self.agent_ids:
             layout.agent_dir(agent_id).mkdir(parents=True, exist_ok=True)
@@ -237,6 +247,61 @@ class LocalCluster:
                 out.write(secrets.token_urlsafe(32) + "\n")
         os.chmod(path, 0o600)
 
+    def _write_storage_toml(self) -> None:
+        """storage.toml with the previous run's ports when they are free (the addresses
+        in the config store and in tickets stay the same), else free ones."""
+        layout = self.layout
+        path = layout.storage_secret
+        if not path.exists():
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "w") as out:
+                out.write(secrets.token_urlsafe(32) + "\n")
+        os.chmod(path, 0o600)
+        secret = path.read_text().strip()
+        ports: list[int] = []
+        with contextlib.suppress(OSError, ValueError, tomllib.TOMLDecodeError, KeyError):
+            section = tomllib.loads(layout.storage_toml.read_text())["storage-proxy"]
+            for key in ("manager-api", "client-api"):
+                port = int(str(section[key]).rpartition(":")[2])
+                if _port_is_free(port) and port not in ports:
+                    ports.append(port)
+        if len(ports) != 2:
+            ports = [free_port()]
+            while len(ports) < 2:
+                port = free_port()
+                if port not in ports:
+                    ports.append(port)
+        self.storage_ports = (ports[0], ports[1])
+        layout.volume_dir().mkdir(parents=True, exist_ok=True)
+        fd = os.open(layout.storage_toml, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as out:
+            out.write(render_storage_toml(layout, ports[0], ports[1], secret))
+        self._storage_secret = secret
+
+    def _start_storage(self, deadline: float) -> None:
+        assert self.storage_ports is not None
+        manager_port, _ = self.storage_ports
+        self._progress(f"starting the storage proxy on {HOST}:{manager_port}")
+        self.storage = Daemon(
+            "storage",
+            ["server", "storage", "--config", str(self.layout.storage_toml)],
+            log=self.layout.log("storage"),
+            cwd=self.layout.root,
+            env=self._env,
+        )
+        self.storage.start()
+        with httpx.Client(base_url=f"http://{HOST}:{manager_port}", timeout=2.0) as http:
+            while True:
+                code = self.storage.exit_code()
+                if code is not None:
+                    raise self._fail(self.storage, f"the storage proxy exited with status {code}")
+                with contextlib.suppress(httpx.HTTPError):
+                    if http.get("/v1/health").status_code == 200:
+                        return
+                if time.monotonic() > deadline:
+                    raise self._fail(self.storage, "the storage proxy did not start in time")
+                time.sleep(0.1)
+
     async def _configure_store(self) -> None:
         assert self.mock is not None
         settings = load_config_store_settings(self.layout.manager_toml, env=self._env)
@@ -249,6 +314,9 @@ class LocalCluster:
                     await store.delete(f"{prefix}/{option}")
                 else:
                     await store.put(f"{prefix}/{option}", value)
+            assert self.storage_ports is not None
+            for key, value in storage_store_keys(*self.storage_ports, self._storage_secret).items():
+                await store.put(key, value)
         finally:
             await store.close()
 
@@ -379,7 +447,8 @@ class LocalCluster:
     # -- while running --------------------------------------------------------------------
     def exited(self) -> Daemon | None:
         """The first daemon that is no longer running (None: all fine)."""
-        for daemon in [*self.agents, *([self.manager] if self.manager else [])]:
+        others = [d for d in (self.manager, self.storage) if d is not None]
+        for daemon in [*self.agents, *others]:
             if daemon.exit_code() is not None:
                 return daemon
         return None
@@ -409,6 +478,8 @@ class LocalCluster:
         killed = stop_daemons(self.agents, grace_s=grace_s)
         if self.manager is not None:
             killed += stop_daemons([self.manager], grace_s=grace_s)
+        if self.storage is not None:
+            killed += stop_daemons([self.storage], grace_s=grace_s)
         self.reaped = reap_kernels(self.layout.root)
         if self._lock is not None:
             self._lock.close()

@@ -98,6 +98,16 @@ def _banner(out: Console, cluster: LocalCluster) -> None:
                 f"  (pid {daemon.pid})",
             )
         )
+    if cluster.storage is not None and cluster.storage_ports is not None:
+        manager_port, client_port = cluster.storage_ports
+        rows.append(
+            (
+                "storage",
+                f"local:volume1 in {shown_path(layout.volume_dir())}, clients"
+                f" http://127.0.0.1:{client_port}, manager http://127.0.0.1:{manager_port}"
+                f"  (pid {cluster.storage.pid}, log {shown_path(cluster.storage.log)})",
+            )
+        )
     rows += [
         ("data dir", f"{shown_path(layout.root)}  (kept between runs)"),
         (
@@ -162,7 +172,9 @@ def _shutdown(out: Console, cluster: LocalCluster, *, as_json: bool = False) -> 
     with _signals_ignored():
         counts = _session_counts(cluster) if cluster.credentials else None
         if not as_json:
-            out.print("stopping the agents (and their sessions' kernels) and the manager...")
+            out.print(
+                "stopping the agents (and their sessions' kernels), the manager and the storage proxy..."
+            )
         killed = cluster.stop()
     if as_json:
         doc = {

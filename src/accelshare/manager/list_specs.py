@@ -8,6 +8,12 @@ result, created_at, scheduled_at, terminated_at, starts_at, startup_command, tag
 
 ``agent_list``: id, status, status_changed, region, scaling_group, schedulable, addr,
 architecture, version, first_contact, last_heartbeat, lost_at.
+
+``user_list``: uuid, username, email, full_name, is_active, status, role, domain_name,
+created_at, modified_at.
+
+``keypair_list``: access_key, user_id (the owner's UUID), email, full_name, is_active,
+is_admin, resource_policy, created_at, last_used.
 """
 
 from __future__ import annotations
@@ -16,14 +22,14 @@ import enum
 
 import sqlalchemy as sa
 
-from accelshare.manager.enums import AgentStatus
+from accelshare.manager.enums import AgentStatus, UserRole, UserStatus
 from accelshare.sched.lifecycle import SessionResult, SessionStatus
 from accelshare.sched.model import SessionType
 
-from .models import Agent, Group, Session, User
+from .models import Agent, Group, Keypair, Session, User
 from .querylang import Field, FieldType, ListSpec, OrderItem
 
-__all__ = ["AGENTS", "SESSIONS", "ClusterMode"]
+__all__ = ["AGENTS", "KEYPAIRS", "SESSIONS", "USERS", "ClusterMode"]
 
 F = FieldType
 
@@ -116,3 +122,43 @@ AGENTS = ListSpec(
     default_order=(OrderItem("id", descending=False, column=1),),
 )
 """``agent_list``: by id unless ordered."""
+
+USERS = ListSpec(
+    name="user_list",
+    fields={
+        "uuid": Field(F.UUID, User.id),
+        "username": Field(F.STRING, User.username, nullable=True),
+        "email": Field(F.STRING, User.email),
+        "full_name": Field(F.STRING, User.full_name),
+        "is_active": Field(F.BOOLEAN, User.status == UserStatus.ACTIVE),
+        "status": Field(
+            F.ENUM,
+            User.status,
+            enum_type=UserStatus,
+            unmatched=frozenset({"BEFORE-VERIFICATION"}),  # Backend.AI's; never here
+        ),
+        "role": Field(F.ENUM, User.role, enum_type=UserRole, unmatched=frozenset({"MONITOR"})),
+        "domain_name": Field(F.STRING, User.domain_name),
+        "created_at": Field(F.DATETIME, User.created_at),
+        "modified_at": Field(F.DATETIME, User.modified_at),
+    },
+    tiebreak=("email",),
+)
+"""``user_list`` (its query selects users)."""
+
+KEYPAIRS = ListSpec(
+    name="keypair_list",
+    fields={
+        "access_key": Field(F.STRING, Keypair.access_key),
+        "user_id": Field(F.UUID, User.id),
+        "email": Field(F.STRING, User.email),
+        "full_name": Field(F.STRING, User.full_name),
+        "is_active": Field(F.BOOLEAN, Keypair.is_active),
+        "is_admin": Field(F.BOOLEAN, Keypair.is_admin),
+        "resource_policy": Field(F.STRING, Keypair.resource_policy),
+        "created_at": Field(F.DATETIME, Keypair.created_at),
+        "last_used": Field(F.DATETIME, Keypair.last_used_at, nullable=True),
+    },
+    tiebreak=("access_key",),
+)
+"""``keypair_list`` (its query joins each keypair to its owner)."""

@@ -48,8 +48,10 @@ from .querylang.compile_sql import apply_filter_and_order
 from .registry import AgentRegistry
 from .scheduler import Binder, Scheduler
 from .services.admin import AdminService
+from .services.admin_views import AdminViews
 from .services.directory import Directory
 from .services.holders import KernelHolders
+from .session_files import SessionFiles
 from .sessions import SessionService
 from .slots import KnownSlots
 
@@ -140,9 +142,11 @@ class Manager:
         )
         self.sessions.maintenance = self.maintenance
         self.execute = ExecuteService(self.sessions, self.client)
+        self.session_files = SessionFiles(self.sessions, self.client)
         self.bai_events = BackendAIEvents(db, self.hub, self.sessions)
         self.admin = AdminService(db=db, known_slots=self.known_slots, trigger=self.trigger)
         self.directory = Directory(db)
+        self.admin_views = AdminViews(db=db, known_slots=self.known_slots)
         self.holders = KernelHolders(db)
         self._sweeper: asyncio.Task[None] | None = None
         self.bus_link: ManagerBusLink | None = None

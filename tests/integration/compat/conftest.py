@@ -137,10 +137,11 @@ class Bai:
     def __init__(self, bin_dir: Path, env: dict[str, str]) -> None:
         self.bin_dir, self.env = bin_dir, env
 
-    def _run(self, argv: list[str]) -> Result:
+    def _run(self, argv: list[str], cwd: Path | None = None) -> Result:
         done = subprocess.run(
             argv,
             env=self.env,
+            cwd=cwd,
             capture_output=True,
             text=True,
             timeout=COMMAND_TIMEOUT_S,
@@ -148,11 +149,11 @@ class Bai:
         )
         return Result(done.returncode, done.stdout, done.stderr)
 
-    def __call__(self, *args: str) -> Result:
-        return self._run([str(self.bin_dir / "backend.ai"), *args])
+    def __call__(self, *args: str, cwd: Path | None = None) -> Result:
+        return self._run([str(self.bin_dir / "backend.ai"), *args], cwd)
 
-    def ok(self, *args: str) -> Result:
-        result = self(*args)
+    def ok(self, *args: str, cwd: Path | None = None) -> Result:
+        result = self(*args, cwd=cwd)
         assert result.code == 0, f"backend.ai {' '.join(args)} failed: {result}"
         return result
 

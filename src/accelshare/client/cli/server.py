@@ -3,7 +3,8 @@
 ``accelshare server agent [--config agent.toml] [--dev]`` runs an agent until SIGTERM or
 SIGINT (kernels keep running and are re-adopted by the next agent, unless
 ``--end-kernels-on-exit``).  The manager's ``server manager`` command joins this group
-in ``cli/__init__.py``.  ``--json`` logs one JSON object per line (:mod:`accelshare.logs`).
+in ``cli/__init__.py``.  ``accelshare server storage --config storage.toml`` runs a
+storage proxy (:mod:`accelshare.storage.serve`).  ``--json`` logs one JSON object per line (:mod:`accelshare.logs`).
 
 This module parses the command line only: the launch lives next to each server
 (:mod:`accelshare.agent.serve`, :mod:`accelshare.api.serve`) and is imported when the
@@ -73,4 +74,31 @@ def agent_command(
     code = launch_agent(
         config, dev=dev, end_kernels_on_exit=end_kernels, log_level=log_level, json_logs=as_json
     )
+    raise typer.Exit(code=code)
+
+
+@server_app.command("storage")
+def storage_command(
+    config: Annotated[
+        Path,
+        typer.Option(
+            "--config",
+            "-f",
+            help="storage.toml (docs/storage.md)",
+            exists=True,
+            dir_okay=False,
+            readable=True,
+        ),
+    ],
+    log_level: Annotated[
+        str, typer.Option("--log-level", help=f"One of {', '.join(LOG_LEVELS)}.")
+    ] = "info",
+    as_json: LogJsonOption = False,
+) -> None:
+    """Run a storage proxy: volumes, folders, uploads and downloads (docs/storage.md)."""
+    from accelshare.storage.serve import launch_storage  # the daemon's imports are heavy
+
+    if log_level.lower() not in LOG_LEVELS:
+        fail(f"--log-level {log_level!r}: expected one of {', '.join(LOG_LEVELS)}", code=EXIT_USAGE)
+    code = launch_storage(config, log_level=log_level, json_logs=as_json)
     raise typer.Exit(code=code)

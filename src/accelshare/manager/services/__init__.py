@@ -2,7 +2,9 @@
 database (docs/architecture.md, "API, services, store").
 
 * :mod:`.admin` — users, keypairs, resource policies and scaling groups;
-* :mod:`.directory` — owner, group and keypair look-ups (the compatibility GraphQL);
+* :mod:`.admin_views` — the role-scoped, paged admin lists (users, keypairs, domains,
+  groups, policies) and the domain and group changes (the admin GraphQL);
+* :mod:`.directory` — owner and group look-ups (the compatibility GraphQL);
 * :mod:`.holders` — which sessions hold which kernels (agents' maps, the agents stream).
 
 The sessions, agents and images have theirs next to the control plane
