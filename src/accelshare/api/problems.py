@@ -221,6 +221,13 @@ class ServiceUnavailable(Problem):
             self.headers["Retry-After"] = str(retry_after_s)
 
 
+class ServerFrozen(ServiceUnavailable):
+    """Backend.AI's ``server-frozen``: the manager is frozen for maintenance."""
+
+    slug = "server-frozen"
+    title = "The server is frozen due to maintenance. Please try again later."
+
+
 def problem_response(problem: Problem, instance: str | None = None) -> JSONResponse:
     body = problem.to_body()
     if instance is not None:
@@ -303,10 +310,14 @@ _MANAGER_PROBLEMS: dict[int, type[Problem]] = {
 }
 
 
+_SLUG_PROBLEMS: dict[str, type[Problem]] = {"server-frozen": ServerFrozen}
+"""Manager errors whose ``slug`` names a problem of their own."""
+
+
 async def _on_manager_error(request: Request, exc: Exception) -> JSONResponse:
     """The control plane's errors (``accelshare.manager.errors``) as problems."""
     assert isinstance(exc, ManagerError)
-    kind = _MANAGER_PROBLEMS.get(exc.status, Problem)
+    kind = _SLUG_PROBLEMS.get(getattr(exc, "slug", ""), _MANAGER_PROBLEMS.get(exc.status, Problem))
     problem = kind(
         exc.detail, field=exc.field, expected=exc.expected, received=exc.received, **exc.extra
     )
