@@ -43,6 +43,9 @@ ROUTE_ROLES: dict[tuple[str, str], str] = {
     ("POST", "/auth/logout"): "user",
     ("GET", "/auth/csrf"): "user",  # a login cookie's token; signed: 403
     ("GET", "/manager/announcement"): "user",
+    ("GET", "/manager/status"): "superadmin",
+    ("PUT", "/manager/status"): "superadmin",
+    ("GET", "/scaling-groups"): "user",  # the projects the caller belongs to
     ("POST", "/session"): "user",
     ("GET", "/sessions"): "user",
     ("GET", "/session/{ref}"): "user",

@@ -5,7 +5,6 @@ feature and what to use instead (docs/compatibility.md lists every client comman
 
 | Backend.AI route | feature | instead |
 |---|---|---|
-| ``/session/{ref}/upload``, ``/download``, ``/files`` | files in and out of a session (``session upload/download/ls``, ``run`` with files) | the web terminal; ``accelshare session logs`` for output |
 | ``/session/{ref}/commit``, ``/imagify`` | a session saved as an image | build images outside and register them (``accelshare admin image``) |
 | ``/session/{ref}/complete`` | code completion | |
 | ``/session/{ref}/interrupt`` | interrupting a run | close the ``run`` (its WebSocket) to end the run |
@@ -33,15 +32,6 @@ router = APIRouter(tags=["backend.ai compatibility"], include_in_schema=False)
 _ANY = ["GET", "POST", "PUT", "PATCH", "DELETE"]
 
 _SESSION_FEATURES = {
-    "upload": (
-        "session-files",
-        "files cannot be moved into or out of a session; use the web terminal",
-    ),
-    "download": (
-        "session-files",
-        "files cannot be moved into or out of a session; use the web terminal",
-    ),
-    "files": ("session-files", "a session's files cannot be listed remotely; use the web terminal"),
     "commit": (
         "session-commit",
         "a session cannot be saved as an image; build images outside and register them with `accelshare admin image`",

@@ -38,6 +38,7 @@ from .errors import GraphQLError
 from .folders import FoldersAPI
 from .http import HttpCaller
 from .images import ImagesAPI
+from .session_files import SessionFilesAPI
 from .sessions import SessionsAPI
 
 __all__ = ["AccelshareClient"]
@@ -63,6 +64,7 @@ class AccelshareClient:
         caller = HttpCaller(self._http, config.endpoint)
         self._caller = caller
         self.sessions = SessionsAPI(caller)
+        self.session_files = SessionFilesAPI(caller)
         self.agents = AgentsAPI(caller)
         self.config = ConfigAPI(caller)
         self.admin = AdminAPI(caller)

@@ -40,8 +40,11 @@ from .errors import NotFound
 from .execute import ExecuteService
 from .hub import ChangeHub
 from .images import ImageService
+from .list_specs import AGENTS
+from .maintenance import Maintenance
 from .metrics import ManagerMetrics
 from .models import Agent, Session
+from .querylang.compile_sql import apply_filter_and_order
 from .registry import AgentRegistry
 from .scheduler import Binder, Scheduler
 from .services.admin import AdminService
@@ -49,6 +52,7 @@ from .services.admin_views import AdminViews
 from .services.directory import Directory
 from .services.folders import FolderService
 from .services.holders import KernelHolders
+from .session_files import SessionFiles
 from .sessions import SessionService
 from .slots import KnownSlots
 from .storage_client import StorageProxies
@@ -137,7 +141,12 @@ class Manager:
             known_slots=self.known_slots,
             default_scaling_group=options.default_scaling_group,
         )
+        self.maintenance = Maintenance(
+            store=store, db=db, scheduler=self.scheduler, sessions=self.sessions
+        )
+        self.sessions.maintenance = self.maintenance
         self.execute = ExecuteService(self.sessions, self.client)
+        self.session_files = SessionFiles(self.sessions, self.client)
         self.bai_events = BackendAIEvents(db, self.hub, self.sessions)
         self.admin = AdminService(db=db, known_slots=self.known_slots, trigger=self.trigger)
         self.directory = Directory(db)
@@ -230,9 +239,16 @@ class Manager:
         return agent
 
     async def list_agents(
-        self, *, status: AgentStatus | None = None, scaling_group: str | None = None
+        self,
+        *,
+        status: AgentStatus | None = None,
+        scaling_group: str | None = None,
+        filter: str | None = None,
+        order: str | None = None,
     ) -> list[Agent]:
-        query = sa.select(Agent).order_by(Agent.id)
+        """The agents, by id unless ``order`` says otherwise; ``filter`` / ``order`` are
+        Backend.AI's expressions over :data:`~.list_specs.AGENTS`."""
+        query = apply_filter_and_order(sa.select(Agent), filter, order, AGENTS)
         if status is not None:
             query = query.where(Agent.status == status)
         if scaling_group is not None:

@@ -622,3 +622,37 @@ async def test_a_purge_the_proxy_refuses_is_kept_as_delete_error(env: Env) -> No
     assert (await alice.get(f"/folders/{fid}")).json()["status"] == "delete-error"
     assert (await alice.post("/folders/delete-from-trash-bin", json={"id": fid})).status_code == 204
     assert (await alice.get(f"/folders/{fid}")).status_code == 404
+
+
+VFOLDER_LIST = (
+    "query($f: String, $o: String) { vfolder_list(limit: 10, offset: 0, filter: $f,"
+    " order: $o) { items { name status permission ownership_type } total_count } }"
+)
+
+
+async def test_graphql_vfolder_list_takes_filter_and_order(env: Env) -> None:
+    alice = await env.user("alice@x.test")
+    for name in ("b-data", "a-models", "c-old"):
+        assert (
+            await create(alice, name, permission="ro" if name == "a-models" else "rw")
+        ).status_code == 201
+    old = (await alice.request("GET", "/folders/_/id", json={"name": "c-old"})).json()["id"]
+    await alice.request("DELETE", "/folders", json={"id": old})
+
+    async def names(variables: dict[str, Any]) -> list[str]:
+        answer = await alice.post(
+            "/admin/gql", json={"query": VFOLDER_LIST, "variables": variables}
+        )
+        body = answer.json()
+        assert not body.get("errors"), body
+        return [i["name"] for i in body["data"]["vfolder_list"]["items"]]
+
+    assert await names({}) == ["b-data", "a-models", "c-old"]  # oldest first
+    assert await names({"o": "name"}) == ["a-models", "b-data", "c-old"]
+    assert await names({"f": 'status == "READY"', "o": "-name"}) == ["b-data", "a-models"]
+    assert await names({"f": 'permission in ["READ_ONLY"]'}) == ["a-models"]
+    assert await names({"f": 'name ilike "%DATA%"'}) == ["b-data"]
+    bad = await alice.post(
+        "/admin/gql", json={"query": VFOLDER_LIST, "variables": {"f": "nosuch == 1"}}
+    )
+    assert "nosuch" in bad.json()["errors"][0]["message"]

@@ -146,11 +146,13 @@ class Bai:
         """The same client run in ``cwd`` (``vfolder upload/download`` use it)."""
         return Bai(self.bin_dir, self.env, cwd)
 
-    def _run(self, argv: list[str], input_text: str | None = None) -> Result:
+    def _run(
+        self, argv: list[str], cwd: Path | None = None, input_text: str | None = None
+    ) -> Result:
         done = subprocess.run(
             argv,
             env=self.env,
-            cwd=self.cwd,
+            cwd=cwd or self.cwd,
             input=input_text,
             capture_output=True,
             text=True,
@@ -159,12 +161,15 @@ class Bai:
         )
         return Result(done.returncode, done.stdout, done.stderr)
 
-    def __call__(self, *args: str, input_text: str | None = None) -> Result:
-        """``input_text``: what the command reads on stdin (a confirmation)."""
-        return self._run([str(self.bin_dir / "backend.ai"), *args], input_text)
+    def __call__(
+        self, *args: str, cwd: Path | None = None, input_text: str | None = None
+    ) -> Result:
+        """``cwd``: where it runs (default: this client's); ``input_text``: what the
+        command reads on stdin (a confirmation)."""
+        return self._run([str(self.bin_dir / "backend.ai"), *args], cwd, input_text)
 
-    def ok(self, *args: str, input_text: str | None = None) -> Result:
-        result = self(*args, input_text=input_text)
+    def ok(self, *args: str, cwd: Path | None = None, input_text: str | None = None) -> Result:
+        result = self(*args, cwd=cwd, input_text=input_text)
         assert result.code == 0, f"backend.ai {' '.join(args)} failed: {result}"
         return result
 

@@ -72,6 +72,7 @@ from ..enums import (
     VFolderUsageMode,
 )
 from ..errors import Conflict, InvalidRequest, LimitExceeded, NotFound, PermissionDenied
+from ..list_specs import VFOLDERS
 from ..models import (
     Group,
     GroupMember,
@@ -85,6 +86,7 @@ from ..models import (
     VFolderPermissionGrant,
     email_matches,
 )
+from ..querylang.compile_sql import filter_clause, order_clauses
 from ..session_spec import ResolvedMount
 from ..storage_client import StorageError, StorageProxies, split_host
 
@@ -657,9 +659,18 @@ class FolderService:
             ) from None
 
     async def list_folders(
-        self, actor: FolderActor, *, all_: bool = False, group_id: uuid.UUID | None = None
+        self,
+        actor: FolderActor,
+        *,
+        all_: bool = False,
+        group_id: uuid.UUID | None = None,
+        filter: str | None = None,
+        order: str | None = None,
     ) -> list[dict[str, Any]]:
-        """Own, project and shared folders (``all_`` for a superadmin: every folder)."""
+        """Own, project and shared folders (``all_`` for a superadmin: every folder),
+        oldest first; ``filter`` / ``order``: Backend.AI's expressions over
+        :data:`~accelshare.manager.list_specs.VFOLDERS` (a
+        :class:`~accelshare.manager.querylang.QueryError` when bad)."""
         async with self.db.begin() as db:
             groups = await self._member_groups(db, actor.user_id)
             grants = await self._grants(db, actor.user_id)
@@ -675,10 +686,13 @@ class FolderService:
                 .outerjoin(User, User.id == VFolder.user_id)
                 .outerjoin(Group, Group.id == VFolder.group_id)
                 .where(sa.or_(*visible))
-                .order_by(VFolder.created_at, VFolder.name)
             )
             if group_id is not None:
                 query = query.where(VFolder.group_id == group_id)
+            where = filter_clause(filter, VFOLDERS)
+            if where is not None:
+                query = query.where(where)
+            query = query.order_by(*order_clauses(order, VFOLDERS))
             rows = (await db.execute(query)).all()
         items = []
         for folder, email, group_name in rows:
