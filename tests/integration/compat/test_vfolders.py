@@ -63,6 +63,11 @@ def test_folder_life_cycle(storage: Bai, tmp_path: Path) -> None:
     mine = [f for f in listed["items"] if f["name"] == name]
     assert len(mine) == 1
     assert mine[0]["host"] == default_host
+    filtered = bai.ok(
+        "--output", "json", "vfolder", "list",
+        "--filter", f'name == "{name}" & status == "READY" & permission in ["READ_WRITE"]',
+    ).json()  # fmt: skip
+    assert [f["name"] for f in filtered["items"]] == [name]
     info = bai.ok("vfolder", "info", name).output
     assert f'Virtual folder "{name}"' in info
     assert "- Number of files: 0" in info
