@@ -57,6 +57,10 @@ ROUTE_ROLES: dict[tuple[str, str], str] = {
     ("PATCH", "/session/{ref}"): "user",  # restart
     ("POST", "/session/{ref}/rename"): "user",
     ("GET", "/session/{ref}/status-history"): "user",
+    ("POST", "/session/{ref}/upload"): "user",  # session files (owner or superadmin)
+    ("GET", "/session/{ref}/download"): "user",
+    ("POST", "/session/{ref}/download"): "user",
+    ("GET", "/session/{ref}/files"): "user",
     ("GET", "/events/session"): "user",  # Backend.AI's session events
     ("GET", "/events/background-task"): "user",
     ("GET", "/stream/session/{ref}/apps"): "user",
