@@ -172,7 +172,7 @@ async def _owner_emails(db: AsyncSession, rows: Sequence[Session]) -> dict[uuid.
     if not user_ids:
         return {}
     result = await db.execute(sa.select(User.id, User.email).where(User.id.in_(user_ids)))
-    return dict(result.tuples().all())
+    return {user_id: email for user_id, email in result.all()}
 
 
 def session_json(
