@@ -172,7 +172,7 @@ async def _owner_emails(db: AsyncSession, rows: Sequence[Session]) -> dict[uuid.
     if not user_ids:
         return {}
     result = await db.execute(sa.select(User.id, User.email).where(User.id.in_(user_ids)))
-    return {user_id: email for user_id, email in result.all()}
+    return {row.id: row.email for row in result}
 
 
 def session_json(
