@@ -17,7 +17,9 @@ Backend.AI's field names and shapes; slot maps are JSON *strings* (its ``JSONStr
 * ``images(runtime, is_operation)``, ``image(reference)`` — the image catalogue (any
   user; docs/images.md);
 * Backend.AI's admin surface (users, keypairs, domains, groups, scaling groups, keypair
-  resource policies, their mutations): :mod:`.admin_gql`.
+  resource policies, their mutations): :mod:`.admin_gql`;
+* ``storage_volume(id)``, ``storage_volume_list(limit, offset)`` — superadmin; the
+  volumes of the storage proxies: :mod:`.storage_gql`.
 
 Mutations (Backend.AI's):
 
@@ -55,6 +57,7 @@ from accelshare.manager.agents import AgentRecord, gpu_alloc_map_string
 from accelshare.manager.enums import AgentStatus, UserRole
 from accelshare.manager.errors import ManagerError
 from accelshare.manager.runtime import Manager, StatsUnavailable
+from accelshare.manager.storage_volumes import StorageProxyError
 from accelshare.sched.lifecycle import SessionStatus
 
 from .admin_gql import AdminMutation, AdminQuery, check_page
@@ -75,6 +78,7 @@ from .compat_gql import (
 from .deps import get_manager
 from .gql_limits import GraphQLLimits, LimitExceeded, check_document
 from .problems import QueryTooComplex
+from .storage_gql import StorageQuery
 
 __all__ = ["create_graphql_router", "schema"]
 
@@ -82,7 +86,7 @@ log = logging.getLogger(__name__)
 
 # Errors a caller causes (refused role, bad argument, unknown object): one log line per
 # request; anything else is a bug, logged once with its traceback.
-_EXPECTED_ERRORS = (PermissionError, ValueError, ManagerError)
+_EXPECTED_ERRORS = (PermissionError, ValueError, LookupError, ManagerError, StorageProxyError)
 _page = check_page
 
 
@@ -491,7 +495,7 @@ class ImageNode:
 
 
 @strawberry.type
-class Query(AdminQuery):
+class Query(AdminQuery, StorageQuery):
     @strawberry.field
     async def images(
         self,
