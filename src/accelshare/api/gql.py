@@ -19,7 +19,9 @@ Backend.AI's field names and shapes; slot maps are JSON *strings* (its ``JSONStr
 * Backend.AI's admin surface (users, keypairs, domains, groups, scaling groups, keypair
   resource policies, their mutations): :mod:`.admin_gql`;
 * ``storage_volume(id)``, ``storage_volume_list(limit, offset)`` — superadmin; the
-  volumes of the storage proxies: :mod:`.storage_gql`.
+  volumes of the storage proxies: :mod:`.storage_gql`;
+* image aliases and the admin mutations accelshare refuses with a readable error
+  (registry rescans, scaling-group associations, quota scopes): :mod:`.admin_more_gql`.
 
 Mutations (Backend.AI's):
 
@@ -61,6 +63,7 @@ from accelshare.manager.storage_volumes import StorageProxyError
 from accelshare.sched.lifecycle import SessionStatus
 
 from .admin_gql import AdminMutation, AdminQuery, check_page
+from .admin_more_gql import AdminMoreMutation, AdminMoreQuery
 from .auth import Identity, current_identity
 from .compat_gql import (
     ContainerNode,
@@ -495,7 +498,7 @@ class ImageNode:
 
 
 @strawberry.type
-class Query(AdminQuery, StorageQuery):
+class Query(AdminQuery, AdminMoreQuery, StorageQuery):
     @strawberry.field
     async def images(
         self,
@@ -691,7 +694,7 @@ def session_ref_of(global_id: str) -> str:
 
 
 @strawberry.type
-class Mutation(AdminMutation):
+class Mutation(AdminMutation, AdminMoreMutation):
     @strawberry.mutation
     async def modify_compute_session(
         self, info: Info, input: ModifyComputeSessionInput
