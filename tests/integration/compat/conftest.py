@@ -137,9 +137,10 @@ class Bai:
     def __init__(self, bin_dir: Path, env: dict[str, str]) -> None:
         self.bin_dir, self.env = bin_dir, env
 
-    def _run(self, argv: list[str]) -> Result:
+    def _run(self, argv: list[str], input: str | None = None) -> Result:
         done = subprocess.run(
             argv,
+            input=input,
             env=self.env,
             capture_output=True,
             text=True,
@@ -148,11 +149,12 @@ class Bai:
         )
         return Result(done.returncode, done.stdout, done.stderr)
 
-    def __call__(self, *args: str) -> Result:
-        return self._run([str(self.bin_dir / "backend.ai"), *args])
+    def __call__(self, *args: str, input: str | None = None) -> Result:
+        """``input``: what to type (the answer to "Are you sure? [Y/n]")."""
+        return self._run([str(self.bin_dir / "backend.ai"), *args], input=input)
 
-    def ok(self, *args: str) -> Result:
-        result = self(*args)
+    def ok(self, *args: str, input: str | None = None) -> Result:
+        result = self(*args, input=input)
         assert result.code == 0, f"backend.ai {' '.join(args)} failed: {result}"
         return result
 
