@@ -69,6 +69,7 @@ def drive(
     to_amount: Any,
     errors: Any,
     trace: Any = None,
+    options: Any = None,
 ) -> int:
     """Run ``steps`` on ``alloc_map``; returns the number of allocate + free calls.
 
@@ -87,7 +88,7 @@ def drive(
         if trace is not None:
             before = {d: str(v) for d, v in alloc_map.allocations[slot].items()}
         try:
-            result = alloc_map.allocate({slot: to_amount(units)})
+            result = alloc_map.allocate({slot: to_amount(units)}, **(options or {}))
         except errors:
             result = None
         calls += 1
@@ -133,14 +134,21 @@ def to_amount_for(kind: str) -> Callable[[int], Decimal]:
     return Decimal
 
 
-def time_ours(kind: str, strategy: str, n_devices: int, steps: Sequence[Any], repeat: int) -> float:
+def time_ours(
+    kind: str,
+    strategy: str,
+    n_devices: int,
+    steps: Sequence[Any],
+    repeat: int,
+    options: dict[str, Any] | None = None,
+) -> float:
     """Best of ``repeat`` runs, in calls per CPU second (see ``best_rate``)."""
     from accelshare.alloc import ResourceError
 
     def once() -> tuple[int, float]:
         alloc_map = build_ours(kind, strategy, n_devices)
         start = time.process_time()
-        calls = drive(alloc_map, steps, to_amount_for(kind), ResourceError)
+        calls = drive(alloc_map, steps, to_amount_for(kind), ResourceError, None, options)
         return calls, time.process_time() - start
 
     return best_rate(once, repeat)
@@ -163,11 +171,18 @@ def best_rate(once: Any, repeat: int) -> float:
     return best
 
 
-def trace_ours(kind: str, strategy: str, n_devices: int, steps: Sequence[Any]) -> list[Any]:
+def trace_ours(
+    kind: str,
+    strategy: str,
+    n_devices: int,
+    steps: Sequence[Any],
+    options: dict[str, Any] | None = None,
+) -> list[Any]:
     from accelshare.alloc import ResourceError
 
     trace: list[Any] = []
-    drive(build_ours(kind, strategy, n_devices), steps, to_amount_for(kind), ResourceError, trace)
+    alloc_map = build_ours(kind, strategy, n_devices)
+    drive(alloc_map, steps, to_amount_for(kind), ResourceError, trace, options)
     return trace
 
 
@@ -178,7 +193,10 @@ from decimal import Decimal
 from ai.backend.agent.alloc_map import (
     AllocationStrategy, DeviceSlotInfo, DiscretePropertyAllocMap, FractionAllocMap,
 )
-from ai.backend.agent.exception import ResourceError
+try:
+    from ai.backend.agent.errors import ResourceError
+except ImportError:  # releases before the errors package
+    from ai.backend.agent.exception import ResourceError
 from ai.backend.common.types import SlotTypes
 
 def build(kind, strategy, n, capacity=None, quantum="0.01"):
@@ -201,7 +219,7 @@ if job["mode"] == "time":
     def once():
         m = build(job["kind"], job["strategy"], job["n"])
         start = time.process_time()
-        calls = drive(m, steps, to_amount(job["kind"]), ResourceError)
+        calls = drive(m, steps, to_amount(job["kind"]), ResourceError, None, job["options"])
         return calls, time.process_time() - start
     out["ops_per_s"] = best_rate(once, job["repeat"])
 elif job["mode"] == "examples":
@@ -223,7 +241,7 @@ else:
         m = build(job["kind"], job["strategy"], job["n"])
         m.apply_allocation({"cuda.shares": {d: Decimal(v) for d, v in before.items()}})
         try:
-            got = m.allocate({"cuda.shares": to_amount(job["kind"])(units)})
+            got = m.allocate({"cuda.shares": to_amount(job["kind"])(units)}, **job["options"])
             decisions.append({d: str(v) for d, v in got["cuda.shares"].items() if v})
         except ResourceError as e:
             decisions.append(type(e).__name__)
@@ -323,10 +341,23 @@ def print_examples(python: str) -> None:
 
 
 def compare_decisions(
-    python: str, kind: str, strategy: str, n: int, steps: Sequence[Any], limit: int
+    python: str,
+    kind: str,
+    strategy: str,
+    n: int,
+    steps: Sequence[Any],
+    limit: int,
+    options: dict[str, Any],
 ) -> Counter[str]:
-    trace = trace_ours(kind, strategy, n, steps)[:limit]
-    job = {"mode": "replay", "kind": kind, "strategy": strategy, "n": n, "trace": trace}
+    trace = trace_ours(kind, strategy, n, steps, options)[:limit]
+    job = {
+        "mode": "replay",
+        "kind": kind,
+        "strategy": strategy,
+        "n": n,
+        "trace": trace,
+        "options": options,
+    }
     theirs = run_bai(python, job)["decisions"]
     return Counter(
         classify(ours, their, units) for (_, units, ours), their in zip(trace, theirs, strict=True)
@@ -345,6 +376,11 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--bai-steps", type=int, default=0, help="steps for Backend.AI (0: same)")
     parser.add_argument("--replay", type=int, default=400, help="decisions replayed per map")
     parser.add_argument("--repeat", type=int, default=9, help="most runs per map; best counts")
+    parser.add_argument(
+        "--guard",
+        action="store_true",
+        help="fractional maps refuse fragmentation (allow_resource_fragmentation=False)",
+    )
     args = parser.parse_args(argv)
     counts = [int(n) for n in args.devices.split(",")]
     why_not = bai_available(args.bai_python)
@@ -362,7 +398,10 @@ def main(argv: Sequence[str] | None = None) -> None:
         for strategy in args.strategies.split(","):
             for n in counts:
                 steps = make_steps(args.seed, n, args.steps)
-                ours = time_ours(kind, strategy, n, steps, args.repeat)
+                options: dict[str, Any] = {}
+                if args.guard and kind == "fractional":
+                    options["allow_resource_fragmentation"] = False
+                ours = time_ours(kind, strategy, n, steps, args.repeat, options)
                 line = f"{kind:<11} {strategy:<8} {n:>7} {ours:>17,.0f}"
                 if not why_not:
                     job = {
@@ -373,10 +412,11 @@ def main(argv: Sequence[str] | None = None) -> None:
                         "seed": args.seed,
                         "steps": bai_steps,
                         "repeat": args.repeat,
+                        "options": options,
                     }
                     theirs = run_bai(args.bai_python, job)["ops_per_s"]
                     verdicts = compare_decisions(
-                        args.bai_python, kind, strategy, n, steps, args.replay
+                        args.bai_python, kind, strategy, n, steps, args.replay, options
                     )
                     notes.update({k: v for k, v in verdicts.items() if k != "agree"})
                     same = verdicts["agree"] / sum(verdicts.values())

@@ -57,7 +57,9 @@ def _request(rng: random.Random) -> ResourceSlot:
     return ResourceSlot({"cpu": cpu, "mem": mem, "cuda.shares": shares})
 
 
-def pending_sessions(count: int, seed: int = 7) -> tuple[PendingSession, ...]:
+def pending_sessions(
+    count: int, seed: int = 7, *, allow_fragmentation: bool = True
+) -> tuple[PendingSession, ...]:
     rng = random.Random(seed)
     return tuple(
         PendingSession(
@@ -65,9 +67,19 @@ def pending_sessions(count: int, seed: int = 7) -> tuple[PendingSession, ...]:
             access_key=f"AK{i % 50}",
             requested_slots=_request(rng),
             created_at=T0 + timedelta(seconds=i),
+            allow_fragmentation=allow_fragmentation,
         )
         for i in range(count)
     )
+
+
+def share_at_first_wait(plan: SchedulingPlan, n_agents: int) -> tuple[Decimal, int]:
+    """The share of GPU capacity in use when the first session (FIFO order) had to wait,
+    and how many sessions were placed by then."""
+    first = min((f.session_id for f in plan.failures), default=None)
+    before = [a for a in plan.assignments if first is None or a.session_id < first]
+    used = sum((a.requested_slots.get_amount("cuda.shares") for a in before), Decimal(0))
+    return used / (n_agents * GPUS), len(before)
 
 
 def agent(
@@ -195,12 +207,31 @@ def main() -> None:
     parser.add_argument("--skip-fill", action="store_true", help="only the release case")
     parser.add_argument("--skip-release", action="store_true", help="only the fill case")
     parser.add_argument("--profile", action="store_true", help="cProfile each pass (slower)")
+    parser.add_argument(
+        "--first-wait",
+        action="store_true",
+        help="only: GPU share in use when the first session has to wait (fill pass, FIFO),"
+        " fragmentation allowed and refused",
+    )
     args = parser.parse_args()
     selector = SelectorName(args.selector)
     counts = [int(n) for n in args.agents.split(",") if n]
     pending = pending_sessions(args.pending)
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     print(f"selector={selector} pending={args.pending} load(1m)={load:.2f} cpus={os.cpu_count()}")
+    if args.first_wait:
+        for allow in (True, False):
+            sessions = pending_sessions(args.pending, allow_fragmentation=allow)
+            for n in counts:
+                agents = tuple(agent(i) for i in range(n))
+                plan, elapsed, _ = timed(snapshot(agents, sessions, selector), False)
+                share, placed = share_at_first_wait(plan, n)
+                print(
+                    f"first wait agents={n:>5} fragmentation {'allowed' if allow else 'refused'}:"
+                    f" {share:.1%} of GPU share in use, {placed} placed before it"
+                    f" (pass {elapsed:.2f} s, {len(plan.assignments)} placed in all)"
+                )
+        return
     if not args.skip_fill:
         for n in counts:
             agents = tuple(agent(i) for i in range(n))

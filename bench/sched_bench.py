@@ -148,6 +148,8 @@ class CaseResult:
     planner_placements_per_s: float = 0.0
     setup_s: float = 0.0
     bind_s: float = 0.0  # end of the fill pass's apply -> last kernel accepted
+    # GPU share in use when the first session (in FIFO order) had to wait, fill pass
+    gpu_in_use_at_first_wait: float = 0.0
 
     @property
     def binds_per_s(self) -> float:
@@ -212,7 +214,7 @@ async def insert_pending(manager: Manager, access_key: str, count: int, seed: in
                     domain_name=user.domain_name,
                     image="python:3.11",
                     requested_slots=random_request(rng),
-                    resource_opts={"allow_fractional_resource_fragmentation": True},
+                    resource_opts={"allow_fractional_resource_fragmentation": FRAGMENTATION[0]},
                     scaling_group="default",
                     status=SessionStatus.PENDING,
                     status_info="enqueued",
@@ -232,6 +234,7 @@ async def insert_pending(manager: Manager, access_key: str, count: int, seed: in
             )
 
 
+FRAGMENTATION = [True]  # the sessions' allow_fractional_resource_fragmentation
 APPLY_ENDS: list[float] = []  # when each timed apply returned (binds start then)
 PROFILE_PARTS: set[str] = set()  # parts cProfiled every pass (--profile-snapshot)
 
@@ -543,6 +546,9 @@ async def _run(
             plan = plan_pass(captured[0])
             elapsed = time.perf_counter() - start
             result.planner_placements_per_s = len(plan.assignments) / elapsed if elapsed else 0
+            result.gpu_in_use_at_first_wait = float(
+                in_use_at_first_wait(captured[0], plan, n_agents * 8)
+            )
             if profile:
                 import cProfile
                 import pstats
@@ -605,6 +611,23 @@ async def _run(
         undo()
 
 
+def in_use_at_first_wait(snapshot: SchedulingSnapshot, plan: Any, capacity: int) -> Decimal:
+    """The share of the GPU capacity in use when the first session, in FIFO order, could
+    not be placed: what the sessions before it that were placed hold."""
+    created = {s.id: (s.created_at, s.id) for s in snapshot.pending}
+    waits = [created[f.session_id] for f in plan.failures if f.session_id in created]
+    first = min(waits, default=None)
+    used = sum(
+        (
+            a.requested_slots.get_amount("cuda.shares")
+            for a in plan.assignments
+            if first is None or created[a.session_id] < first
+        ),
+        Decimal(0),
+    )
+    return used / capacity
+
+
 def report(results: list[CaseResult]) -> None:
     print()
     print(
@@ -621,6 +644,12 @@ def report(results: list[CaseResult]) -> None:
             f" {r.ms_per_placement:.2f} | {ms(pct(secs, 50))} | {ms(pct(secs, 99))} |"
             f" {ms(pct(rel, 50))}{miss} | {ms(pct(rel, 99))} | {r.planner_placements_per_s:,.0f} |"
             f" {r.binds_per_s:,.0f} |"
+        )
+    for r in results:
+        print(
+            f"{r.db}, {r.agents:,} agents: {r.gpu_in_use_at_first_wait:.1%} of the GPU share in"
+            " use when the first session had to wait (fill pass, FIFO; fragmentation"
+            f" {'allowed' if FRAGMENTATION[0] else 'refused'})"
         )
 
 
@@ -678,6 +707,7 @@ async def run_isolated(kind: str, n_agents: int, args: argparse.Namespace) -> Ca
         argv += ["--verbose"] if args.verbose else []
         argv += ["--profile"] if args.profile else []
         argv += ["--profile-manager"] if args.profile_manager else []
+        argv += ["--no-fragmentation"] if not FRAGMENTATION[0] else []
         child = await asyncio.create_subprocess_exec(*argv)
         if await child.wait() != 0 or not out.exists():
             raise SystemExit(f"the {kind} case with {n_agents} agents failed")
@@ -718,8 +748,14 @@ async def main() -> None:
         action="store_true",
         help="run every case in this process (default: each case in a fresh one)",
     )
+    parser.add_argument(
+        "--no-fragmentation",
+        action="store_true",
+        help="the pending sessions refuse fractional fragmentation",
+    )
     parser.add_argument("--result-json", type=Path, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    FRAGMENTATION[0] = not args.no_fragmentation
     if args.spy:
         SPY_OUT.append(args.spy)
     if args.profile_snapshot:

@@ -68,13 +68,22 @@ class BodySizeLimit:
     The app must also answer :class:`BodyTooLarge` (raised while a chunked body is read)
     with ``problem_response``."""
 
-    def __init__(self, app: ASGIApp, *, max_bytes: int, problem: ProblemBuilder) -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        *,
+        max_bytes: int,
+        problem: ProblemBuilder,
+        exempt: Callable[[Scope], bool] | None = None,
+    ) -> None:
         if max_bytes <= 0:
             raise ValueError(f"max_bytes: expected a byte count > 0, received {max_bytes!r}")
         self.app, self.max_bytes, self.problem = app, max_bytes, problem
+        # requests that stream their body and hold their own limit (file uploads)
+        self.exempt = exempt
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
+        if scope["type"] != "http" or (self.exempt is not None and self.exempt(scope)):
             await self.app(scope, receive, send)
             return
         declared = dict(scope.get("headers") or []).get(b"content-length", b"")

@@ -44,6 +44,9 @@ ROUTE_ROLES: dict[tuple[str, str], str] = {
     ("GET", "/auth/csrf"): "user",  # a login cookie's token; signed: 403
     ("GET", "/manager/announcement"): "user",
     ("POST", "/manager/announcement"): "superadmin",
+    ("GET", "/manager/status"): "superadmin",
+    ("PUT", "/manager/status"): "superadmin",
+    ("GET", "/scaling-groups"): "user",  # the projects the caller belongs to
     ("POST", "/session"): "user",
     ("GET", "/sessions"): "user",
     ("GET", "/session/{ref}"): "user",
@@ -55,6 +58,10 @@ ROUTE_ROLES: dict[tuple[str, str], str] = {
     ("PATCH", "/session/{ref}"): "user",  # restart
     ("POST", "/session/{ref}/rename"): "user",
     ("GET", "/session/{ref}/status-history"): "user",
+    ("POST", "/session/{ref}/upload"): "user",  # session files (owner or superadmin)
+    ("GET", "/session/{ref}/download"): "user",
+    ("POST", "/session/{ref}/download"): "user",
+    ("GET", "/session/{ref}/files"): "user",
     ("GET", "/events/session"): "user",  # Backend.AI's session events
     ("GET", "/events/background-task"): "user",
     ("GET", "/stream/session/{ref}/apps"): "user",

@@ -9,6 +9,11 @@ For each plugin holding something, ``plugin.kernel_resources(allocation)`` gives
     config_files             -> KernelSpec: files next to resource.txt (config/bin on PATH)
     device_nodes / mounts / device_requests -> KernelSpec (docker runtime)
 
+The request's storage folders (``mounts``) become ``KernelSpec.folder_mounts`` (their
+kernel paths checked and made absolute, see :mod:`.runtime.folder_mounts`) and the
+``MOUNTS`` line of ``resource.txt`` (``host_path:kernel_path:ro|rw``, the kernel path as
+the request gives it: ``/home/work/<x>`` stands for the kernel's work folder).
+
 The request's environ never sets the agent's variables (``CUDA_VISIBLE_DEVICES``,
 ``NVIDIA_VISIBLE_DEVICES``, ``CUDA_MPS_*``, ``BACKENDAI_*`` but the service ports,
 ``ACCELSHARE_*``: :func:`accelshare.common.text_input.reserved_env_reason`): the
@@ -34,8 +39,9 @@ from accelshare.common.text_input import reserved_env_reason
 from accelshare.protocol import CreateKernelRequest
 
 from .ledger import flatten_allocation
-from .resource_txt import ResourceTxt, render_resource_txt
+from .resource_txt import MountEntry, ResourceTxt, render_resource_txt
 from .runtime.base import KERNEL_ID_LABEL, KernelSpec, ResourceLimits
+from .runtime.folder_mounts import FolderMount, MountRefused, normalize_kernel_path
 
 __all__ = ["SESSION_ID_ENV", "SESSION_ID_LABEL", "build_kernel_spec"]
 
@@ -81,8 +87,10 @@ def build_kernel_spec(
         ipc_host = ipc_host or res.ipc_host
     if host_cpus is not None and not set(cpu_set) <= set(host_cpus):
         cpu_set = ()
+    folders = folder_mounts(request)
     content = ResourceTxt(
         slots=ResourceSlot(requested),
+        mounts=tuple(MountEntry(m.host_path, m.kernel_path, m.perm) for m in folders),
         allocations=flatten_allocation(allocation),
         extra_lines=tuple(extra),
     )
@@ -108,8 +116,30 @@ def build_kernel_spec(
         ),
         device_nodes=tuple(device_nodes),
         mounts=tuple(mounts),
+        folder_mounts=folders,
         device_requests=tuple(device_requests),
         ipc_host=ipc_host,
         labels=labels,
     )
     return spec, content
+
+
+def folder_mounts(request: CreateKernelRequest) -> tuple[FolderMount, ...]:
+    """The request's storage folders with their kernel paths made absolute;
+    ``MountRefused`` (a ``ValueError`` naming the mount) for a bad or repeated one."""
+    folders: list[FolderMount] = []
+    for mount in request.mounts:
+        path = normalize_kernel_path(mount.name, mount.kernel_path)
+        for other in folders:
+            if other.name == mount.name:
+                raise MountRefused(mount.name, "named twice")
+            if path == other.kernel_path or path.startswith(other.kernel_path + "/"):
+                raise MountRefused(
+                    mount.name, f"kernel_path {path!r} lies in mount {other.name!r}'s"
+                )
+            if other.kernel_path.startswith(path + "/"):
+                raise MountRefused(
+                    mount.name, f"kernel_path {path!r} would cover mount {other.name!r}"
+                )
+        folders.append(FolderMount(mount.name, mount.host_path, path, mount.read_only))
+    return tuple(folders)

@@ -18,6 +18,9 @@
     GET    /v1/stats/node               -> NodeStats
     GET    /v1/stats/kernels            -> KernelStats
     GET    /v1/health                   -> {"status": "ok", "agent_id": ...}
+    PUT    /v1/kernels/{kernel_id}/files?path=REL       the file's bytes -> FileUploadResult
+    GET    /v1/kernels/{kernel_id}/files?path=REL       -> application/x-tar (streamed)
+    GET    /v1/kernels/{kernel_id}/files/list?path=REL  -> FileList
     WS     /v1/kernels/{kernel_id}/terminal?cols=80&rows=24   a shell in the kernel
     GET    /metrics                     -> Prometheus text (open)
 
@@ -30,19 +33,26 @@ record it on the session; a manager's plan that no longer fits is a FAILED repor
 while destroying or reading logs gives a ``500`` problem (``kernel-runtime-error``).
 A body over ``[agent] rpc-max-body-bytes`` (default 4 MiB) is a ``413`` problem naming
 the limit and the size received, before the secret is checked and before it is read
-whole (:mod:`accelshare.body_limit`).
+whole (:mod:`accelshare.body_limit`); a file upload (``PUT .../files``) streams
+instead, under ``[container] file-upload-max-bytes`` (413 naming it, nothing kept).
+The files routes (:mod:`.kernel_files`, :mod:`accelshare.protocol.files`): 400 a
+refused path, 404 no running kernel or no such file, 409 a folder where a file is
+expected, a symlink on the way, or a read-only mount.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import errno
 import hmac
 import logging
+from collections.abc import Iterator
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, FastAPI, Query, Request, WebSocket
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, PlainTextResponse, Response
+from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from pydantic import ValidationError
 
 from accelshare.body_limit import BodySizeLimit, BodyTooLarge
@@ -56,7 +66,17 @@ from accelshare.protocol import (
     KernelReports,
     KernelStatus,
 )
+from accelshare.protocol.files import check_relative_path
 
+from .kernel_files import (
+    FileConflict,
+    FileMissing,
+    KernelFolder,
+    UploadTooLarge,
+    list_folder,
+    put_file,
+    tar_stream,
+)
 from .metrics import CONTENT_TYPE
 from .runs import ExecUnsupported, RunConflict, RunNotFound
 from .runtime import KernelNotFound, KernelRuntimeError
@@ -136,6 +156,33 @@ def _too_large_problem(exc: BodyTooLarge, path: str) -> dict[str, Any]:
     }
 
 
+def _is_file_upload(scope: Any) -> bool:
+    return bool(scope.get("method") == "PUT" and str(scope.get("path", "")).endswith("/files"))
+
+
+@contextlib.contextmanager
+def _file_problems(rel: str) -> Iterator[None]:
+    """The file routes' errors as problems (404, 409; an OS error naming the path)."""
+    try:
+        yield
+    except FileMissing as e:
+        raise RpcProblem(404, "file-not-found", "Not found", str(e)) from None
+    except FileConflict as e:
+        raise RpcProblem(409, "file-conflict", "Conflict", str(e)) from None
+    except (NotADirectoryError, IsADirectoryError) as e:
+        raise RpcProblem(409, "file-conflict", "Conflict", f"{rel!r}: {e.strerror}") from None
+    except FileNotFoundError as e:
+        raise RpcProblem(404, "file-not-found", "Not found", f"{rel!r}: {e.strerror}") from None
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise RpcProblem(
+                409, "file-conflict", "Conflict", f"{rel!r} is a symlink: not followed"
+            ) from None
+        if e.errno in (errno.EROFS, errno.EACCES, errno.EPERM):
+            raise RpcProblem(409, "file-conflict", "Conflict", f"{rel!r}: {e.strerror}") from None
+        raise
+
+
 def create_rpc_app(
     service: AgentService, *, secret: str | None, max_body_bytes: int | None = None
 ) -> FastAPI:
@@ -157,7 +204,12 @@ def create_rpc_app(
 
     if max_body_bytes is None:
         max_body_bytes = service.config.agent.rpc_max_body_bytes
-    app.add_middleware(BodySizeLimit, max_bytes=max_body_bytes, problem=_too_large_problem)
+    app.add_middleware(
+        BodySizeLimit,
+        max_bytes=max_body_bytes,
+        problem=_too_large_problem,
+        exempt=_is_file_upload,
+    )
 
     @app.exception_handler(KernelRuntimeError)
     async def _runtime_error(_: Request, exc: KernelRuntimeError) -> Response:
@@ -247,6 +299,51 @@ def create_rpc_app(
         except RunNotFound as e:
             raise RpcProblem(404, "run-not-found", "Not found", str(e)) from None
         return Response(status_code=204)
+
+    async def folder_of(kernel_id: str, path: str) -> tuple[KernelFolder, str]:
+        try:
+            rel = check_relative_path(path)
+        except ValueError as e:
+            raise RpcProblem(400, "invalid-api-params", "Invalid API parameters", str(e)) from None
+        try:
+            return await service.kernel_folder(kernel_id), rel
+        except KernelNotFound:
+            raise RpcProblem(
+                404, "not-found", "Not found", f"kernel {kernel_id} is not running"
+            ) from None
+
+    @router.put("/kernels/{kernel_id}/files")
+    async def put_kernel_file(kernel_id: str, path: str, request: Request) -> Response:
+        folder, rel = await folder_of(kernel_id, path)
+        limit = service.config.container.file_upload_max_bytes
+        declared = request.headers.get("content-length", "")
+        if declared.isdigit() and int(declared) > limit:
+            raise RpcProblem(
+                413,
+                "content-too-large",
+                "Content Too Large",
+                str(UploadTooLarge(limit, int(declared))),
+            )
+        try:
+            with _file_problems(rel):
+                result = await put_file(folder, rel, request.stream(), limit_bytes=limit)
+        except UploadTooLarge as e:
+            raise RpcProblem(413, "content-too-large", "Content Too Large", str(e)) from None
+        return _json(result)
+
+    @router.get("/kernels/{kernel_id}/files")
+    async def get_kernel_files(kernel_id: str, path: str = "") -> Response:
+        folder, rel = await folder_of(kernel_id, path)
+        with _file_problems(rel):
+            stream = await tar_stream(folder, rel)
+        return StreamingResponse(stream, media_type="application/x-tar")
+
+    @router.get("/kernels/{kernel_id}/files/list")
+    async def list_kernel_files(kernel_id: str, path: str = "") -> Response:
+        folder, rel = await folder_of(kernel_id, path)
+        with _file_problems(rel):
+            listing = await asyncio.to_thread(list_folder, folder, rel)
+        return _json(listing)
 
     @router.get("/alloc-map")
     async def alloc_map(form: Literal["full", "compat"] = "full") -> Response:

@@ -3,7 +3,8 @@
 A run is one execution (:mod:`accelshare.protocol.execute`): a ``query`` runs its code
 with the kernel's interpreter (the environment's, ``python -c CODE``), a ``batch`` runs
 its ``clean``, ``build`` and ``exec`` shell commands one after the other (``/bin/sh
--c``).  Every command is started by the runtime inside the kernel (:mod:`.runtime.execs`:
+-c``; ``"*"``, Backend.AI's "the default", for clean or build means nothing to do: an
+environment declares no such command, and an ``exec`` of ``"*"`` is refused).  Every command is started by the runtime inside the kernel (:mod:`.runtime.execs`:
 the kernel's sandbox, user, cgroups, environment and working folder): a run is isolated
 from the kernel's own processes and from other runs, and shares their limits.
 
@@ -239,6 +240,11 @@ def _batch_phases(options: BatchOptions) -> list[tuple[Phase, list[str]]]:
     )
     for phase, name, command in named:
         if command is None or not command.strip():
+            continue
+        if command.strip() == "*" and name != "exec":
+            # Backend.AI's "the environment's default": the official client's `run FILES
+            # --exec CMD` sends it for clean and build.  accelshare's environments declare
+            # no clean or build command, so the default is to do nothing.
             continue
         if command.strip() == "*":
             raise RunConflict(

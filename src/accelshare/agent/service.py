@@ -69,11 +69,13 @@ from accelshare.protocol import (
     KernelList,
     KernelReport,
     KernelStats,
+    KernelStatus,
     NodeStats,
 )
 
 from .bus_link import AgentBusLink
 from .events import EventOutbox
+from .kernel_files import KernelFolder, read_mounts
 from .kernels import KernelRegistry
 from .ledger import AllocLedger, DeviceDetails
 from .manager_link import ManagerLink
@@ -82,6 +84,7 @@ from .ports import HostPortPool
 from .runs import ExecUnsupported, RunNotFound, Runs
 from .runtime import ImageSource, KernelNotFound, KernelRuntime, KernelRuntimeError
 from .runtime.execs import ExecSource
+from .scratch import ScratchDir, is_valid_kernel_id
 from .service_create import KernelCreates
 from .service_destroy import KernelDestroys
 from .service_exits import KernelExits
@@ -392,6 +395,25 @@ class AgentService:
             raise RunNotFound(kernel_id, run_id)
         await self._parts.runs.cancel(kernel_id, run_id)
 
+    # -- files (session upload / download / ls) -------------------------------------------
+    async def kernel_folder(self, kernel_id: str) -> KernelFolder:
+        """The working folder of a RUNNING kernel (:mod:`.kernel_files`); ``KernelNotFound``
+        for an unknown kernel or one not running."""
+        record = self.registry.get(kernel_id)
+        if (
+            record is None
+            or record.status is not KernelStatus.RUNNING
+            or self.kernel_ended(kernel_id)
+            or not is_valid_kernel_id(kernel_id)
+        ):
+            raise KernelNotFound(kernel_id)
+        scratch = ScratchDir(self.runtime.scratch_root, kernel_id)
+        try:
+            text = await asyncio.to_thread(scratch.read_resource_txt)
+        except OSError:
+            text = ""
+        return KernelFolder(scratch.work_dir, read_mounts(text), kernel_owner(self.runtime))
+
     # -- queries --------------------------------------------------------------------------
     def list_kernels(self) -> KernelList:
         return KernelList(kernels=[record.report() for record in self.registry.all()])
@@ -460,3 +482,16 @@ class AgentService:
             for slot, per_device in record.allocations.items():
                 total[slot] = total.get(slot, Decimal(0)) + sum(per_device.values(), Decimal(0))
         return total
+
+
+def kernel_owner(runtime: KernelRuntime) -> tuple[int, int] | None:
+    """The uid/gid the runtime's kernels run as, for what the agent writes into their
+    folders (None: they run as the agent itself, nothing to give over)."""
+    sandbox = getattr(runtime, "sandbox", None)
+    if sandbox is not None and hasattr(sandbox, "effective_ids"):
+        uid, gid = sandbox.effective_ids()
+        return int(uid), int(gid)
+    config = getattr(runtime, "config", None)
+    if runtime.name == "docker" and config is not None:
+        return int(config.kernel_uid), int(config.kernel_gid)
+    return None

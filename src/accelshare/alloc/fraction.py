@@ -17,6 +17,12 @@ share, quantum 0.1, EVENLY:
 With ``allow_resource_fragmentation=False`` the anti-fragmentation guard runs first:
 a request up to one device's capacity must fit on one device, a larger one must be an
 even split over whole devices (:func:`~accelshare.alloc.strategies.fits_unfragmented`).
+The guard's verdict is the same as without packing; where it admits the request, EVENLY
+then *packs*: it places the guard's shape where the free share left stays in the largest
+holes (:func:`~accelshare.alloc.strategies.pack_unfragmented`).  Capacities 1, 1.5, 2, 3,
+3, 4, 4.5, 5, 5, request 11, ``min_memory`` 0.84: 2.75 on each of the devices of 3, 3, 4
+and 4.5, both devices of 5 left whole (fragmentation allowed, EVENLY takes the devices of
+4, 4.5, 5, 5, whose leftovers are all above ``min_memory``).
 """
 
 from __future__ import annotations
@@ -41,6 +47,7 @@ from .strategies import (
     fits_unfragmented,
     is_unfragmented_split,
     largest_unfragmented,
+    pack_unfragmented,
     split_over_windows,
 )
 
@@ -157,6 +164,10 @@ class FractionAllocMap(AbstractAllocMap):
             else:
                 usable = self._slot_spare[slot] if tier is devices else sum(spare[d] for d in tier)
             if usable >= need:
+                if not allow_fragmentation:
+                    packed = self._packed(slot, ordered, need, min_units)
+                    if packed is not None:
+                        return packed
                 return self._evenly(ordered, need, min_units)
         raise self._insufficient(
             slot,
@@ -172,6 +183,28 @@ class FractionAllocMap(AbstractAllocMap):
             return {device: need}
         amounts = split_over_windows([self._spare[d] for d in ordered], need, min_units)
         return {d: a for d, a in zip(ordered, amounts, strict=True) if a}
+
+    def _packed(
+        self, slot: str, ordered: list[str], need: int, min_units: int
+    ) -> dict[str, int] | None:
+        """With fragmentation refused: the guard's shape on the devices that keep the
+        largest holes (:func:`~accelshare.alloc.strategies.pack_unfragmented`), inside
+        the tier found (``ordered``: most free first, all above ``min_units``), else over
+        every usable device of the slot; None when neither admits it (only when the
+        guard's even part is below ``min_memory``)."""
+        spare = self._spare
+        if need <= self._capacity_units[slot]:  # best fit, as EVENLY does anyway
+            device = best_fit(ordered, spare, need)
+            if device is not None:
+                return {device: need}
+        for candidates in (ordered, self._slot_devices[slot]):
+            devices = [d for d in most_free_first(candidates, spare) if spare[d] >= min_units]
+            amounts = pack_unfragmented(
+                [spare[d] for d in devices], self._capacity_units[slot], need
+            )
+            if amounts is not None:
+                return {d: a for d, a in zip(devices, amounts, strict=True) if a}
+        return None
 
     def _check_planned_shape(
         self,

@@ -17,6 +17,7 @@ __all__ = [
     "fits_unfragmented",
     "is_unfragmented_split",
     "largest_unfragmented",
+    "pack_unfragmented",
     "split_over_windows",
     "spread_evenly",
 ]
@@ -248,3 +249,68 @@ def largest_unfragmented(spares: Sequence[int], capacity: int) -> tuple[int, int
         if candidate > capacity:
             above = max(above, candidate)
     return single, above
+
+
+def pack_unfragmented(spares: Sequence[int], capacity: int, need: int) -> list[int] | None:
+    """The packing placement of a request the guard of :func:`fits_unfragmented` admits:
+    amounts aligned with ``spares`` (most free first), or None when these devices admit
+    no such shape.
+
+    Among the guard's shapes it keeps the free share in holes as large as possible: it
+    maximises the *hole score*, the sum of the squared spares left (in units), so that
+    a whole free device counts for more than the same share in pieces.
+
+    * R <= C goes whole on the device with the least spare that holds it (best fit:
+      the score loses 2Rs - R^2, least for the smallest s).
+    * A larger R is tried on each n >= ceil(R/C) that admits the even split D = R // n
+      (``extra`` = R - D*n devices taking D + 1): the D + 1 parts on the tightest
+      devices that hold them, the D parts on the devices with exactly D spare (filled)
+      and then on the next tightest.  The n with the best score wins, the fewest
+      devices on a tie.
+
+    Among equal spares the device that comes last in ``spares`` is taken first.
+
+    >>> pack_unfragmented([10, 10, 8, 8, 7], 10, 15)   # 8 + 7 fill an 8 and the 7
+    [0, 0, 0, 8, 7]
+    >>> pack_unfragmented([10, 4, 4], 10, 13)          # 7 + 6 does not fit: 5 + 4 + 4
+    [5, 4, 4]
+    >>> pack_unfragmented([10, 3, 3], 10, 13)          # the guard refuses
+    >>> pack_unfragmented([10, 9, 5], 10, 9)
+    [0, 9, 0]
+    """
+    count = len(spares)
+    if need <= capacity:
+        for i in range(count - 1, -1, -1):
+            if spares[i] >= need:
+                amounts = [0] * count
+                amounts[i] = need
+                return amounts
+        return None
+    best: list[int] | None = None
+    best_score = -1
+    for n in range(-(-need // capacity), count + 1):
+        base, extra = divmod(need, n)
+        # Devices [0, larger) can take D + 1, [larger, fitting) exactly D (most free first).
+        larger = fitting = 0
+        while fitting < count and spares[fitting] >= base:
+            if spares[fitting] > base:
+                larger += 1
+            fitting += 1
+        if larger < extra or fitting < n:
+            continue
+        amounts = [0] * count
+        # Tightest first: the D + 1 parts on the last ``extra`` of the larger devices;
+        # the D parts on the exact fits, then on the larger devices just before those.
+        for i in range(larger - extra, larger):
+            amounts[i] = base + 1
+        low = n - extra
+        for i in range(fitting - 1, -1, -1):
+            if low == 0:
+                break
+            if not amounts[i]:
+                amounts[i] = base
+                low -= 1
+        score = sum((s - a) * (s - a) for s, a in zip(spares, amounts, strict=True))
+        if score > best_score:
+            best, best_score = amounts, score
+    return best

@@ -28,8 +28,9 @@ input that asks for a value of such a setting other than its "off" value is refu
 with an error naming the field, so nothing is silently dropped; the exceptions are the
 limits on things accelshare does not have (``allowed_vfolder_hosts``: no virtual
 folders; ``max_concurrent_sftp_sessions``: no SFTP sessions) and a keypair's
-``rate_limit`` (the client always sends one), which are accepted without being kept.  ``filter`` and
-``order`` accept only ``null`` for now (:func:`.compat_gql.refuse_filter_and_order`).
+``rate_limit`` (the client always sends one), which are accepted without being kept.
+``user_list`` and ``keypair_list`` take Backend.AI's ``filter`` / ``order`` expressions
+(:mod:`accelshare.manager.querylang`; fields in :mod:`accelshare.manager.list_specs`).
 """
 
 from __future__ import annotations
@@ -55,7 +56,7 @@ from accelshare.manager.services.admin import (
 from accelshare.manager.services.admin_views import DomainChanges, GroupChanges
 
 from .auth import Identity
-from .compat_gql import KeyPairNode, keypair_from_row, refuse_filter_and_order
+from .compat_gql import KeyPairNode, keypair_from_row
 from .gql_limits import MAX_PAGE_SIZE
 
 __all__ = ["AdminMutation", "AdminQuery", "check_page"]
@@ -348,6 +349,8 @@ async def _users(
     status: str | None,
     limit: int | None = None,
     offset: int = 0,
+    filter: str | None = None,
+    order: str | None = None,
 ) -> tuple[list[UserNode], int]:
     manager, identity = _context(info)
     wanted = _user_status(status)
@@ -361,6 +364,8 @@ async def _users(
         status=wanted if isinstance(wanted, UserStatus) else None,
         limit=limit,
         offset=offset,
+        filter=filter,
+        order=order,
     )
     return [UserNode.from_json(u) for u in page.items], page.total
 
@@ -423,7 +428,6 @@ class AdminQuery:
         is_active: bool | None = None,
         status: str | None = None,
     ) -> UserList:
-        refuse_filter_and_order(filter, order)
         check_page("user_list", limit, offset)
         items, total = await _users(
             info,
@@ -433,6 +437,8 @@ class AdminQuery:
             status=status,
             limit=limit,
             offset=offset,
+            filter=filter,
+            order=order,
         )
         return UserList(items=items, total_count=total)
 
@@ -462,7 +468,6 @@ class AdminQuery:
         email: str | None = None,
         is_active: bool | None = None,
     ) -> KeyPairList:
-        refuse_filter_and_order(filter, order)
         check_page("keypair_list", limit, offset)
         manager, identity = _context(info)
         page = await manager.admin_views.keypairs(
@@ -472,6 +477,8 @@ class AdminQuery:
             is_active=is_active,
             limit=limit,
             offset=offset,
+            filter=filter,
+            order=order,
         )
         return KeyPairList(items=[keypair_from_row(k) for k in page.items], total_count=page.total)
 

@@ -63,6 +63,7 @@ from . import (
     internal,
     login,
     metrics_route,
+    session_files,
     sessions,
     stream_apps,
     unsupported,
@@ -187,6 +188,7 @@ def create_app(
             compat.router,  # the official Backend.AI client's extras (docs/compatibility.md)
             app_proxy.router,  # web terminal and app services (the WSProxy role)
             execute.router,  # Backend.AI's execute API (code run in a session)
+            session_files.router,  # session upload / download / ls
             bai_events.router,  # Backend.AI's event streams (session events, watch)
             stream_apps.router,  # Backend.AI's stream proxy (backend.ai app / apps)
             unsupported.router,  # 501 for the Backend.AI routes accelshare lacks (last)

@@ -20,6 +20,10 @@ client, so that the native routes stay as the spec describes them:
 * ``GET /manager/announcement`` (asked before every admin command) and ``POST`` (a
   superadmin posts or removes it): the announcement, kept in the config store under
   ``manager/announcement``.
+* ``GET / PUT /manager/status`` (``admin manager status / freeze / unfreeze``,
+  superadmin): :mod:`accelshare.manager.maintenance`.
+* ``GET /scaling-groups?group=`` (``admin scaling-group get-available``): every active
+  scaling group, for a project the caller belongs to.
 * what accelshare does not have (virtual folders ``/folders...``, the agent watcher
   ``/resource/watcher...``) answers a 501 problem that says so, instead of a bare 404.
 
@@ -28,14 +32,17 @@ See docs/compatibility.md for the command-by-command level.
 
 from __future__ import annotations
 
+import socket
 import uuid
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Literal
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Request, Response
 from pydantic import BaseModel, ConfigDict, model_validator
 
+import accelshare
 from accelshare.config import ConfigScopes
+from accelshare.manager.available_sgroups import available_scaling_groups as list_available
 from accelshare.manager.runtime import Manager
 from accelshare.sched.lifecycle import FINAL_STATUSES, SessionStatus
 
@@ -217,6 +224,57 @@ async def update_announcement(
             received=f"{len(body.message)} characters",
         )
     await manager.store.put(ANNOUNCEMENT_KEY, body.message)
+
+
+class ManagerStatusBody(BaseModel):
+    """``PUT /manager/status``: ``{"status": "frozen" | "running", "force_kill": bool}``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    status: Literal["running", "frozen"]
+    force_kill: bool = False
+
+
+@router.get("/manager/status")
+async def manager_status(
+    request: Request, _identity: SuperadminIdentity, manager: ManagerDep
+) -> dict[str, Any]:
+    """Backend.AI's ``admin manager status``: running or frozen, and the sessions
+    holding resources (what ``freeze --wait`` waits for).  Superadmin."""
+    status = (await manager.maintenance.status()).value
+    active = await manager.maintenance.active_sessions()
+    node = {
+        "id": socket.gethostname(),
+        "num_proc": 1,
+        "service_addr": f"{request.url.hostname}:{request.url.port or ''}".rstrip(":"),
+        "heartbeat_timeout": manager.options.agent_timeout_s,
+        "ssl_enabled": request.url.scheme == "https",
+        "active_sessions": active,
+        "status": status,
+        "version": accelshare.__version__,
+        "api_version": request.headers.get("X-BackendAI-Version", ""),
+    }
+    return {"nodes": [node], "status": status, "active_sessions": active}
+
+
+@router.put("/manager/status", status_code=204)
+async def set_manager_status(
+    body: ManagerStatusBody, identity: SuperadminIdentity, manager: ManagerDep
+) -> Response:
+    """``freeze`` (``force_kill``: destroy every live session too) / ``unfreeze``;
+    see :mod:`accelshare.manager.maintenance`.  Superadmin."""
+    await manager.maintenance.set_status(identity, body.status, force_kill=body.force_kill)
+    return Response(status_code=204)
+
+
+@router.get("/scaling-groups")
+async def available_scaling_groups(
+    group: str, identity: CurrentIdentity, manager: ManagerDep
+) -> dict[str, Any]:
+    """Backend.AI's ``admin scaling-group get-available --group``: the scaling groups the
+    project may use (:mod:`accelshare.manager.available_sgroups`)."""
+    names = await list_available(manager.db, identity, group)
+    return {"scaling_groups": [{"name": n} for n in names]}
 
 
 _ANY_METHOD = ["GET", "POST", "PUT", "PATCH", "DELETE"]

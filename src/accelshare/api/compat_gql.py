@@ -7,8 +7,7 @@ argument fails as a whole, so the schema carries them:
 * ``keypair(access_key)`` — ``backend.ai ps`` asks ``keypair { is_admin ... }`` first
   (``secret_key`` is null but in ``create_keypair``'s answer: secrets are shown once);
 * ``compute_session_list(..., filter, order, group_id)`` and ``agent_list(..., filter,
-  order)``: ``null`` is accepted, a value is refused with a readable error (Backend.AI's
-  filter/order mini-language is not implemented);
+  order)``: Backend.AI's filter / order mini-language (:mod:`accelshare.manager.querylang`);
 * Backend.AI's statuses accelshare never uses (``RESTARTING``, ``RUNNING_DEGRADED``) are
   accepted in status filters and simply match nothing;
 * ``vfolder_list``: always empty (accelshare has no virtual folders);
@@ -45,7 +44,6 @@ __all__ = [
     "group_name",
     "hardware_metadata",
     "keypair_from_row",
-    "refuse_filter_and_order",
     "session_statuses",
     "user_email",
 ]
@@ -74,17 +72,6 @@ def session_statuses(status: str | None) -> list[SessionStatus] | None:
                 f"Unknown session status in {status!r}: expected some of {', '.join(SessionStatus)}"
             ) from None
     return wanted
-
-
-def refuse_filter_and_order(filter: str | None, order: str | None) -> None:
-    """Backend.AI's ``filter`` / ``order`` expressions: only ``null`` is accepted."""
-    for name, value in (("filter", filter), ("order", order)):
-        if value:
-            raise ValueError(
-                f"accelshare does not support Backend.AI's {name} expressions"
-                f" (received {name}={value!r}); leave {name} out and use the status /"
-                " access_key / scaling_group arguments (see docs/compatibility.md)"
-            )
 
 
 def _json(value: Any) -> str:

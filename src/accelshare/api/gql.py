@@ -8,10 +8,13 @@ Backend.AI's field names and shapes; slot maps are JSON *strings* (its ``JSONStr
     -> {"data": {"agent": {"gpu_alloc_map": "{\\"...2d02\\": \\"0.80\\", \\"...2d01\\": \\"0.60\\"}", ...}}}
 
 * ``agent(agent_id)``, ``agents(status, scaling_group)``, ``agent_list(limit, offset,
-  status, scaling_group) { items total_count }`` — superadmin;
+  status, scaling_group, filter, order) { items total_count }`` — superadmin;
 * ``compute_session(id: UUID!)``,
-  ``compute_session_list(limit, offset, status, access_key) { items total_count }`` —
-  the caller's visibility (user: own, admin: domain, superadmin: all);
+  ``compute_session_list(limit, offset, status, access_key, filter, order) { items
+  total_count }`` — the caller's visibility (user: own, admin: domain, superadmin: all);
+* ``filter`` / ``order``: Backend.AI's expressions (``status == "RUNNING" & name ilike
+  "%x%"``, ``"-created_at"``; :mod:`accelshare.manager.querylang`, fields in
+  :mod:`accelshare.manager.list_specs`); a bad one is a GraphQL error naming the column;
 * ``keypair(access_key)`` — the caller's own keypair (or one of its domain for an admin,
   any one for a superadmin);
 * ``images(runtime, is_operation)``, ``image(reference)`` — the image catalogue (any
@@ -74,7 +77,6 @@ from .compat_gql import (
     group_name,
     hardware_metadata,
     keypair_from_row,
-    refuse_filter_and_order,
     session_statuses,
     user_email,
 )
@@ -577,9 +579,10 @@ class Query(AdminQuery, AdminMoreQuery, StorageQuery):
     ) -> AgentList:
         manager, identity = _context(info)
         _require_superadmin(identity)
-        refuse_filter_and_order(filter, order)
         _page("agent_list", limit, offset)
-        rows = await manager.list_agents(status=_agent_status(status), scaling_group=scaling_group)
+        rows = await manager.list_agents(
+            status=_agent_status(status), scaling_group=scaling_group, filter=filter, order=order
+        )
         page = rows[offset : offset + limit]
         return AgentList(items=[AgentNode.from_row(r) for r in page], total_count=len(rows))
 
@@ -603,7 +606,6 @@ class Query(AdminQuery, AdminMoreQuery, StorageQuery):
         order: str | None = None,
     ) -> ComputeSessionList:
         manager, identity = _context(info)
-        refuse_filter_and_order(filter, order)
         _page("compute_session_list", limit, offset)
         statuses = session_statuses(status)
         if statuses is None:
@@ -611,7 +613,13 @@ class Query(AdminQuery, AdminMoreQuery, StorageQuery):
         if access_key and identity.role is UserRole.USER and access_key != identity.access_key:
             return ComputeSessionList(items=[], total_count=0)
         page = await manager.sessions.list_sessions(
-            identity, statuses=statuses, access_key=access_key, limit=limit, offset=offset
+            identity,
+            statuses=statuses,
+            access_key=access_key,
+            limit=limit,
+            offset=offset,
+            filter=filter,
+            order=order,
         )
         return ComputeSessionList(
             items=[ComputeSessionNode.from_json(s) for s in page["items"]],

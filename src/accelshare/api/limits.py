@@ -40,11 +40,24 @@ def _problem(exc: BodyTooLarge, path: str) -> dict[str, Any]:
     }
 
 
+def _is_session_upload(scope: Scope) -> bool:
+    """``POST /session/{ref}/upload`` streams its files to the agent, each under the
+    agent's own limit (api/session_files.py): not held to the manager's."""
+    path = str(scope.get("path", ""))
+    parts = path.split("/")
+    return (
+        scope.get("method") == "POST"
+        and len(parts) == 4
+        and parts[1] == "session"
+        and (parts[3] == "upload")
+    )
+
+
 class BodySizeLimit(body_limit.BodySizeLimit):
-    """The shared middleware with the manager's problem shape."""
+    """The shared middleware with the manager's problem shape (session uploads exempt)."""
 
     def __init__(self, app: ASGIApp, max_bytes: int = MAX_BODY_BYTES) -> None:
-        super().__init__(app, max_bytes=max_bytes, problem=_problem)
+        super().__init__(app, max_bytes=max_bytes, problem=_problem, exempt=_is_session_upload)
 
 
 def install_body_limit(app: FastAPI, max_bytes: int = MAX_BODY_BYTES) -> None:

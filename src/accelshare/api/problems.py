@@ -59,6 +59,7 @@ __all__ = [
     "PROBLEM_MEDIA_TYPE",
     "BadRequest",
     "Conflict",
+    "ContentTooLarge",
     "Forbidden",
     "InvalidAPIParameters",
     "NotFound",
@@ -191,6 +192,12 @@ class QuotaExceeded(Problem):
     title = "Quota exceeded"
 
 
+class ContentTooLarge(Problem):
+    status = 413
+    slug = "content-too-large"
+    title = "Content Too Large"
+
+
 class TooManyRequests(Problem):
     """Throttled (the login's failure limits): ``Retry-After`` says when to try again."""
 
@@ -212,6 +219,13 @@ class ServiceUnavailable(Problem):
         super().__init__(detail, **extra)
         if retry_after_s is not None:
             self.headers["Retry-After"] = str(retry_after_s)
+
+
+class ServerFrozen(ServiceUnavailable):
+    """Backend.AI's ``server-frozen``: the manager is frozen for maintenance."""
+
+    slug = "server-frozen"
+    title = "The server is frozen due to maintenance. Please try again later."
 
 
 def problem_response(problem: Problem, instance: str | None = None) -> JSONResponse:
@@ -291,14 +305,19 @@ _MANAGER_PROBLEMS: dict[int, type[Problem]] = {
     404: NotFound,
     409: Conflict,
     412: QuotaExceeded,
+    413: ContentTooLarge,
     503: ServiceUnavailable,
 }
+
+
+_SLUG_PROBLEMS: dict[str, type[Problem]] = {"server-frozen": ServerFrozen}
+"""Manager errors whose ``slug`` names a problem of their own."""
 
 
 async def _on_manager_error(request: Request, exc: Exception) -> JSONResponse:
     """The control plane's errors (``accelshare.manager.errors``) as problems."""
     assert isinstance(exc, ManagerError)
-    kind = _MANAGER_PROBLEMS.get(exc.status, Problem)
+    kind = _SLUG_PROBLEMS.get(getattr(exc, "slug", ""), _MANAGER_PROBLEMS.get(exc.status, Problem))
     problem = kind(
         exc.detail, field=exc.field, expected=exc.expected, received=exc.received, **exc.extra
     )

@@ -5,7 +5,6 @@ feature and what to use instead (docs/compatibility.md lists every client comman
 
 | Backend.AI route | feature | instead |
 |---|---|---|
-| ``/session/{ref}/upload``, ``/download``, ``/files`` | files in and out of a session (``session upload/download/ls``, ``run`` with files) | the web terminal; ``accelshare session logs`` for output |
 | ``/session/{ref}/commit``, ``/imagify`` | a session saved as an image | build images outside and register them (``accelshare admin image``) |
 | ``/session/{ref}/complete`` | code completion | |
 | ``/session/{ref}/interrupt`` | interrupting a run | close the ``run`` (its WebSocket) to end the run |
@@ -22,6 +21,7 @@ feature and what to use instead (docs/compatibility.md lists every client comman
 | ``/resource/recalculate-usage`` | recomputing occupied slots | nothing to recompute (kept with each allocation) |
 | ``/resource/container-registries``, ``/config/docker-registries`` | registry settings | the image catalogue (``accelshare admin image add``) |
 | ``/config/vfolder-types`` | folder types | |
+| ``/manager/scheduler/operation`` | excluding agents from scheduling (``admin manager scheduler``) | ``admin manager freeze``; stopping the agent |
 """
 
 from __future__ import annotations
@@ -38,15 +38,6 @@ router = APIRouter(tags=["backend.ai compatibility"], include_in_schema=False)
 _ANY = ["GET", "POST", "PUT", "PATCH", "DELETE"]
 
 _SESSION_FEATURES = {
-    "upload": (
-        "session-files",
-        "files cannot be moved into or out of a session; use the web terminal",
-    ),
-    "download": (
-        "session-files",
-        "files cannot be moved into or out of a session; use the web terminal",
-    ),
-    "files": ("session-files", "a session's files cannot be listed remotely; use the web terminal"),
     "commit": (
         "session-commit",
         "a session cannot be saved as an image; build images outside and register them with `accelshare admin image`",
@@ -184,4 +175,14 @@ async def vfolder_types(_identity: CurrentIdentity) -> None:
         "vfolder",
         "accelshare has no virtual folder types (vfolders); sessions get a scratch"
         " directory on their agent",
+    )
+
+
+@router.api_route("/manager/scheduler/operation", methods=_ANY)
+async def scheduler_operation(_identity: CurrentIdentity) -> None:
+    _refuse(
+        "scheduler-operation",
+        "agents cannot be excluded from scheduling one by one; freeze the whole manager"
+        " (`backend.ai admin manager freeze`), or stop the agent with your service manager"
+        " (its kernels' sessions end) and start it again afterwards",
     )

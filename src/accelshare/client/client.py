@@ -37,6 +37,7 @@ from .config import ClientConfig, load_client_config
 from .errors import GraphQLError
 from .http import HttpCaller
 from .images import ImagesAPI
+from .session_files import SessionFilesAPI
 from .sessions import SessionsAPI
 
 __all__ = ["AccelshareClient"]
@@ -61,6 +62,7 @@ class AccelshareClient:
         caller = HttpCaller(self._http, config.endpoint)
         self._caller = caller
         self.sessions = SessionsAPI(caller)
+        self.session_files = SessionFilesAPI(caller)
         self.agents = AgentsAPI(caller)
         self.config = ConfigAPI(caller)
         self.admin = AdminAPI(caller)

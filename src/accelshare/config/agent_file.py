@@ -48,6 +48,7 @@ Keys the daemon adds (docs/agent.md has the full table)::
     port-range = [30000, 31000]       # host ports for the kernels' app services
     kernel-uid = 1000                 # the non-root user kernels run as (both runtimes)
     kernel-gid = 1000
+    file-upload-max-bytes = "1g"      # one file put into a kernel's work folder (`session upload`)
     [container.environments.torch]    # more process-runtime "images"
     command-prefix = ["/opt/venvs/torch/bin/python"]
     [cuda]                            # real NVIDIA GPUs (the cuda plugin)
@@ -274,6 +275,9 @@ class ContainerSection(_Section):
     # Host ports for the kernels' app services (inclusive; Backend.AI's port-range): each
     # declared service of each kernel gets its own (docs/agent.md).
     port_range: tuple[int, int] = Field((30000, 31000), alias="port-range")
+    # One file put into a kernel's work folder (`session upload`, agent/kernel_files.py):
+    # larger ones get 413 and leave nothing behind.
+    file_upload_max_bytes: ByteSize = Field(1 << 30, alias="file-upload-max-bytes", ge=1)
     # Process-runtime environments ("images") beyond the built-in python and shell:
     # name -> {command-prefix, image-dir, env, idle-command}; checked by the agent.
     environments: dict[str, dict[str, Any]] = Field(default_factory=dict)
@@ -486,6 +490,7 @@ EXPECTED: dict[str, str] = {
     "container.runtime": '"process" or "docker"',
     "container.scratch-root": 'a folder path such as "./scratch"',
     "container.keep-scratch": _TRUE_FALSE,
+    "container.file-upload-max-bytes": 'a byte size of at least 1 such as "1g" or 1073741824',
     "container.stop-grace-s": "a number of seconds >= 0, such as 5.0",
     "container.use-cgroups": _TRUE_FALSE,
     "container.cgroup-parent": 'a cgroup path such as "accelshare" or "/accelshare"',

@@ -10,6 +10,8 @@ message ends up in the session's ``status_info``.
 from __future__ import annotations
 
 import json
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 import httpx
@@ -20,6 +22,8 @@ from accelshare.protocol import (
     CreateKernelRequest,
     ExecuteRequest,
     ExecuteResult,
+    FileList,
+    FileUploadResult,
     KernelList,
     KernelReport,
     KernelReports,
@@ -197,3 +201,55 @@ class AgentClient:
         response = await self._request("GET", base_url, "/v1/stats/node")
         stats: NodeStats = self._parse(base_url, NodeStats, response)
         return stats.model_dump(mode="json")
+
+    # -- a kernel's working folder (protocol/files.py) ------------------------------------
+    async def put_kernel_file(
+        self, base_url: str, kernel_id: str, path: str, content: AsyncIterator[bytes]
+    ) -> FileUploadResult:
+        """Stream one file into the kernel's working folder (``path`` relative to it)."""
+        response = await self._request(
+            "PUT",
+            base_url,
+            f"/v1/kernels/{kernel_id}/files",
+            params={"path": path},
+            content=content,
+            headers={"content-type": "application/octet-stream"},
+            timeout=httpx.Timeout(None, connect=5.0),  # as long as the client sends
+        )
+        result: FileUploadResult = self._parse(base_url, FileUploadResult, response)
+        return result
+
+    async def list_kernel_files(self, base_url: str, kernel_id: str, path: str) -> FileList:
+        response = await self._request(
+            "GET", base_url, f"/v1/kernels/{kernel_id}/files/list", params={"path": path}
+        )
+        listing: FileList = self._parse(base_url, FileList, response)
+        return listing
+
+    @asynccontextmanager
+    async def kernel_files_tar(
+        self, base_url: str, kernel_id: str, path: str
+    ) -> AsyncIterator[httpx.Response]:
+        """A tar of the file or folder ``path``, as a streamed response (its status
+        checked: ``AgentRPCError`` before the first byte)."""
+        url = base_url.rstrip("/") + f"/v1/kernels/{kernel_id}/files"
+        try:
+            async with self._client.stream(
+                "GET",
+                url,
+                params={"path": path},
+                timeout=httpx.Timeout(None, connect=5.0),
+            ) as response:
+                if response.status_code >= 400:
+                    await response.aread()
+                    raise AgentRPCError(
+                        base_url,
+                        f"the agent refused GET /v1/kernels/{kernel_id}/files"
+                        f" ({response.status_code}): {_detail(response)}",
+                        status_code=response.status_code,
+                    )
+                yield response
+        except httpx.HTTPError as e:
+            raise AgentRPCError(
+                base_url, f"cannot reach the agent at {base_url}: {type(e).__name__}: {e}"
+            ) from e

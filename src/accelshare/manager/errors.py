@@ -10,6 +10,7 @@ The services do not import the HTTP layer; ``accelshare.api`` maps each
      ├── NotFound            404  (also: someone else's session, so ids do not leak)
      ├── Conflict            409  e.g. a session name already in use
      ├── LimitExceeded       412  pending-queue limits of the keypair's policy
+     ├── TooLarge            413  a file over the agent's upload limit
      └── Unavailable         503  an agent that cannot be reached
 """
 
@@ -24,6 +25,7 @@ __all__ = [
     "ManagerError",
     "NotFound",
     "PermissionDenied",
+    "TooLarge",
     "Unavailable",
 ]
 
@@ -66,6 +68,10 @@ class Conflict(ManagerError):
 
 class LimitExceeded(ManagerError):
     status = 412
+
+
+class TooLarge(ManagerError):
+    status = 413
 
 
 class Unavailable(ManagerError):

@@ -41,14 +41,18 @@ from .execute import ExecuteService
 from .hub import ChangeHub
 from .images import ImageService
 from .key_usage import KeyUsageRecorder
+from .list_specs import AGENTS
+from .maintenance import Maintenance
 from .metrics import ManagerMetrics
 from .models import Agent, Session
+from .querylang.compile_sql import apply_filter_and_order
 from .registry import AgentRegistry
 from .scheduler import Binder, Scheduler
 from .services.admin import AdminService
 from .services.admin_views import AdminViews
 from .services.directory import Directory
 from .services.holders import KernelHolders
+from .session_files import SessionFiles
 from .sessions import SessionService
 from .slots import KnownSlots
 
@@ -134,7 +138,12 @@ class Manager:
             known_slots=self.known_slots,
             default_scaling_group=options.default_scaling_group,
         )
+        self.maintenance = Maintenance(
+            store=store, db=db, scheduler=self.scheduler, sessions=self.sessions
+        )
+        self.sessions.maintenance = self.maintenance
         self.execute = ExecuteService(self.sessions, self.client)
+        self.session_files = SessionFiles(self.sessions, self.client)
         self.bai_events = BackendAIEvents(db, self.hub, self.sessions)
         self.admin = AdminService(db=db, known_slots=self.known_slots, trigger=self.trigger)
         self.directory = Directory(db)
@@ -211,9 +220,16 @@ class Manager:
         return agent
 
     async def list_agents(
-        self, *, status: AgentStatus | None = None, scaling_group: str | None = None
+        self,
+        *,
+        status: AgentStatus | None = None,
+        scaling_group: str | None = None,
+        filter: str | None = None,
+        order: str | None = None,
     ) -> list[Agent]:
-        query = sa.select(Agent).order_by(Agent.id)
+        """The agents, by id unless ``order`` says otherwise; ``filter`` / ``order`` are
+        Backend.AI's expressions over :data:`~.list_specs.AGENTS`."""
+        query = apply_filter_and_order(sa.select(Agent), filter, order, AGENTS)
         if status is not None:
             query = query.where(Agent.status == status)
         if scaling_group is not None:

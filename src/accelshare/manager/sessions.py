@@ -62,6 +62,8 @@ from .errors import (
 )
 from .hub import ChangeHub
 from .images import check_known_name, lookup, requirement_of
+from .list_specs import SESSIONS
+from .maintenance import Maintenance
 from .models import (
     Agent,
     AgentStatus,
@@ -77,6 +79,7 @@ from .models import (
     User,
     UserRole,
 )
+from .querylang.compile_sql import filter_clause, order_clauses
 from .scheduler.apply import BindJob
 from .scheduler.binding import BINDABLE, allocations_json, kernel_request
 from .scheduler.snapshot import reported_map_states
@@ -169,7 +172,7 @@ async def _owner_emails(db: AsyncSession, rows: Sequence[Session]) -> dict[uuid.
     if not user_ids:
         return {}
     result = await db.execute(sa.select(User.id, User.email).where(User.id.in_(user_ids)))
-    return dict(result.tuples().all())
+    return {user_id: email for user_id, email in result.all()}
 
 
 def session_json(
@@ -281,6 +284,9 @@ async def _agent_reach(
 
 
 class SessionService:
+    maintenance: Maintenance | None = None
+    """Set by the manager: a frozen manager refuses new sessions."""
+
     def __init__(
         self,
         *,
@@ -367,10 +373,16 @@ class SessionService:
         limit: int = 100,
         offset: int = 0,
         newest_first: bool = False,
+        filter: str | None = None,
+        order: str | None = None,
     ) -> dict[str, Any]:
         """A page of the sessions the caller may see (a user: their own; an admin: the
         domain's; a superadmin: all), oldest first, or with ``newest_first`` the most
-        recently changed first (the console's history of ended sessions)."""
+        recently changed first (the console's history of ended sessions).
+
+        ``filter`` / ``order`` are Backend.AI's expressions over
+        :data:`~.list_specs.SESSIONS` (:class:`~.querylang.QueryError` when bad); a
+        given ``order`` replaces the default one."""
         wanted = (
             sorted(statuses)
             if statuses is not None
@@ -379,17 +391,20 @@ class SessionService:
         where = [_visibility_filter(caller), Session.status.in_(wanted)]
         if access_key:
             where.append(Session.access_key == access_key)
+        matching = filter_clause(filter, SESSIONS)
+        if matching is not None:
+            where.append(matching)
+        if order is not None and order.strip():
+            ordering = order_clauses(order, SESSIONS)
+        else:
+            ordering = list(_NEWEST_FIRST if newest_first else _OLDEST_FIRST)
         async with self.db.begin() as db:
             total = (
                 await db.execute(sa.select(sa.func.count()).select_from(Session).where(*where))
             ).scalar_one()
             rows = (
                 await db.scalars(
-                    sa.select(Session)
-                    .where(*where)
-                    .order_by(*(_NEWEST_FIRST if newest_first else _OLDEST_FIRST))
-                    .limit(limit)
-                    .offset(offset)
+                    sa.select(Session).where(*where).order_by(*ordering).limit(limit).offset(offset)
                 )
             ).all()
             ports = await _reported_ports_of(db, [r.id for r in rows])
@@ -414,6 +429,8 @@ class SessionService:
         The resources are parsed against ``known``, the known slot types (read once, now,
         when not given), so a heartbeat adding a slot meanwhile does not change what this
         request sees."""
+        if self.maintenance is not None:
+            await self.maintenance.refuse_if_frozen()
         if known is None:
             known = await self.known_slots.load()
         enqueued = await self._enqueue(caller, body, known)

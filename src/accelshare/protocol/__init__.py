@@ -16,6 +16,9 @@ shared cluster secret in ``X-Accelshare-Cluster-Secret``)::
     GET    /v1/stats/node               -> NodeStats
     GET    /v1/stats/kernels            -> KernelStats
     GET    /v1/health                   -> {"status": "ok", "agent_id": ...}
+    PUT    /v1/kernels/{kernel_id}/files?path=REL       file bytes -> FileUploadResult
+    GET    /v1/kernels/{kernel_id}/files?path=REL       -> application/x-tar (a file or folder)
+    GET    /v1/kernels/{kernel_id}/files/list?path=REL  -> FileList
     GET    /metrics                     -> Prometheus text (no secret needed)
 
 Manager endpoints for agents (same secret)::
@@ -32,7 +35,7 @@ the manager stores is checked at the edge (:mod:`.fields`).
 
 The modules: :mod:`.agent_rpc` (kernels: create, report, list), :mod:`.storage` (the
 storage proxy's manager- and client-facing APIs), :mod:`.execute` (code
-execution in a kernel), :mod:`.heartbeat`
+execution in a kernel), :mod:`.files` (a kernel's working folder), :mod:`.heartbeat`
 (heartbeats and kernel events), :mod:`.maps` (allocation map views), :mod:`.stats`
 (live statistics) and :mod:`.fields` (field types, base models, checks).  This package
 imports nothing of accelshare but :mod:`accelshare.common` (an import-linter contract
@@ -52,6 +55,7 @@ from .agent_rpc import (
     ServicePortMapping,
 )
 from .execute import BatchOptions, ExecuteRequest, ExecuteResult
+from .files import FileEntry, FileList, FileUploadResult
 from .heartbeat import (
     Heartbeat,
     HeartbeatAck,
@@ -73,6 +77,9 @@ __all__ = [
     "DeviceView",
     "ExecuteRequest",
     "ExecuteResult",
+    "FileEntry",
+    "FileList",
+    "FileUploadResult",
     "Heartbeat",
     "HeartbeatAck",
     "KernelEvent",

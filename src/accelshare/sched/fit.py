@@ -327,6 +327,10 @@ class DeviceLedger:
         default_factory=dict, repr=False
     )
     _layout_ids: dict[str, int] | None = field(default=None, repr=False)
+    # hole_loss's answers until the maps change: accelerator part -> loss
+    _losses: dict[tuple[tuple[str, Decimal], ...], Decimal] = field(
+        default_factory=dict, repr=False
+    )
 
     def _index(self) -> None:
         """Which map owns which slot, and the maps' allocation order (worked out on first
@@ -373,8 +377,38 @@ class DeviceLedger:
             return FitFailure(self._explain(e, allow_fragmentation), e)
         self._refusals.clear()  # the maps changed
         self._part_refusals.clear()
+        self._losses.clear()
         self._placed = True
         return placed
+
+    def hole_loss(self, request: Sequence[tuple[str, Decimal]], slots: Iterable[str]) -> Decimal:
+        """How much placing ``request`` (which fits) would shrink the *hole score* of
+        ``slots``: the sum over their devices of free² before minus free² after, that is
+        ``a * (2 * free - a)`` for ``a`` taken from a device with ``free`` free.  The
+        least loss keeps the largest holes whole (``alloc.strategies.pack_unfragmented``
+        scores the devices of one agent alike).  Each map's part is dry-run on its own,
+        fragmentation refused, without the NUMA hint of the maps placed before it (a
+        ranking estimate: :meth:`place` makes the placement).  Exact ``Decimal``."""
+        self._index()
+        wanted = set(slots)
+        parts = tuple((s, v) for s, v in request if s in wanted and s in self._kind_of)
+        loss = self._losses.get(parts)
+        if loss is not None:
+            return loss
+        grouped: dict[str, dict[str, Decimal]] = {}
+        for slot, amount in parts:
+            grouped.setdefault(self._kind_of[slot], {})[slot] = amount
+        loss = Decimal(0)
+        maps = self.maps
+        for kind, part in grouped.items():
+            alloc_map = maps[kind]
+            planned = alloc_map.plan(part, allow_resource_fragmentation=False)
+            for slot, taken in planned.items():
+                free = alloc_map.free_per_device(slot)
+                for device, amount in taken.items():
+                    loss += amount * (2 * free[device] - amount)
+        self._losses[parts] = loss
+        return loss
 
     @property
     def fingerprint(self) -> object:

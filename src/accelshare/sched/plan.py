@@ -111,6 +111,10 @@ NEVER_FITS = (
 """The why-pending of a session no agent of its pool could ever hold (kept by
 ``waitForAgents``, or enqueued before any agent of its scaling group was alive)."""
 MAX_AGENT_REASONS = 10
+#: A session refusing fragmentation is dry-run on up to this many fitting agents, in the
+#: selector's order, and placed where it costs the least hole score (docs/scheduler.md,
+#: *Packing with the anti-fragmentation guard*).
+PACK_CANDIDATES = 32
 """A failure lists the per-agent reasons of the first 10 agents (by id) and one
 ``"... and N more agent(s)"`` line: a 1,000-agent cluster would otherwise compute (a
 per-device dry run each) and store 1,000 lines for every pending session on every pass."""
@@ -429,6 +433,8 @@ class _Shape:
     failed: _Fit | None = None
     could_fit: bool | None = None  # some agent of the pool could hold it when empty
     usable: frozenset[str] | None = None  # the agents of the pool that could
+    # refusing fragmentation: the accelerator slots it asks for (the agent choice packs)
+    packs: tuple[str, ...] = ()
 
 
 @dataclass(slots=True)
@@ -791,6 +797,7 @@ class _Pass:
         capacity, request, dead = self.capacity, shape.request, shape.dead
         protections = self.protections
         ids = capacity.ids
+        packing: list[tuple[Decimal, int, int]] = []  # (hole loss, rank, agent index)
         for index in self.candidates(session, shape):
             if index in dead:
                 continue
@@ -801,12 +808,31 @@ class _Pass:
                 dead.add(index)
                 continue
             agent_id = ids[index]
+            if shape.packs:  # the first fitting agent and a few more: the least hole loss
+                ledger = self.ledgers[agent_id]
+                if ledger.refusal(request, allow_fragmentation=False) is not None:
+                    dead.add(index)
+                    continue
+                loss = ledger.hole_loss(request, shape.packs)
+                packing.append((loss, len(packing), index))
+                if len(packing) < PACK_CANDIDATES:
+                    continue
+                break
             placed = self.ledgers[agent_id].place(
                 session.requested_slots, allow_fragmentation=session.allow_fragmentation
             )
             if isinstance(placed, FitFailure):
                 dead.add(index)
                 continue
+            self.commit(session, shape, index)
+            return Assignment(session.id, agent_id, session.requested_slots, placed)
+        if packing:
+            index = min(packing)[2]
+            agent_id = ids[index]
+            placed = self.ledgers[agent_id].place(
+                session.requested_slots, allow_fragmentation=False
+            )
+            assert not isinstance(placed, FitFailure)  # its dry run just succeeded
             self.commit(session, shape, index)
             return Assignment(session.id, agent_id, session.requested_slots, placed)
         refused = len(ids) if session.designated_agent is None else 1
@@ -873,6 +899,8 @@ class _Pass:
                 if self.can_run(image, self.capacity.ids[i])
             )
         shape = self._shapes[key] = _Shape(key, request, items, signature, pool)
+        if not session.allow_fragmentation and session.designated_agent is None:
+            shape.packs = tuple(s for s, _ in request if _is_accelerator(s))
         return shape
 
     def keep_shapes(self) -> None:

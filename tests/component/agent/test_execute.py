@@ -94,6 +94,15 @@ async def test_a_batch_runs_build_then_exec_through_the_shell_in_the_kernel(agen
     rest = await _until_finished(agent, kernel_id, cont)
     assert (_text(rest, "stdout"), rest[-1]["exitCode"]) == ("built\n", 4)
 
+    # "*" (Backend.AI's "the default", as `backend.ai run FILES --exec CMD` sends it) for
+    # clean and build: the environment declares none, so nothing runs before exec
+    starred = {"clean": "*", "build": " * ", "exec": "echo ran; exit 5"}
+    status, first = await _step(agent, kernel_id, mode="batch", options=starred, flushTimeout=5)
+    assert status == 200, first
+    results = await _until_finished(agent, kernel_id, first)
+    assert [r["status"] for r in results if r["status"] != "continued"] == ["finished"]
+    assert (_text(results, "stdout"), results[-1]["exitCode"]) == ("ran\n", 5)
+
     # a failed build ends the run with its code; exec does not run
     failing = {"build": "echo nope >&2; exit 2", "exec": "echo never"}
     status, first = await _step(agent, kernel_id, mode="batch", options=failing, flushTimeout=5)

@@ -145,9 +145,23 @@ async def test_user_list_by_role_with_pages_and_filters(world: World) -> None:
     bad = await refused(world.superadmin, USER_LIST, limit=10, offset=0, status="sleepy")
     assert "status" in bad
     assert "sleepy" in bad
-    # filter / order: refused until the mini-language lands
-    bad = await refused(world.superadmin, USER_LIST, limit=10, offset=0, filter='email == "x"')
-    assert "filter" in bad
+    # Backend.AI's filter / order expressions, within what the caller may see
+    flt = 'email like "%@example.com" & role != "superadmin" & status != "before-verification"'
+    assert await emails(world.superadmin, filter=flt, order="-email") == (
+        ["dadmin@example.com", "bob@example.com", "alice@example.com"],
+        3,
+    )
+    in_domain = sorted([su_email, "alice@example.com", "dadmin@example.com"])
+    assert await emails(world.dadmin, filter='email ilike "%A%"', order="+email") == (
+        in_domain,
+        3,
+    )
+    assert await emails(world.alice, filter='domain_name == "other"') == ([], 0)
+    assert await emails(world.superadmin, filter='role == "monitor"') == ([], 0)
+    bad = await refused(world.superadmin, USER_LIST, limit=10, offset=0, filter='emial == "x"')
+    assert "filter at column 1: unknown field of user_list" in bad
+    bad = await refused(world.superadmin, USER_LIST, limit=10, offset=0, order="-password")
+    assert "order at column 1: unknown field of user_list" in bad
     bad = await refused(world.superadmin, USER_LIST, limit=1001, offset=0)
     assert "limit" in bad
     assert "1001" in bad
@@ -190,6 +204,27 @@ async def test_keypair_list_and_info_by_role(world: World) -> None:
     assert set(await keys(world.superadmin, domain_name="other")) == {"bob@example.com"}
     assert set(await keys(world.superadmin, email="alice@example.com")) == {"alice@example.com"}
     assert await keys(world.superadmin, is_active=False) == {}
+
+    # Backend.AI's filter / order expressions, within what the caller may see
+    filtered = (
+        "query ($f: String, $o: String) { keypair_list(limit: 20, offset: 0, filter: $f,"
+        " order: $o) { items { user_id } total_count } }"
+    )
+    page = await ok(
+        world.dadmin, filtered, f='email like "%@example.com" & is_active == true', o="-email"
+    )
+    assert [k["user_id"] for k in page["keypair_list"]["items"]] == [
+        "dadmin@example.com",
+        "alice@example.com",
+    ]
+    assert page["keypair_list"]["total_count"] == 2
+    mine = await ok(world.alice, filtered, f='email != "alice@example.com"', o=None)
+    assert mine["keypair_list"] == {"items": [], "total_count": 0}
+    alice_key = world.keys["alice@example.com"]
+    exact = await ok(world.superadmin, filtered, f=f'access_key == "{alice_key}"', o="created_at")
+    assert [k["user_id"] for k in exact["keypair_list"]["items"]] == ["alice@example.com"]
+    bad = await refused(world.superadmin, filtered, f="is_admin == 1", o=None)
+    assert "filter at column 13: wrong value for is_admin" in bad
 
     alice = (await keys(world.alice))["alice@example.com"]
     assert alice["access_key"] == world.keys["alice@example.com"]

@@ -89,6 +89,7 @@ async def test_backendai_etcd_routes(cluster: Cluster) -> None:
         ("GET", "/resource/container-registries", "container-registries"),
         ("GET", "/config/docker-registries", "container-registries"),
         ("GET", "/config/vfolder-types", "vfolder"),
+        ("POST", "/manager/scheduler/operation", "scheduler-operation"),
     ],
 )
 async def test_refused_routes_say_what_to_use(

@@ -480,9 +480,6 @@ async def test_backendai_routes_accelshare_lacks_answer_501_naming_the_feature(
     """No bare 404/405 for a Backend.AI feature accelshare does not have: a 501
     not-supported problem naming it and what to use instead."""
     cases = [
-        ("POST", "/session/s1/upload", "session-files"),
-        ("GET", "/session/s1/download", "session-files"),
-        ("GET", "/session/s1/files", "session-files"),
         ("POST", "/session/s1/commit", "session-commit"),
         ("POST", "/session/s1/complete", "code-completion"),
         ("POST", "/session/s1/interrupt", "interrupt"),

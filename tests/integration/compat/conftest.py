@@ -137,11 +137,12 @@ class Bai:
     def __init__(self, bin_dir: Path, env: dict[str, str]) -> None:
         self.bin_dir, self.env = bin_dir, env
 
-    def _run(self, argv: list[str], input: str | None = None) -> Result:
+    def _run(self, argv: list[str], cwd: Path | None = None, input: str | None = None) -> Result:
         done = subprocess.run(
             argv,
             input=input,
             env=self.env,
+            cwd=cwd,
             capture_output=True,
             text=True,
             timeout=COMMAND_TIMEOUT_S,
@@ -149,12 +150,12 @@ class Bai:
         )
         return Result(done.returncode, done.stdout, done.stderr)
 
-    def __call__(self, *args: str, input: str | None = None) -> Result:
+    def __call__(self, *args: str, cwd: Path | None = None, input: str | None = None) -> Result:
         """``input``: what to type (the answer to "Are you sure? [Y/n]")."""
-        return self._run([str(self.bin_dir / "backend.ai"), *args], input=input)
+        return self._run([str(self.bin_dir / "backend.ai"), *args], cwd, input)
 
-    def ok(self, *args: str, input: str | None = None) -> Result:
-        result = self(*args, input=input)
+    def ok(self, *args: str, cwd: Path | None = None, input: str | None = None) -> Result:
+        result = self(*args, cwd=cwd, input=input)
         assert result.code == 0, f"backend.ai {' '.join(args)} failed: {result}"
         return result
 

@@ -71,10 +71,16 @@ def test_admin_user_and_keypair_commands(bai: Bai) -> None:
     gone = only(out(bai, "admin", "user", "info", "--email", "adm-carol@example.com"))
     assert gone["status"] == "deleted"
 
-    # the filter mini-language is not there yet: a readable refusal
-    filtered = bai("admin", "user", "list", "--filter", 'email ilike "%x%"')
-    assert filtered.code != 0
-    assert "filter" in filtered.output
+    # Backend.AI's filter / order expressions (the client's own --help example's form)
+    filtered = out(bai, "admin", "user", "list", "--filter",
+                   'status == "DELETED" & role in ["USER", "ADMIN"] & email ilike "ADM-%"')  # fmt: skip
+    assert [u["email"] for u in filtered["items"]] == ["adm-carol@example.com"]
+    ordered = out(bai, "admin", "keypair", "list", "--filter",
+                  'email == "adm-carol@example.com"', "--order", "-access_key")  # fmt: skip
+    assert [k["access_key"] for k in ordered["items"]] == sorted(carol_keys, reverse=True)
+    refused = bai("admin", "user", "list", "--filter", 'email ilike "%x%" &')
+    assert refused.code != 0
+    assert "filter at column 20: bad syntax" in refused.output
 
 
 def test_admin_domain_group_commands(bai: Bai) -> None:

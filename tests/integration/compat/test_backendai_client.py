@@ -442,10 +442,10 @@ def test_what_does_not_work_fails_clearly(bai: Bai) -> None:
     assert by_name.code != 0
     assert "must be given in the UUID format" in by_name.output
 
-    # Backend.AI's filter mini-language is not implemented: a readable GraphQL error.
-    filtered = bai("ps", "--filter", 'name == "x"')
+    # A filter the mini-language cannot parse: the error names the column.
+    filtered = bai("ps", "--filter", 'name = "x"')
     assert filtered.code != 0
-    assert "does not support Backend.AI's filter expressions" in filtered.output
+    assert "filter at column 6: bad syntax" in filtered.output
 
     # No virtual folders: the list is empty, a folder is a 501 that says why.
     assert bai.ok("--output", "json", "vfolder", "list").json()["total_count"] == 0
@@ -584,3 +584,66 @@ def test_restart_keeps_the_session_and_its_devices(bai: Bai) -> None:
     assert refused.code != 0, refused
     assert "409" in refused.output
     assert "TERMINATED" in refused.output
+
+
+def test_filter_and_order_expressions(bai: Bai) -> None:
+    """``ps --filter ... --order ...`` and ``admin agent list --filter``: Backend.AI's
+    mini-language, evaluated by the manager's database."""
+    for name in ("compat-flt-a", "compat-flt-B"):
+        bai.ok(
+            "session", "create", "-r", "cpu=1", "-r", "mem=1g", "-r", "cuda.shares=0.1",
+            "--name", name, "python",
+        )  # fmt: skip
+    try:
+        listed = bai.ok(
+            "--output", "json", "ps", "--format", "name,status",
+            "--filter", 'name ilike "compat-flt-%" & status == "RUNNING"', "--order", "-name",
+        ).json()  # fmt: skip
+        assert [i["name"] for i in listed["items"]] == ["compat-flt-a", "compat-flt-B"]
+        exact = bai.ok(
+            "--output", "json", "ps", "--format", "name", "--filter", 'name like "compat-flt-b"'
+        ).json()
+        assert exact["items"] == []  # like is case-sensitive
+        agents = bai.ok(
+            "--output", "json", "admin", "agent", "list",
+            "--filter", f'id == "{AGENT}" & schedulable == true', "--order", "-first_contact",
+        ).json()  # fmt: skip
+        assert [a["id"] for a in agents["items"]] == [AGENT]
+        none = bai.ok(
+            "--output", "json", "admin", "agent", "list", "--filter", 'id != "' + AGENT + '"'
+        ).json()
+        assert none["items"] == []
+        unknown = bai("ps", "--filter", 'colour == "red"')
+        assert unknown.code != 0
+        assert "unknown field of compute_session_list" in unknown.output
+    finally:
+        for name in ("compat-flt-a", "compat-flt-B"):
+            bai("session", "destroy", name)
+
+
+def test_manager_status_freeze_and_unfreeze(bai: Bai) -> None:
+    status = bai.ok("admin", "manager", "status")
+    assert "running" in status.output
+    frozen = bai.ok("admin", "manager", "freeze")
+    assert "Manager is successfully frozen." in frozen.output
+    try:
+        assert "frozen" in bai.ok("admin", "manager", "status").output
+        refused = bai(
+            "session", "create", "-r", "cpu=1", "-r", "mem=1g", "--name", "compat-frozen",
+            "python",
+        )  # fmt: skip
+        assert refused.code != 0
+        assert "frozen" in refused.output
+    finally:
+        thawed = bai.ok("admin", "manager", "unfreeze")
+    assert "Manager is successfully unfrozen." in thawed.output
+    assert "running" in bai.ok("admin", "manager", "status").output
+
+
+def test_scaling_group_get_available(bai: Bai) -> None:
+    # (the client prints the raw answer before its table)
+    available = bai.ok("admin", "scaling-group", "get-available", "default")
+    assert "{'scaling_groups': [{'name': 'default'}" in available.output
+    missing = bai("admin", "scaling-group", "get-available", "no-such-project")
+    assert missing.code != 0
+    assert "404" in missing.output

@@ -19,6 +19,7 @@ from accelshare.sched.model import AgentState, PendingSession, PredicateResult
 from accelshare.sched.pickers import PickerName, pick
 from accelshare.sched.plan import (
     NEVER_FITS,
+    PACK_CANDIDATES,
     AgentSnapshot,
     Assignment,
     Failure,
@@ -311,6 +312,10 @@ class _Pass:
         options = self.snapshot.options
         device_failures = self._device_failures.setdefault(shape, {})
         deferred_by: int | None = None
+        packs: tuple[str, ...] = ()
+        if not session.allow_fragmentation and session.designated_agent is None:
+            packs = tuple(s for s, v in requested.items() if v > 0 and _is_accelerator(s))
+        packing: list[tuple[Decimal, int, AgentState]] = []
         for agent in iter_ranked(
             options.selector,
             session,
@@ -331,6 +336,18 @@ class _Pass:
             if failed is not None and failed[0] == version:
                 reasons[agent.id] = failed[1]
                 continue
+            if packs:  # the least hole loss among the first PACK_CANDIDATES that fit
+                checked = self.ledgers[agent.id].check(requested, allow_fragmentation=False)
+                if isinstance(checked, FitFailure):
+                    device_failures[agent.id] = (version, checked.reason)
+                    reasons[agent.id] = checked.reason
+                    continue
+                positive = tuple((s, v) for s, v in requested.items() if v > 0)
+                loss = self.ledgers[agent.id].hole_loss(positive, packs)
+                packing.append((loss, len(packing), agent))
+                if len(packing) == PACK_CANDIDATES:
+                    break
+                continue
             placed = self.ledgers[agent.id].place(
                 requested, allow_fragmentation=session.allow_fragmentation
             )
@@ -338,6 +355,12 @@ class _Pass:
                 device_failures[agent.id] = (version, placed.reason)
                 reasons[agent.id] = placed.reason
                 continue
+            self.commit(session, agent)
+            return Assignment(session.id, agent.id, requested, placed)
+        if packing:
+            agent = min(packing, key=lambda p: (p[0], p[1]))[2]
+            placed = self.ledgers[agent.id].place(requested, allow_fragmentation=False)
+            assert not isinstance(placed, FitFailure)
             self.commit(session, agent)
             return Assignment(session.id, agent.id, requested, placed)
         usable = self.usable_agents(shape, session, pool)

@@ -27,6 +27,8 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
+from .folder_mounts import FolderMount
+
 __all__ = [
     "CONFIG_BIN_DIR",
     "STARTUP_SHELL",
@@ -144,6 +146,10 @@ class KernelSpec:
       them to the engine; a sandboxed process kernel gets the device nodes and mounts
       bound, and the NVIDIA device nodes when it has device requests; an unsandboxed one
       sees the host's devices anyway.
+    * ``folder_mounts``: storage folders (:mod:`.folder_mounts`): docker binds them at
+      their ``kernel_path``; a sandboxed process kernel gets them bound, ``/home/work/<x>``
+      at ``<work dir>/<x>``; an unsandboxed one gets ``rw`` folders under ``/home/work``
+      as symlinks in its work dir and refuses the others.
     * ``ipc_host``: the host's IPC namespace (MPS clients need it): docker's ``IpcMode``;
       a sandboxed process kernel then keeps the host's IPC namespace.
     """
@@ -157,6 +163,7 @@ class KernelSpec:
     limits: ResourceLimits = field(default_factory=ResourceLimits)
     device_nodes: tuple[DeviceNodeLike, ...] = ()
     mounts: tuple[MountLike, ...] = ()
+    folder_mounts: tuple[FolderMount, ...] = ()
     device_requests: tuple[Mapping[str, Any], ...] = ()
     labels: Mapping[str, str] = field(default_factory=dict)
     startup_command: str | None = None

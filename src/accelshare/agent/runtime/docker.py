@@ -14,8 +14,10 @@ A kernel's container::
     env      the plugins' variables + ACCELSHARE_KERNEL_ID / BACKENDAI_KERNEL_ID /
              ACCELSHARE_RESOURCE_TXT=/home/config/resource.txt, HOME=/home/work
     mounts   <scratch>/config -> /home/config (ro), <scratch>/work -> /home/work (rw),
-             + the plugins' mounts (the MPS pipe folder of enforced GPU shares); no
-             other host path
+             + the plugins' mounts (the MPS pipe folder of enforced GPU shares)
+             + the storage folders (``KernelSpec.folder_mounts``: ``ReadOnly`` for
+             ``ro``; ``/home/work/<x>`` under the work folder, their mount points made
+             there as the kernel's user); no other host path
     ports    each app service's container port published on ``publish_host`` only
              (the address the manager's app proxy connects to), never 0.0.0.0
     limits   NanoCpus, Memory (= MemorySwap: no swap), PidsLimit, CpusetCpus
@@ -72,6 +74,7 @@ from .errors import (
     RuntimeUnavailable,
 )
 from .execs import DockerExec
+from .folder_mounts import check_host_folder, check_target, give_to_kernel_user
 from .terminal import DockerTerminal
 
 PYTHON_SCRIPT = (
@@ -227,6 +230,21 @@ def container_config(
         {"Type": "bind", "Source": m.source, "Target": m.target, "ReadOnly": m.read_only}
         for m in spec.mounts
     ]
+    for folder in spec.folder_mounts:
+        relative = folder.work_relative()
+        if relative is None:
+            check_target(folder.name, folder.kernel_path, [config.config_target])
+            target = folder.kernel_path
+        else:
+            target = f"{config.work_target.rstrip('/')}/{relative}"
+        mounts.append(
+            {
+                "Type": "bind",
+                "Source": folder.host_path,
+                "Target": target,
+                "ReadOnly": folder.read_only,
+            }
+        )
     host_config: dict[str, Any] = {
         "Mounts": mounts,
         "Privileged": False,
@@ -415,7 +433,7 @@ class DockerRuntime:
             log.info("kernel %s: preparing scratch dir %s", kernel_id, scratch.root)
             try:
                 await asyncio.to_thread(self._prepare, scratch, spec)
-            except OSError as e:
+            except (OSError, ValueError) as e:
                 self._record(scratch, KernelExit(ExitReason.FAILED, error=str(e)))
                 raise KernelStartFailed(kernel_id, str(e)) from e
             try:
@@ -456,7 +474,19 @@ class DockerRuntime:
         scratch.prepare()
         scratch.write_resource_txt(spec.resource_txt)
         scratch.write_config_files(spec.config_files)
-        give_work_dir(scratch.work_dir, self.config.kernel_uid, self.config.kernel_gid)
+        uid, gid = self.config.kernel_uid, self.config.kernel_gid
+        give_work_dir(scratch.work_dir, uid, gid)
+        for folder in spec.folder_mounts:
+            give_to_kernel_user(check_host_folder(folder), uid, gid)
+            relative = folder.work_relative()
+            if relative is not None:  # the mount point, the kernel's, in its work folder
+                target = scratch.work_dir / relative
+                target.mkdir(parents=True, exist_ok=True)
+                for made in (target, *target.parents):
+                    if made == scratch.work_dir:
+                        break
+                    with contextlib.suppress(PermissionError):
+                        os.chown(made, uid, gid)
 
     @staticmethod
     def _write_cid(scratch: ScratchDir, container_id: str) -> None:

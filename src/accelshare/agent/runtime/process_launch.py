@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import logging
 import os
@@ -59,11 +60,17 @@ from .base import (
 from .cgroups import CgroupError, CgroupManager, KernelCgroup
 from .environments import ProcessEnvironment
 from .errors import KernelStartFailed
+from .folder_mounts import (
+    FolderMount,
+    MountRefused,
+    check_host_folder,
+    give_to_kernel_user,
+)
 from .forkserver import ForkServer
 from .process_config import NODE_SHARED_DIR, ProcessRuntimeConfig
 from .process_stop import kill_pids
 from .procfs import find_marked_processes
-from .sandbox import OUTBOUND_RESOLV_CONF, sandbox_record
+from .sandbox import OUTBOUND_RESOLV_CONF, folder_target, sandbox_record
 
 __all__ = ["LAUNCHER", "KernelLauncher"]
 
@@ -201,6 +208,8 @@ class KernelLauncher:
         sandbox = None
         if self._sandbox is not None:
             sandbox = self._sandbox_record(spec, environment, scratch, cwd)
+        else:
+            _link_folders(spec.folder_mounts, scratch.work_dir)
         return {
             "kernel_id": spec.kernel_id,
             "image": spec.image,
@@ -246,6 +255,7 @@ class KernelLauncher:
             for folder in {scratch.work_dir, cwd}:
                 if folder.resolve().is_relative_to(scratch.root.resolve()):
                     os.chown(folder, uid, gid)
+        folders = _prepare_folders(spec.folder_mounts, scratch.work_dir, uid, gid)
         resolv_conf = self._resolv_conf if self._sandbox.network == "outbound" else None
         return sandbox_record(
             self._sandbox,
@@ -262,6 +272,7 @@ class KernelLauncher:
             ipc_host=spec.ipc_host,
             resolv_conf=resolv_conf,
             scratch_root=self._root,
+            folder_mounts=folders,
         )
 
     def _kernel_env(
@@ -419,6 +430,51 @@ class KernelLauncher:
                 process.kill()
                 await asyncio.to_thread(process.wait)
             os.close(read_fd)
+
+
+def _prepare_folders(
+    folders: tuple[FolderMount, ...], work_dir: Path, uid: int, gid: int
+) -> list[FolderMount]:
+    """Check each storage folder's host folder, give its files to the kernel's user and
+    make its mount point (``<work>/<x>``, the kernel's) in the work folder; the folders
+    with their host paths resolved."""
+    prepared: list[FolderMount] = []
+    for folder in folders:
+        host = check_host_folder(folder)
+        give_to_kernel_user(host, uid, gid)
+        target = folder_target(folder, work_dir)
+        if folder.work_relative() is not None:
+            if target.is_symlink() or (target.exists() and not target.is_dir()):
+                raise MountRefused(folder.name, f"{target} is not a folder")
+            target.mkdir(parents=True, exist_ok=True)
+            if os.geteuid() == 0:
+                for made in (target, *target.parents):
+                    if made == work_dir or not made.is_relative_to(work_dir):
+                        break
+                    os.chown(made, uid, gid)
+        prepared.append(dataclasses.replace(folder, host_path=str(host)))
+    return prepared
+
+
+def _link_folders(folders: tuple[FolderMount, ...], work_dir: Path) -> None:
+    """An unsandboxed kernel has no mount namespace of its own: a read-write folder
+    under /home/work becomes a symlink in its work folder; the others are refused."""
+    for folder in folders:
+        host = check_host_folder(folder)
+        if folder.read_only:
+            raise MountRefused(
+                folder.name, "a read-only mount needs the sandbox ([container] sandbox)"
+            )
+        relative = folder.work_relative()
+        if relative is None:
+            raise MountRefused(
+                folder.name,
+                f"kernel_path {folder.kernel_path!r}: an unsandboxed kernel gets folders"
+                " under /home/work only",
+            )
+        link = work_dir / relative
+        link.parent.mkdir(parents=True, exist_ok=True)
+        link.symlink_to(host, target_is_directory=True)
 
 
 def _kernel_argv(spec: KernelSpec, environment: ProcessEnvironment) -> tuple[str, ...]:

@@ -10,7 +10,8 @@ What a sandboxed kernel gets (``[container] sandbox``, docs/agent-runtimes.md)::
     files       the host's system folders read-only (/usr, /etc, /sys; /bin, /lib ... as
                 the host has them), its environment's interpreter read-only, its own
                 work/ folder writable (HOME), its config/ folder (resource.txt, the
-                plugins' tools) read-only, a private /tmp, /dev and /proc; nothing else
+                plugins' tools) read-only, the session's storage folders (read-write or
+                read-only, :mod:`.folder_mounts`), a private /tmp, /dev and /proc; nothing else
                 of the host: not the agent's or manager's data, configuration or secrets,
                 not the other kernels' folders.  ``/etc/accelshare`` and the agent's own
                 configuration files are hidden even though /etc is visible.
@@ -48,9 +49,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from .folder_mounts import FolderMount, MountRefused, check_target
+
 __all__ = [
     "DEFAULT_HIDDEN",
     "SandboxConfig",
+    "folder_target",
     "interpreter_paths",
     "probe",
     "sandbox_record",
@@ -313,6 +317,7 @@ def sandbox_record(
     ipc_host: bool = False,
     resolv_conf: Path | None = None,
     scratch_root: Path | None = None,
+    folder_mounts: Sequence[FolderMount] = (),
 ) -> dict[str, Any]:
     """The sandbox part of a kernel's ``launch.json`` (see ``_launcher.py``).
 
@@ -325,6 +330,9 @@ def sandbox_record(
     of every kernel's scratch dir, made empty inside when a read-only path above it is
     bound (``ro_paths = ["/data"]`` with the scratch root in ``/data/scratch`` would
     otherwise show the other kernels' folders), before this kernel's own are bound.
+    ``folder_mounts``: storage folders (their host folders checked and prepared by the
+    caller), bound after the work folder at :func:`folder_target`; ``MountRefused``
+    when one would cover a system folder or another bind of the sandbox.
     """
     uid, gid = config.effective_ids()
     binds: list[list[str]] = []
@@ -351,6 +359,16 @@ def sandbox_record(
         bind("rw", resolved_cwd)  # an environment's work-dir outside the scratch dir
     for mount in mounts:
         bind("ro" if mount.read_only else "rw", mount.source, mount.target)
+    own = [b[2] for b in binds if b[2] != str(work_dir)]
+    own += [str(config_dir.parent)] + ([str(scratch_root)] if scratch_root is not None else [])
+    own += [str(h) for h in config.hidden]
+    for folder in folder_mounts:
+        inside = folder_target(folder, work_dir)
+        if folder.work_relative() is None:
+            check_target(folder.name, folder.kernel_path, own)
+        elif not inside.resolve().is_relative_to(work_dir.resolve()):
+            raise MountRefused(folder.name, f"{inside} leads out of the work folder")
+        bind("ro" if folder.read_only else "rw", folder.host_path, inside)
     devices = [(d.host_path, d.container_path) for d in device_nodes]
     if nvidia:
         dev = Path("/dev")
@@ -394,6 +412,7 @@ def sandbox_record(
                 args += ["--dir", str(parent)]
         option = {"ro": "--ro-bind", "rw": "--bind", "dev": "--dev-bind"}[mode]
         args += [option, host, target]
+        made.add(target)
     for hidden in config.hidden:  # after the binds: none of them may show it again
         if hidden.is_dir():
             args += ["--tmpfs", str(hidden)]
@@ -412,6 +431,14 @@ def sandbox_record(
         "slirp4netns": shutil.which(config.slirp4netns) or config.slirp4netns,
         "seccomp": None if config.syscall_filter is None else str(config.syscall_filter),
     }
+
+
+def folder_target(folder: FolderMount, work_dir: Path) -> Path:
+    """Where a storage folder is bound inside the sandbox: ``/home/work/<x>`` at
+    ``<work_dir>/<x>`` (the kernel's work folder stands for /home/work), any other
+    kernel path as it is."""
+    relative = folder.work_relative()
+    return work_dir / relative if relative is not None else Path(folder.kernel_path)
 
 
 def _under_system(path: Path) -> bool:

@@ -10,6 +10,7 @@ import json
 import re
 import shlex
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Annotated, Any, cast
 
 import typer
@@ -428,6 +429,95 @@ def logs_command(ref: RefArg, as_json: JsonOption = False) -> None:
         return
     text = call_api(lambda c: c.sessions.logs(ref), not_found_hint=_NOT_FOUND)
     typer.echo(text, nl=not text.endswith("\n") and bool(text))
+
+
+@session_app.command("upload")
+def upload_command(
+    ref: RefArg,
+    files: Annotated[
+        list[Path],
+        typer.Argument(help="Local files to upload.", show_default=False, metavar="FILE..."),
+    ],
+    base_dir: Annotated[
+        Path | None,
+        typer.Option(
+            "--base-dir",
+            help="Each file goes to its path relative to this folder, under /home/work"
+            " (default: the current folder).",
+        ),
+    ] = None,
+) -> None:
+    """Upload files into a RUNNING session's working folder (/home/work).
+
+    `accelshare session upload s1 data/train.csv` puts it at /home/work/data/train.csv.
+    """
+    base = (base_dir or Path.cwd()).resolve()
+    pairs: list[tuple[str, Path]] = []
+    for given in files:
+        local = given.resolve()
+        if not local.is_file():
+            fail(
+                f"{given}: not a file (upload files one by one; folders are not walked)",
+                code=EXIT_USAGE,
+            )
+        if not local.is_relative_to(base):
+            fail(
+                f"{given} is outside the base folder {base}: run from a folder above it or"
+                " pass --base-dir",
+                code=EXIT_USAGE,
+            )
+        pairs.append((local.relative_to(base).as_posix(), local))
+    call_api(lambda c: c.session_files.upload(ref, pairs), not_found_hint=_NOT_FOUND)
+    for remote, _ in pairs:
+        typer.echo(f"uploaded /home/work/{remote}")
+
+
+@session_app.command("download")
+def download_command(
+    ref: RefArg,
+    paths: Annotated[
+        list[str],
+        typer.Argument(
+            help="Files or folders in the session (relative to /home/work, or absolute under it).",
+            show_default=False,
+            metavar="PATH...",
+        ),
+    ],
+    dest: Annotated[
+        Path, typer.Option("--dest", help="Where to put them (created when missing).")
+    ] = Path("."),
+) -> None:
+    """Download files or folders from a RUNNING session's working folder."""
+    names = call_api(
+        lambda c: c.session_files.download(ref, paths, dest), not_found_hint=_NOT_FOUND
+    )
+    for name in names:
+        typer.echo(str(dest / name))
+
+
+@session_app.command("ls")
+def ls_command(
+    ref: RefArg,
+    path: Annotated[
+        str, typer.Argument(help="A folder in the session.", metavar="PATH")
+    ] = "/home/work",
+    as_json: JsonOption = False,
+) -> None:
+    """List a folder of a RUNNING session (default: its working folder, /home/work)."""
+    entries = call_api(lambda c: c.session_files.list_files(ref, path), not_found_hint=_NOT_FOUND)
+    if as_json:
+        print_json(entries)
+        return
+    table = Table("Mode", "Size", "Modified", "Name", box=None)
+    for entry in entries:
+        modified = datetime.fromtimestamp(float(entry["mtime"]), tz=UTC)
+        table.add_row(
+            str(entry["mode"]),
+            str(entry["size"]),
+            modified.strftime("%Y-%m-%d %H:%M:%S"),
+            str(entry["filename"]),
+        )
+    console().print(table)
 
 
 @session_app.command("apps")

@@ -52,6 +52,7 @@ from accelshare.sched.plan import PlanMemo, SchedulerOptions, SchedulingPlan, pl
 from ..clock import Clock
 from ..db import Database
 from ..hub import ChangeHub
+from ..maintenance import ManagerStatus, read_manager_status
 from ..metrics import ManagerMetrics
 from ..models import Kernel, ScalingGroup, Session
 from ..slots import KnownSlots
@@ -198,6 +199,13 @@ class Scheduler:
         """One pass per scaling group with pending sessions.  ``flush``: also write the
         explanations of the sessions left pending before returning (the loop leaves
         them to the explanations' task, which writes between passes)."""
+        if await read_manager_status(self.store) is ManagerStatus.FROZEN:
+            # frozen for maintenance (..maintenance): nothing is placed; the pending
+            # sessions say so (hold_for_maintenance)
+            async with self._lock:
+                self.passes_completed += 1
+            self.hub.publish()
+            return []
         async with self._lock, self._explanations_held():
             known = await self.known_slots.load()  # one set for the whole round
             results: list[PassResult] = []
@@ -218,6 +226,31 @@ class Scheduler:
             if result.conflicts:
                 self.trigger()
         return results
+
+    async def hold_for_maintenance(self, reason: str) -> int:
+        """The manager was just frozen: wait for a pass in progress, write its
+        explanations, then give every PENDING session ``reason`` as its ``status_info``
+        (the passes place nothing while frozen).  Returns how many."""
+        async with self._lock:
+            await self.explanations.flush()
+            for group in list(self.explanations.groups):
+                self.explanations.forget(group)
+            async with self.db.begin(write=True) as db:
+                result = await db.execute(
+                    sa.update(Session)
+                    .where(Session.status == SessionStatus.PENDING)
+                    .values(status_info=reason)
+                    .execution_options(synchronize_session=False)
+                )
+        self.hub.publish()
+        return int(getattr(result, "rowcount", 0) or 0)
+
+    def release_maintenance(self) -> None:
+        """The manager was unfrozen: the next pass places or explains every pending
+        session afresh (replacing the maintenance reason)."""
+        for group in list(self.explanations.groups):
+            self.explanations.forget(group)
+        self.trigger()
 
     @contextlib.asynccontextmanager
     async def _explanations_held(self) -> AsyncIterator[None]:

@@ -32,6 +32,7 @@ from accelshare.sched.lifecycle import SessionStatus
 from ..db import Database
 from ..enums import UserRole, UserStatus
 from ..errors import Conflict, InvalidRequest, NotFound, PermissionDenied
+from ..list_specs import KEYPAIRS, USERS
 from ..models import (
     Domain,
     Group,
@@ -42,6 +43,7 @@ from ..models import (
     User,
     email_matches,
 )
+from ..querylang.compile_sql import filter_clause, order_clauses
 from ..slots import KnownSlots
 from .admin import parse_slots, policy_json
 
@@ -234,14 +236,25 @@ class AdminViews:
         status: UserStatus | None = None,
         limit: int | None = None,
         offset: int = 0,
+        filter: str | None = None,
+        order: str | None = None,
     ) -> Page:
-        """The users the caller may see, oldest first."""
+        """The users the caller may see, oldest first; ``filter`` / ``order``: Backend.AI's
+        expressions over :data:`..list_specs.USERS` (``QueryError`` when bad)."""
         query = self._users_query(
             caller, domain_name=domain_name, group_id=group_id, is_active=is_active, status=status
         )
+        matching = filter_clause(filter, USERS)
+        if matching is not None:
+            query = query.where(matching)
+        ordering = (
+            order_clauses(order, USERS)
+            if order and order.strip()
+            else [User.created_at, User.email]
+        )
         async with self.db.begin() as db:
             total = await _count(db, query)
-            page_query = query.order_by(User.created_at, User.email).offset(offset)
+            page_query = query.order_by(*ordering).offset(offset)
             if limit is not None:
                 page_query = page_query.limit(limit)
             users = list((await db.execute(page_query)).scalars())
@@ -313,6 +326,8 @@ class AdminViews:
         access_key: str | None = None,
         limit: int | None = None,
         offset: int = 0,
+        filter: str | None = None,
+        order: str | None = None,
     ) -> Page:
         """The keypairs the caller may see (without secrets), oldest first; each with its
         owner (``user_email``, ``user_uuid``, ``full_name``, ``domain_name``), the owner's
@@ -330,9 +345,17 @@ class AdminViews:
             query = query.where(Keypair.is_active == is_active)
         if access_key is not None:
             query = query.where(Keypair.access_key == access_key)
+        matching = filter_clause(filter, KEYPAIRS)  # over :data:`..list_specs.KEYPAIRS`
+        if matching is not None:
+            query = query.where(matching)
+        ordering = (
+            order_clauses(order, KEYPAIRS)
+            if order and order.strip()
+            else [Keypair.created_at, Keypair.access_key]
+        )
         async with self.db.begin() as db:
             total = await _count(db, query.with_only_columns(Keypair.access_key))
-            page_query = query.order_by(Keypair.created_at, Keypair.access_key).offset(offset)
+            page_query = query.order_by(*ordering).offset(offset)
             if limit is not None:
                 page_query = page_query.limit(limit)
             rows = list(await db.execute(page_query))
