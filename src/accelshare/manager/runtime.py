@@ -40,6 +40,7 @@ from .errors import NotFound
 from .execute import ExecuteService
 from .hub import ChangeHub
 from .images import ImageService
+from .key_usage import KeyUsageRecorder
 from .list_specs import AGENTS
 from .maintenance import Maintenance
 from .metrics import ManagerMetrics
@@ -148,6 +149,7 @@ class Manager:
         self.directory = Directory(db)
         self.admin_views = AdminViews(db=db, known_slots=self.known_slots)
         self.holders = KernelHolders(db)
+        self.key_usage = KeyUsageRecorder(db, clock=clock)  # keypairs.last_used_at
         self._sweeper: asyncio.Task[None] | None = None
         self.bus_link: ManagerBusLink | None = None
         if bus is not None:
@@ -192,6 +194,7 @@ class Manager:
         if self.bus_link is not None:
             await self.bus_link.stop()
         await self.client.close()
+        await self.key_usage.close()
 
     async def _sweep_forever(self) -> None:
         # longer than any bind in flight can take (one create RPC per session, bounded)

@@ -137,9 +137,10 @@ class Bai:
     def __init__(self, bin_dir: Path, env: dict[str, str]) -> None:
         self.bin_dir, self.env = bin_dir, env
 
-    def _run(self, argv: list[str], cwd: Path | None = None) -> Result:
+    def _run(self, argv: list[str], cwd: Path | None = None, input: str | None = None) -> Result:
         done = subprocess.run(
             argv,
+            input=input,
             env=self.env,
             cwd=cwd,
             capture_output=True,
@@ -149,11 +150,12 @@ class Bai:
         )
         return Result(done.returncode, done.stdout, done.stderr)
 
-    def __call__(self, *args: str, cwd: Path | None = None) -> Result:
-        return self._run([str(self.bin_dir / "backend.ai"), *args], cwd)
+    def __call__(self, *args: str, cwd: Path | None = None, input: str | None = None) -> Result:
+        """``input``: what to type (the answer to "Are you sure? [Y/n]")."""
+        return self._run([str(self.bin_dir / "backend.ai"), *args], cwd, input)
 
-    def ok(self, *args: str, cwd: Path | None = None) -> Result:
-        result = self(*args, cwd=cwd)
+    def ok(self, *args: str, cwd: Path | None = None, input: str | None = None) -> Result:
+        result = self(*args, cwd=cwd, input=input)
         assert result.code == 0, f"backend.ai {' '.join(args)} failed: {result}"
         return result
 
