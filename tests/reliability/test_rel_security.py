@@ -43,6 +43,7 @@ ROUTE_ROLES: dict[tuple[str, str], str] = {
     ("POST", "/auth/logout"): "user",
     ("GET", "/auth/csrf"): "user",  # a login cookie's token; signed: 403
     ("GET", "/manager/announcement"): "user",
+    ("POST", "/manager/announcement"): "superadmin",
     ("GET", "/manager/status"): "superadmin",
     ("PUT", "/manager/status"): "superadmin",
     ("GET", "/scaling-groups"): "user",  # the projects the caller belongs to
@@ -57,6 +58,10 @@ ROUTE_ROLES: dict[tuple[str, str], str] = {
     ("PATCH", "/session/{ref}"): "user",  # restart
     ("POST", "/session/{ref}/rename"): "user",
     ("GET", "/session/{ref}/status-history"): "user",
+    ("POST", "/session/{ref}/upload"): "user",  # session files (owner or superadmin)
+    ("GET", "/session/{ref}/download"): "user",
+    ("POST", "/session/{ref}/download"): "user",
+    ("GET", "/session/{ref}/files"): "user",
     ("GET", "/events/session"): "user",  # Backend.AI's session events
     ("GET", "/events/background-task"): "user",
     ("GET", "/stream/session/{ref}/apps"): "user",
@@ -81,6 +86,9 @@ ROUTE_ROLES: dict[tuple[str, str], str] = {
     ("GET", "/admin/etcd"): "superadmin",
     ("PUT", "/admin/etcd"): "superadmin",
     ("DELETE", "/admin/etcd"): "superadmin",
+    ("POST", "/config/get"): "superadmin",  # Backend.AI's etcd routes
+    ("POST", "/config/set"): "superadmin",
+    ("POST", "/config/delete"): "superadmin",
     ("GET", "/admin/resource-policies"): "superadmin",
     ("POST", "/admin/resource-policies"): "superadmin",
     ("PATCH", "/admin/resource-policies/{name}"): "superadmin",

@@ -125,7 +125,9 @@ def create_app(
     on an origin of their own (``[apps]``; :mod:`.app_origin`), recording the used
     hand-off tokens in ``used_tokens`` when given (the database the replicas share)."""
     app = FastAPI(title=title, version=__version__)
-    app.state.authenticator = Authenticator(store, settings)
+    app.state.authenticator = Authenticator(
+        store, settings, on_used=manager.key_usage.note if manager is not None else None
+    )
     app.state.db = db
     app.state.manager = manager
     app.state.apps = apps

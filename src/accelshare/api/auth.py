@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import enum
 import hmac
+import logging
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -63,6 +64,8 @@ __all__ = [
     "current_identity",
     "require_role",
 ]
+
+log = logging.getLogger(__name__)
 
 UNSAFE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 CSRF_HEADER = "X-CSRF-Token"
@@ -201,11 +204,32 @@ def _check_active(cred: Credential) -> None:
 
 
 class Authenticator:
-    """Turns a request into an :class:`Identity` or raises a 401 problem."""
+    """Turns a request into an :class:`Identity` or raises a 401 problem.
 
-    def __init__(self, store: CredentialStore, settings: AuthSettings) -> None:
+    ``on_used``: called with the access key of every request authenticated by a
+    signature or the login cookie (the manager records ``keypairs.last_used_at``,
+    :class:`~accelshare.manager.key_usage.KeyUsageRecorder`); it must not block, and
+    whatever it raises is logged, never the request's failure.
+    """
+
+    def __init__(
+        self,
+        store: CredentialStore,
+        settings: AuthSettings,
+        *,
+        on_used: Callable[[str], None] | None = None,
+    ) -> None:
         self.store = store
         self.settings = settings
+        self.on_used = on_used
+
+    def _used(self, access_key: str) -> None:
+        if self.on_used is None:
+            return
+        try:
+            self.on_used(access_key)
+        except Exception:
+            log.exception("recording the use of access key %s failed", access_key)
 
     async def authenticate(self, request: Request) -> Identity:
         header = request.headers.get("authorization")
@@ -290,6 +314,7 @@ class Authenticator:
                 "content-type and version exactly as sent (see docs/manager.md)",
             )
         _check_active(cred)
+        self._used(cred.access_key)
         return _identity(cred, AuthMethod.KEYPAIR)
 
     async def authenticate_cookie(self, request: Request, value: str) -> Identity:
@@ -318,6 +343,7 @@ class Authenticator:
                 "header returned by the login",
                 reason="csrf-token-mismatch",
             )
+        self._used(cred.access_key)
         return _identity(cred, AuthMethod.COOKIE, cookie.generation)
 
     async def identity_of(

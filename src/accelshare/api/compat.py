@@ -17,7 +17,9 @@ client, so that the native routes stay as the spec describes them:
 * **resource options arrive as strings.**  ``--resource-opts
   allow_fractional_resource_fragmentation=false`` sends ``"false"``; boolean options are
   turned into booleans for every client (:func:`normalize_resource_opts`).
-* ``GET /manager/announcement`` (asked before every admin command): no announcement.
+* ``GET /manager/announcement`` (asked before every admin command) and ``POST`` (a
+  superadmin posts or removes it): the announcement, kept in the config store under
+  ``manager/announcement``.
 * ``GET / PUT /manager/status`` (``admin manager status / freeze / unfreeze``,
   superadmin): :mod:`accelshare.manager.maintenance`.
 * ``GET /scaling-groups?group=`` (``admin scaling-group get-available``): every active
@@ -40,6 +42,7 @@ from fastapi import APIRouter, Request, Response
 from pydantic import BaseModel, ConfigDict, model_validator
 
 import accelshare
+from accelshare.config import ConfigScopes
 from accelshare.manager.available_sgroups import available_scaling_groups as list_available
 from accelshare.manager.runtime import Manager
 from accelshare.sched.lifecycle import FINAL_STATUSES, SessionStatus
@@ -179,10 +182,49 @@ def _is_settled(status: SessionStatus) -> bool:
     return status in _SETTLED
 
 
+MAX_ANNOUNCEMENT = 10_000  # characters
+ANNOUNCEMENT_KEY = "manager/announcement"  # Backend.AI's etcd key, in the config store
+
+
 @router.get("/manager/announcement")
-async def announcement(_identity: CurrentIdentity) -> dict[str, Any]:
-    """Backend.AI's announcement banner: accelshare has none."""
-    return {"enabled": False, "message": ""}
+async def announcement(_identity: CurrentIdentity, manager: ManagerDep) -> dict[str, Any]:
+    """Backend.AI's announcement banner (any user): ``{"enabled", "message"}``."""
+    message = await manager.store.get(ANNOUNCEMENT_KEY, scope=ConfigScopes.GLOBAL)
+    return {"enabled": bool(message), "message": message or ""}
+
+
+class AnnouncementBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    enabled: bool
+    message: str | None = None
+
+
+@router.post("/manager/announcement", status_code=204)
+async def update_announcement(
+    body: AnnouncementBody, _identity: SuperadminIdentity, manager: ManagerDep
+) -> None:
+    """Post (``enabled: true`` with a ``message``) or remove (``enabled: false``) the
+    announcement (superadmin; ``backend.ai admin announcement update/delete``)."""
+    if not body.enabled:
+        await manager.store.delete(ANNOUNCEMENT_KEY)
+        return
+    if not body.message or not body.message.strip():
+        raise InvalidAPIParameters(
+            "message: an enabled announcement needs a message",
+            field="message",
+            expected="a non-empty string",
+            received=body.message,
+        )
+    if len(body.message) > MAX_ANNOUNCEMENT:
+        raise InvalidAPIParameters(
+            f"message: expected at most {MAX_ANNOUNCEMENT} characters,"
+            f" received {len(body.message)}",
+            field="message",
+            expected=f"at most {MAX_ANNOUNCEMENT} characters",
+            received=f"{len(body.message)} characters",
+        )
+    await manager.store.put(ANNOUNCEMENT_KEY, body.message)
 
 
 class ManagerStatusBody(BaseModel):

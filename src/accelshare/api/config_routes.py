@@ -8,6 +8,9 @@
 | ``GET /admin/etcd?prefix=P`` | superadmin | ``{"prefix": P, "tree": {...}}`` |
 | ``PUT /admin/etcd`` | superadmin | body ``{"key", "value"}`` or ``{"prefix", "tree", "replace"}`` -> ``{"result": "ok"}`` |
 | ``DELETE /admin/etcd?key=K`` / ``?prefix=P`` | superadmin | ``{"result": "ok"}`` |
+| ``POST /config/get`` | superadmin | Backend.AI's: body ``{"key", "prefix": false}`` -> ``{"result": value or tree or null}`` (global scope) |
+| ``POST /config/set`` | superadmin | Backend.AI's: body ``{"key", "value"}`` (a string, or an object written as a tree under ``key``) -> ``{"result": "ok"}`` |
+| ``POST /config/delete`` | superadmin | Backend.AI's: body ``{"key", "prefix": false}`` -> ``{"result": "ok"}`` |
 
 ``scope`` (``global`` default for writes, ``merged`` default for reads, ``sgroup``,
 ``node``) with ``sgroup=`` / ``node=`` names select the config-store scope, like
@@ -16,6 +19,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from fastapi import APIRouter
@@ -170,6 +174,70 @@ async def delete_config(
         else:
             assert prefix is not None
             await store.delete_prefix(prefix, scope=chosen)
+    except ConfigStoreError as e:
+        raise _config_problem(e) from None
+    return {"result": "ok"}
+
+
+# -- Backend.AI's etcd routes (`backend.ai admin etcd get/set/delete`) ---------------------
+class BackendAIConfigKey(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    key: str
+    prefix: bool = False
+
+
+class BackendAIConfigSet(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    key: str
+    # the client sends VALUE through json.loads: "1" arrives as 1, "true" as true
+    value: str | bool | int | float | dict[str, Any]
+
+
+@router.post("/config/get")
+async def bai_get_config(
+    body: BackendAIConfigKey, _identity: SuperadminIdentity, manager: ManagerDep
+) -> dict[str, Any]:
+    """Backend.AI's ``POST /config/get``: ``{"result": value}`` (``prefix``: the tree
+    under ``key``); the global scope merged with nothing else, as Backend.AI's etcd."""
+    try:
+        if body.prefix:
+            return {"result": await manager.store.get_prefix(body.key, scope=ConfigScopes.GLOBAL)}
+        return {"result": await manager.store.get(body.key, scope=ConfigScopes.GLOBAL)}
+    except ConfigStoreError as e:
+        raise _config_problem(e) from None
+
+
+@router.post("/config/set")
+async def bai_set_config(
+    body: BackendAIConfigSet, _identity: SuperadminIdentity, manager: ManagerDep
+) -> dict[str, str]:
+    """Backend.AI's ``POST /config/set``: a string value is one key (a number or a
+    boolean: its JSON text), an object a tree written under ``key`` (merged into what
+    is there)."""
+    try:
+        if isinstance(body.value, dict):
+            await manager.store.put_prefix(body.key, body.value)
+        elif isinstance(body.value, str):
+            await manager.store.put(body.key, body.value)
+        else:  # a JSON scalar, kept as its JSON text (1, 1.5, true)
+            await manager.store.put(body.key, json.dumps(body.value))
+    except ConfigStoreError as e:
+        raise _config_problem(e) from None
+    return {"result": "ok"}
+
+
+@router.post("/config/delete")
+async def bai_delete_config(
+    body: BackendAIConfigKey, _identity: SuperadminIdentity, manager: ManagerDep
+) -> dict[str, str]:
+    """Backend.AI's ``POST /config/delete``: the key, or (``prefix``) its whole tree."""
+    try:
+        if body.prefix:
+            await manager.store.delete_prefix(body.key)
+        else:
+            await manager.store.delete(body.key)
     except ConfigStoreError as e:
         raise _config_problem(e) from None
     return {"result": "ok"}

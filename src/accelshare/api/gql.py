@@ -20,7 +20,11 @@ Backend.AI's field names and shapes; slot maps are JSON *strings* (its ``JSONStr
 * ``images(runtime, is_operation)``, ``image(reference)`` — the image catalogue (any
   user; docs/images.md);
 * Backend.AI's admin surface (users, keypairs, domains, groups, scaling groups, keypair
-  resource policies, their mutations): :mod:`.admin_gql`.
+  resource policies, their mutations): :mod:`.admin_gql`;
+* ``storage_volume(id)``, ``storage_volume_list(limit, offset)`` — superadmin; the
+  volumes of the storage proxies: :mod:`.storage_gql`;
+* image aliases and the admin mutations accelshare refuses with a readable error
+  (registry rescans, scaling-group associations, quota scopes): :mod:`.admin_more_gql`.
 
 Mutations (Backend.AI's):
 
@@ -58,9 +62,11 @@ from accelshare.manager.agents import AgentRecord, gpu_alloc_map_string
 from accelshare.manager.enums import AgentStatus, UserRole
 from accelshare.manager.errors import ManagerError
 from accelshare.manager.runtime import Manager, StatsUnavailable
+from accelshare.manager.storage_volumes import StorageProxyError
 from accelshare.sched.lifecycle import SessionStatus
 
 from .admin_gql import AdminMutation, AdminQuery, check_page
+from .admin_more_gql import AdminMoreMutation, AdminMoreQuery
 from .auth import Identity, current_identity
 from .compat_gql import (
     ContainerNode,
@@ -78,6 +84,7 @@ from .compat_gql import (
 from .deps import get_manager
 from .gql_limits import GraphQLLimits, LimitExceeded, check_document
 from .problems import QueryTooComplex
+from .storage_gql import StorageQuery
 
 __all__ = ["create_graphql_router", "schema"]
 
@@ -85,7 +92,7 @@ log = logging.getLogger(__name__)
 
 # Errors a caller causes (refused role, bad argument, unknown object): one log line per
 # request; anything else is a bug, logged once with its traceback.
-_EXPECTED_ERRORS = (PermissionError, ValueError, ManagerError)
+_EXPECTED_ERRORS = (PermissionError, ValueError, LookupError, ManagerError, StorageProxyError)
 _page = check_page
 
 
@@ -494,7 +501,7 @@ class ImageNode:
 
 
 @strawberry.type
-class Query(AdminQuery):
+class Query(AdminQuery, AdminMoreQuery, StorageQuery):
     @strawberry.field
     async def images(
         self,
@@ -704,7 +711,7 @@ def session_ref_of(global_id: str) -> str:
 
 
 @strawberry.type
-class Mutation(AdminMutation):
+class Mutation(AdminMutation, AdminMoreMutation):
     @strawberry.mutation
     async def modify_compute_session(
         self, info: Info, input: ModifyComputeSessionInput

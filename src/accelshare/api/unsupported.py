@@ -16,6 +16,12 @@ feature and what to use instead (docs/compatibility.md lists every client comman
 | ``/logs/error...``, ``/logs/task...`` | server and task logs | the manager's log (docs/operations.md) |
 | ``/image/import`` | image import | ``accelshare admin image`` |
 | ``/auth/update-password...`` | a user's own password change | an admin sets it (``accelshare admin user update``) |
+| ``/license`` | the license (``admin license show``) | none needed; ``backend.ai config`` shows the version |
+| ``/resource/usage/...``, ``/resource/stats/...`` | usage reports (``admin resource usage-per-month/-period``) | ``GET /metrics``; ``ps`` / ``session info`` |
+| ``/resource/recalculate-usage`` | recomputing occupied slots | nothing to recompute (kept with each allocation) |
+| ``/resource/container-registries``, ``/config/docker-registries`` | registry settings | the image catalogue (``accelshare admin image add``) |
+| ``/config/vfolder-types`` | folder types | |
+| ``/manager/scheduler/operation`` | excluding agents from scheduling (``admin manager scheduler``) | ``admin manager freeze``; stopping the agent |
 """
 
 from __future__ import annotations
@@ -121,3 +127,62 @@ async def update_password(_identity: CurrentIdentity) -> None:
 @router.api_route("/image/import", methods=_ANY)
 async def image_import(_identity: CurrentIdentity) -> None:
     _refuse("image-import", "images are not imported through the API; use `accelshare admin image`")
+
+
+@router.api_route("/license", methods=_ANY)
+async def license_info(_identity: CurrentIdentity) -> None:
+    _refuse(
+        "license",
+        "accelshare has no license to show: it is open source and every feature is on;"
+        " `backend.ai config` shows the manager's version",
+    )
+
+
+@router.api_route("/resource/usage/{rest:path}", methods=_ANY)
+@router.api_route("/resource/stats/{rest:path}", methods=_ANY)
+async def usage_statistics(_identity: CurrentIdentity) -> None:
+    _refuse(
+        "usage-statistics",
+        "accelshare keeps no per-month or per-period usage reports; the live allocation"
+        " is in the manager's Prometheus metrics (GET /metrics) and each session's"
+        " occupied slots and status history in `backend.ai ps` / `session info`",
+    )
+
+
+@router.api_route("/resource/recalculate-usage", methods=_ANY)
+async def recalculate_usage(_identity: CurrentIdentity) -> None:
+    _refuse(
+        "recalculate-usage",
+        "there is no usage counter to recalculate: an agent's occupied slots are the sum"
+        " of its kernels' allocations, written in the same transaction as each"
+        " allocation and release",
+    )
+
+
+@router.api_route("/resource/container-registries", methods=_ANY)
+@router.api_route("/config/docker-registries", methods=_ANY)
+async def container_registries(_identity: CurrentIdentity) -> None:
+    _refuse(
+        "container-registries",
+        "accelshare keeps no container registry settings: images are registered in its"
+        " catalogue by reference (`accelshare admin image add REF`, docs/images.md)",
+    )
+
+
+@router.api_route("/config/vfolder-types", methods=_ANY)
+async def vfolder_types(_identity: CurrentIdentity) -> None:
+    _refuse(
+        "vfolder",
+        "accelshare has no virtual folder types (vfolders); sessions get a scratch"
+        " directory on their agent",
+    )
+
+
+@router.api_route("/manager/scheduler/operation", methods=_ANY)
+async def scheduler_operation(_identity: CurrentIdentity) -> None:
+    _refuse(
+        "scheduler-operation",
+        "agents cannot be excluded from scheduling one by one; freeze the whole manager"
+        " (`backend.ai admin manager freeze`), or stop the agent with your service manager"
+        " (its kernels' sessions end) and start it again afterwards",
+    )

@@ -40,6 +40,7 @@ from .errors import NotFound
 from .execute import ExecuteService
 from .hub import ChangeHub
 from .images import ImageService
+from .key_usage import KeyUsageRecorder
 from .list_specs import AGENTS
 from .maintenance import Maintenance
 from .metrics import ManagerMetrics
@@ -161,6 +162,7 @@ class Manager:
             if options.trash_max_age_s
             else None,
         )
+        self.key_usage = KeyUsageRecorder(db, clock=clock)  # keypairs.last_used_at
         self._sweeper: asyncio.Task[None] | None = None
         self.bus_link: ManagerBusLink | None = None
         if bus is not None:
@@ -206,6 +208,7 @@ class Manager:
             await self.bus_link.stop()
         await self.client.close()
         await self.storage.close()
+        await self.key_usage.close()
 
     async def _sweep_forever(self) -> None:
         # longer than any bind in flight can take (one create RPC per session, bounded)

@@ -173,7 +173,7 @@ async def _owner_emails(db: AsyncSession, rows: Sequence[Session]) -> dict[uuid.
     if not user_ids:
         return {}
     result = await db.execute(sa.select(User.id, User.email).where(User.id.in_(user_ids)))
-    return dict(result.tuples().all())
+    return {row.id: row.email for row in result}
 
 
 def session_json(

@@ -235,7 +235,9 @@ async def test_keypair_list_and_info_by_role(world: World) -> None:
     assert alice["resource_policy"] == "default"
     assert alice["rate_limit"] is None
     assert alice["modified_at"] is None
-    assert alice["last_used"] is None  # not recorded
+    await world.cluster.manager.key_usage.idle()  # recorded off the request path
+    alice = (await keys(world.alice))["alice@example.com"]
+    assert alice["last_used"] is not None  # the requests above used the key
 
     info = "query ($k: String) { keypair(access_key: $k) { access_key user_id } }"
     bob_key = world.keys["bob@example.com"]

@@ -146,14 +146,12 @@ class Bai:
         """The same client run in ``cwd`` (``vfolder upload/download`` use it)."""
         return Bai(self.bin_dir, self.env, cwd)
 
-    def _run(
-        self, argv: list[str], cwd: Path | None = None, input_text: str | None = None
-    ) -> Result:
+    def _run(self, argv: list[str], cwd: Path | None = None, input: str | None = None) -> Result:
         done = subprocess.run(
             argv,
+            input=input,
             env=self.env,
             cwd=cwd or self.cwd,
-            input=input_text,
             capture_output=True,
             text=True,
             timeout=COMMAND_TIMEOUT_S,
@@ -161,15 +159,12 @@ class Bai:
         )
         return Result(done.returncode, done.stdout, done.stderr)
 
-    def __call__(
-        self, *args: str, cwd: Path | None = None, input_text: str | None = None
-    ) -> Result:
-        """``cwd``: where it runs (default: this client's); ``input_text``: what the
-        command reads on stdin (a confirmation)."""
-        return self._run([str(self.bin_dir / "backend.ai"), *args], cwd, input_text)
+    def __call__(self, *args: str, cwd: Path | None = None, input: str | None = None) -> Result:
+        """``input``: what to type (the answer to "Are you sure? [Y/n]")."""
+        return self._run([str(self.bin_dir / "backend.ai"), *args], cwd, input)
 
-    def ok(self, *args: str, cwd: Path | None = None, input_text: str | None = None) -> Result:
-        result = self(*args, cwd=cwd, input_text=input_text)
+    def ok(self, *args: str, cwd: Path | None = None, input: str | None = None) -> Result:
+        result = self(*args, cwd=cwd, input=input)
         assert result.code == 0, f"backend.ai {' '.join(args)} failed: {result}"
         return result
 

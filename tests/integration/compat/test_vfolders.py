@@ -96,7 +96,7 @@ def test_folder_life_cycle(storage: Bai, tmp_path: Path) -> None:
     # mv, rm, rename
     assert "Moved." in bai.ok("vfolder", "mv", name, "data.bin", "sub/moved.bin").output
     assert "moved.bin" in bai.ok("vfolder", "ls", name, "sub").output
-    assert "Done." in bai.ok("vfolder", "rm", "-r", name, "sub", input_text="y\n").output
+    assert "Done." in bai.ok("vfolder", "rm", "-r", name, "sub", input="y\n").output
     assert "sub" not in bai.ok("vfolder", "ls", name).output
     renamed = f"{name}-2"
     assert "Renamed." in bai.ok("vfolder", "rename", name, renamed).output

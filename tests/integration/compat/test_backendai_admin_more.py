@@ -1,0 +1,94 @@
+"""The rest of the official client's admin commands (backend.ai-client 25.5.2) against
+accelshare: storage volumes, ``last_used``, the announcement, ``admin etcd``, image
+aliases, and one of each kind of refusal (a 501 problem, a GraphQL error).
+
+The cluster is shared with the other compat tests: names made here start with
+``adm2-`` and everything set is removed again.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from .conftest import Bai
+
+pytestmark = pytest.mark.integration
+
+
+def out(bai: Bai, *args: str) -> Any:
+    return bai.ok("--output", "json", *args).json()
+
+
+def test_admin_storage_list_and_info(bai: Bai) -> None:
+    listed = out(bai, "admin", "storage", "list")
+    volumes = {v["id"]: v for v in listed["items"]}
+    assert "local:volume1" in volumes, listed  # dev up's storage proxy
+    assert volumes["local:volume1"]["backend"] == "vfs"
+
+    detail = bai.ok("admin", "storage", "info", "local:volume1").stdout
+    assert "vfs" in detail
+    assert "volume1" in detail  # the path
+    missing = bai("admin", "storage", "info", "local:adm2-none")
+    assert missing.code != 0
+    assert "no volume 'adm2-none'" in missing.output
+
+
+def test_keypair_last_used(bai: Bai) -> None:
+    bai.ok("admin", "user", "info")  # a signed request: the key is used
+    mine = out(bai, "admin", "keypair", "info")["items"][0]
+    assert mine["last_used"], mine  # recorded off the request path, within the minute
+
+
+def test_announcement(bai: Bai) -> None:
+    try:
+        bai.ok("admin", "announcement", "update", "-m", "adm2 maintenance at 18:00")
+        got = bai.ok("admin", "announcement", "get")
+        assert "adm2 maintenance at 18:00" in got.stdout
+        # every later command shows it (on stderr)
+        assert "adm2 maintenance at 18:00" in bai.ok("admin", "user", "info").stderr
+    finally:
+        bai.ok("admin", "announcement", "delete", input="y\n")
+    assert "No announcements." in bai.ok("admin", "announcement", "get").stdout
+
+
+def test_admin_etcd(bai: Bai) -> None:
+    try:
+        assert "Successfully set" in bai.ok("admin", "etcd", "set", "adm2/one", "x").output
+        bai.ok("admin", "etcd", "set", "adm2/tree", '{"a": "1", "b": {"c": "2"}}')
+        assert '"x"' in bai.ok("admin", "etcd", "get", "adm2/one").output
+        tree = bai.ok("admin", "etcd", "get", "adm2", "--prefix").output
+        for text in ('"one": "x"', '"c": "2"'):
+            assert text in tree, tree
+    finally:
+        bai.ok("admin", "etcd", "delete", "adm2", "--prefix")
+    assert bai.ok("admin", "etcd", "get", "adm2", "--prefix").output.strip().endswith("null")
+
+
+def test_image_alias_and_dealias(bai: Bai) -> None:
+    made = bai.ok("admin", "image", "alias", "adm2-py", "python")
+    assert "adm2-py" in made.output
+    try:
+        images = out(bai, "admin", "image", "list")["items"]
+        python = [i for i in images if "adm2-py" in (i.get("aliases") or [])]
+        assert python, images
+    finally:
+        bai.ok("admin", "image", "dealias", "adm2-py")
+    images = out(bai, "admin", "image", "list")["items"]
+    assert not [i for i in images if "adm2-py" in (i.get("aliases") or [])]
+
+
+def test_refusals_name_what_to_use(bai: Bai) -> None:
+    # a 501 problem
+    license_ = bai("admin", "license", "show")
+    assert license_.code != 0
+    assert "501" in license_.output
+    assert "accelshare has no license" in license_.output
+    # a GraphQL error
+    associate = bai("admin", "scaling-group", "associate-scaling-group", "default", "default")
+    assert associate.code != 0
+    assert "Not supported by accelshare: scaling-group association" in associate.output
+    rescan = bai("admin", "image", "rescan")
+    assert rescan.code != 0
+    assert "accelshare admin image add" in rescan.output
