@@ -841,6 +841,8 @@ async def test_graphql_returns_no_secret_of_another(sqlite_cluster: Cluster) -> 
             "limit": 100,
             "offset": 0,
             "name": "default",  # groups_by_name, domain, scaling_group, policies
+            "storage_host_name": "local:volume1",  # quota_scope (refused: no quota scopes)
+            "quota_scope_id": "user:victim",
         }
         callers = (("other", other), ("admin", admin), ("superadmin", cluster.admin))
         for caller, client in (*callers, ("victim", victim)):
@@ -851,7 +853,17 @@ async def test_graphql_returns_no_secret_of_another(sqlite_cluster: Cluster) -> 
                 for what, secret in secrets.items():
                     assert secret not in response.text, (caller, query, f"leaks the {what}")
             if caller == "superadmin":
-                assert not any(r.json().get("errors") for r in answers.values()), answers
+                failed = {
+                    q: r.json()["errors"] for q, r in answers.items() if r.json().get("errors")
+                }
+                # refused by design (docs/compatibility.md), and storage_volume, whose ``id``
+                # is a volume's ("local:volume1"), not the session id the others take
+                refused = {
+                    q for q, errors in failed.items()
+                    if all(e["message"].startswith("Not supported by accelshare") for e in errors)
+                }  # fmt: skip
+                assert refused == {"quota_scope", "vfolder_host_permissions"}, failed
+                assert set(failed) - refused == {"storage_volume"}, failed
                 assert session_id in answers["compute_session_list"].text
                 asked = answers["keypair"].json()["data"]["keypair"]
                 assert asked["access_key"] == keypair["access_key"]
