@@ -231,6 +231,7 @@ class HollowAgent:
         self.batch_route = True  # False: POST /v1/kernels/batch is a 404 (an older agent)
         self.batch_creates = 0  # batch requests received
         self.destroy_requests: list[str] = []
+        self.create_requests: list[CreateKernelRequest] = []  # every create, as received
         self.acks: list[HeartbeatAck] = []
         self._tasks: set[asyncio.Task[None]] = set()
         self._lock = asyncio.Lock()
@@ -421,6 +422,7 @@ class HollowAgent:
 
     async def _create_report(self, body: CreateKernelRequest) -> KernelReport:
         """Create (idempotent by kernel id); a FAILED report when it does not fit."""
+        self.create_requests.append(body)
         async with self._lock:
             existing = self.kernels.get(body.kernel_id)
             if existing is not None:  # idempotent by kernel id

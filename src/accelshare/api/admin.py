@@ -11,7 +11,7 @@ and scaling groups (superadmin).
 | ``POST /admin/keypairs`` | ``{user_email, resource_policy?, is_active?, is_admin?}`` | 201 keypair with ``secret_key`` (shown once) |
 | ``PATCH /admin/keypairs/{access_key}`` | ``{is_active?, is_admin?, resource_policy?}`` | keypair |
 | ``DELETE /admin/keypairs/{access_key}`` | | 409 if sessions reference it (deactivate instead) |
-| ``GET/POST /admin/resource-policies``, ``PATCH/DELETE /admin/resource-policies/{name}`` | ``{name, default_for_unspecified, total_resource_slots, max_concurrent_sessions, max_pending_session_count, max_pending_session_resource_slots, idle_timeout}`` | policy |
+| ``GET/POST /admin/resource-policies``, ``PATCH/DELETE /admin/resource-policies/{name}`` | ``{name, default_for_unspecified, total_resource_slots, max_concurrent_sessions, max_pending_session_count, max_pending_session_resource_slots, idle_timeout, max_vfolder_count, max_vfolder_size}`` | policy |
 | ``GET/POST /admin/scaling-groups``, ``PATCH/DELETE /admin/scaling-groups/{name}`` | ``{name, description, is_active, is_public, scheduler, scheduler_opts, default_session_slots}`` | scaling group |
 
 Slot amounts are user input (``{"cpu": "4", "mem": "8g", "cuda.shares": "inf"}``),
@@ -190,6 +190,9 @@ class PolicyBody(BaseModel):
     max_pending_session_resource_slots: dict[str, Any] | None = None
     clear_max_pending_session_resource_slots: bool = False
     idle_timeout: int | None = Field(default=None, ge=0, le=INT32_MAX)
+    # storage folders (docs/folders.md): per user, and bytes per folder (a BIGINT)
+    max_vfolder_count: int | None = Field(default=None, ge=0, le=INT32_MAX)
+    max_vfolder_size: int | None = Field(default=None, ge=0, le=2**63 - 1)
 
 
 @router.get("/resource-policies")

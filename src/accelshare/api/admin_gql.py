@@ -26,8 +26,8 @@ What accelshare does not keep (``need_password_change``, ``allowed_client_ip``, 
 scaling group's ``driver``, a policy's ``max_session_lifetime``...) reads as ``null``; an
 input that asks for a value of such a setting other than its "off" value is refused
 with an error naming the field, so nothing is silently dropped; the exceptions are the
-limits on things accelshare does not have (``allowed_vfolder_hosts``: no virtual
-folders; ``max_concurrent_sftp_sessions``: no SFTP sessions) and a keypair's
+limits accelshare does not apply (``allowed_vfolder_hosts``: every user may use every
+configured storage host; ``max_concurrent_sftp_sessions``: no SFTP sessions) and a keypair's
 ``rate_limit`` (the client always sends one), which are accepted without being kept.
 ``user_list`` and ``keypair_list`` take Backend.AI's ``filter`` / ``order`` expressions
 (:mod:`accelshare.manager.querylang`; fields in :mod:`accelshare.manager.list_specs`).
@@ -111,8 +111,9 @@ def _json_input(raw: str | None, field: str) -> dict[str, Any] | None:
 
 
 def _vacuous(field: str, raw: str | None) -> None:
-    """``allowed_vfolder_hosts``: accelshare has no virtual folders, so a permission on
-    their hosts grants nothing and is accepted (a JSON object) without being kept."""
+    """``allowed_vfolder_hosts``: accelshare does not restrict storage hosts per domain,
+    project or policy (every configured host is usable, docs/folders.md), so a
+    permission on them is accepted (a JSON object) without being kept."""
     _json_input(raw, field)
 
 

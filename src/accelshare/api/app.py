@@ -59,6 +59,7 @@ from . import (
     compat,
     config_routes,
     execute,
+    folders,
     images,
     internal,
     login,
@@ -186,6 +187,7 @@ def create_app(
             images.router,
             metrics_route.router,
             compat.router,  # the official Backend.AI client's extras (docs/compatibility.md)
+            folders.router,  # storage folders, Backend.AI's /folders (docs/folders.md)
             app_proxy.router,  # web terminal and app services (the WSProxy role)
             execute.router,  # Backend.AI's execute API (code run in a session)
             session_files.router,  # session upload / download / ls
@@ -311,6 +313,7 @@ def manager_options_from_config(config: ManagerConfig, cluster_secret: str) -> M
         agent_rpc_timeout_s=section.agent_rpc_timeout,
         stale_bind_timeout_s=section.stale_bind_timeout,
         default_scaling_group=config.bootstrap.scaling_group,
+        trash_max_age_s=section.trash_max_age or None,
     )
 
 
@@ -321,6 +324,7 @@ async def create_manager_app(
     auto_upgrade: bool = True,
     config_store: ConfigStore | None = None,
     agent_transport: httpx.AsyncBaseTransport | None = None,
+    storage_transport: httpx.AsyncBaseTransport | None = None,
     background: bool = True,
 ) -> FastAPI:
     """Open the database, bring the schema to head, bootstrap, and build the app.
@@ -349,6 +353,7 @@ async def create_manager_app(
         options=manager_options_from_config(config, cluster_secret),
         clock=clock,
         agent_transport=agent_transport,
+        storage_transport=storage_transport,
         bus=RedisBus(bus_settings.redis, client_name="accelshare-manager")
         if bus_settings.redis is not None
         else None,

@@ -24,8 +24,9 @@ client, so that the native routes stay as the spec describes them:
   superadmin): :mod:`accelshare.manager.maintenance`.
 * ``GET /scaling-groups?group=`` (``admin scaling-group get-available``): every active
   scaling group, for a project the caller belongs to.
-* what accelshare does not have (virtual folders ``/folders...``, the agent watcher
-  ``/resource/watcher...``) answers a 501 problem that says so, instead of a bare 404.
+* what accelshare does not have (the agent watcher ``/resource/watcher...``) answers a
+  501 problem that says so, instead of a bare 404 (storage folders, ``/folders``, are
+  :mod:`.folders`).
 
 See docs/compatibility.md for the command-by-command level.
 """
@@ -288,15 +289,4 @@ async def watcher(_identity: CurrentIdentity) -> None:
         "accelshare has no agent watcher: start and stop agents with your service manager"
         " (`accelshare server agent`); see docs/compatibility.md",
         feature="agent-watcher",
-    )
-
-
-@router.api_route("/folders", methods=_ANY_METHOD, include_in_schema=False)
-@router.api_route("/folders/{rest:path}", methods=_ANY_METHOD, include_in_schema=False)
-async def folders(_identity: CurrentIdentity) -> None:
-    """Backend.AI's virtual folders (``backend.ai vfolder ...``) do not exist here."""
-    raise NotSupported(
-        "accelshare has no virtual folders (vfolders): sessions get a scratch directory"
-        " on their agent instead; see docs/compatibility.md",
-        feature="vfolder",
     )

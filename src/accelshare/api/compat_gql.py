@@ -10,7 +10,8 @@ argument fails as a whole, so the schema carries them:
   order)``: Backend.AI's filter / order mini-language (:mod:`accelshare.manager.querylang`);
 * Backend.AI's statuses accelshare never uses (``RESTARTING``, ``RUNNING_DEGRADED``) are
   accepted in status filters and simply match nothing;
-* ``vfolder_list``: always empty (accelshare has no virtual folders);
+* ``vfolder_list``: the caller's storage folders (own, project, shared; a superadmin:
+  all), paged like the other lists;
 * the session fields ``backend.ai session info`` prints (``containers { ... }``,
   ``dependencies { name id }``, ``group_name``, ``occupying_slots``...) and the agent
   fields ``backend.ai admin agent list/info`` print (``cpu_cur_pct``, ``mem_cur_bytes``,
@@ -218,8 +219,7 @@ def hardware_metadata(agent: AgentRecord) -> str:
 # -- virtual folders ----------------------------------------------------------------------
 @strawberry.type(name="VirtualFolder")
 class VirtualFolderNode:
-    """Backend.AI's vfolder: accelshare has none, so lists of them are always empty (the
-    type exists so that ``backend.ai vfolder list`` gets a well-formed empty answer)."""
+    """Backend.AI's vfolder, from a ``/folders`` item (``FolderService``'s JSON)."""
 
     id: str
     host: str
@@ -242,6 +242,32 @@ class VirtualFolderNode:
     cloneable: bool
     endpoint_id: str | None
     domain: str | None
+
+    @classmethod
+    def from_item(cls, item: Mapping[str, Any], domain: str | None) -> VirtualFolderNode:
+        return cls(
+            id=str(item["id"]),
+            host=str(item["host"]),
+            name=str(item["name"]),
+            user=item.get("user"),
+            group=item.get("group"),
+            group_id=item.get("group"),
+            creator=item.get("creator"),
+            status=str(item["status"]),
+            unmanaged_path=None,
+            usage_mode=str(item["usage_mode"]),
+            permission=str(item["permission"]),
+            ownership_type=str(item["ownership_type"]),
+            max_files=0,
+            max_size=int(item.get("max_size") or 0),
+            created_at=item.get("created_at"),
+            last_used=None,
+            num_files=0,  # usage is the storage proxy's: `vfolder info` asks it
+            cur_size=0,
+            cloneable=bool(item.get("cloneable")),
+            endpoint_id=None,
+            domain=domain,
+        )
 
 
 @strawberry.type(name="VirtualFolderList")

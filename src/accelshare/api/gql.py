@@ -73,6 +73,7 @@ from .compat_gql import (
     DependencyNode,
     KeyPairNode,
     VirtualFolderList,
+    VirtualFolderNode,
     containers_of,
     group_name,
     hardware_metadata,
@@ -304,8 +305,8 @@ class ComputeSessionNode:
             cluster_mode="single-node",
             cluster_size=1,
             service_ports=json.dumps(s.get("servicePorts") or []),
-            mounts=[],
-            vfolder_mounts=[],
+            mounts=[str(m.get("name")) for m in s.get("mounts") or []],
+            vfolder_mounts=[str(m.get("name")) for m in s.get("mounts") or []],
             abusing_reports=[],
             idle_checks="{}",
             _raw=s,
@@ -636,9 +637,17 @@ class Query(AdminQuery, AdminMoreQuery, StorageQuery):
         filter: str | None = None,
         order: str | None = None,
     ) -> VirtualFolderList:
-        """Backend.AI's virtual folders: accelshare has none (always empty)."""
+        """The caller's storage folders (own, project, shared; a superadmin: every one)."""
+        manager, identity = _context(info)
         _page("vfolder_list", limit, offset)
-        return VirtualFolderList(items=[], total_count=0)
+        items = await manager.folders.list_folders(
+            identity, all_=identity.is_superadmin, group_id=group_id, filter=filter, order=order
+        )
+        page = items[offset : offset + limit]
+        return VirtualFolderList(
+            items=[VirtualFolderNode.from_item(i, identity.domain_name) for i in page],
+            total_count=len(items),
+        )
 
     @strawberry.field
     async def keypair(

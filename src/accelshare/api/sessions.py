@@ -19,6 +19,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import AsyncIterator
 from decimal import Decimal
@@ -26,6 +27,8 @@ from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Query, Request, Response
 from fastapi.responses import StreamingResponse
+
+from accelshare.manager.services.folders import parse_mount_specs
 
 from . import compat
 from .auth import CurrentIdentity
@@ -55,7 +58,14 @@ async def create_session(
     The official Backend.AI client also waits for a scheduled session to run
     (:func:`.compat.wait_like_backendai`)."""
     spec = compat.normalize_resource_opts(await _exact_amounts(request, body))
-    result = await manager.sessions.create(identity, spec.to_request())
+    session_request = spec.to_request()
+    config = spec.config
+    if config.mounts or config.mount_map:
+        wanted = parse_mount_specs(config.mounts, config.mount_map, config.mount_options)
+        owner = await manager.folders.actor_for(identity, spec.owner_access_key)
+        mounts = await manager.folders.resolve_mounts(owner, wanted)
+        session_request = dataclasses.replace(session_request, mounts=tuple(mounts))
+    result = await manager.sessions.create(identity, session_request)
     if not result.created:
         response.status_code = 200
     if compat.is_backendai_client(request):

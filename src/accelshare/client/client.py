@@ -35,6 +35,7 @@ from .agents import AgentsAPI, ConfigAPI
 from .auth import KeypairAuth
 from .config import ClientConfig, load_client_config
 from .errors import GraphQLError
+from .folders import FoldersAPI
 from .http import HttpCaller
 from .images import ImagesAPI
 from .session_files import SessionFilesAPI
@@ -50,6 +51,7 @@ class AccelshareClient:
         *,
         transport: httpx.AsyncBaseTransport | None = None,
         timeout_s: float | None = None,
+        storage_transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
         self.client_config = config
         self._http = httpx.AsyncClient(
@@ -67,6 +69,7 @@ class AccelshareClient:
         self.config = ConfigAPI(caller)
         self.admin = AdminAPI(caller)
         self.images = ImagesAPI(caller)
+        self.folders = FoldersAPI(caller, storage_transport=storage_transport)
 
     @classmethod
     def from_env(

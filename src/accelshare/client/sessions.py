@@ -93,6 +93,7 @@ class SessionsAPI:
         max_wait_s: int = 0,
         service_ports: Mapping[str, int] | None = None,
         wait_for_agents: bool = False,
+        mounts: Sequence[str] = (),
     ) -> CreatedSession:
         """Enqueue a session (``POST /session``).
 
@@ -102,9 +103,12 @@ class SessionsAPI:
         ``service_ports``: ``{name: port}`` of HTTP app services the session offers
         (proxied at ``/session/{id}/apps/{name}/``).  ``wait_for_agents``: queue a
         session no agent of the scaling group could hold even when empty (refused
-        otherwise) for agents yet to join.
+        otherwise) for agents yet to join.  ``mounts``: storage folders to mount
+        (``name``, ``name:/path``, ``name:/path:ro``; docs/folders.md).
         """
         config: dict[str, Any] = {"resources": request_amounts(resources or {})}
+        if mounts:
+            config["mounts"] = list(mounts)
         if resource_opts:
             config["resource_opts"] = dict(resource_opts)
         if environ:

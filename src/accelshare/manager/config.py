@@ -128,6 +128,9 @@ class ManagerSection(_Section):
     # a session stuck between SCHEDULED and CREATING this long (its replica died mid-bind)
     # is bound again by a live replica; default: agent-rpc-timeout + 30 s
     stale_bind_timeout: float | None = Field(default=None, gt=0)
+    # storage folders deleted to the trash are purged (their bytes too) after this many
+    # seconds; 0 keeps them until a user purges them
+    trash_max_age: float = Field(default=30 * 86400.0, ge=0)
 
     @field_validator("service_addr")
     @classmethod

@@ -8,7 +8,16 @@ from __future__ import annotations
 
 import enum
 
-__all__ = ["AgentStatus", "UserRole", "UserStatus"]
+__all__ = [
+    "AgentStatus",
+    "InvitationState",
+    "UserRole",
+    "UserStatus",
+    "VFolderOwnershipType",
+    "VFolderPermission",
+    "VFolderStatus",
+    "VFolderUsageMode",
+]
 
 
 class UserRole(enum.StrEnum):
@@ -40,3 +49,48 @@ class AgentStatus(enum.StrEnum):
     ALIVE = "ALIVE"
     LOST = "LOST"  # missed heartbeats for agent-timeout; reconciled when it returns
     TERMINATED = "TERMINATED"  # shut down cleanly
+
+
+# -- storage folders (Backend.AI's vfolders) ----------------------------------------------
+
+
+class VFolderOwnershipType(enum.StrEnum):
+    USER = "user"
+    GROUP = "group"
+
+
+class VFolderPermission(enum.StrEnum):
+    READ_ONLY = "ro"
+    READ_WRITE = "rw"
+    RW_DELETE = "wd"  # read, write and delete (the owner's)
+
+    @property
+    def can_write(self) -> bool:
+        return self is not VFolderPermission.READ_ONLY
+
+
+class VFolderUsageMode(enum.StrEnum):
+    GENERAL = "general"
+    MODEL = "model"
+    DATA = "data"
+
+
+class VFolderStatus(enum.StrEnum):
+    """Backend.AI's ``VFolderOperationStatus`` names."""
+
+    READY = "ready"
+    PERFORMING = "performing"
+    CLONING = "cloning"
+    MOUNTED = "mounted"
+    ERROR = "error"
+    DELETE_PENDING = "delete-pending"  # in the trash
+    DELETE_ONGOING = "delete-ongoing"  # being purged
+    DELETE_COMPLETE = "delete-complete"
+    DELETE_ERROR = "delete-error"
+
+
+class InvitationState(enum.StrEnum):
+    PENDING = "pending"
+    ACCEPTED = "accepted"
+    REJECTED = "rejected"
+    CANCELED = "canceled"

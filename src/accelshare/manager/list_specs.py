@@ -22,11 +22,19 @@ import enum
 
 import sqlalchemy as sa
 
-from accelshare.manager.enums import AgentStatus, UserRole, UserStatus
+from accelshare.manager.enums import (
+    AgentStatus,
+    UserRole,
+    UserStatus,
+    VFolderOwnershipType,
+    VFolderPermission,
+    VFolderStatus,
+    VFolderUsageMode,
+)
 from accelshare.sched.lifecycle import SessionResult, SessionStatus
 from accelshare.sched.model import SessionType
 
-from .models import Agent, Group, Keypair, Session, User
+from .models import Agent, Group, Keypair, Session, User, VFolder
 from .querylang import Field, FieldType, ListSpec, OrderItem
 
 __all__ = ["AGENTS", "KEYPAIRS", "SESSIONS", "USERS", "ClusterMode"]
@@ -162,3 +170,27 @@ KEYPAIRS = ListSpec(
     tiebreak=("access_key",),
 )
 """``keypair_list`` (its query joins each keypair to its owner)."""
+
+
+VFOLDERS = ListSpec(
+    name="vfolder_list",
+    fields={
+        "id": Field(F.UUID, VFolder.id),
+        "host": Field(F.STRING, VFolder.host),
+        "name": Field(F.STRING, VFolder.name),
+        "status": Field(F.ENUM, VFolder.status, enum_type=VFolderStatus),
+        "usage_mode": Field(F.ENUM, VFolder.usage_mode, enum_type=VFolderUsageMode),
+        "permission": Field(F.ENUM, VFolder.permission, enum_type=VFolderPermission),
+        "ownership_type": Field(F.ENUM, VFolder.ownership_type, enum_type=VFolderOwnershipType),
+        "creator": Field(F.STRING, VFolder.creator),
+        "user": Field(F.UUID, VFolder.user_id, nullable=True),
+        "group": Field(F.UUID, VFolder.group_id, nullable=True),
+        "cloneable": Field(F.BOOLEAN, VFolder.cloneable),
+        "created_at": Field(F.DATETIME, VFolder.created_at),
+        "last_used": Field(F.DATETIME, VFolder.last_used, nullable=True),
+    },
+    tiebreak=("id",),
+    default_order=(OrderItem("created_at", descending=False, column=1),),
+)
+"""``vfolder_list`` (the caller's storage folders; ``permission`` is the folder's own,
+a project folder's for its members): oldest first unless ordered."""

@@ -51,10 +51,12 @@ from .scheduler import Binder, Scheduler
 from .services.admin import AdminService
 from .services.admin_views import AdminViews
 from .services.directory import Directory
+from .services.folders import FolderService
 from .services.holders import KernelHolders
 from .session_files import SessionFiles
 from .sessions import SessionService
 from .slots import KnownSlots
+from .storage_client import StorageProxies
 
 __all__ = ["Manager", "ManagerOptions", "StatsUnavailable"]
 
@@ -70,6 +72,7 @@ class ManagerOptions:
     agent_rpc_timeout_s: float = 30.0
     stale_bind_timeout_s: float | None = None  # None: agent_rpc_timeout_s + 30
     default_scaling_group: str = "default"
+    trash_max_age_s: float | None = 30 * 86400.0  # None: the trash is purged by hand only
 
 
 class StatsUnavailable(RuntimeError):
@@ -85,6 +88,7 @@ class Manager:
         options: ManagerOptions,
         clock: Clock = utcnow,
         agent_transport: httpx.AsyncBaseTransport | None = None,
+        storage_transport: httpx.AsyncBaseTransport | None = None,
         bus: RedisBus | None = None,
     ) -> None:
         self.db = db
@@ -149,6 +153,15 @@ class Manager:
         self.directory = Directory(db)
         self.admin_views = AdminViews(db=db, known_slots=self.known_slots)
         self.holders = KernelHolders(db)
+        self.storage = StorageProxies(store, transport=storage_transport)
+        self.folders = FolderService(
+            db=db,
+            proxies=self.storage,
+            clock=clock,
+            trash_max_age=timedelta(seconds=options.trash_max_age_s)
+            if options.trash_max_age_s
+            else None,
+        )
         self.key_usage = KeyUsageRecorder(db, clock=clock)  # keypairs.last_used_at
         self._sweeper: asyncio.Task[None] | None = None
         self.bus_link: ManagerBusLink | None = None
@@ -194,6 +207,7 @@ class Manager:
         if self.bus_link is not None:
             await self.bus_link.stop()
         await self.client.close()
+        await self.storage.close()
         await self.key_usage.close()
 
     async def _sweep_forever(self) -> None:
@@ -210,6 +224,14 @@ class Manager:
                 raise
             except Exception:
                 log.exception("agent sweep failed")
+            try:
+                purged = await self.folders.purge_old_trash()
+                if purged:
+                    log.info("purged %d folders from the trash: %s", len(purged), purged)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("trash purge failed")
 
     # -- agents, for the API ------------------------------------------------------------------
     async def get_agent(self, agent_id: str) -> Agent:

@@ -41,6 +41,7 @@ from accelshare.common import (
     canonical_decimal,
     grid_neighbours,
 )
+from accelshare.protocol.agent_rpc import KernelMount
 
 from .errors import InvalidRequest
 from .models.sessions import DEFAULT_PRIORITY, MAX_PRIORITY
@@ -53,6 +54,7 @@ __all__ = [
     "SESSION_NAME_RULE",
     "STARTS_AT_FORMS",
     "TAG_MAX_LENGTH",
+    "ResolvedMount",
     "ServicePort",
     "SessionConfig",
     "SessionRequest",
@@ -217,6 +219,16 @@ class SessionConfig:
 
 
 @dataclass(frozen=True)
+class ResolvedMount:
+    """A storage folder the session mounts: its id (for the session's mount records)
+    and the mount its kernels get (resolved by
+    :meth:`~accelshare.manager.services.folders.FolderService.resolve_mounts`)."""
+
+    folder_id: uuid.UUID
+    mount: KernelMount
+
+
+@dataclass(frozen=True)
 class SessionRequest:
     """A session to enqueue, as :meth:`SessionService.create
     <accelshare.manager.sessions.SessionService.create>` takes it (the API's
@@ -238,6 +250,7 @@ class SessionRequest:
     reuse_if_exists: bool = False
     owner_access_key: str | None = None
     tag: str | None = None
+    mounts: tuple[ResolvedMount, ...] = ()
 
 
 def _field(slot: str) -> str:

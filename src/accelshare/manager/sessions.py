@@ -76,6 +76,7 @@ from .models import (
     Session,
     SessionDependency,
     SessionStatusHistory,
+    SessionVFolderMount,
     User,
     UserRole,
 )
@@ -220,6 +221,8 @@ def session_json(
         "startedAt": _iso(row.started_at),
         "terminationTime": _iso(row.terminated_at),
         "dependencies": [str(d) for d in dependencies],
+        # the storage folders its kernels mount: {name, host_path, kernel_path, read_only}
+        "mounts": list(row.vfolder_mounts or []),
         "servicePorts": app_services(
             row.environ, reported_ports if reported_ports is not None else _reported_ports(kernels)
         ),
@@ -524,6 +527,7 @@ class SessionService:
                     else body.starts_at
                 ),
                 "tag": body.tag,
+                "vfolder_mounts": [m.mount.model_dump(mode="json") for m in body.mounts] or None,
                 "scaling_group": sgroup.name,
                 "designated_agent_id": designated,
                 "status": SessionStatus.PENDING,
@@ -545,6 +549,19 @@ class SessionService:
                     "changed_at": now,
                 },
             )
+            if body.mounts:
+                await db.execute(
+                    _INSERT_MOUNT,
+                    [
+                        {
+                            "session_id": values["id"],
+                            "vfolder_id": m.folder_id,
+                            "kernel_path": m.mount.kernel_path,
+                            "read_only": m.mount.read_only,
+                        }
+                        for m in body.mounts
+                    ],
+                )
             if deps:
                 await db.execute(
                     _INSERT_DEPENDENCY,
@@ -1630,6 +1647,7 @@ _DESTROY_ANSWER = sa.select(Session.id, Session.name, Session.status, Session.st
 _INSERT_SESSION = sa.insert(cast(sa.Table, Session.__table__))
 _INSERT_HISTORY = sa.insert(cast(sa.Table, SessionStatusHistory.__table__))
 _INSERT_DEPENDENCY = sa.insert(cast(sa.Table, SessionDependency.__table__))
+_INSERT_MOUNT = sa.insert(cast(sa.Table, SessionVFolderMount.__table__))
 
 
 def _is_up_or_ended(status: SessionStatus) -> bool:

@@ -176,6 +176,7 @@ async def running_cluster(
     db: dict[str, Any] | None = None,
     apps: dict[str, Any] | None = None,
     api: dict[str, Any] | None = None,
+    storage_transport: httpx.AsyncBaseTransport | None = None,
     **manager: Any,
 ) -> AsyncIterator[Cluster]:
     config = manager_config(db_url, state, db=db, apps=apps, api=api, **manager)
@@ -186,6 +187,7 @@ async def running_cluster(
         clock=clock,
         config_store=store,
         agent_transport=hollow.transport,
+        storage_transport=storage_transport,
         background=background,
     )
     creds = AdminCredentials.from_env_file(config.credentials_file)

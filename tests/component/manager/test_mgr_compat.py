@@ -334,10 +334,9 @@ async def test_announcement_and_what_accelshare_does_not_have(cluster: Cluster) 
     announcement = await cluster.admin.get("/manager/announcement", headers=UA)
     assert announcement.json() == {"enabled": False, "message": ""}
     for method, path in (
-        ("GET", "/folders"),
-        ("POST", "/folders"),
-        ("GET", "/folders/data"),
-        ("POST", "/folders/data/rename"),
+        ("GET", "/folders/_/fstab"),
+        ("POST", "/folders/_/change-ownership"),
+        ("POST", "/folders/data/update-options"),
         ("GET", "/resource/watcher"),
         ("POST", "/resource/watcher/agent/start"),
     ):

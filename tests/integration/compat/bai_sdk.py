@@ -121,9 +121,34 @@ async def execute(params: dict[str, Any]) -> Any:
         return {"results": results, "refusals": refusals}
 
 
+async def invitations(_params: dict[str, Any]) -> Any:
+    """``VFolder.invitations()``: the caller's pending folder invitations."""
+    async with AsyncSession() as session:
+        return (await session.VFolder.invitations())["invitations"]
+
+
+async def accept(params: dict[str, Any]) -> Any:
+    async with AsyncSession() as session:
+        return await session.VFolder.accept_invitation(params["inv_id"])
+
+
 ACTIONS = {
     f.__name__: f
-    for f in (hello, keypair, bad_secret, gql, create, info, logs, destroy, update, agents, execute)
+    for f in (
+        hello,
+        keypair,
+        bad_secret,
+        gql,
+        create,
+        info,
+        logs,
+        destroy,
+        update,
+        agents,
+        execute,
+        invitations,
+        accept,
+    )
 }
 
 

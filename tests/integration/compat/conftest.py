@@ -134,15 +134,24 @@ class Result:
 class Bai:
     """``backend.ai ...`` and the SDK helper, configured for one cluster."""
 
-    def __init__(self, bin_dir: Path, env: dict[str, str]) -> None:
-        self.bin_dir, self.env = bin_dir, env
+    def __init__(self, bin_dir: Path, env: dict[str, str], cwd: Path | None = None) -> None:
+        self.bin_dir, self.env, self.cwd = bin_dir, env, cwd
+
+    def as_user(self, access_key: str, secret_key: str) -> Bai:
+        """The same client with another keypair."""
+        env = {**self.env, "BACKEND_ACCESS_KEY": access_key, "BACKEND_SECRET_KEY": secret_key}
+        return Bai(self.bin_dir, env, self.cwd)
+
+    def in_dir(self, cwd: Path) -> Bai:
+        """The same client run in ``cwd`` (``vfolder upload/download`` use it)."""
+        return Bai(self.bin_dir, self.env, cwd)
 
     def _run(self, argv: list[str], cwd: Path | None = None, input: str | None = None) -> Result:
         done = subprocess.run(
             argv,
             input=input,
             env=self.env,
-            cwd=cwd,
+            cwd=cwd or self.cwd,
             capture_output=True,
             text=True,
             timeout=COMMAND_TIMEOUT_S,

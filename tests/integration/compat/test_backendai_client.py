@@ -447,12 +447,12 @@ def test_what_does_not_work_fails_clearly(bai: Bai) -> None:
     assert filtered.code != 0
     assert "filter at column 6: bad syntax" in filtered.output
 
-    # No virtual folders: the list is empty, a folder is a 501 that says why.
-    assert bai.ok("--output", "json", "vfolder", "list").json()["total_count"] == 0
-    folder = bai("vfolder", "info", "data")
+    # A folder that does not exist: 404 naming it (tests/integration/compat/test_vfolders.py
+    # drives the folders themselves).
+    folder = bai("vfolder", "info", "compat-nosuch")
     assert folder.code != 0
-    assert "501" in folder.output
-    assert "no virtual folders" in folder.output
+    assert "404" in folder.output
+    assert "compat-nosuch" in folder.output
 
     missing = bai("session", "destroy", "compat-nosuch")
     assert missing.code != 0

@@ -96,6 +96,15 @@ class SessionConfigBody(BaseModel):
         max_length=16,
         validation_alias=_aliases("service_ports", "servicePorts"),
     )
+    # storage folders: names (``name``, ``name:/path``, ``name:/path:ro``), where each
+    # goes (``name -> path``) and per-folder options (``{"permission": "ro"}``)
+    mounts: list[str] = Field(default_factory=list, max_length=64)
+    mount_map: dict[str, str] = Field(
+        default_factory=dict, validation_alias=_aliases("mount_map", "mountMap")
+    )
+    mount_options: dict[str, dict[str, Any]] = Field(
+        default_factory=dict, validation_alias=_aliases("mount_options", "mountOptions")
+    )
 
     @field_validator("environ")
     @classmethod

@@ -19,6 +19,7 @@ from .mgr import mgr_app
 from .server import server_app
 from .server_manager import manager_command
 from .session import session_app
+from .vfolder import vfolder_app
 
 server_app.command("manager")(manager_command)
 
@@ -40,6 +41,7 @@ app.add_typer(config_app, name="config")
 app.add_typer(dev_app, name="dev")
 app.add_typer(mgr_app, name="mgr")
 app.add_typer(server_app, name="server")
+app.add_typer(vfolder_app, name="vfolder")
 
 
 def main() -> None:

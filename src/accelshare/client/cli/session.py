@@ -194,6 +194,15 @@ def create_command(
             " docker bridge container); see `accelshare session apps`.",
         ),
     ] = None,
+    mounts: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--mount",
+            "-m",
+            help="A storage folder to mount: NAME (at /home/work/NAME), NAME:/PATH, or"
+            " NAME:/PATH:ro (read-only); repeat for more. See `accelshare vfolder`.",
+        ),
+    ] = None,
     as_json: JsonOption = False,
 ) -> None:
     """Create a session: it is queued, placed on an agent and started.
@@ -248,6 +257,7 @@ def create_command(
                 max_wait_s=max_wait,
                 service_ports=ports,
                 wait_for_agents=wait_for_agents,
+                mounts=mounts or (),
             )
             info = created.session
             if not enqueue_only and info.status in _STARTED:

@@ -16,6 +16,17 @@ from .agents import (
 )
 from .app_tokens import UsedAppToken
 from .base import NAMING_CONVENTION, Base, JSONDocument, ResourceSlotJSON, UTCDateTime
+from .folders import (
+    InvitationState,
+    SessionVFolderMount,
+    VFolder,
+    VFolderInvitation,
+    VFolderOwnershipType,
+    VFolderPermission,
+    VFolderPermissionGrant,
+    VFolderStatus,
+    VFolderUsageMode,
+)
 from .identity import (
     ACCESS_KEY_LENGTH,
     SECRET_KEY_LENGTH,
@@ -58,6 +69,7 @@ __all__ = [
     "GroupMember",
     "Image",
     "ImageAlias",
+    "InvitationState",
     "JSONDocument",
     "Kernel",
     "KernelEventRecord",
@@ -68,10 +80,18 @@ __all__ = [
     "Session",
     "SessionDependency",
     "SessionStatusHistory",
+    "SessionVFolderMount",
     "UTCDateTime",
     "UsedAppToken",
     "User",
     "UserRole",
     "UserStatus",
+    "VFolder",
+    "VFolderInvitation",
+    "VFolderOwnershipType",
+    "VFolderPermission",
+    "VFolderPermissionGrant",
+    "VFolderStatus",
+    "VFolderUsageMode",
     "email_matches",
 ]

@@ -147,6 +147,12 @@ class KeypairResourcePolicy(Base):
         ResourceSlotJSON()
     )  # NULL = unlimited
     idle_timeout: Mapped[int] = mapped_column(default=0)  # seconds; 0 = never
+    # storage folders (Backend.AI's names): how many a user may own, and each one's
+    # size limit in bytes (given to the storage proxy as the folder's quota); 0 = unlimited
+    max_vfolder_count: Mapped[int] = mapped_column(default=0, server_default=sa.text("0"))
+    max_vfolder_size: Mapped[int] = mapped_column(
+        sa.BigInteger(), default=0, server_default=sa.text("0")
+    )
     created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
 
 

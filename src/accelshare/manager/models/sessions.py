@@ -81,6 +81,9 @@ class Session(Base):
     starts_at: Mapped[datetime | None] = mapped_column(UTCDateTime())  # batch: not before
     cluster_size: Mapped[int] = mapped_column(default=1)
     tag: Mapped[str | None] = mapped_column(sa.String(64))  # Backend.AI's free-text note
+    # the storage folders its kernels mount: KernelMount objects as JSON (NULL: none);
+    # session_vfolder_mounts has the same by folder id
+    vfolder_mounts: Mapped[list[dict[str, Any]] | None] = mapped_column(JSONDocument)
     # where it runs
     scaling_group: Mapped[str] = mapped_column(sa.ForeignKey("scaling_groups.name"))
     agent_id: Mapped[str | None] = mapped_column(sa.ForeignKey("agents.id"), index=True)

@@ -66,7 +66,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from accelshare.aio import cancel_and_wait
 from accelshare.common import canonical_decimal
-from accelshare.protocol import CreateKernelRequest, KernelReport, KernelStatus
+from accelshare.protocol import CreateKernelRequest, KernelMount, KernelReport, KernelStatus
 from accelshare.sched.lifecycle import SessionResult, SessionStatus, can_transition
 from accelshare.sched.model import SessionType
 
@@ -154,6 +154,7 @@ def kernel_request(job: BindJob, row: Session | sa.Row[Any]) -> CreateKernelRequ
         ),
         owner_access_key=row.access_key,
         labels=labels,
+        mounts=[KernelMount.model_validate(m) for m in row.vfolder_mounts or ()],
     )
 
 
@@ -219,6 +220,7 @@ _SESSION_COLUMNS = [
         "environ",
         "startup_command",
         "access_key",
+        "vfolder_mounts",
     )
 ]
 _KERNEL_COLUMNS = [

@@ -131,6 +131,8 @@ class PolicyChanges:
     max_pending_session_resource_slots: Mapping[str, Any] | None = None
     clear_max_pending_session_resource_slots: bool = False
     idle_timeout: int | None = None
+    max_vfolder_count: int | None = None  # storage folders per user; 0 = unlimited
+    max_vfolder_size: int | None = None  # bytes per folder (its quota); 0 = unlimited
 
 
 @dataclass(frozen=True)
@@ -215,6 +217,8 @@ def policy_json(p: KeypairResourcePolicy) -> dict[str, Any]:
         "max_pending_session_count": p.max_pending_session_count,
         "max_pending_session_resource_slots": pending.to_json() if pending is not None else None,
         "idle_timeout": p.idle_timeout,
+        "max_vfolder_count": p.max_vfolder_count,
+        "max_vfolder_size": p.max_vfolder_size,
         "created_at": _iso(p.created_at),
     }
 
@@ -312,6 +316,10 @@ def _apply_policy(
         policy.max_pending_session_resource_slots = None
     if changes.idle_timeout is not None:
         policy.idle_timeout = changes.idle_timeout
+    if changes.max_vfolder_count is not None:
+        policy.max_vfolder_count = changes.max_vfolder_count
+    if changes.max_vfolder_size is not None:
+        policy.max_vfolder_size = changes.max_vfolder_size
 
 
 def check_scheduler_opts(scheduler: str, opts: Mapping[str, Any]) -> None:
