@@ -133,6 +133,17 @@ def test_accelshare_session_upload_download_ls(
     down = _accelshare(cluster, "session", "download", "cli-files", "in", "--dest", str(dest))
     assert down.returncode == 0, down.stderr
     assert (dest / "in" / "a.txt").read_text() == "alpha\n"
+    # --json: what went where
+    up_json = _accelshare(
+        cluster, "session", "upload", "cli-files", "in/a.txt", "--json", cwd=local
+    )
+    assert json.loads(up_json.stdout) == {"uploaded": ["/home/work/in/a.txt"]}, up_json.stderr
+    again = tmp_path / "again"
+    down_json = _accelshare(
+        cluster, "session", "download", "cli-files", "in/a.txt", "--dest", str(again), "--json"
+    )
+    assert json.loads(down_json.stdout) == {"downloaded": [str(again / "a.txt")]}, down_json.stderr
+    assert (again / "a.txt").read_text() == "alpha\n"
     refused = _accelshare(cluster, "session", "ls", "cli-files", "../..")
     assert refused.returncode != 0
     assert "'..'" in refused.stderr

@@ -456,10 +456,12 @@ def upload_command(
             " (default: the current folder).",
         ),
     ] = None,
+    as_json: JsonOption = False,
 ) -> None:
     """Upload files into a RUNNING session's working folder (/home/work).
 
     `accelshare session upload s1 data/train.csv` puts it at /home/work/data/train.csv.
+    With --json: {"uploaded": ["/home/work/data/train.csv", ...]}.
     """
     base = (base_dir or Path.cwd()).resolve()
     pairs: list[tuple[str, Path]] = []
@@ -478,8 +480,12 @@ def upload_command(
             )
         pairs.append((local.relative_to(base).as_posix(), local))
     call_api(lambda c: c.session_files.upload(ref, pairs), not_found_hint=_NOT_FOUND)
-    for remote, _ in pairs:
-        typer.echo(f"uploaded /home/work/{remote}")
+    uploaded = [f"/home/work/{remote}" for remote, _ in pairs]
+    if as_json:
+        print_json({"uploaded": uploaded})
+        return
+    for remote_path in uploaded:
+        typer.echo(f"uploaded {remote_path}")
 
 
 @session_app.command("download")
@@ -496,13 +502,21 @@ def download_command(
     dest: Annotated[
         Path, typer.Option("--dest", help="Where to put them (created when missing).")
     ] = Path("."),
+    as_json: JsonOption = False,
 ) -> None:
-    """Download files or folders from a RUNNING session's working folder."""
+    """Download files or folders from a RUNNING session's working folder.
+
+    With --json: {"downloaded": ["DEST/NAME", ...]}.
+    """
     names = call_api(
         lambda c: c.session_files.download(ref, paths, dest), not_found_hint=_NOT_FOUND
     )
-    for name in names:
-        typer.echo(str(dest / name))
+    written = [str(dest / name) for name in names]
+    if as_json:
+        print_json({"downloaded": written})
+        return
+    for local in written:
+        typer.echo(local)
 
 
 @session_app.command("ls")
