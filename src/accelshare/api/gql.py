@@ -62,7 +62,6 @@ from accelshare.manager.agents import AgentRecord, gpu_alloc_map_string
 from accelshare.manager.enums import AgentStatus, UserRole
 from accelshare.manager.errors import ManagerError
 from accelshare.manager.runtime import Manager, StatsUnavailable
-from accelshare.manager.storage_volumes import StorageProxyError
 from accelshare.sched.lifecycle import SessionStatus
 
 from .admin_gql import AdminMutation, AdminQuery, check_page
@@ -92,7 +91,7 @@ log = logging.getLogger(__name__)
 
 # Errors a caller causes (refused role, bad argument, unknown object): one log line per
 # request; anything else is a bug, logged once with its traceback.
-_EXPECTED_ERRORS = (PermissionError, ValueError, LookupError, ManagerError, StorageProxyError)
+_EXPECTED_ERRORS = (PermissionError, ValueError, LookupError, ManagerError)
 _page = check_page
 
 

@@ -4,7 +4,8 @@
 * ``storage_volume(id: "<proxy>:<volume>")``.
 
 Superadmin only, as in Backend.AI.  The volumes come from the storage proxies the
-configuration store names (:mod:`accelshare.manager.storage_volumes`).  Fields
+configuration store names (:meth:`StorageProxies.volume_list
+<accelshare.manager.storage_client.StorageProxies.volume_list>`).  Fields
 accelshare's proxies do not report are null: ``fsprefix``, ``hardware_metadata``,
 ``performance_metric``; ``filter`` and ``order`` are refused (the list is ordered by
 id); ``usage`` is ``{"capacity_bytes", "used_bytes"}`` when the
@@ -19,7 +20,7 @@ import strawberry
 from strawberry.types import Info
 
 from accelshare.manager.runtime import Manager
-from accelshare.manager.storage_volumes import StorageVolume, find_volume, list_volumes
+from accelshare.manager.storage_client import StorageVolume
 
 from .auth import Identity
 
@@ -94,7 +95,7 @@ class StorageQuery:
                     f" expression, received {value!r}; leave {name} out (there are few"
                     " volumes: the whole list is one page)"
                 )
-        volumes = await list_volumes(manager.store)
+        volumes = await manager.storage.volume_list()
         return StorageVolumeList(
             items=[StorageVolumeNode.of(v) for v in volumes[offset : offset + limit]],
             total_count=len(volumes),
@@ -103,4 +104,4 @@ class StorageQuery:
     @strawberry.field
     async def storage_volume(self, info: Info, id: str) -> StorageVolumeNode:
         manager = _superadmin(info)
-        return StorageVolumeNode.of(await find_volume(manager.store, id))
+        return StorageVolumeNode.of(await manager.storage.find_volume(id))

@@ -16,6 +16,7 @@ becomes a :class:`StorageError` keeping its ``type``; an unreachable proxy a
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -45,7 +46,7 @@ from accelshare.protocol.storage import (
     VolumeList,
 )
 
-from .errors import InvalidRequest, ManagerError, Unavailable
+from .errors import InvalidRequest, ManagerError, NotFound, Unavailable
 
 __all__ = [
     "DEFAULT_HOST_KEY",
@@ -54,6 +55,7 @@ __all__ = [
     "StorageError",
     "StorageProxies",
     "StorageProxy",
+    "StorageVolume",
     "split_host",
 ]
 
@@ -112,6 +114,18 @@ class ProxyAddress:
     secret: str
 
 
+@dataclass(frozen=True, slots=True)
+class StorageVolume:
+    """A volume of a proxy, named ``<proxy>:<volume>`` (Backend.AI's folder *host*)."""
+
+    proxy: str
+    info: VolumeInfo
+
+    @property
+    def id(self) -> str:
+        return f"{self.proxy}:{self.info.name}"
+
+
 class StorageProxy:
     """One proxy's manager-facing API."""
 
@@ -133,8 +147,8 @@ class StorageProxy:
             response = await self._client.request(method, url, content=content, headers=headers)
         except httpx.HTTPError as e:
             raise Unavailable(
-                f"The storage proxy {self.name!r} cannot be reached at"
-                f" {self.address.manager_api}: {e or type(e).__name__}",
+                f"The storage proxy {self.name!r} at {self.address.manager_api} does not"
+                f" answer: {e or type(e).__name__}",
                 proxy=self.name,
             ) from None
         if response.status_code >= 400:
@@ -230,19 +244,44 @@ class StorageProxies:
     async def close(self) -> None:
         await self._client.aclose()
 
-    async def addresses(self) -> dict[str, ProxyAddress]:
+    async def _read(self) -> tuple[dict[str, ProxyAddress], dict[str, str]]:
+        """The usable proxies by name, and what is wrong with each half-configured one."""
         tree = await self._store.get_prefix(PROXIES_KEY)
         found: dict[str, ProxyAddress] = {}
+        broken: dict[str, str] = {}
         for name, entry in sorted(tree.items()):
+            where = f"{PROXIES_KEY}/{name}"
             if not isinstance(entry, Mapping):
+                broken[name] = (
+                    f"{where}: expected the keys manager_api, client_api and secret,"
+                    f" received the value {entry!r}"
+                )
                 continue
-            manager_api = entry.get("manager_api")
-            client_api = entry.get("client_api")
-            secret = entry.get("secret")
-            if not all(isinstance(v, str) and v for v in (manager_api, client_api, secret)):
-                continue  # half-configured: not usable (docs/folders.md lists the keys)
-            found[name] = ProxyAddress(name, str(manager_api), str(client_api), str(secret))
-        return found
+            values: dict[str, str] = {}
+            for key in ("manager_api", "client_api", "secret"):
+                value = entry.get(key)
+                if not isinstance(value, str) or not value:
+                    broken[name] = (
+                        f"{where}/{key}: expected a non-empty string, received {value!r}"
+                        " (docs/storage.md, the configuration store keys)"
+                    )
+                    break
+                values[key] = value
+            else:
+                if not values["manager_api"].startswith(("http://", "https://")):
+                    broken[name] = (
+                        f"{where}/manager_api: expected http://HOST:PORT,"
+                        f" received {values['manager_api']!r}"
+                    )
+                    continue
+                found[name] = ProxyAddress(
+                    name, values["manager_api"], values["client_api"], values["secret"]
+                )
+        return found, broken
+
+    async def addresses(self) -> dict[str, ProxyAddress]:
+        """The usable proxies (a half-configured one is left out: docs/folders.md)."""
+        return (await self._read())[0]
 
     async def default_host(self) -> str | None:
         return await self._store.get(DEFAULT_HOST_KEY)
@@ -274,3 +313,54 @@ class StorageProxies:
             for volume in volumes:
                 hosts[f"{address.name}:{volume.name}"] = volume
         return hosts
+
+    async def _volumes_of(self, address: ProxyAddress) -> list[StorageVolume]:
+        try:
+            volumes = await StorageProxy(address, self._client).volumes()
+        except StorageError as e:
+            raise Unavailable(
+                f"The storage proxy {address.name!r} at {address.manager_api} refused"
+                f" GET /v1/volumes ({e.kind}): {e.detail}",
+                proxy=address.name,
+            ) from None
+        return [StorageVolume(address.name, info) for info in volumes]
+
+    async def volume_list(self) -> list[StorageVolume]:
+        """Every volume of every proxy (asked at once), ordered by ``proxy:volume``.
+
+        Strict, unlike :meth:`all_hosts`: a proxy that is half-configured, does not answer
+        or refuses the secret is an error naming it (an admin's list that silently left
+        out a proxy's volumes would look like lost data)."""
+        found, broken = await self._read()
+        if broken:
+            name, why = next(iter(broken.items()))
+            raise Unavailable(f"The storage proxy {name!r} is misconfigured: {why}", proxy=name)
+        answers = await asyncio.gather(*(self._volumes_of(a) for a in found.values()))
+        return sorted((v for volumes in answers for v in volumes), key=lambda v: v.id)
+
+    async def find_volume(self, volume_id: str, *, field: str = "id") -> StorageVolume:
+        """The volume ``<proxy>:<volume>``: a 400 for a malformed id, a 404 naming what
+        exists when there is no such proxy or volume."""
+        proxy_name, sep, volume_name = volume_id.partition(":")
+        if not sep or not proxy_name or not volume_name:
+            raise InvalidRequest(
+                f"{field}: expected <proxy>:<volume> (e.g. local:volume1), received {volume_id!r}",
+                field=field,
+                expected="<proxy>:<volume>",
+                received=volume_id,
+            )
+        found, _ = await self._read()
+        address = found.get(proxy_name)
+        if address is None:
+            raise NotFound(
+                f"{field}: no storage proxy {proxy_name!r}; the proxies are {sorted(found)}"
+                f" (received {volume_id!r})"
+            )
+        volumes = await self._volumes_of(address)
+        for volume in volumes:
+            if volume.info.name == volume_name:
+                return volume
+        raise NotFound(
+            f"{field}: the storage proxy {proxy_name!r} has no volume {volume_name!r};"
+            f" its volumes are {sorted(v.id for v in volumes)}"
+        )
