@@ -118,4 +118,4 @@ async def test_an_unreachable_proxy_is_503_naming_it() -> None:
     with pytest.raises(ManagerError) as caught:
         await _proxy(handler).volumes()
     assert caught.value.status == 503
-    assert "'p' cannot be reached at http://mgr" in caught.value.detail
+    assert "'p' at http://mgr does not answer" in caught.value.detail

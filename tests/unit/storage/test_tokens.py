@@ -10,9 +10,11 @@ from accelshare.protocol.storage import StorageErrorType
 from accelshare.storage.errors import StorageError
 from accelshare.storage.tokens import TokenClaims, TokenSigner
 
+# a day ahead: the module is imported when the suite is collected, which can be minutes
+# before these tests run
 CLAIMS = TokenClaims(
     op="upload", volume="v", folder_id="a" * 32, path="x.bin", size=3, session="s1",
-    exp=time.time() + 60,
+    exp=time.time() + 86400,
 )  # fmt: skip
 
 
