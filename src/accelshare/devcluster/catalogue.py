@@ -280,14 +280,28 @@ def build_pip_environment(
     Kept as it is when its marker records the same requirements.  On failure the
     half-built venv is removed (never left looking usable) and :class:`EnvBuildError`
     says why (pip's last lines)."""
-    if env_is_built(venv, env):
-        return venv
     venv.parent.mkdir(parents=True, exist_ok=True)
     with (venv.parent / f".{venv.name}.lock").open("a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # another cluster sharing the folder builds it
-        if env_is_built(venv, env):
-            return venv
-        return _build_locked(venv, env, python=python, timeout_s=timeout_s, log=log)
+        if not env_is_built(venv, env):
+            _build_locked(venv, env, python=python, timeout_s=timeout_s, log=log)
+        if env.services:
+            _install_app_files(venv)  # this accelshare's launcher, even in a kept venv
+    return venv
+
+
+def _install_app_files(venv: Path) -> None:
+    """The Jupyter launcher (``bin/accelshare-jupyter``) and the example notebooks
+    (``share/accelshare/``)."""
+    launcher = venv / "bin" / "accelshare-jupyter"
+    text = (_JUPYTER_FILES / "accelshare-jupyter").read_text()
+    if not launcher.is_file() or launcher.read_text() != text:
+        launcher.write_text(text)
+        launcher.chmod(0o755)
+    share = venv / "share" / "accelshare"
+    share.mkdir(parents=True, exist_ok=True)
+    for notebook in _JUPYTER_FILES.glob("*.ipynb"):
+        shutil.copy2(notebook, share / notebook.name)
 
 
 def _build_locked(
@@ -338,14 +352,6 @@ def _build_locked(
     except OSError as e:
         shutil.rmtree(building, ignore_errors=True)
         raise EnvBuildError(f"environment {env.ref}: {e}") from None
-    if env.services:
-        launcher = building / "bin" / "accelshare-jupyter"
-        launcher.write_text((_JUPYTER_FILES / "accelshare-jupyter").read_text())
-        launcher.chmod(0o755)
-        share = building / "share" / "accelshare"
-        share.mkdir(parents=True, exist_ok=True)
-        for notebook in _JUPYTER_FILES.glob("*.ipynb"):
-            shutil.copy2(notebook, share / notebook.name)
     marker = {
         "ref": env.ref,
         "requirements": list(env.requirements),

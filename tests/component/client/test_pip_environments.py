@@ -155,7 +155,7 @@ def test_the_launcher_and_example_notebook_go_into_a_service_environment(
     # the launcher's base URL follows the session (the proxy's path of the app)
     code = (
         f"import runpy; m = runpy.run_path({str(launcher)!r});"
-        " print(m['base_url']({'BACKENDAI_SESSION_ID': 's-1'}))"
+        " print(m['base_url']({'ACCELSHARE_SESSION_ID': 's-1'}))"
     )
     answer = subprocess.run(
         [str(venv / "bin" / "python"), "-c", code], capture_output=True, text=True, check=True

@@ -37,8 +37,7 @@ def test_batch_startup_command_goes_whole_with_no_interpreter_of_the_managers() 
         assert request.startup_command == startup  # the agent's environment makes the argv
         assert request.command is None
         assert request.requested_slots == {"cpu": "1", "mem": "268435456"}
-        # the session's environment, and which session the kernel belongs to
-        assert request.environ == {"K": "V", "BACKENDAI_SESSION_ID": str(row.id)}
+        assert request.environ == {"K": "V"}
         assert request.labels == {"session_name": "s1", "session_type": "batch"}
 
 

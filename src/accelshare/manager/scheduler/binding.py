@@ -113,7 +113,6 @@ BINDABLE = frozenset(
 )
 
 
-SESSION_ID_ENV = "BACKENDAI_SESSION_ID"
 _SESSIONS = cast(sa.Table, Session.__table__)
 _KERNELS = cast(sa.Table, Kernel.__table__)
 _AGENTS = cast(sa.Table, Agent.__table__)
@@ -131,8 +130,7 @@ def kernel_request(job: BindJob, row: Session | sa.Row[Any]) -> CreateKernelRequ
     runtime runs it with ``/bin/sh -c`` in the kernel, as Backend.AI does (in its working
     folder, with its environment; the environment's interpreter first on PATH).  The
     manager adds no interpreter of its own.  An interactive session's startup command
-    is only recorded, as the ``startup_command`` label.  The kernel's environment is the
-    session's plus ``BACKENDAI_SESSION_ID``.
+    is only recorded, as the ``startup_command`` label.
     """
     opts = row.resource_opts or {}
     startup: str | None = None
@@ -150,8 +148,7 @@ def kernel_request(job: BindJob, row: Session | sa.Row[Any]) -> CreateKernelRequ
         requested_slots=requested,
         planned_allocations=_plan_of(job, requested),
         startup_command=startup,
-        # the kernel learns its session (Backend.AI's variable; Jupyter's base URL)
-        environ={**(row.environ or {}), SESSION_ID_ENV: str(row.id)},
+        environ=dict(row.environ or {}),
         allow_fractional_resource_fragmentation=bool(
             opts.get("allow_fractional_resource_fragmentation", True)
         ),
