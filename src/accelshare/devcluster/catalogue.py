@@ -31,14 +31,18 @@ on, a download) and registered when the build succeeds.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import hashlib
 import json
 import os
 import platform
 import shutil
+import signal
 import subprocess
 import sys
+import threading
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -274,17 +278,19 @@ def build_pip_environment(
     python: str = sys.executable,
     timeout_s: float = PIP_TIMEOUT_S,
     log: Callable[[str], None] = lambda _msg: None,
+    cancel: threading.Event | None = None,
 ) -> Path:
     """Create (or keep) ``venv`` with ``env``'s requirements installed by pip; the venv.
 
     Kept as it is when its marker records the same requirements.  On failure the
     half-built venv is removed (never left looking usable) and :class:`EnvBuildError`
-    says why (pip's last lines)."""
+    says why (pip's last lines).  Setting ``cancel`` kills the running step (``dev up``
+    stopping)."""
     venv.parent.mkdir(parents=True, exist_ok=True)
     with (venv.parent / f".{venv.name}.lock").open("a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # another cluster sharing the folder builds it
         if not env_is_built(venv, env):
-            _build_locked(venv, env, python=python, timeout_s=timeout_s, log=log)
+            _build_locked(venv, env, python=python, timeout_s=timeout_s, log=log, cancel=cancel)
         if env.services:
             _install_app_files(venv)  # this accelshare's launcher, even in a kept venv
     return venv
@@ -304,6 +310,43 @@ def _install_app_files(venv: Path) -> None:
         shutil.copy2(notebook, share / notebook.name)
 
 
+class _Cancelled(Exception):
+    pass
+
+
+def _run(
+    argv: list[str], timeout_s: float, env: dict[str, str] | None, cancel: threading.Event | None
+) -> None:
+    """``argv`` in a process group of its own; raises CalledProcessError (its output
+    kept), TimeoutExpired, or _Cancelled when ``cancel`` is set (the group killed)."""
+    if cancel is not None and cancel.is_set():
+        raise _Cancelled
+    proc = subprocess.Popen(
+        argv,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=env,
+        start_new_session=True,
+    )
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            output, _ = proc.communicate(timeout=0.5)
+            break
+        except subprocess.TimeoutExpired:
+            stopped = cancel is not None and cancel.is_set()
+            if stopped or time.monotonic() > deadline:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+                proc.communicate()
+                if stopped:
+                    raise _Cancelled from None
+                raise subprocess.TimeoutExpired(argv, timeout_s) from None
+    if proc.returncode != 0:
+        raise subprocess.CalledProcessError(proc.returncode, argv, output=output)
+
+
 def _build_locked(
     venv: Path,
     env: PipEnvironment,
@@ -311,39 +354,31 @@ def _build_locked(
     python: str,
     timeout_s: float,
     log: Callable[[str], None],
+    cancel: threading.Event | None,
 ) -> Path:
     log(f"building environment {env.ref} in {venv} (pip install {' '.join(env.requirements)})")
     venv.parent.mkdir(parents=True, exist_ok=True)
     building = venv.with_name(venv.name + ".building")
     shutil.rmtree(building, ignore_errors=True)
     try:
-        subprocess.run(
-            [python, "-m", "venv", "--clear", str(building)],
-            check=True,
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
+        _run([python, "-m", "venv", "--clear", str(building)], 300.0, None, cancel)
         requirements = building / "requirements.txt"
         requirements.write_text("".join(f"{r}\n" for r in env.requirements))
-        subprocess.run(
-            [
-                str(building / "bin" / "python"),
-                *("-m", "pip", "install", "--disable-pip-version-check", "-q"),
-                *("-r", str(requirements)),
-            ],
-            check=True,
-            capture_output=True,
-            text=True,
-            timeout=timeout_s,
-            env={**os.environ, "PIP_NO_INPUT": "1"},
-        )
+        pip = [
+            str(building / "bin" / "python"),
+            *("-m", "pip", "install", "--disable-pip-version-check", "-q"),
+            *("-r", str(requirements)),
+        ]
+        _run(pip, timeout_s, {**os.environ, "PIP_NO_INPUT": "1"}, cancel)
     except subprocess.CalledProcessError as e:
         shutil.rmtree(building, ignore_errors=True)
         tail = "\n".join((e.stderr or e.stdout or "").strip().splitlines()[-5:])
         raise EnvBuildError(
             f"environment {env.ref}: {' '.join(map(str, e.cmd[:4]))}... failed: {tail}"
         ) from None
+    except _Cancelled:
+        shutil.rmtree(building, ignore_errors=True)
+        raise EnvBuildError(f"environment {env.ref}: the build was stopped") from None
     except subprocess.TimeoutExpired:
         shutil.rmtree(building, ignore_errors=True)
         raise EnvBuildError(

@@ -157,6 +157,7 @@ class LocalCluster:
         # built with pip after the start (environment, its catalogue entry)
         self.pip_images: list[tuple[PipEnvironment, DemoImage]] = []
         self.env_builder: threading.Thread | None = None
+        self._stop_builds = threading.Event()
         self.env_build_errors: list[str] = []
         self._progress = progress or (lambda _msg: None)
         self._lock: IO[str] | None = None
@@ -214,7 +215,9 @@ class LocalCluster:
         cluster runs meanwhile; a failure is logged and leaves the image out)."""
         for env, image in self.pip_images:
             try:
-                build_pip_environment(Path(image.prefix or ""), env, log=self._progress)
+                build_pip_environment(
+                    Path(image.prefix or ""), env, log=self._progress, cancel=self._stop_builds
+                )
                 self._register(image)
             except (EnvBuildError, httpx.HTTPError, ClusterStartError) as e:
                 self.env_build_errors.append(str(e))
@@ -518,6 +521,9 @@ class LocalCluster:
 
         Returns the names of daemons that had to be killed.  Idempotent.
         """
+        self._stop_builds.set()  # a pip build in progress is killed (and removed)
+        if self.env_builder is not None:
+            self.env_builder.join(timeout=10)
         if destroy_sessions and self.manager is not None and self.manager.is_running():
             with contextlib.suppress(Exception):
                 self.destroy_sessions()

@@ -9,6 +9,7 @@ import base64
 import hashlib
 import json
 import subprocess
+import threading
 import tomllib
 import zipfile
 from pathlib import Path
@@ -119,6 +120,17 @@ def test_a_failed_build_leaves_nothing_and_says_why(offline_index: Path, tmp_pat
     assert not venv.exists()
     assert list((tmp_path / "envs").glob("*.building")) == []
     assert built_environments(tmp_path / "envs") == []
+
+
+def test_a_stopped_build_leaves_nothing(offline_index: Path, tmp_path: Path) -> None:
+    """dev up stopping while it builds: the step is killed, the half-built venv removed."""
+    stop = threading.Event()
+    stop.set()
+    env = PipEnvironment("tinylib:1.0", ("tinylib==1.0",))
+    venv = tmp_path / "envs" / env.folder_name
+    with pytest.raises(EnvBuildError, match=r"environment tinylib:1\.0: the build was stopped"):
+        build_pip_environment(venv, env, cancel=stop)
+    assert sorted(p.name for p in (tmp_path / "envs").iterdir()) == [".tinylib-1.0.lock"]
 
 
 def test_jupyter_image_declares_its_service_and_runs_the_launcher(tmp_path: Path) -> None:
