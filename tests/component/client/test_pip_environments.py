@@ -12,7 +12,9 @@ import subprocess
 import threading
 import tomllib
 import zipfile
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from typer.testing import CliRunner
@@ -31,6 +33,8 @@ from accelshare.devcluster.catalogue import (
     parse_requirements,
     pip_image,
 )
+
+Cli = Callable[..., Any]  # the conftest's `cli` fixture
 
 
 def _wheel(folder: Path, name: str, version: str) -> Path:
@@ -195,3 +199,33 @@ def test_image_build_refuses_bad_arguments(args: list[str], message: str, tmp_pa
     assert result.exit_code == 2, result.output
     assert message in " ".join(result.output.split())
     assert not (tmp_path / "envs").exists()  # nothing built
+
+
+def test_image_build_builds_and_adds_the_image(
+    cli: Cli, offline_index: Path, tmp_path: Path
+) -> None:
+    """`admin image build` against the test cluster: the venv is built (offline), the
+    image added with its accelerators and requirements, and the agent.toml table printed;
+    building it again keeps the venv and the catalogue answers 409."""
+    requirements = tmp_path / "tinylib-2.txt"
+    requirements.write_text("# the newer one\ntinylib==2.0\n")
+    envs = tmp_path / "envs"
+    args = ["admin", "image", "build", "tinylib:2.0", "-r", str(requirements)]
+    args += ["--accelerators", "cuda", "--description", "tiny 2", "--envs-dir", str(envs)]
+    try:
+        built = cli(*args)
+        assert built.code == 0, built
+        assert f"Image tinylib:2.0 built in {envs / 'tinylib-2.0'} and added." in built.stdout
+        table = built.stdout[built.stdout.index("[container.environments") :]
+        parsed = tomllib.loads(table)["container"]["environments"]["tinylib:2.0"]
+        assert parsed["image-dir"] == str(envs / "tinylib-2.0")
+        info = json.loads(cli("image", "info", "tinylib:2.0", "--json").stdout)
+        assert info["accelerators"] == ["cuda"]
+        assert info["description"] == "tiny 2"
+        assert info["labels"] == {"accelshare.requirements": "tinylib==2.0"}
+        assert [e.ref for e in built_environments(envs)] == ["tinylib:2.0"]
+        again = cli(*args)
+        assert again.code != 0, again
+        assert "409" in again.stderr or "exists" in again.stderr, again
+    finally:
+        cli("admin", "image", "remove", "tinylib:2.0")
