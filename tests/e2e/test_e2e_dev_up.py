@@ -35,7 +35,17 @@ class DevUp:
 
     def __init__(self, data_dir: Path, port: int, *extra: str) -> None:
         self.proc = subprocess.Popen(
-            [*CLI, "dev", "up", "--data-dir", str(data_dir), "--port", str(port), *extra],
+            [
+                *CLI,
+                "dev",
+                "up",
+                "--no-jupyter",  # no pip download here: the console tests build jupyter:4
+                "--data-dir",
+                str(data_dir),
+                "--port",
+                str(port),
+                *extra,
+            ],
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,

@@ -386,6 +386,24 @@ def _hand_off(
 
 
 # -- app services ------------------------------------------------------------------------------
+def _needs_prefix(location: str, *prefixes: str) -> bool:
+    """Whether an app's redirect to ``location`` (a path of its own) must be put under
+    the proxy's prefix: an absolute path, unless the app already wrote one of
+    ``prefixes`` (an app that knows its base URL, such as Jupyter's
+    ``/session/<id>/apps/jupyter/``).
+
+    >>> _needs_prefix("/lab", "/session/s/apps/j")
+    True
+    >>> _needs_prefix("/session/s/apps/j/lab", "/session/s/apps/j")
+    False
+    >>> _needs_prefix("//other.example/x", "/p"), _needs_prefix("https://a/x", "/p")
+    (False, False)
+    """
+    if not location.startswith("/") or location.startswith("//"):
+        return False
+    return not any(location == p or location.startswith(p + "/") for p in prefixes)
+
+
 @router.get("/session/{ref}/apps")
 async def session_apps(
     ref: str, identity: CurrentIdentity, manager: ManagerDep, request: Request
@@ -463,7 +481,7 @@ async def session_app(
         if k.lower() not in _HOP_HEADERS and k.lower() != "set-cookie"
     }
     location = upstream.headers.get("location")
-    if location and location.startswith("/") and not location.startswith("//"):
+    if location and _needs_prefix(location, prefix, f"/session/{target.session_id}/apps/{name}"):
         # The app redirects within itself: keep the browser under the proxy's prefix.
         response_headers["location"] = prefix + location
     response = StreamingResponse(

@@ -19,15 +19,31 @@ environment whose dist-info is in place is kept.
 
 ``environment_tables`` gives the agent.toml tables; ``register`` adds the images to a
 running manager (an image already there is left as it is).
+
+Environments built from a requirements list (:class:`PipEnvironment`): a venv *with*
+pip, ``pip install -r`` from the package index, and a ``.accelshare-env.json`` marker
+that records what was installed (a later build with the same requirements keeps it).
+The ``jupyter:4`` environment of ``dev up`` (JupyterLab + NumPy, the ``jupyter``
+service) is one; ``accelshare image build NAME:VERSION --requirements FILE`` builds
+others.  They are built after the cluster is up (``dev up`` never waits for, nor fails
+on, a download) and registered when the build succeeds.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
+import hashlib
 import json
+import os
 import platform
 import shutil
+import signal
 import subprocess
 import sys
+import threading
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -35,10 +51,22 @@ import httpx
 
 __all__ = [
     "DEMO_LIB_VERSIONS",
+    "ENV_MARKER",
+    "JUPYTER_PORT",
+    "JUPYTER_REF",
+    "SERVICE_PORTS_LABEL",
     "DemoImage",
+    "EnvBuildError",
+    "PipEnvironment",
     "build_environments",
+    "build_pip_environment",
+    "built_environments",
     "demo_images",
     "environment_tables",
+    "envs_folder",
+    "jupyter_environment",
+    "parse_requirements",
+    "pip_image",
     "python_ref",
     "register",
 ]
@@ -56,6 +84,9 @@ class DemoImage:
     accelerators: tuple[str, ...] = ()
     description: str = ""
     min_slots: dict[str, str] = field(default_factory=dict)
+    labels: dict[str, str] = field(default_factory=dict)
+    # the environment's idle command (an interactive session's main process); () = default
+    idle_command: tuple[str, ...] = ()
 
 
 def python_ref() -> str:
@@ -147,6 +178,8 @@ def environment_tables(images: list[DemoImage]) -> str:
         if image.prefix is not None:
             out.append(f"image-dir = {json.dumps(image.prefix)}")
             out.append(f"env = {{ VIRTUAL_ENV = {json.dumps(image.prefix)} }}")
+        if image.idle_command:
+            out.append(f"idle-command = {json.dumps(list(image.idle_command))}")
         out.append("")
     return "\n".join(out)
 
@@ -166,6 +199,7 @@ def register(http: httpx.Client, images: list[DemoImage]) -> list[str]:
                 "aliases": list(image.aliases),
                 "description": image.description,
                 "min_slots": image.min_slots,
+                "labels": image.labels,
             },
         )
         if response.status_code == 409:
@@ -173,3 +207,268 @@ def register(http: httpx.Client, images: list[DemoImage]) -> list[str]:
         response.raise_for_status()
         added.append(image.ref)
     return added
+
+
+# -- environments built from a requirements list -------------------------------------------
+ENV_MARKER = ".accelshare-env.json"  # in the venv: what was installed (the build is done)
+SERVICE_PORTS_LABEL = "ai.backend.service-ports"  # Backend.AI's label: "name:http:port,..."
+JUPYTER_REF = "jupyter:4"
+JUPYTER_PORT = 8888
+JUPYTER_REQUIREMENTS = ("jupyterlab>=4,<5", "numpy")
+_JUPYTER_FILES = Path(__file__).parent / "jupyter"
+PIP_TIMEOUT_S = 900.0
+
+
+class EnvBuildError(RuntimeError):
+    """A requirements environment could not be built (pip's reason at the end)."""
+
+
+@dataclass(frozen=True, slots=True)
+class PipEnvironment:
+    """An environment built with pip: ``ref`` (``name:version``), its requirements
+    (pip requirement lines), the accelerators it supports, app services it declares."""
+
+    ref: str
+    requirements: tuple[str, ...]
+    accelerators: tuple[str, ...] = ()
+    description: str = ""
+    services: tuple[tuple[str, int], ...] = ()  # (name, port): http services
+    aliases: tuple[str, ...] = ()
+
+    @property
+    def folder_name(self) -> str:
+        return self.ref.replace(":", "-").replace("/", "_")
+
+    def requirements_key(self) -> str:
+        text = "\n".join(self.requirements)
+        return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def parse_requirements(text: str, *, source: str = "requirements") -> tuple[str, ...]:
+    """The requirement lines of a requirements file (comments and blanks dropped); an
+    option line (``-r``, ``--index-url`` ...) is refused, naming the line."""
+    lines = []
+    for number, raw in enumerate(text.splitlines(), start=1):
+        line = raw.split("#", 1)[0].strip()
+        if not line:
+            continue
+        if line.startswith("-"):
+            raise ValueError(
+                f"{source} line {number}: expected a requirement such as numpy==1.26.4,"
+                f" got the option {line!r} (options are not supported)"
+            )
+        lines.append(line)
+    if not lines:
+        raise ValueError(f"{source}: expected at least one requirement, got none")
+    return tuple(lines)
+
+
+def env_is_built(venv: Path, env: PipEnvironment) -> bool:
+    try:
+        marker = json.loads((venv / ENV_MARKER).read_text())
+    except (OSError, ValueError):
+        return False
+    return bool(marker.get("requirements_key") == env.requirements_key())
+
+
+def build_pip_environment(
+    venv: Path,
+    env: PipEnvironment,
+    *,
+    python: str = sys.executable,
+    timeout_s: float = PIP_TIMEOUT_S,
+    log: Callable[[str], None] = lambda _msg: None,
+    cancel: threading.Event | None = None,
+) -> Path:
+    """Create (or keep) ``venv`` with ``env``'s requirements installed by pip; the venv.
+
+    Kept as it is when its marker records the same requirements.  On failure the
+    half-built venv is removed (never left looking usable) and :class:`EnvBuildError`
+    says why (pip's last lines).  Setting ``cancel`` kills the running step (``dev up``
+    stopping)."""
+    venv.parent.mkdir(parents=True, exist_ok=True)
+    with (venv.parent / f".{venv.name}.lock").open("a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # another cluster sharing the folder builds it
+        if not env_is_built(venv, env):
+            _build_locked(venv, env, python=python, timeout_s=timeout_s, log=log, cancel=cancel)
+        if env.services:
+            _install_app_files(venv)  # this accelshare's launcher, even in a kept venv
+    return venv
+
+
+def _install_app_files(venv: Path) -> None:
+    """The Jupyter launcher (``bin/accelshare-jupyter``) and the example notebooks
+    (``share/accelshare/``)."""
+    launcher = venv / "bin" / "accelshare-jupyter"
+    text = (_JUPYTER_FILES / "accelshare-jupyter").read_text()
+    if not launcher.is_file() or launcher.read_text() != text:
+        launcher.write_text(text)
+        launcher.chmod(0o755)
+    share = venv / "share" / "accelshare"
+    share.mkdir(parents=True, exist_ok=True)
+    for notebook in _JUPYTER_FILES.glob("*.ipynb"):
+        shutil.copy2(notebook, share / notebook.name)
+
+
+class _Cancelled(Exception):
+    pass
+
+
+def _run(
+    argv: list[str], timeout_s: float, env: dict[str, str] | None, cancel: threading.Event | None
+) -> None:
+    """``argv`` in a process group of its own; raises CalledProcessError (its output
+    kept), TimeoutExpired, or _Cancelled when ``cancel`` is set (the group killed)."""
+    if cancel is not None and cancel.is_set():
+        raise _Cancelled
+    proc = subprocess.Popen(
+        argv,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=env,
+        start_new_session=True,
+    )
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            output, _ = proc.communicate(timeout=0.5)
+            break
+        except subprocess.TimeoutExpired:
+            stopped = cancel is not None and cancel.is_set()
+            if stopped or time.monotonic() > deadline:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+                proc.communicate()
+                if stopped:
+                    raise _Cancelled from None
+                raise subprocess.TimeoutExpired(argv, timeout_s) from None
+    if proc.returncode != 0:
+        raise subprocess.CalledProcessError(proc.returncode, argv, output=output)
+
+
+def _build_locked(
+    venv: Path,
+    env: PipEnvironment,
+    *,
+    python: str,
+    timeout_s: float,
+    log: Callable[[str], None],
+    cancel: threading.Event | None,
+) -> Path:
+    log(f"building environment {env.ref} in {venv} (pip install {' '.join(env.requirements)})")
+    venv.parent.mkdir(parents=True, exist_ok=True)
+    building = venv.with_name(venv.name + ".building")
+    shutil.rmtree(building, ignore_errors=True)
+    try:
+        _run([python, "-m", "venv", "--clear", str(building)], 300.0, None, cancel)
+        requirements = building / "requirements.txt"
+        requirements.write_text("".join(f"{r}\n" for r in env.requirements))
+        pip = [
+            str(building / "bin" / "python"),
+            *("-m", "pip", "install", "--disable-pip-version-check", "-q"),
+            *("-r", str(requirements)),
+        ]
+        _run(pip, timeout_s, {**os.environ, "PIP_NO_INPUT": "1"}, cancel)
+    except subprocess.CalledProcessError as e:
+        shutil.rmtree(building, ignore_errors=True)
+        tail = "\n".join((e.stderr or e.stdout or "").strip().splitlines()[-5:])
+        raise EnvBuildError(
+            f"environment {env.ref}: {' '.join(map(str, e.cmd[:4]))}... failed: {tail}"
+        ) from None
+    except _Cancelled:
+        shutil.rmtree(building, ignore_errors=True)
+        raise EnvBuildError(f"environment {env.ref}: the build was stopped") from None
+    except subprocess.TimeoutExpired:
+        shutil.rmtree(building, ignore_errors=True)
+        raise EnvBuildError(
+            f"environment {env.ref}: pip did not finish in {timeout_s:.0f} s"
+        ) from None
+    except OSError as e:
+        shutil.rmtree(building, ignore_errors=True)
+        raise EnvBuildError(f"environment {env.ref}: {e}") from None
+    marker = {
+        "ref": env.ref,
+        "requirements": list(env.requirements),
+        "requirements_key": env.requirements_key(),
+        "accelerators": list(env.accelerators),
+        "description": env.description,
+        "services": [list(s) for s in env.services],
+        "aliases": list(env.aliases),
+    }
+    (building / ENV_MARKER).write_text(json.dumps(marker, indent=1) + "\n")
+    shutil.rmtree(venv, ignore_errors=True)
+    building.rename(venv)
+    # the venv's scripts name their interpreter by path: rewrite the build folder's name
+    for script in (venv / "bin").iterdir():
+        if script.is_file() and not script.is_symlink():
+            try:
+                text = script.read_text()
+            except (UnicodeDecodeError, OSError):
+                continue
+            if str(building) in text:
+                script.write_text(text.replace(str(building), str(venv)))
+    pyvenv = venv / "pyvenv.cfg"
+    if pyvenv.is_file():
+        pyvenv.write_text(pyvenv.read_text().replace(str(building), str(venv)))
+    return venv
+
+
+def jupyter_environment() -> PipEnvironment:
+    return PipEnvironment(
+        JUPYTER_REF,
+        JUPYTER_REQUIREMENTS,
+        description="JupyterLab 4 with NumPy; opens as the Jupyter app",
+        services=(("jupyter", JUPYTER_PORT),),
+        aliases=("jupyter",),
+    )
+
+
+def envs_folder(data_dir: Path, env_cache: Path | None = None) -> Path:
+    """The folder of the requirements environments: ``env_cache``, else
+    ``<data-dir>/envs`` (next to the demo-lib ones)."""
+    return env_cache if env_cache is not None else data_dir / "envs"
+
+
+def service_ports_label(services: Sequence[tuple[str, int]]) -> str:
+    """Backend.AI's ``ai.backend.service-ports`` value: ``jupyter:http:8888,...``."""
+    return ",".join(f"{name}:http:{port}" for name, port in services)
+
+
+def pip_image(envs: Path, env: PipEnvironment, accelerators: tuple[str, ...] = ()) -> DemoImage:
+    """The catalogue entry (and agent.toml table) of a requirements environment built
+    in ``envs/<name>-<version>``."""
+    venv = envs / env.folder_name
+    python = str(venv / "bin" / "python")
+    return DemoImage(
+        env.ref,
+        python,
+        prefix=str(venv),
+        aliases=env.aliases,
+        accelerators=accelerators or env.accelerators,
+        description=env.description,
+        labels=({SERVICE_PORTS_LABEL: service_ports_label(env.services)} if env.services else {}),
+        idle_command=(python, str(venv / "bin" / "accelshare-jupyter")) if env.services else (),
+    )
+
+
+def built_environments(envs: Path) -> list[PipEnvironment]:
+    """The requirements environments built in ``envs`` (each folder with a marker), in
+    name order; a marker that cannot be read is skipped."""
+    found = []
+    for marker in sorted(envs.glob(f"*/{ENV_MARKER}")):
+        try:
+            data = json.loads(marker.read_text())
+            env = PipEnvironment(
+                str(data["ref"]),
+                tuple(str(r) for r in data["requirements"]),
+                accelerators=tuple(str(a) for a in data.get("accelerators", ())),
+                description=str(data.get("description", "")),
+                services=tuple((str(n), int(p)) for n, p in data.get("services", ())),
+                aliases=tuple(str(a) for a in data.get("aliases", ())),
+            )
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+        if marker.parent.name == env.folder_name:
+            found.append(env)
+    return found

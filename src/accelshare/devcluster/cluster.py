@@ -43,6 +43,7 @@ import os
 import secrets
 import shutil
 import socket
+import threading
 import time
 import tomllib
 from collections.abc import Callable
@@ -66,9 +67,16 @@ from accelshare.config import (
 )
 from accelshare.devcluster.catalogue import (
     DemoImage,
+    EnvBuildError,
+    PipEnvironment,
     build_environments,
+    build_pip_environment,
+    built_environments,
     demo_images,
     environment_tables,
+    envs_folder,
+    jupyter_environment,
+    pip_image,
     register,
 )
 from accelshare.manager.bootstrap import AdminCredentials, BootstrapError
@@ -146,6 +154,11 @@ class LocalCluster:
         self.mock: MockConfig | None = None
         self.store_settings: ConfigStoreSettings | None = None
         self.images: list[DemoImage] = []  # the demo catalogue (set by _prepare)
+        # built with pip after the start (environment, its catalogue entry)
+        self.pip_images: list[tuple[PipEnvironment, DemoImage]] = []
+        self.env_builder: threading.Thread | None = None
+        self._stop_builds = threading.Event()
+        self.env_build_errors: list[str] = []
         self._progress = progress or (lambda _msg: None)
         self._lock: IO[str] | None = None
         self._env = child_env()
@@ -191,6 +204,26 @@ class LocalCluster:
         except BaseException:
             self.stop()
             raise
+        if self.pip_images:
+            self.env_builder = threading.Thread(
+                target=self._build_pip_images, name="env-builder", daemon=True
+            )
+            self.env_builder.start()
+
+    def _build_pip_images(self) -> None:
+        """Build the requirements environments, then register each one that built (the
+        cluster runs meanwhile; a failure is logged and leaves the image out)."""
+        for env, image in self.pip_images:
+            try:
+                build_pip_environment(
+                    Path(image.prefix or ""), env, log=self._progress, cancel=self._stop_builds
+                )
+                self._register(image)
+            except (EnvBuildError, httpx.HTTPError, ClusterStartError) as e:
+                self.env_build_errors.append(str(e))
+                self._progress(f"environment {image.ref} left out: {e}")
+            else:
+                self._progress(f"environment {image.ref} is ready")
 
     def _prepare(self) -> None:
         options, layout = self.options, self.layout
@@ -219,6 +252,14 @@ class LocalCluster:
         self._progress("preparing the demo environments (demo-lib 1.0 and 2.0)")
         build_environments(layout.root)
         self.images = demo_images(layout.root, (self.mock.slot_name,))
+        envs = envs_folder(layout.root, options.env_cache)
+        jupyter = jupyter_environment()
+        for built in built_environments(envs):  # `image build` ones: registered at start
+            if built.ref != jupyter.ref:
+                self.images.append(pip_image(envs, built))
+        if options.jupyter:
+            # its agent.toml table now; the agents report it once its venv exists
+            self.pip_images.append((jupyter, pip_image(envs, jupyter, (self.mock.slot_name,))))
         asyncio.run(self._configure_store())
 
     def _take_lock(self) -> None:
@@ -379,7 +420,7 @@ class LocalCluster:
                     self.options,
                     agent_id,
                     port,
-                    environment_tables(self.images),
+                    environment_tables([*self.images, *(i for _, i in self.pip_images)]),
                 )
             )
             daemon = Daemon(
@@ -409,6 +450,14 @@ class LocalCluster:
                         f" {self.layout.logs}:\n{self.agents[0].tail()}"
                     )
                 time.sleep(0.1)
+
+    def _register(self, *images: DemoImage) -> None:
+        config = self.client_config()
+        auth = KeypairAuth(config.access_key, config.secret_key)
+        with httpx.Client(base_url=self.endpoint, auth=auth, timeout=10.0) as http:
+            added = register(http, list(images))
+        if added:
+            self._progress(f"image catalogue: added {', '.join(added)}")
 
     def _register_images(self) -> None:
         """The demo catalogue in the manager (kept as it is when already there)."""
@@ -472,6 +521,9 @@ class LocalCluster:
 
         Returns the names of daemons that had to be killed.  Idempotent.
         """
+        self._stop_builds.set()  # a pip build in progress is killed (and removed)
+        if self.env_builder is not None:
+            self.env_builder.join(timeout=10)
         if destroy_sessions and self.manager is not None and self.manager.is_running():
             with contextlib.suppress(Exception):
                 self.destroy_sessions()

@@ -81,6 +81,12 @@ class DevClusterOptions:
     # The process runtime's [container] sandbox ("auto", "required", "off"); None: the
     # agent's default (auto)
     sandbox: str | None = None
+    # Build the jupyter:4 environment (JupyterLab from the package index) in the
+    # background once the cluster is up, and register it when that succeeds.
+    jupyter: bool = False
+    # Where requirements environments (jupyter:4, `image build`) are built; None:
+    # <data-dir>/envs.  A folder shared by several data dirs builds each only once.
+    env_cache: Path | None = None
 
     @property
     def endpoint(self) -> str:

@@ -647,3 +647,16 @@ def test_scaling_group_get_available(bai: Bai) -> None:
     missing = bai("admin", "scaling-group", "get-available", "no-such-project")
     assert missing.code != 0
     assert "404" in missing.output
+
+
+def test_an_unknown_image_is_refused_at_creation(bai: Bai) -> None:
+    """The official client's `session create` with a misspelt image: the manager answers
+    400 naming the image (and the close names), the client exits with it, and no session
+    is recorded (never accepted and then cancelled)."""
+    before = set(bai.sessions())
+    refused = bai("session", "create", "-r", "cpu=1", "--name", "compat-typo", "pyhton")
+    assert refused.code != 0, refused
+    assert "400" in refused.output
+    assert "Unknown image 'pyhton'" in refused.output
+    assert "did you mean python" in refused.output
+    assert set(bai.sessions()) == before

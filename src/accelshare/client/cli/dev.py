@@ -74,6 +74,24 @@ def up_command(
         str | None,
         typer.Option("--quantum", help="Smallest step of a share, 0 < q <= 1 [default: 0.1]."),
     ] = None,
+    jupyter: Annotated[
+        bool,
+        typer.Option(
+            "--jupyter/--no-jupyter",
+            help="Build the jupyter:4 environment (JupyterLab and NumPy, from the package"
+            " index) in the background once the cluster runs; a failed build only leaves"
+            " it out.",
+        ),
+    ] = True,
+    env_cache: Annotated[
+        Path | None,
+        typer.Option(
+            "--env-cache",
+            help="Folder for the environments built with pip (shared between data dirs)"
+            " [default: DIR/envs].",
+            show_default=False,
+        ),
+    ] = None,
     as_json: Annotated[
         bool,
         typer.Option(
@@ -115,6 +133,8 @@ def up_command(
         unit_mem=unit_mem,
         unit_proc=unit_proc,
         quantum=quantum,
+        jupyter=jupyter,
+        env_cache=env_cache.resolve() if env_cache is not None else None,
     )
     # Bad arguments are refused here, before anything starts, with exit code 2.
     problem = check_accelerator_options(options)

@@ -10,7 +10,10 @@ add|list|info|alias|unalias|remove`` (superadmin): the image catalogue (docs/ima
 
 from __future__ import annotations
 
+import platform
+import re
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -120,6 +123,92 @@ def image_add(
         print_json(image.to_json())
     else:
         typer.echo(f"Image {image.ref} added.")
+
+
+_REF_RE = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}:[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+REQUIREMENTS_LABEL = "accelshare.requirements"
+
+
+@admin_image_app.command("build")
+def image_build(
+    ref: Annotated[str, typer.Argument(help="NAME:VERSION, e.g. numpy:1.26.")],
+    requirements: Annotated[
+        Path,
+        typer.Option(
+            "--requirements", "-r", help="A pip requirements file (one requirement a line)."
+        ),
+    ],
+    accelerators: Annotated[
+        str,
+        typer.Option("--accelerators", help="Accelerators it supports, comma-separated: cuda."),
+    ] = "",
+    description: Annotated[str, typer.Option("--description", help="Shown in the UI.")] = "",
+    envs_dir: Annotated[
+        Path,
+        typer.Option(
+            "--envs-dir",
+            help="Where the agents' environments live (dev up: DIR/envs, or its --env-cache).",
+        ),
+    ] = Path(".accelshare/envs"),
+    as_json: JsonOption = False,
+) -> None:
+    """Build a process environment from a requirements list (a virtualenv, pip install
+    -r) on this host and add it to the catalogue.
+
+    Run it on the agent host (with dev up, the same machine). The agents report the
+    environment once their agent.toml names it: dev up adds every environment built in
+    its envs folder when it starts (restart it); other agents need the printed table.
+    """
+    from accelshare.devcluster.catalogue import (
+        EnvBuildError,
+        PipEnvironment,
+        build_pip_environment,
+        environment_tables,
+        parse_requirements,
+        pip_image,
+    )
+
+    if not _REF_RE.fullmatch(ref):
+        fail(
+            f"NAME:VERSION {ref!r}: expected a lower-case name and a version such as"
+            " numpy:1.26 (letters, digits, '.', '_', '-')",
+            code=EXIT_USAGE,
+        )
+    names = [a.strip() for a in accelerators.split(",") if a.strip()]
+    for name in names:
+        if not re.fullmatch(r"[a-z][a-z0-9_-]{0,31}", name):
+            fail(f"--accelerators: expected names such as cuda,rocm, got {name!r}", code=EXIT_USAGE)
+    try:
+        lines = parse_requirements(
+            requirements.read_text(), source=f"--requirements {requirements}"
+        )
+    except OSError as e:
+        fail(f"--requirements {requirements}: cannot read it ({e.strerror})", code=EXIT_USAGE)
+    except ValueError as e:
+        fail(str(e), code=EXIT_USAGE)
+    env = PipEnvironment(ref, lines, accelerators=tuple(names), description=description)
+    envs = envs_dir.resolve()
+    image = pip_image(envs, env)
+    try:
+        build_pip_environment(envs / env.folder_name, env, log=lambda m: console().print(m))
+    except EnvBuildError as e:
+        fail(str(e))
+    info = call_api(
+        lambda c: c.images.add(
+            ref,
+            runtime="process",
+            architecture=platform.machine() or "x86_64",
+            accelerators=names,
+            description=description,
+            labels={REQUIREMENTS_LABEL: ",".join(lines)},
+        )
+    )
+    if as_json:
+        print_json({**info.to_json(), "environment": image.prefix})
+        return
+    typer.echo(f"Image {info.ref} built in {image.prefix} and added.")
+    typer.echo("The agents report it once agent.toml has (dev up: restart it):")
+    typer.echo(environment_tables([image]).rstrip())
 
 
 @admin_image_app.command("alias")

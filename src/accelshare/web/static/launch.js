@@ -1,4 +1,5 @@
-// The launch dialog: image, a slider + number per known slot (display unit, decimal
+// The launch dialog: image (a picker of the catalogue's versions, or a typed name), the
+// apps (services) the image declares, a slider + number per known slot (display unit, decimal
 // places and the fractional quantum from the API) or a checkbox per unique slot (a MIG
 // slice: requested as exactly 1 or not at all), how many sessions, advanced resource
 // options; every field is checked before anything is sent.
@@ -153,8 +154,8 @@ export function slotProblem(spec, value) {
 
 function validate(form, specs) {
   const problems = [];
-  const image = form.elements.image;
-  const imageProblem = image.value.trim() ? "" : "Enter an image, for example python.";
+  const image = imageInput(form);
+  const imageProblem = pickedImage(form) ? "" : "Pick an image, or type the name of another one.";
   setError(image, $("err-image"), imageProblem);
   if (imageProblem) problems.push(image);
 
@@ -251,16 +252,95 @@ function slotRefusal(specs, error) {
   return { spec, message: error.message.split(spec.slot).join(fieldName(spec)) };
 }
 
-/** Datalist options: every alias (labelled with its image) and every reference. */
-function imageOptions(catalogue) {
-  const options = [];
-  for (const img of catalogue) {
-    for (const alias of img.aliases) {
-      options.push(h("option", { value: alias, label: `→ ${img.ref}` }));
+// -- the image picker and the apps (declared services) ----------------------------------
+
+const OTHER = "__other__"; // the picker's "another image" entry: a name typed by hand
+const SERVICE_PORTS_LABEL = "ai.backend.service-ports"; // "jupyter:http:8888,..."
+const APP_TITLES = { jupyter: "Jupyter" };
+
+/** The app services an image declares (its ``ai.backend.service-ports`` label). */
+export function declaredServices(img) {
+  const text = img?.labels?.[SERVICE_PORTS_LABEL] ?? "";
+  const found = [];
+  for (const part of text.split(",")) {
+    const [name, protocol, port] = part.trim().split(":");
+    if (name && protocol === "http" && /^[0-9]+$/.test(port ?? "")) {
+      found.push({ name, protocol, port: Number(port) });
     }
-    options.push(h("option", { value: img.ref, label: img.description || img.runtime }));
   }
-  return options.length ? options : [h("option", { value: "python" })];
+  return found;
+}
+
+/** The picker: one group per image name, one option per version (its reference),
+ * saying its aliases and accelerators; then "Another image…". */
+function imagePicker(catalogue) {
+  const groups = new Map();
+  for (const img of [...catalogue].sort((a, b) => a.ref.localeCompare(b.ref, undefined, { numeric: true }))) {
+    const name = img.name ?? img.ref.split(":")[0];
+    if (!groups.has(name)) groups.set(name, []);
+    groups.get(name).push(img);
+  }
+  const children = [];
+  for (const [name, images] of groups) {
+    const options = images.map((img) => {
+      const accel = img.accelerators.length ? img.accelerators.join(", ") : "CPU only";
+      const alias = img.aliases.length ? ` (${img.aliases.join(", ")})` : "";
+      return h("option", { value: img.ref }, `${img.ref}${alias} · ${accel}`);
+    });
+    children.push(h("optgroup", { label: name }, ...options));
+  }
+  children.push(h("option", { value: OTHER }, "Another image (type its name)…"));
+  return children;
+}
+
+/** The field that holds the image's name: the picker, or the typed name's input. */
+function imageInput(form) {
+  return form.elements.image.value === OTHER ? form.elements.imageOther : form.elements.image;
+}
+
+/** The image name to send: the picked reference, or the typed name. */
+function pickedImage(form) {
+  return form.elements.image.value === OTHER
+    ? form.elements.imageOther.value.trim()
+    : form.elements.image.value;
+}
+
+/** The picker's first choice: the image aliased ``python``, else the first one. */
+function defaultImage(catalogue) {
+  return (resolveImage(catalogue, "python") ?? catalogue[0])?.ref ?? OTHER;
+}
+
+/** One checkbox per app the image declares (checked: the session gets that service). */
+function showApps(img) {
+  const services = declaredServices(img);
+  $("launch-apps").hidden = services.length === 0;
+  $("launch-apps-list").replaceChildren(
+    ...services.map((service) =>
+      h(
+        "div",
+        { class: "check" },
+        h("input", {
+          type: "checkbox",
+          id: `app-${service.name}`,
+          name: "apps",
+          value: service.name,
+          checked: true,
+          dataset: { port: String(service.port) },
+        }),
+        h("label", { for: `app-${service.name}` }, `${APP_TITLES[service.name] ?? service.name} `,
+          h("span", { class: "muted" }, `(${service.name}, port ${service.port})`)),
+      ),
+    ),
+  );
+}
+
+/** ``config.service_ports`` of the ticked apps. */
+function pickedApps() {
+  return [...document.querySelectorAll('#launch-apps-list input[name="apps"]:checked')].map((box) => ({
+    name: box.value,
+    protocol: "http",
+    port: Number(box.dataset.port),
+  }));
 }
 
 function resourcesOf(specs) {
@@ -285,12 +365,20 @@ export async function openLaunchDialog(ctx) {
   const catalogue = await api("GET", "/images")
     .then((answer) => answer.items ?? [])
     .catch(() => []);
-  $("launch-images").replaceChildren(...imageOptions(catalogue));
-  if (!form.elements.image.value) form.elements.image.value = "python";
+  form.elements.image.replaceChildren(...imagePicker(catalogue));
+  form.elements.image.value = defaultImage(catalogue);
+  let shownImage = null;
   const showImage = () => {
-    const typed = form.elements.image.value.trim();
+    const other = form.elements.image.value === OTHER;
+    $("launch-image-other-field").hidden = !other;
+    const typed = pickedImage(form);
+    const img = typed ? resolveImage(catalogue, typed) : undefined;
     $("hint-image").textContent = describeImage(catalogue, typed);
-    applyImageAccelerators(specs, typed ? resolveImage(catalogue, typed) : undefined);
+    applyImageAccelerators(specs, img);
+    if (shownImage !== (img?.ref ?? null)) {
+      shownImage = img?.ref ?? null;
+      showApps(img);
+    }
   };
   showImage();
   let tried = false;
@@ -314,6 +402,8 @@ export async function openLaunchDialog(ctx) {
     const name = form.elements.name.value.trim();
     const fragmentation = form.elements.fragmentation.value;
     const config = { resources: resourcesOf(specs) };
+    const apps = pickedApps();
+    if (apps.length) config.service_ports = apps;
     if (fragmentation) {
       config.resource_opts = { allow_fractional_resource_fragmentation: fragmentation === "allow" };
     }
@@ -323,7 +413,7 @@ export async function openLaunchDialog(ctx) {
     let launched = 0;
     try {
       for (let i = 1; i <= count; i += 1) {
-        const body = { image: form.elements.image.value.trim(), type: "interactive", config };
+        const body = { image: pickedImage(form), type: "interactive", config };
         if (name) body.name = count > 1 ? `${name}-${i}` : name;
         try {
           await api("POST", "/session", body);
@@ -341,7 +431,7 @@ export async function openLaunchDialog(ctx) {
           if (error.body?.field === "image") {
             // the image itself was refused (unknown, or no agent can run it): the next
             // sessions would be too; the reason goes under the field as well
-            setError(form.elements.image, $("err-image"), error.message);
+            setError(imageInput(form), $("err-image"), error.message);
             break;
           }
         }
@@ -360,5 +450,5 @@ export async function openLaunchDialog(ctx) {
     ctx.toast(`Launched ${launched} session${launched === 1 ? "" : "s"}.`);
   };
   dialog.showModal();
-  form.elements.image.focus();
+  imageInput(form).focus();
 }

@@ -51,6 +51,8 @@ function mayEnter(ctx, session) {
   return ctx.isSuperadmin || session.userId === ctx.me?.user_id;
 }
 
+const APP_TITLES = { jupyter: "Jupyter" }; // a button's text for well-known apps
+
 function runningLinks(ctx, session) {
   if (session.status !== "RUNNING" || !mayEnter(ctx, session)) return [];
   const id = encodeURIComponent(session.sessionId);
@@ -60,7 +62,7 @@ function runningLinks(ctx, session) {
   return [
     link(`terminal.html#${id}`, `Terminal of ${name}`, "Terminal"),
     ...(session.servicePorts ?? []).map((app) =>
-      link(`/session/${id}/apps/${encodeURIComponent(app.name)}/`, `App ${app.name} of ${name}`, app.name),
+      link(`/session/${id}/apps/${encodeURIComponent(app.name)}/`, `App ${app.name} of ${name}`, APP_TITLES[app.name] ?? app.name),
     ),
   ];
 }
