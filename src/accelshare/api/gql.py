@@ -61,6 +61,8 @@ from strawberry.types import ExecutionContext, Info
 from accelshare.manager.agents import AgentRecord, gpu_alloc_map_string
 from accelshare.manager.enums import AgentStatus, UserRole
 from accelshare.manager.errors import ManagerError
+from accelshare.manager.list_specs import IMAGES
+from accelshare.manager.querylang.compile_py import predicate, sort_items
 from accelshare.manager.runtime import Manager, StatsUnavailable
 from accelshare.sched.lifecycle import SessionStatus
 
@@ -508,23 +510,30 @@ class Query(AdminQuery, AdminMoreQuery, StorageQuery):
         runtime: str | None = None,
         is_operation: bool | None = None,
         is_installed: bool | None = None,
+        filter: str | None = None,
+        order: str | None = None,
     ) -> list[ImageNode]:
         """The image catalogue (any user), optionally of one runtime (process | docker);
         ``is_operation`` true: only operation images, false: all but them (as Backend.AI;
         see :func:`is_operation_image`).  ``is_installed``: only null (the catalogue does
-        not track which agent holds which image)."""
+        not track which agent holds which image).  ``filter`` / ``order``: Backend.AI's
+        expressions over :data:`~accelshare.manager.list_specs.IMAGES` (by reference
+        unless ordered)."""
         manager, _identity = _context(info)
         if is_installed is not None:
             raise ValueError(
                 "images(is_installed): accelshare's catalogue does not track installed"
                 f" images; expected null, received {is_installed}"
             )
-        return [
-            ImageNode.from_json(i)
+        keep = predicate(filter, IMAGES)  # checked before the catalogue is read
+        chosen = [
+            i
             for i in await manager.images.list()
             if (runtime is None or i["runtime"] == runtime)
             and (is_operation is None or is_operation_image(i) == is_operation)
+            and keep(i)
         ]
+        return [ImageNode.from_json(i) for i in sort_items(chosen, order, IMAGES)]
 
     @strawberry.field
     async def image(

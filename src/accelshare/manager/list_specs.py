@@ -14,11 +14,16 @@ created_at, modified_at.
 
 ``keypair_list``: access_key, user_id (the owner's UUID), email, full_name, is_active,
 is_admin, resource_policy, created_at, last_used.
+
+``images`` (served from the catalogue in memory): name, tag, reference, architecture,
+runtime, description.
 """
 
 from __future__ import annotations
 
 import enum
+from collections.abc import Callable, Mapping
+from typing import Any
 
 import sqlalchemy as sa
 
@@ -37,7 +42,7 @@ from accelshare.sched.model import SessionType
 from .models import Agent, Group, Keypair, Session, User, VFolder
 from .querylang import Field, FieldType, ListSpec, OrderItem
 
-__all__ = ["AGENTS", "KEYPAIRS", "SESSIONS", "USERS", "ClusterMode"]
+__all__ = ["AGENTS", "IMAGES", "KEYPAIRS", "SESSIONS", "USERS", "VFOLDERS", "ClusterMode"]
 
 F = FieldType
 
@@ -194,3 +199,24 @@ VFOLDERS = ListSpec(
 )
 """``vfolder_list`` (the caller's storage folders; ``permission`` is the folder's own,
 a project folder's for its members): oldest first unless ordered."""
+
+
+def _image_key(key: str) -> Callable[[Mapping[str, Any]], Any]:
+    return lambda image: image[key]
+
+
+IMAGES = ListSpec(
+    name="images",
+    fields={
+        "name": Field(F.STRING, get=_image_key("name")),
+        "tag": Field(F.STRING, get=_image_key("tag")),
+        "reference": Field(F.STRING, get=_image_key("ref")),
+        "architecture": Field(F.STRING, get=_image_key("architecture")),
+        "runtime": Field(F.STRING, get=_image_key("runtime")),
+        "description": Field(F.STRING, get=_image_key("description")),
+    },
+    tiebreak=("reference",),
+    default_order=(OrderItem("reference", descending=False, column=1),),
+)
+"""``images``: the catalogue's images (JSON objects as ``GET /images`` gives them), by
+reference unless ordered."""

@@ -60,6 +60,21 @@ async def test_catalogue_admin_and_user_views(cluster: Cluster) -> None:
     assert by_ref["pytorch:1.5"]["accelerators"] == ["cuda"]
     assert by_ref["python:3.11"]["runtime"] == "process"
 
+    # Backend.AI's filter / order expressions over the catalogue
+    q = "query ($f: String, $o: String) { images(filter: $f, order: $o) { ref } }"
+    refs = await cluster.gql(q, {"f": 'runtime == "docker"', "o": None})
+    assert [i["ref"] for i in refs["data"]["images"]] == ["pytorch:1.5"], refs
+    refs = await cluster.gql(q, {"f": 'name ilike "PY%" & tag != "1.5"', "o": "-reference"})
+    assert [i["ref"] for i in refs["data"]["images"]] == ["python:3.11"], refs
+    refs = await cluster.gql(q, {"f": None, "o": "-reference"})
+    assert [i["ref"] for i in refs["data"]["images"]] == ["pytorch:1.5", "python:3.11"], refs
+    answer = await cluster.admin.post(
+        "/admin/gql", json={"query": q, "variables": {"f": 'digest == "x"', "o": None}}
+    )
+    bad = answer.json()
+    assert "digest" in bad["errors"][0]["message"], bad
+    assert "column 1" in bad["errors"][0]["message"], bad
+
     removed = await cluster.admin.delete("/admin/images/torch")
     assert removed.json() == {"result": "deleted", "ref": "pytorch:1.5"}, removed.text
     assert (await user.get("/images/torch")).status_code == 404
