@@ -113,6 +113,8 @@ def test_folder_upload_download_share_mount_and_trash(
     folder_row(page, "projdata").get_by_role("link", name="Open projdata").click()
     expect(page.get_by_role("heading", name="projdata")).to_be_visible()
     expect(page.locator("#files-empty")).to_be_visible()
+    expect(page.locator("#browser-usage")).to_contain_text("0 B used (no size limit)")
+    expect(page.locator("#upload-label")).to_be_visible()
     payload = os.urandom(BIG)
     page.evaluate(WATCH_UPLOADS)
     page.locator("#upload-input").set_input_files(

@@ -264,11 +264,13 @@ function mountFolderList(ctx, root) {
     if (hostSelect.value) body.host = hostSelect.value;
     const group = createForm.elements.group.value.trim();
     if (group) body.group = group;
-    if (await attempt(`Could not create ${name}`, () => api("POST", "/folders", body))) {
+    const created = await attempt(`Could not create ${name}`, async () => {
+      await api("POST", "/folders", body);
+      // cleared before the list shows the new folder: the next name typed is kept
       createForm.reset();
       hostSelect.value = hostSelect.dataset.default ?? "";
-      ctx.toast(`Created ${name}.`);
-    }
+    });
+    if (created) ctx.toast(`Created ${name}.`);
   };
   api("GET", "/folders/_/hosts")
     .then((hosts) => {
@@ -354,13 +356,13 @@ function mountBrowser(ctx, root, folderName, path) {
   const prev = h("button", { type: "button", class: "secondary", id: "files-prev", disabled: true }, "Previous");
   const next = h("button", { type: "button", class: "secondary", id: "files-next", disabled: true }, "Next");
   const uploads = h("ul", { class: "uploads", id: "uploads", "aria-label": "Uploads" });
-  const fileInput = h("input", { type: "file", id: "upload-input", multiple: true, class: "visually-hidden" });
+  const fileInput = h("input", { type: "file", id: "upload-input", multiple: true, class: "visually-hidden", hidden: true });
   const toolbar = h(
     "div",
     { class: "toolbar" },
-    h("button", { type: "button", class: "secondary", id: "browser-mkdir" }, "New folder"),
+    h("button", { type: "button", class: "secondary", id: "browser-mkdir", hidden: true }, "New folder"),
     fileInput,
-    h("label", { class: "button-like", for: "upload-input", id: "upload-label" }, "Upload files"),
+    h("label", { class: "button-like", for: "upload-input", id: "upload-label", hidden: true }, "Upload files"),
     h("button", { type: "button", class: "secondary", id: "browser-zip" }, "Download all as zip"),
   );
   const shareCard = h("section", { class: "card", id: "share-card", "aria-labelledby": "share-title" });
@@ -395,7 +397,9 @@ function mountBrowser(ctx, root, folderName, path) {
     shareCard,
   );
 
-  const writable = () => info === null || info.permission !== "ro";
+  let loaded = false;
+  // write actions only once the folder's permission is known (and never for read-only)
+  const writable = () => info !== null && info.permission !== "ro";
   const render = () => {
     const pages = Math.max(1, Math.ceil(entries.length / PAGE_SIZE));
     page = Math.min(page, pages - 1);
@@ -403,7 +407,7 @@ function mountBrowser(ctx, root, folderName, path) {
     const shown = entries.slice(start, start + PAGE_SIZE);
     actions.writable = writable();
     body.replaceChildren(...shown.map((e) => fileRow(e, actions)));
-    empty.hidden = entries.length > 0;
+    empty.hidden = !loaded || entries.length > 0;
     range.textContent = entries.length ? `${start + 1}–${start + shown.length} of ${entries.length}` : "";
     prev.disabled = page === 0;
     next.disabled = page >= pages - 1;
@@ -415,6 +419,7 @@ function mountBrowser(ctx, root, folderName, path) {
       usage.textContent = `${formatBytes(info.used_bytes)} used${limit} · ${info.num_files} files · ${info.permission} · ${info.host}`;
       for (const el of [$("browser-mkdir"), $("upload-label"), fileInput]) el.hidden = !writable();
       renderSharing(ctx, shareCard, info);
+      render();
     } catch (e) {
       usage.textContent = "";
       showError(`Could not open ${folderName}: ${e.message}`);
@@ -426,6 +431,7 @@ function mountBrowser(ctx, root, folderName, path) {
       const items = answer.items ?? [];
       const dirFirst = (e) => (e.type === "DIR" || e.type === "DIRECTORY" ? 0 : 1);
       entries = items.sort((a, b) => dirFirst(a) - dirFirst(b) || a.name.localeCompare(b.name));
+      loaded = true;
       render();
     } catch (e) {
       showError(`Could not list ${folderName}/${path}: ${e.message}`);
