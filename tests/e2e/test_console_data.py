@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import io
 import os
+import time
 import zipfile
 from pathlib import Path
 from typing import Any
@@ -107,7 +108,9 @@ def test_folder_upload_download_share_mount_and_trash(
     expect(folder_row(page, "projdata").locator(".kind")).to_have_text("Yours")
     create_folder(page, "projdata")
     expect(page.locator("#folders-error")).to_contain_text("Could not create projdata:")
-    expect(page.locator("#folders-error")).to_contain_text("projdata")
+    expect(page.locator("#folders-error")).to_contain_text(
+        "A folder named 'projdata' already exists"
+    )
 
     # the file browser: upload 20 MiB with tus from the browser, with progress
     folder_row(page, "projdata").get_by_role("link", name="Open projdata").click()
@@ -128,6 +131,10 @@ def test_folder_upload_download_share_mount_and_trash(
     assert between, f"no progress between 0 and 100%: {texts}"
     assert texts[-1] == "big.bin: uploaded (20 MiB)"
     expect(file_row(page, "big.bin").locator(".size")).to_have_text("20 MiB")
+    # the listing's mtime is POSIX seconds: shown as today's date, not 1970's
+    expect(file_row(page, "big.bin").locator(".mtime")).to_contain_text(
+        str(time.localtime().tm_year)
+    )
     expect(page.locator("#browser-usage")).to_contain_text("20 MiB used")
     on_disk = list((console.data_dir / "storage" / "volume1").rglob("big.bin"))
     assert len(on_disk) == 1
@@ -208,6 +215,7 @@ def test_folder_upload_download_share_mount_and_trash(
     )
     expect(dialog).to_be_visible()
     mount.get_by_label("Mount path of projdata").fill("/home/work/in")
+    expect(dialog.locator("#err-mounts")).to_be_hidden()  # follows the correction
     mount.get_by_label("Access to projdata").select_option("ro")
     dialog.get_by_label("Name (optional)").fill("with-data")
     shoot(page, "launch-mounts")
@@ -349,3 +357,36 @@ def test_transfer_helpers(browser: Any, console: Console) -> None:  # noqa: F811
         "Choose a path below /home/work, or another absolute path.",
         "A mount path cannot contain spaces.",
     ]
+
+
+def test_an_upload_over_the_quota_is_refused_plainly(page: Any, console: Console) -> None:  # noqa: F811
+    """carol's policy allows 1 MiB per folder: a 2 MiB upload is refused, with the reason
+    on the upload's line and above the list, and nothing is left in the folder."""
+    policy = console.api.post(
+        "/admin/resource-policies", json={"name": "small-folders", "max_vfolder_size": 2**20}
+    )
+    assert policy.status_code in (200, 201), policy.text
+    carol = console.api.post(
+        "/admin/users",
+        json={
+            "email": "carol@example.com",
+            "password": "carol-password-123",
+            "role": "user",
+            "resource_policy": "small-folders",
+        },
+    )
+    assert carol.status_code == 201, carol.text
+    log_in(page, console, "carol@example.com", "carol-password-123")
+    open_data(page)
+    create_folder(page, "tiny")
+    expect(folder_row(page, "tiny").locator(".quota")).to_have_text("1 MiB")
+    folder_row(page, "tiny").get_by_role("link", name="Open tiny").click()
+    expect(page.locator("#browser-usage")).to_contain_text("0 B used of 1 MiB")
+    page.locator("#upload-input").set_input_files(
+        {"name": "two.bin", "mimeType": "application/octet-stream", "buffer": b"x" * 2**21}
+    )
+    upload = page.locator('#uploads li[data-upload="two.bin"]')
+    expect(upload).to_have_attribute("data-state", "failed")
+    expect(upload).to_contain_text("quota")
+    expect(page.locator("#browser-error")).to_contain_text("Could not upload two.bin:")
+    expect(page.locator("#files-empty")).to_be_visible()

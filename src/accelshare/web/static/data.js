@@ -285,6 +285,13 @@ function mountFolderList(ctx, root) {
 
 // -- one folder: the file browser -------------------------------------------------------
 
+/** The listing's mtime (POSIX seconds, or an ISO text) as a local date and time. */
+export function modifiedText(mtime) {
+  if (mtime === null || mtime === undefined || mtime === "") return "";
+  const date = typeof mtime === "number" ? new Date(mtime * 1000) : new Date(mtime);
+  return Number.isNaN(date.getTime()) ? String(mtime) : date.toLocaleString();
+}
+
 function fileRow(entry, actions) {
   const isDir = entry.type === "DIR" || entry.type === "DIRECTORY";
   const name = entry.name;
@@ -296,7 +303,7 @@ function fileRow(entry, actions) {
     { dataset: { file: name, type: isDir ? "dir" : "file" } },
     h("th", { scope: "row", class: "name" }, nameCell),
     h("td", { class: "size" }, isDir ? "—" : formatBytes(entry.size)),
-    h("td", { class: "mtime" }, entry.mtime ? new Date(entry.mtime).toLocaleString() : ""),
+    h("td", { class: "mtime" }, modifiedText(entry.mtime)),
     h(
       "td",
       { class: "actions" },

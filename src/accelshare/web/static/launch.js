@@ -360,7 +360,10 @@ export async function openLaunchDialog(ctx) {
 
   form.oninput = () => {
     showImage();
-    if (tried) validate(form, specs);
+    if (tried) {
+      validate(form, specs);
+      setError($("launch-mount-list"), $("err-mounts"), pickedMounts().problem);
+    }
   };
   $("launch-cancel").onclick = () => dialog.close();
   form.onsubmit = async (event) => {
