@@ -314,6 +314,22 @@ def test_a_big_folder_pages(page: Any, console: Console) -> None:  # noqa: F811
     expect(file_row(page, f"f{PAGING - 1:04d}.txt")).to_be_visible()
     expect(page.get_by_role("button", name="Next")).to_be_disabled()
 
+    # delete one file, move another into a new sub-folder
+    page.get_by_role("button", name="Previous").click()
+    page.get_by_role("button", name="Previous").click()
+    file_row(page, "f0000.txt").get_by_role("button", name="Delete f0000.txt").click()
+    confirm(page, "Delete f0000.txt?")
+    expect(file_row(page, "f0000.txt")).to_have_count(0)
+    expect(page.locator("#files-range")).to_have_text(f"1–100 of {PAGING - 1}")
+    page.get_by_role("button", name="New folder").click()
+    answer_ask(page, "New folder", "old")
+    expect(file_row(page, "old")).to_be_visible()
+    file_row(page, "f0001.txt").get_by_role("button", name="Move f0001.txt").click()
+    answer_ask(page, "Move f0001.txt", "old/f0001.txt")
+    expect(file_row(page, "f0001.txt")).to_have_count(0)
+    assert not (folder / "f0000.txt").exists()
+    assert (folder / "old" / "f0001.txt").read_text() == "1"
+
 
 TRANSFER_CASES = """async () => {
   const t = await import("/console/transfer.js");
