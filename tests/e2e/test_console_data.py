@@ -245,6 +245,7 @@ def test_folder_upload_download_share_mount_and_trash(
 
     # deleting a folder mounted in a running session is refused, naming the session
     open_data(page)
+    expect(folder_row(page, "projdata").locator(".used")).to_have_text("20 MiB · 2 files")
     folder_row(page, "projdata").get_by_role("button", name="Delete projdata").click()
     confirm(page, "Delete projdata?")
     expect(page.locator("#folders-error")).to_contain_text("with-data")
@@ -289,6 +290,7 @@ def test_the_folder_list_and_the_file_browser_screenshot(
     open_data(page)
     expect(folder_row(page, "datasets")).to_be_visible()
     expect(folder_row(page, "checkpoints")).to_be_visible()
+    expect(folder_row(page, "datasets").locator(".used")).to_have_text("0 B · 0 files")
     shoot(page, "data")
 
 

@@ -104,6 +104,7 @@ function folderRow(folder, actions, trash) {
     h("td", { class: "kind" }, folderKind(folder)),
     h("td", { class: "perm", title: PERMISSIONS[folder.permission] ?? "" }, folder.permission),
     h("td", { class: "host mono" }, folder.host),
+    h("td", { class: "used" }, trash ? "" : "…"),
     h("td", { class: "quota" }, quota),
     h("td", { class: "actions" }, ...buttons),
   );
@@ -165,7 +166,7 @@ function mountFolderList(ctx, root) {
         h(
           "tr",
           {},
-          ...["Name", "Owner", "Permission", "Storage", "Size limit"].map((t) => h("th", { scope: "col" }, t)),
+          ...["Name", "Owner", "Permission", "Storage", "Used", "Size limit"].map((t) => h("th", { scope: "col" }, t)),
           h("th", { scope: "col" }, h("span", { class: "visually-hidden" }, "Actions")),
         ),
       ),
@@ -190,10 +191,26 @@ function mountFolderList(ctx, root) {
     tabFolders.setAttribute("aria-pressed", String(!trash));
     tabTrash.setAttribute("aria-pressed", String(trash));
   };
+  // each live folder's usage (GET /folders/{id}: the proxy's count), one at a time
+  let usageRound = 0;
+  const fillUsage = async () => {
+    const round = (usageRound += 1);
+    for (const tr of [...body.querySelectorAll("tr")]) {
+      if (round !== usageRound || trash) return;
+      const cell = tr.querySelector(".used");
+      try {
+        const info = await api("GET", `/folders/${enc(tr.dataset.folderId)}`);
+        cell.textContent = `${formatBytes(info.used_bytes)} · ${info.num_files} files`;
+      } catch {
+        cell.textContent = "unknown";
+      }
+    }
+  };
   const load = async () => {
     try {
       folders = await api("GET", "/folders");
       render();
+      fillUsage();
     } catch (e) {
       showError(`Could not list the folders: ${e.message}`);
     }
