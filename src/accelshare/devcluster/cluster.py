@@ -316,7 +316,7 @@ class LocalCluster:
         layout.volume_dir().mkdir(parents=True, exist_ok=True)
         fd = os.open(layout.storage_toml, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "w") as out:
-            out.write(render_storage_toml(layout, ports[0], ports[1], secret))
+            out.write(render_storage_toml(layout, ports[0], ports[1], secret, self.options.port))
         self._storage_secret = secret
 
     def _start_storage(self, deadline: float) -> None:

@@ -23,6 +23,7 @@ from typing import Any, TypeVar
 import anyio.to_thread
 from fastapi import Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
+from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.requests import ClientDisconnect
 
@@ -59,6 +60,9 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 TUS_VERSION = "1.0.0"
 _TUS_HEADERS = "Tus-Resumable, Upload-Length, Upload-Metadata, Upload-Offset, Content-Type"
+# what a browser (the console, on another origin) may send and read: ``cors-origins``
+_CORS_REQUEST_HEADERS = ["Tus-Resumable", "Upload-Length", "Upload-Offset", "Content-Type"]
+_CORS_EXPOSED_HEADERS = ["Upload-Offset", "Upload-Length", "Tus-Resumable"]
 _WRITE_BUFFER = 4 * CHUNK
 _MAX_IOV = 1024  # pieces in one pwritev (the kernel's IOV_MAX)
 
@@ -272,8 +276,6 @@ def _tus_headers(session: UploadSession, offset: int) -> dict[str, str]:
         "Upload-Offset": str(offset),
         "Upload-Length": str(session.size),
         "Cache-Control": "no-store",
-        "Access-Control-Allow-Origin": "*",
-        "Access-Control-Expose-Headers": _TUS_HEADERS,
     }
 
 
@@ -321,6 +323,18 @@ def _unsatisfiable(header: str, size: int) -> _Unsatisfiable:
 def client_app(proxy: StorageProxy) -> FastAPI:
     app = FastAPI(title="accelshare storage proxy (client-facing)", docs_url=None, redoc_url=None)
     _install_errors(app)
+    origins = list(proxy.config.storage_proxy.cors_origins)
+    if origins:
+        # only the listed web origins (the console's) may upload from a browser and read
+        # the tus answers; errors carry the headers too, so the console can show them
+        app.add_middleware(
+            CORSMiddleware,
+            allow_origins=origins,
+            allow_methods=["GET", "HEAD", "PATCH", "OPTIONS"],
+            allow_headers=_CORS_REQUEST_HEADERS,
+            expose_headers=_CORS_EXPOSED_HEADERS,
+            max_age=600,
+        )
 
     def upload_session(request: Request) -> tuple[Volume, UploadSession]:
         claims = proxy.signer.verify(request.query_params.get("token"), op="upload")
@@ -346,10 +360,6 @@ def client_app(proxy: StorageProxy) -> FastAPI:
             headers={
                 "Tus-Resumable": TUS_VERSION,
                 "Tus-Version": TUS_VERSION,
-                "Access-Control-Allow-Origin": "*",
-                "Access-Control-Allow-Methods": "OPTIONS, HEAD, PATCH",
-                "Access-Control-Allow-Headers": _TUS_HEADERS,
-                "Access-Control-Expose-Headers": _TUS_HEADERS,
             },
         )
 

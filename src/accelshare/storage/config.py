@@ -9,6 +9,7 @@
     client-api = "0.0.0.0:6022"              # HOST:PORT of the client-facing API
     client-url = "http://storage.example:6022"   # what clients are told (TransferTicket.url)
     token-ttl = 1800                         # seconds a transfer token is valid
+    cors-origins = ["https://console.example"]   # web origins allowed to upload/download
 
     [volume.volume1]
     backend = "vfs"
@@ -20,6 +21,7 @@ expected and what was received.
 
 from __future__ import annotations
 
+import re
 import tomllib
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -48,6 +50,7 @@ DEFAULT_TOKEN_TTL_S = 1800
 MIN_SECRET_LENGTH = 16
 _MISSING = object()
 _VOLUME_NAME = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
+_ORIGIN = re.compile(r"^https?://[^/\s?#@]+$")
 
 
 class StorageConfigError(ValueError):
@@ -86,6 +89,23 @@ class ProxySection(_Section):
     client_api: HostPort = Field(default="127.0.0.1:6022", alias="client-api")
     client_url: str | None = Field(default=None, alias="client-url")
     token_ttl: int = Field(default=DEFAULT_TOKEN_TTL_S, alias="token-ttl", ge=10, le=7 * 86400)
+    cors_origins: tuple[str, ...] = Field(default=(), alias="cors-origins")
+
+    @field_validator("cors_origins", mode="before")
+    @classmethod
+    def _origins(cls, value: Any) -> tuple[str, ...]:
+        expected = (
+            "a list of web origins such as ['https://console.example:8090']"
+            " (scheme://host[:port], no path)"
+        )
+        if not isinstance(value, list | tuple):
+            raise ValueError(expected)
+        origins: list[str] = []
+        for origin in value:
+            if not isinstance(origin, str) or not _ORIGIN.match(origin):
+                raise ValueError(f"{expected}; {origin!r} is not one")
+            origins.append(origin)
+        return tuple(origins)
 
     @field_validator("client_url")
     @classmethod
@@ -119,8 +139,6 @@ class StorageConfig(_Section):
     @field_validator("volume")
     @classmethod
     def _volume_names(cls, value: dict[str, VolumeSection]) -> dict[str, VolumeSection]:
-        import re
-
         for name in value:
             if not re.match(_VOLUME_NAME, name):
                 raise ValueError(

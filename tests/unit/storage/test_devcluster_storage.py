@@ -27,3 +27,13 @@ def test_the_config_store_keys() -> None:
         "volumes/proxies/local/secret": "s3cret",
         "volumes/default_host": "local:volume1",
     }
+
+
+def test_the_generated_storage_toml_lets_the_console_upload(tmp_path: Path) -> None:
+    layout = ClusterLayout.of(tmp_path)
+    text = render_storage_toml(layout, 40001, 40002, "s3cret-s3cret-s3cret", 8090)
+    config = parse_storage_config(tomllib.loads(text))
+    assert config.storage_proxy.cors_origins == (
+        "http://127.0.0.1:8090",
+        "http://localhost:8090",
+    )

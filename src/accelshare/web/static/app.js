@@ -1,13 +1,14 @@
-// Entry point: who is logged in, the hash router (#/sessions, #/history, #/agents), the login page.
+// Entry point: who is logged in, the hash router (#/sessions, #/history, #/data, #/agents), the login page.
 
 import { api, hasCsrfToken, login, logout, recoverCsrfToken, setUnauthorizedHandler } from "./api.js";
 import { mountAgents } from "./agents.js";
+import { mountData } from "./data.js";
 import { mountHistory } from "./history.js";
 import { mountSessions } from "./sessions.js";
 
 const $ = (id) => document.getElementById(id);
-const PAGES = { sessions: mountSessions, history: mountHistory, agents: mountAgents };
-const TITLES = { sessions: "Sessions", history: "History", agents: "Agents" };
+const PAGES = { sessions: mountSessions, history: mountHistory, data: mountData, agents: mountAgents };
+const TITLES = { sessions: "Sessions", history: "History", data: "Data", agents: "Agents" };
 
 const ctx = {
   me: null, // GET /whoami

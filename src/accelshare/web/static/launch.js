@@ -16,6 +16,7 @@ import {
   unitScale,
   h,
 } from "./format.js";
+import { mountFields, mountPathProblem } from "./transfer.js";
 
 const $ = (id) => document.getElementById(id);
 const MAX_COUNT = 10;
@@ -353,6 +354,67 @@ function resourcesOf(specs) {
   return resources;
 }
 
+// -- the mount picker: storage folders to mount (its own section; see transfer.js) --------
+
+/** One row per usable folder: a checkbox, read-only / read-write, an optional path. A
+ * folder shared read-only can only be mounted read-only. */
+function mountRow(folder, index) {
+  const id = `mount-${index}`;
+  const readOnlyOnly = folder.permission === "ro";
+  const box = h("input", { type: "checkbox", id, dataset: { folder: folder.name }, "aria-describedby": "err-mounts" });
+  const mode = h(
+    "select",
+    { id: `${id}-mode`, "aria-label": `Access to ${folder.name}`, disabled: readOnlyOnly },
+    h("option", { value: "rw", disabled: readOnlyOnly }, "read-write"),
+    h("option", { value: "ro", selected: readOnlyOnly }, "read-only"),
+  );
+  if (readOnlyOnly) mode.value = "ro";
+  const path = h("input", {
+    id: `${id}-path`,
+    autocomplete: "off",
+    placeholder: `/home/work/${folder.name}`,
+    "aria-label": `Mount path of ${folder.name}`,
+  });
+  return h(
+    "div",
+    { class: "mount-row", dataset: { folder: folder.name } },
+    box,
+    h("label", { for: id }, folder.name),
+    path,
+    mode,
+  );
+}
+
+/** Fill the picker with the caller's folders (not those in the trash). */
+async function loadMountPicker() {
+  const list = $("launch-mount-list");
+  $("err-mounts").hidden = true;
+  let folders = [];
+  try {
+    folders = (await api("GET", "/folders")).filter((f) => ["ready", "mounted"].includes(f.status));
+  } catch {
+    list.replaceChildren(h("p", { class: "hint" }, "Your storage folders could not be read."));
+    return;
+  }
+  $("launch-mounts").hidden = folders.length === 0;
+  list.replaceChildren(...folders.map(mountRow));
+}
+
+/** The picked folders as the create request's mount fields, or {problem, input}. */
+function pickedMounts() {
+  const choices = [];
+  for (const row of document.querySelectorAll("#launch-mount-list .mount-row")) {
+    const box = row.querySelector("input[type=checkbox]");
+    if (!box.checked) continue;
+    const pathInput = row.querySelector("input:not([type])");
+    const path = pathInput.value.trim();
+    const problem = mountPathProblem(path);
+    if (problem) return { problem: `${row.dataset.folder}: ${problem}`, input: pathInput };
+    choices.push({ name: row.dataset.folder, path, readOnly: row.querySelector("select").value === "ro" });
+  }
+  return { fields: mountFields(choices) };
+}
+
 export async function openLaunchDialog(ctx) {
   const dialog = $("launch-dialog");
   const form = $("launch-form");
@@ -367,6 +429,7 @@ export async function openLaunchDialog(ctx) {
     .catch(() => []);
   form.elements.image.replaceChildren(...imagePicker(catalogue));
   form.elements.image.value = defaultImage(catalogue);
+  await loadMountPicker();
   let shownImage = null;
   const showImage = () => {
     const other = form.elements.image.value === OTHER;
@@ -385,7 +448,10 @@ export async function openLaunchDialog(ctx) {
 
   form.oninput = () => {
     showImage();
-    if (tried) validate(form, specs);
+    if (tried) {
+      validate(form, specs);
+      setError($("launch-mount-list"), $("err-mounts"), pickedMounts().problem);
+    }
   };
   $("launch-cancel").onclick = () => dialog.close();
   form.onsubmit = async (event) => {
@@ -394,6 +460,9 @@ export async function openLaunchDialog(ctx) {
     const launchError = $("launch-error");
     launchError.hidden = true;
     const problems = validate(form, specs);
+    const mounts = pickedMounts();
+    setError($("launch-mount-list"), $("err-mounts"), mounts.problem);
+    if (mounts.problem) problems.push(mounts.input);
     if (problems.length) {
       problems[0].focus();
       return;
@@ -401,7 +470,7 @@ export async function openLaunchDialog(ctx) {
     const count = Number(form.elements.count.value);
     const name = form.elements.name.value.trim();
     const fragmentation = form.elements.fragmentation.value;
-    const config = { resources: resourcesOf(specs) };
+    const config = { resources: resourcesOf(specs), ...mounts.fields };
     const apps = pickedApps();
     if (apps.length) config.service_ports = apps;
     if (fragmentation) {
@@ -428,6 +497,11 @@ export async function openLaunchDialog(ctx) {
             break;
           }
           failures.push(`${body.name ?? `session ${i}`}: ${error.message}`);
+          if (/^(config\.)?mount/.test(error.body?.field ?? "")) {
+            // a folder that cannot be mounted (not found, no access): the next would fail too
+            setError($("launch-mount-list"), $("err-mounts"), error.message);
+            break;
+          }
           if (error.body?.field === "image") {
             // the image itself was refused (unknown, or no agent can run it): the next
             // sessions would be too; the reason goes under the field as well

@@ -67,13 +67,26 @@ function runningLinks(ctx, session) {
   ];
 }
 
+/** The storage folders the session mounts: "data → /home/work/data (read-only)". */
+function mountsList(session) {
+  const mounts = session.mounts ?? [];
+  if (!mounts.length) return null;
+  return h(
+    "ul",
+    { class: "mounts-list", "aria-label": `Folders mounted in ${session.sessionName}` },
+    mounts.map((m) =>
+      h("li", { dataset: { mount: m.name } }, `${m.name} → ${m.kernel_path}${m.read_only ? " (read-only)" : ""}`),
+    ),
+  );
+}
+
 function row(ctx, session, actions) {
   const name = session.sessionName;
   const live = !FINAL.has(session.status) && session.status !== "TERMINATING";
   return h(
     "tr",
     { dataset: { sessionId: session.sessionId, sessionName: name, status: session.status } },
-    h("th", { scope: "row", class: "name" }, name),
+    h("th", { scope: "row", class: "name" }, name, mountsList(session)),
     statusCell(ctx, session),
     h("td", { class: "image" }, session.image),
     resourcesCell(ctx, session),
