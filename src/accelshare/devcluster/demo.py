@@ -14,11 +14,14 @@ output and what it verifies:
    both GPUs are full again;
 3. the demo image catalogue (docs/images.md): a batch session on ``demo-lib:1.0`` and
    one on the alias ``demo-lib`` (-> ``demo-lib:2.0``) print ``demo-lib 1.0`` and
-   ``demo-lib 2.0``.
+   ``demo-lib 2.0``;
+4. storage folders (docs/folders.md): ``vfolder create data``, a file uploaded into it
+   through the storage proxy, listed, and read by a batch session that mounts the folder
+   (``-m data``) at ``/home/work/data``.
 
 Exits 1 if any check fails.  The cluster (and every session) is stopped at the end.
 With ``as_json`` the tour's output goes to stderr and stdout gets one JSON document:
-``{"passed": 15, "failed": [], "checks": [{"check": "...", "ok": true}, ...]}``.
+``{"passed": 18, "failed": [], "checks": [{"check": "...", "ok": true}, ...]}``.
 """
 
 from __future__ import annotations
@@ -183,6 +186,7 @@ def run_tour(tour: Tour, agent_id: str) -> None:
     tour.check(full.stdout.count("1.00 / 1.00") == 2, "both GPUs are fully allocated again")
     tour.cli("session", "destroy", "fill-2", "fill-3")
     run_image_tour(tour)
+    run_folder_tour(tour)
 
 
 PRINT_DEMO_LIB = "import demo_lib; print('demo-lib', demo_lib.__version__)"
@@ -201,6 +205,36 @@ def run_image_tour(tour: Tour) -> None:
             f"demo-lib {version}" in logs.stdout.splitlines(),
             f"{name} ({image}) prints demo-lib {version}: its own environment's version",
         )
+
+
+FOLDER_TEXT = "hello from a storage folder"
+
+
+def run_folder_tour(tour: Tour) -> None:
+    """A storage folder: made, a file uploaded into it, listed, read by a session that
+    mounts it."""
+    created = tour.cli("vfolder", "create", "data")
+    tour.check(created.returncode == 0, "the storage folder data is created (local:volume1)")
+    with tempfile.TemporaryDirectory(prefix="accelshare-demo-files-") as tmp:
+        hello = Path(tmp) / "hello.txt"
+        hello.write_text(FOLDER_TEXT + "\n")
+        up = tour.cli("vfolder", "upload", "data", str(hello), "-b", tmp)
+    listed = _json(tour.cli("vfolder", "ls", "data", "--json", echo=False))
+    names = [e.get("name") for e in listed] if isinstance(listed, list) else []
+    tour.check(
+        up.returncode == 0 and "hello.txt" in names,
+        "hello.txt is uploaded through the storage proxy and listed in data",
+    )
+    tour.cli(
+        "session", "create", "-r", "cpu=1", "-r", "mem=256", "--name", "reader", "-m", "data",
+        "shell", "--", "cat /home/work/data/hello.txt",
+    )  # fmt: skip
+    tour.cli("session", "wait", "reader", "--status", "TERMINATED", "--timeout", "60", echo=False)
+    logs = tour.cli("session", "logs", "reader")
+    tour.check(
+        FOLDER_TEXT in logs.stdout.splitlines(),
+        "a session that mounts data (-m data) reads hello.txt at /home/work/data",
+    )
 
 
 def run_demo(
