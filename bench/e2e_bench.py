@@ -143,9 +143,33 @@ def manager_stats(directory: str | None) -> dict[str, float]:
     return {}
 
 
+def _own_cgroup_usage() -> Callable[[], float] | None:
+    """CPU seconds of the cgroup this bench runs in (cgroup v1 ``cpuacct`` or v2
+    ``cpu.stat``), counting every process it starts (the cluster, the kernels, bwrap)
+    and nothing else: None at a hierarchy's root, which counts the whole machine."""
+    for line in Path("/proc/self/cgroup").read_text().splitlines():
+        _, controllers, path = line.split(":", 2)
+        if path == "/":
+            continue
+        if "cpuacct" in controllers.split(","):
+            usage = Path("/sys/fs/cgroup/cpuacct") / path.lstrip("/") / "cpuacct.usage"
+            if usage.exists():
+                return lambda: int(usage.read_text()) / 1e9
+        if controllers == "":
+            stat = Path("/sys/fs/cgroup") / path.lstrip("/") / "cpu.stat"
+            if stat.exists():
+                return lambda: int(stat.read_text().split()[1]) / 1e6  # usage_usec
+    return None
+
+
+CGROUP_USAGE = _own_cgroup_usage()
+
+
 def cpu_snapshot(cluster: LocalCluster) -> dict[str, float]:
     """Cumulative CPU seconds by process: the manager, the agents, what the agents reaped
-    (kernels and their supervisors that ended), this client, and the whole machine."""
+    (kernels and their supervisors that ended), this client, and the whole machine (or,
+    when the bench runs in a cgroup of its own, that cgroup: the same processes without
+    the rest of the machine's load)."""
 
     def proc_cpu(pid: int | None) -> tuple[float, float]:
         if pid is None:
@@ -164,13 +188,16 @@ def cpu_snapshot(cluster: LocalCluster) -> dict[str, float]:
         reaped += children
     machine = psutil.cpu_times()
     busy = machine.user + machine.nice + machine.system + machine.irq + machine.softirq
-    return {
+    found = {
         "manager": manager,
         "agents": agents,
         "kernels (reaped by the agents)": reaped,
         "this client": time.process_time(),
         "machine (all processes)": busy,
     }
+    if CGROUP_USAGE is not None:
+        found["the bench's cgroup (all its processes)"] = CGROUP_USAGE()
+    return found
 
 
 def print_cpu(title: str, before: dict[str, float], after: dict[str, float], n: int) -> None:
@@ -242,11 +269,17 @@ async def measure(cluster: LocalCluster, args: argparse.Namespace) -> None:
         spies = [start_spy(args.spy, cluster.manager.pid)] if args.spy else []
         if args.spy_agent:
             spies.append(start_spy(args.spy_agent, cluster.agents[0].pid))
+        daemons = [cluster.manager, *cluster.agents] if args.profile else []
+        profiled = [d.pid for d in daemons if d is not None and d.pid is not None]
+        for pid in profiled:
+            os.kill(pid, signal.SIGUSR1)
 
         def on_created() -> None:
             created_cpu.append(cpu_snapshot(cluster))
             for spy in spies:
                 stop_spy(spy)
+            for pid in profiled:
+                os.kill(pid, signal.SIGUSR2)
 
         create_s, destroy_s, per_call, ids = await throughput(
             client,
@@ -342,7 +375,19 @@ def main() -> None:
         metavar="FILE",
         help="the same for the (first) agent",
     )
+    parser.add_argument(
+        "--profile",
+        type=Path,
+        metavar="DIR",
+        help="cProfile the manager's and agents' main threads in the sustained create phase"
+        " (bench/sqlstats): DIR/<pid>.prof, DIR/<pid>.argv",
+    )
     args = parser.parse_args()
+    hooks: list[str] = []
+    if args.profile:
+        args.profile.mkdir(parents=True, exist_ok=True)
+        os.environ["ACCELSHARE_PROFILE"] = str(args.profile.resolve())
+        hooks.append(str(Path(__file__).resolve().parent / "sqlstats"))
     if args.sql_callers:
         os.environ["ACCELSHARE_SQL_STATS_CALLERS"] = "1"
     with tempfile.TemporaryDirectory(prefix="accelshare-bench-") as tmp:
@@ -350,9 +395,10 @@ def main() -> None:
             stats_dir = Path(tmp) / "sql-stats"
             stats_dir.mkdir()
             os.environ["ACCELSHARE_SQL_STATS"] = str(stats_dir)
-            hook = str(Path(__file__).resolve().parent / "sqlstats")
+            hooks.append(str(Path(__file__).resolve().parent / "sqlstats"))
+        if hooks:
             path = os.environ.get("PYTHONPATH")
-            os.environ["PYTHONPATH"] = hook if not path else f"{hook}{os.pathsep}{path}"
+            os.environ["PYTHONPATH"] = hooks[0] if not path else f"{hooks[0]}{os.pathsep}{path}"
         from accelshare.common import BinarySize
 
         cluster = LocalCluster(

@@ -5,7 +5,9 @@ process started so (the dev cluster's manager and agents) counts the statements 
 SQLAlchemy engines execute, keyed by verb and table (``INSERT session_status_history``,
 ``BEGIN IMMEDIATE``), and rewrites ``DIR/<pid>.json`` every 0.25 s with the cumulative
 counts, its CPU seconds (``time.process_time``) and its ``argv``.  The bench diffs two
-snapshots around a phase.  Nothing here runs unless the variable is set.
+snapshots around a phase.  With ``ACCELSHARE_PROFILE=DIR`` (``e2e_bench.py --profile``)
+it also cProfiles the process's main thread between SIGUSR1 and SIGUSR2.  Nothing here
+runs unless a variable is set.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from collections import Counter
 from typing import Any
 
 _DIR = os.environ.get("ACCELSHARE_SQL_STATS")
+_PROFILE_DIR = os.environ.get("ACCELSHARE_PROFILE")
 _TABLE = re.compile(r"\b(?:FROM|INTO|UPDATE)\s+\"?(\w+)", re.IGNORECASE)
 
 
@@ -95,3 +98,28 @@ def _install(directory: str) -> None:
 
 if _DIR:
     _install(_DIR)
+
+
+def _install_profiler(directory: str) -> None:
+    """cProfile of this process's main thread (the event loop) between SIGUSR1 (start)
+    and SIGUSR2 (stop, write ``DIR/<pid>.prof`` and ``DIR/<pid>.argv``)."""
+    import cProfile
+    import signal
+
+    profiler = cProfile.Profile()
+
+    def _start(_signum: int, _frame: Any) -> None:
+        profiler.enable()
+
+    def _stop(_signum: int, _frame: Any) -> None:
+        profiler.disable()
+        profiler.dump_stats(os.path.join(directory, f"{os.getpid()}.prof"))
+        with open(os.path.join(directory, f"{os.getpid()}.argv"), "w") as out:
+            json.dump(sys.argv, out)
+
+    signal.signal(signal.SIGUSR1, _start)
+    signal.signal(signal.SIGUSR2, _stop)
+
+
+if _PROFILE_DIR:
+    _install_profiler(_PROFILE_DIR)

@@ -46,7 +46,7 @@ import subprocess
 import sys
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any, Literal
 
 from .folder_mounts import FolderMount, MountRefused, check_target
@@ -394,22 +394,27 @@ def sandbox_record(
     args += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--tmpfs", "/run"]
     made: set[str] = set()
     root = Path(os.path.normpath(scratch_root)) if scratch_root is not None else None
+    root_text = str(root)
     root_shown = False  # a bind so far holds the scratch root (a ro_path above it)
     for mode, host, target in binds:
+        # (paths compared as normalized strings: this runs for every create)
+        target_path = PurePosixPath(target)
+        target_text = str(target_path)
         if root is not None and mode != "dev":
-            if root.is_relative_to(target):
+            if _within(root_text, target_text):
                 root_shown = True
-            elif root_shown and Path(target).is_relative_to(root):
+            elif root_shown and _within(target_text, root_text):
                 # the other kernels' folders: an empty one instead, ours bound on top
-                args += ["--tmpfs", str(root)]
-                made = {m for m in made if not Path(m).is_relative_to(root)} | {str(root)}
+                args += ["--tmpfs", root_text]
+                made = {m for m in made if not Path(m).is_relative_to(root)} | {root_text}
                 root_shown = False
         # bwrap would create a missing parent with the host folder's mode (/root: 0700,
         # then nothing below it is reachable for the kernel's user): make them 0755.
-        for parent in reversed(Path(target).parents[:-1]):
-            if str(parent) not in made and not _under_system(parent):
-                made.add(str(parent))
-                args += ["--dir", str(parent)]
+        for parent in reversed(target_path.parents[:-1]):
+            parent_text = str(parent)
+            if parent_text not in made and not _under_system(parent_text):
+                made.add(parent_text)
+                args += ["--dir", parent_text]
         option = {"ro": "--ro-bind", "rw": "--bind", "dev": "--dev-bind"}[mode]
         args += [option, host, target]
         made.add(target)
@@ -441,8 +446,33 @@ def folder_target(folder: FolderMount, work_dir: Path) -> Path:
     return work_dir / relative if relative is not None else Path(folder.kernel_path)
 
 
-def _under_system(path: Path) -> bool:
-    return any(path == Path(s) or path.is_relative_to(s) for s in _SYSTEM_DIRS)
+_SYSTEM_PREFIXES = tuple(f"{name}/" for name in _SYSTEM_DIRS)
+
+
+def _within(path: str, base: str) -> bool:
+    """``PurePosixPath(path).is_relative_to(base)`` for absolute paths in normal form
+    (as ``str(PurePosixPath(...))`` writes them), compared as strings: no path objects
+    built and no exception raised for the usual answer, False.  (POSIX's ``//`` root is
+    a root of its own, as for ``PurePosixPath``.)
+
+    >>> _within("/usr/lib", "/usr"), _within("/usr", "/usr"), _within("/usrx", "/usr")
+    (True, True, False)
+    >>> _within("/tmp/a", "/"), _within("//tmp", "/")
+    (True, False)
+    """
+    if base == "/":
+        return path.startswith("/") and not path.startswith("//")
+    return path == base or path.startswith(base if base.endswith("/") else f"{base}/")
+
+
+def _under_system(path: Path | str) -> bool:
+    """Whether ``path`` (normalized) is one of the system folders or lies under one.
+
+    >>> _under_system(Path("/usr/lib")), _under_system("/usr"), _under_system("/usrx")
+    (True, True, False)
+    """
+    text = str(path)
+    return text in _SYSTEM_DIRS or text.startswith(_SYSTEM_PREFIXES)
 
 
 def _hostname(kernel_id: str) -> str:
