@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import anyio.to_thread
+import orjson
 from fastapi import Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.middleware.cors import CORSMiddleware
@@ -202,8 +203,7 @@ def manager_app(proxy: StorageProxy) -> FastAPI:
             limit=body.limit,
             cursor=body.cursor,
         )
-        body_json = json.dumps({"items": items, "next_cursor": next_cursor}, ensure_ascii=False)
-        return Response(body_json.encode("utf-8", "surrogateescape"), media_type="application/json")
+        return Response(_listing_json(items, next_cursor), media_type="application/json")
 
     @app.post("/v1/files/mkdir", dependencies=guarded, status_code=204)
     async def mkdir(body: MkdirRequest) -> None:
@@ -517,3 +517,15 @@ async def _receive(request: Request, volume: Volume, session: UploadSession, off
     finally:
         await asyncio.shield(_run(os.close, fd))
     return offset
+
+
+def _listing_json(items: list[dict[str, Any]], next_cursor: str | None) -> bytes:
+    """A page as JSON: orjson (a 5000-entry page in a few ms); a page holding a name that
+    is not UTF-8 (a lone surrogate, which orjson refuses) through the json module, its
+    bytes kept as they are on disk (``surrogateescape``)."""
+    page = {"items": items, "next_cursor": next_cursor}
+    try:
+        return orjson.dumps(page)
+    except TypeError:
+        text = json.dumps(page, ensure_ascii=False)
+        return text.encode("utf-8", "surrogateescape")

@@ -300,6 +300,21 @@ async def test_listing_pages(storage: Running) -> None:
     assert "expected a directory" in _problem(r, 400, "bad-request")
 
 
+async def test_a_name_that_is_not_utf8_is_listed_with_its_bytes(storage: Running) -> None:
+    """A file name that is not UTF-8 (made outside the proxy) is listed with its bytes
+    kept, byte for byte, and its neighbours listed as usual."""
+    assert storage.mgr is not None
+    fid = await storage.new_folder()
+    folder = os.fsencode(storage.folder(fid))
+    for raw in (b"caf\xe9.txt", "naïve.txt".encode()):
+        with open(folder + b"/" + raw, "wb"):
+            pass
+    r = await storage.mgr.post("/v1/files/list", json={"volume": "volume1", "folder_id": fid})
+    assert r.status_code == 200, r.text
+    assert r.content.count(b"caf\xe9.txt") == 1  # the bytes as on disk
+    assert "naïve.txt" in r.content.decode("utf-8", "replace")
+
+
 async def test_file_operations(storage: Running) -> None:
     assert storage.mgr is not None
     fid = await storage.new_folder()
