@@ -17,7 +17,7 @@ output and what it verifies:
    ``demo-lib 2.0``;
 4. storage folders (docs/folders.md): ``vfolder create data``, a file uploaded into it
    through the storage proxy, listed, and read by a batch session that mounts the folder
-   (``-m data``) at ``/home/work/data``.
+   (``-m data``) in its work dir (``/home/work/data``).
 
 Exits 1 if any check fails.  The cluster (and every session) is stopped at the end.
 With ``as_json`` the tour's output goes to stderr and stdout gets one JSON document:
@@ -227,13 +227,13 @@ def run_folder_tour(tour: Tour) -> None:
     )
     tour.cli(
         "session", "create", "-r", "cpu=1", "-r", "mem=256", "--name", "reader", "-m", "data",
-        "shell", "--", "cat /home/work/data/hello.txt",
+        "shell", "--", "cat data/hello.txt",
     )  # fmt: skip
     tour.cli("session", "wait", "reader", "--status", "TERMINATED", "--timeout", "60", echo=False)
     logs = tour.cli("session", "logs", "reader")
     tour.check(
         FOLDER_TEXT in logs.stdout.splitlines(),
-        "a session that mounts data (-m data) reads hello.txt at /home/work/data",
+        "a session that mounts data (-m data) reads data/hello.txt in its work dir",
     )
 
 
