@@ -153,6 +153,14 @@ def _fuzzer(
         if isinstance(case.body, dict) and isinstance(case.body.get("maxWaitSeconds"), int | float):
             # a valid wait blocks the request that long (up to an hour) by design
             case.body["maxWaitSeconds"] = min(case.body["maxWaitSeconds"], 1)
+        if (
+            operation.path == "/manager/status"
+            and isinstance(case.body, dict)
+            and case.body.get("status") == "frozen"
+        ):
+            # a freeze is honoured: every later create would get the designed 503
+            # server-frozen (tests/component/manager/test_mgr_maintenance.py covers it)
+            case.body["status"] = "running"
         response = case.call(base_url=base, session=session, timeout=30)
         figures["requests"] += 1
         figures[f"{response.status_code // 100}xx"] += 1

@@ -1277,7 +1277,17 @@ class FolderService:
         parents: bool = False,
         exist_ok: bool = False,
     ) -> dict[str, Any]:
-        listed = [paths] if isinstance(paths, str) else list(paths)
+        if isinstance(paths, str):
+            listed = [paths]
+        elif isinstance(paths, list | tuple) and all(isinstance(p, str) for p in paths):
+            listed = list(paths)
+        else:
+            raise InvalidRequest(
+                "path: expected a directory path or a list of them",
+                field="path",
+                expected="a string or a list of strings",
+                received=paths,
+            )
         if not listed:
             raise InvalidRequest("path names at least one directory", field="path", received=paths)
         for index, p in enumerate(listed):
