@@ -66,6 +66,7 @@ ROUTE_ROLES: dict[tuple[str, str], str] = {
     ("DELETE", "/folders/{name}/delete-files"): "user",
     ("DELETE", "/folders/{name}/unshare"): "user",
     ("GET", "/folders"): "user",
+    ("GET", "/config/vfolder-types"): "user",
     ("GET", "/folders/_/all_hosts"): "user",
     ("GET", "/folders/_/allowed_types"): "user",
     ("GET", "/folders/_/hosts"): "user",

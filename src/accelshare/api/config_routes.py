@@ -27,6 +27,7 @@ from pydantic import BaseModel, ConfigDict
 
 from accelshare.config import ConfigScopes, ConfigStore, ConfigStoreError, InvalidConfigInput
 from accelshare.manager.agents import slot_details
+from accelshare.manager.enums import VFolderOwnershipType
 
 from .auth import CurrentIdentity, SuperadminIdentity
 from .deps import ManagerDep
@@ -35,6 +36,13 @@ from .problems import InvalidAPIParameters, ServiceUnavailable
 __all__ = ["router"]
 
 router = APIRouter(tags=["config"])
+
+
+@router.get("/config/vfolder-types")
+async def vfolder_types(_identity: CurrentIdentity) -> list[str]:
+    """Backend.AI's folder types (``backend.ai admin resource vfolder-types``): user
+    folders and project (group) folders (docs/folders.md)."""
+    return [t.value for t in VFolderOwnershipType]
 
 
 @router.get("/config/resource-slots")

@@ -45,7 +45,7 @@ from typing import Any
 
 from fastapi import APIRouter, Request
 
-from accelshare.manager.enums import VFolderPermission, VFolderUsageMode
+from accelshare.manager.enums import VFolderOwnershipType, VFolderPermission, VFolderUsageMode
 from accelshare.manager.services.folders import NewFolder
 
 from .auth import CurrentIdentity
@@ -205,7 +205,7 @@ async def list_all_hosts(identity: CurrentIdentity, manager: ManagerDep) -> dict
 
 @router.get("/_/allowed_types")
 async def allowed_types(_identity: CurrentIdentity) -> list[str]:
-    return ["user", "group"]
+    return [t.value for t in VFolderOwnershipType]  # user folders, project (group) folders
 
 
 @router.get("/_/id")

@@ -169,15 +169,6 @@ async def container_registries(_identity: CurrentIdentity) -> None:
     )
 
 
-@router.api_route("/config/vfolder-types", methods=_ANY)
-async def vfolder_types(_identity: CurrentIdentity) -> None:
-    _refuse(
-        "vfolder",
-        "accelshare has no virtual folder types (vfolders); sessions get a scratch"
-        " directory on their agent",
-    )
-
-
 @router.api_route("/manager/scheduler/operation", methods=_ANY)
 async def scheduler_operation(_identity: CurrentIdentity) -> None:
     _refuse(

@@ -88,7 +88,6 @@ async def test_backendai_etcd_routes(cluster: Cluster) -> None:
         ("POST", "/resource/recalculate-usage", "recalculate-usage"),
         ("GET", "/resource/container-registries", "container-registries"),
         ("GET", "/config/docker-registries", "container-registries"),
-        ("GET", "/config/vfolder-types", "vfolder"),
         ("POST", "/manager/scheduler/operation", "scheduler-operation"),
     ],
 )
@@ -101,6 +100,13 @@ async def test_refused_routes_say_what_to_use(
     assert problem["feature"] == feature
     assert problem["title"] == "Not supported by accelshare"
     assert "docs/compatibility.md" in problem["detail"]
+
+
+async def test_folder_types(cluster: Cluster) -> None:
+    """``admin resource vfolder-types``: user and project (group) folders."""
+    response = await cluster.admin.get("/config/vfolder-types")
+    assert response.status_code == 200, response.text
+    assert response.json() == ["user", "group"]
 
 
 async def test_image_alias_and_dealias(cluster: Cluster) -> None:

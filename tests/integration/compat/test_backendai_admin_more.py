@@ -35,6 +35,10 @@ def test_admin_storage_list_and_info(bai: Bai) -> None:
     assert "no volume 'adm2-none'" in missing.output
 
 
+def test_vfolder_types(bai: Bai) -> None:
+    assert bai.ok("admin", "resource", "vfolder-types").stdout.split() == ["user", "group"]
+
+
 def test_keypair_last_used(bai: Bai) -> None:
     bai.ok("admin", "user", "info")  # a signed request: the key is used
     mine = out(bai, "admin", "keypair", "info")["items"][0]
