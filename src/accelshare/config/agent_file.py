@@ -80,6 +80,7 @@ from pydantic import (
 )
 
 from accelshare.common import BinarySize, CommonValueError
+from accelshare.config.errors import MISSING, ConfigKeyError
 
 __all__ = [
     "AgentConfig",
@@ -101,19 +102,11 @@ DEFAULT_ALLOCATION_ORDER = ("cuda", "rocm", "tpu", "cpu", "mem")
 _DOCKER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 MOCK_ACCELERATOR_FILENAME = "mock-accelerator.toml"
 DEFAULT_RPC_MAX_BODY_BYTES = 4 * 1024 * 1024
-_MISSING = object()
+_MISSING = MISSING
 
 
-class AgentConfigError(ValueError):
+class AgentConfigError(ConfigKeyError):
     """A bad ``agent.toml``: names the file, key, expected and received value."""
-
-    def __init__(self, source: str, key: str, expected: str, received: Any = _MISSING) -> None:
-        self.source = source
-        self.key = key
-        self.expected = expected
-        self.received = received
-        shown = "nothing (the key is missing)" if received is _MISSING else repr(received)
-        super().__init__(f"{source}: key {key!r}: expected {expected}, received {shown}")
 
 
 def _byte_size(value: Any) -> int:

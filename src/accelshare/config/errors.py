@@ -14,7 +14,9 @@ Hierarchy::
                ├── InvalidTree            a value put_prefix cannot store (null, list, ...)
                └── ScopeNotConfigured     a scope without a prefix (no sgroup / node id given)
     ValueError
-     └── ConfigFileError                  a settings file or environment variable is wrong
+     ├── ConfigFileError                  a settings file or environment variable is wrong
+     └── ConfigKeyError                   a key of a daemon's TOML file (agent.toml,
+                                          storage.toml) is missing or wrong
 
 Messages name what was expected and what was received, so that an operator can fix
 the command line or the file from the message alone.
@@ -26,7 +28,9 @@ from pathlib import Path
 from typing import Any
 
 __all__ = [
+    "MISSING",
     "ConfigFileError",
+    "ConfigKeyError",
     "ConfigStoreError",
     "ConfigStoreNotFound",
     "ConfigStoreUnavailable",
@@ -104,3 +108,20 @@ class ConfigFileError(ValueError):
         self.key = key
         self.expected = expected
         self.received = received
+
+
+MISSING: Any = object()
+"""``received`` of a :class:`ConfigKeyError` whose key is absent."""
+
+
+class ConfigKeyError(ValueError):
+    """A key of a daemon's TOML file: names the file, the key, the expected and the
+    received value (:data:`MISSING`: the key is absent)."""
+
+    def __init__(self, source: str, key: str, expected: str, received: Any = MISSING) -> None:
+        self.source = source
+        self.key = key
+        self.expected = expected
+        self.received = received
+        shown = "nothing (the key is missing)" if received is MISSING else repr(received)
+        super().__init__(f"{source}: key {key!r}: expected {expected}, received {shown}")

@@ -36,6 +36,8 @@ from pydantic import (
     field_validator,
 )
 
+from accelshare.config.errors import MISSING, ConfigKeyError
+
 __all__ = [
     "DEFAULT_TOKEN_TTL_S",
     "ProxySection",
@@ -48,21 +50,13 @@ __all__ = [
 
 DEFAULT_TOKEN_TTL_S = 1800
 MIN_SECRET_LENGTH = 16
-_MISSING = object()
+_MISSING = MISSING
 _VOLUME_NAME = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
 _ORIGIN = re.compile(r"^https?://[^/\s?#@]+$")
 
 
-class StorageConfigError(ValueError):
+class StorageConfigError(ConfigKeyError):
     """A bad ``storage.toml``: names the file, key, expected and received value."""
-
-    def __init__(self, source: str, key: str, expected: str, received: Any = _MISSING) -> None:
-        self.source = source
-        self.key = key
-        self.expected = expected
-        self.received = received
-        shown = "nothing (the key is missing)" if received is _MISSING else repr(received)
-        super().__init__(f"{source}: key {key!r}: expected {expected}, received {shown}")
 
 
 def _host_port(value: Any) -> str:
