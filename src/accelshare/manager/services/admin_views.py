@@ -76,6 +76,31 @@ class Caller(Protocol):
     def is_superadmin(self) -> bool: ...
 
 
+async def _all_in_domain(
+    db: AsyncSession,
+    model: type[Group] | type[User],
+    wanted: set[uuid.UUID],
+    domain: str,
+    field: str,
+    what: str,
+) -> None:
+    """Refuse (400 naming ``field``) ids in ``wanted`` that are not ``what``s (groups or
+    users) of ``domain``."""
+    if not wanted:
+        return
+    rows = await db.execute(
+        sa.select(model.id).where(model.id.in_(wanted), model.domain_name == domain)
+    )
+    missing = sorted(str(i) for i in wanted - set(rows.scalars()))
+    if missing:
+        raise InvalidRequest(
+            f"Unknown {what}(s) in the domain {domain}: {', '.join(missing)}",
+            field=field,
+            expected=f"ids of {what}s of the domain {domain}",
+            received=missing,
+        )
+
+
 @dataclass(frozen=True)
 class Page:
     items: list[dict[str, Any]]
@@ -293,24 +318,7 @@ class AdminViews:
             if user is None:
                 raise NotFound(f"No user {email!r}", field="email", received=email)
             wanted = set(group_ids)
-            if wanted:
-                found = set(
-                    (
-                        await db.execute(
-                            sa.select(Group.id).where(
-                                Group.id.in_(wanted), Group.domain_name == user.domain_name
-                            )
-                        )
-                    ).scalars()
-                )
-                missing = sorted(str(g) for g in wanted - found)
-                if missing:
-                    raise InvalidRequest(
-                        f"Unknown group(s) in the domain {user.domain_name}: {', '.join(missing)}",
-                        field="group_ids",
-                        expected=f"ids of groups of the domain {user.domain_name}",
-                        received=missing,
-                    )
+            await _all_in_domain(db, Group, wanted, user.domain_name, "group_ids", "group")
             await db.execute(sa.delete(GroupMember).where(GroupMember.user_id == user.id))
             for gid in sorted(wanted):
                 db.add(GroupMember(group_id=gid, user_id=user.id))
@@ -580,24 +588,7 @@ class AdminViews:
                     )
             _apply_group(group, changes, known)
             wanted = set(changes.add_users) | set(changes.remove_users)
-            if wanted:
-                found = set(
-                    (
-                        await db.execute(
-                            sa.select(User.id).where(
-                                User.id.in_(wanted), User.domain_name == group.domain_name
-                            )
-                        )
-                    ).scalars()
-                )
-                missing = sorted(str(u) for u in wanted - found)
-                if missing:
-                    raise InvalidRequest(
-                        f"Unknown user(s) in the domain {group.domain_name}: {', '.join(missing)}",
-                        field="user_uuids",
-                        expected=f"ids of users of the domain {group.domain_name}",
-                        received=missing,
-                    )
+            await _all_in_domain(db, User, wanted, group.domain_name, "user_uuids", "user")
             if changes.remove_users:
                 await db.execute(
                     sa.delete(GroupMember).where(
