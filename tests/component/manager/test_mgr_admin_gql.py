@@ -297,7 +297,7 @@ async def test_domains_and_groups_by_role(world: World) -> None:
     # bob (other domain) cannot be added; the other domain's admin-less user cannot modify
     bob = (await ok(world.bob, "query { user { uuid } }"))["user"]["uuid"]
     bad = await refused(world.dadmin, modify, gid=lab["id"], input={"user_update_mode": "add", "user_uuids": [bob]})  # fmt: skip
-    assert bob in bad
+    assert f"Unknown user(s) in the domain default: {bob}" in bad
     assert "admin" in await refused(world.alice, modify, gid=lab["id"], input={"name": "mine"})
 
     delete = "mutation ($gid: UUID!) { delete_group(gid: $gid) { ok } }"
@@ -365,6 +365,10 @@ async def test_user_mutations_by_role(world: World) -> None:
     denied = await refused(world.dadmin, USER_CREATE, email="y@example.com", input=user_input("default", role="superadmin"))  # fmt: skip
     assert "superadmin" in denied
     assert "admin" in await refused(world.alice, USER_CREATE, email="z@example.com", input=user_input("default"))  # fmt: skip
+    # groups outside the user's domain (here: no such group) are refused, naming them
+    stray = "00000000-0000-4000-8000-000000000001"
+    bad = await refused(world.dadmin, USER_CREATE, email="g@example.com", input=user_input("default", group_ids=[stray]))  # fmt: skip
+    assert f"Unknown group(s) in the domain default: {stray}" in bad
     # settings accelshare does not keep are refused, not dropped
     bad = await refused(world.superadmin, USER_CREATE, email="t@example.com", input=user_input("default", totp_activated=True))  # fmt: skip
     assert "totp_activated" in bad
