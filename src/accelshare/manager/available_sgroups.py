@@ -17,12 +17,12 @@ from .db import Database
 from .enums import UserRole
 from .errors import NotFound
 from .models import Group, GroupMember, ScalingGroup
-from .sessions import Caller
+from .services.actor import Actor
 
 __all__ = ["available_scaling_groups"]
 
 
-async def available_scaling_groups(db: Database, caller: Caller, group: str) -> list[str]:
+async def available_scaling_groups(db: Database, caller: Actor, group: str) -> list[str]:
     """Names of the scaling groups ``group`` (a project's id or name) may use."""
     try:
         by_id: sa.ColumnElement[bool] = Group.id == uuid.UUID(group)

@@ -38,7 +38,8 @@ from .db import Database
 from .errors import InvalidRequest, PermissionDenied
 from .hub import ChangeHub
 from .models import Kernel, Session, SessionStatusHistory, UserRole
-from .sessions import Caller, SessionService
+from .services.actor import Actor
+from .sessions import SessionService
 
 __all__ = ["SCOPES", "BackendAIEvents", "events_of"]
 
@@ -122,7 +123,7 @@ class BackendAIEvents:
 
     async def open(
         self,
-        caller: Caller,
+        caller: Actor,
         *,
         session_name: str | None,
         session_id: str | None,

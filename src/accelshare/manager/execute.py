@@ -17,7 +17,8 @@ from accelshare.protocol import ExecuteRequest, ExecuteResult
 
 from .agent_client import AgentClient, AgentRPCError
 from .errors import Conflict, InvalidRequest, ManagerError, NotFound, Unavailable
-from .sessions import Caller, ProxyTarget, SessionService
+from .services.actor import Actor
+from .sessions import ProxyTarget, SessionService
 
 __all__ = ["ExecuteService", "ExecutionNotSupported"]
 
@@ -35,12 +36,12 @@ class ExecuteService:
         self.sessions = sessions
         self.client = client
 
-    async def target(self, caller: Caller, ref: str) -> ProxyTarget:
+    async def target(self, caller: Actor, ref: str) -> ProxyTarget:
         """The session's kernel, once for a whole run (the WebSocket's)."""
         return await self.sessions.proxy_target(caller, ref)
 
     async def step(
-        self, caller: Caller, ref: str, request: ExecuteRequest, target: ProxyTarget | None = None
+        self, caller: Actor, ref: str, request: ExecuteRequest, target: ProxyTarget | None = None
     ) -> ExecuteResult:
         if target is None:
             target = await self.target(caller, ref)

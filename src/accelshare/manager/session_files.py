@@ -22,7 +22,8 @@ from accelshare.protocol.files import from_kernel_path
 
 from .agent_client import AgentClient, AgentRPCError
 from .errors import Conflict, InvalidRequest, ManagerError, NotFound, TooLarge, Unavailable
-from .sessions import Caller, ProxyTarget, SessionService
+from .services.actor import Actor
+from .sessions import ProxyTarget, SessionService
 
 __all__ = ["SessionFiles", "kernel_relative_path"]
 
@@ -46,7 +47,7 @@ class SessionFiles:
         self.sessions = sessions
         self.client = client
 
-    async def target(self, caller: Caller, ref: str) -> ProxyTarget:
+    async def target(self, caller: Actor, ref: str) -> ProxyTarget:
         """The session's main kernel; ended sessions are 409 here (not 404): the client
         named a session that exists, in a status where its files are gone."""
         try:
@@ -82,7 +83,7 @@ class SessionFiles:
         except AgentRPCError as e:
             raise _error(e, ref, path, field="filename") from None
 
-    async def list(self, caller: Caller, ref: str, path: str) -> FileList:
+    async def list(self, caller: Actor, ref: str, path: str) -> FileList:
         target = await self.target(caller, ref)
         rel = kernel_relative_path(path)
         try:

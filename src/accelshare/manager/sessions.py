@@ -22,7 +22,7 @@ from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from decimal import Decimal
-from typing import Any, Protocol, cast
+from typing import Any, cast
 
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -84,6 +84,7 @@ from .querylang.compile_sql import filter_clause, order_clauses
 from .scheduler.apply import BindJob
 from .scheduler.binding import BINDABLE, allocations_json, kernel_request
 from .scheduler.snapshot import reported_map_states
+from .services.actor import Actor
 from .session_spec import (
     MAX_PRIORITY,
     SESSION_NAME_RULE,
@@ -96,33 +97,14 @@ from .slots import KnownSlots
 from .status_watch import StatusWatch
 from .transitions import agent_addresses, change_status, lock_session, session_kernels
 
-__all__ = ["Caller", "ProxyTarget", "SessionService", "session_json"]
+__all__ = ["ProxyTarget", "SessionService", "session_json"]
 
 log = logging.getLogger(__name__)
 
 _WAIT_POLL_S = 0.5
 
 
-class Caller(Protocol):
-    """Who is asking (``accelshare.api.auth.Identity`` satisfies it)."""
-
-    @property
-    def user_id(self) -> uuid.UUID: ...
-
-    @property
-    def email(self) -> str: ...
-
-    @property
-    def role(self) -> UserRole: ...
-
-    @property
-    def domain_name(self) -> str: ...
-
-    @property
-    def access_key(self) -> str: ...
-
-
-def _visible(caller: Caller, row: Session) -> bool:
+def _visible(caller: Actor, row: Session) -> bool:
     if caller.role is UserRole.SUPERADMIN:
         return True
     if caller.role is UserRole.ADMIN:
@@ -130,7 +112,7 @@ def _visible(caller: Caller, row: Session) -> bool:
     return row.user_id == caller.user_id
 
 
-def _visibility_filter(caller: Caller) -> sa.ColumnElement[bool]:
+def _visibility_filter(caller: Actor) -> sa.ColumnElement[bool]:
     if caller.role is UserRole.SUPERADMIN:
         return sa.true()
     if caller.role is UserRole.ADMIN:
@@ -319,7 +301,7 @@ class SessionService:
 
     # -- look-ups ---------------------------------------------------------------------------
     async def _find(
-        self, db: AsyncSession, caller: Caller, ref: str, owner_access_key: str | None
+        self, db: AsyncSession, caller: Actor, ref: str, owner_access_key: str | None
     ) -> Session:
         try:
             session_id = uuid.UUID(ref)
@@ -349,13 +331,13 @@ class SessionService:
         return row
 
     async def resolve(
-        self, caller: Caller, ref: str, owner_access_key: str | None = None
+        self, caller: Actor, ref: str, owner_access_key: str | None = None
     ) -> uuid.UUID:
         async with self.db.begin() as db:
             return (await self._find(db, caller, ref, owner_access_key)).id
 
     async def get(
-        self, caller: Caller, ref: str, owner_access_key: str | None = None
+        self, caller: Actor, ref: str, owner_access_key: str | None = None
     ) -> dict[str, Any]:
         async with self.db.begin() as db:
             row = await self._find(db, caller, ref, owner_access_key)
@@ -369,7 +351,7 @@ class SessionService:
 
     async def list_sessions(
         self,
-        caller: Caller,
+        caller: Actor,
         *,
         statuses: Iterable[SessionStatus] | None = None,
         access_key: str | None = None,
@@ -422,7 +404,7 @@ class SessionService:
     # -- enqueue ----------------------------------------------------------------------------
     async def create(
         self,
-        caller: Caller,
+        caller: Actor,
         body: SessionRequest,
         *,
         known: Mapping[str, SlotTypes] | None = None,
@@ -452,7 +434,7 @@ class SessionService:
         return CreateResult(_create_answer(result, created=True), True)
 
     async def _enqueue(
-        self, caller: Caller, body: SessionRequest, known: Mapping[str, SlotTypes]
+        self, caller: Actor, body: SessionRequest, known: Mapping[str, SlotTypes]
     ) -> _Enqueued | CreateResult:
         """The enqueue transaction: the new PENDING session, or the live session of that
         name when ``reuseIfExists`` finds one."""
@@ -580,7 +562,7 @@ class SessionService:
             return
         await self.status_watch.wait_for(session_id, _is_up_or_ended, max_wait_s)
 
-    async def _owner(self, db: AsyncSession, caller: Caller, owner_key: str | None) -> _Owner:
+    async def _owner(self, db: AsyncSession, caller: Actor, owner_key: str | None) -> _Owner:
         key = owner_key or caller.access_key
         if owner_key and owner_key != caller.access_key and caller.role is UserRole.USER:
             raise NotFound(
@@ -780,7 +762,7 @@ class SessionService:
             )
 
     async def _dependencies(
-        self, db: AsyncSession, caller: Caller, access_key: str, refs: Sequence[str]
+        self, db: AsyncSession, caller: Actor, access_key: str, refs: Sequence[str]
     ) -> list[uuid.UUID]:
         deps: list[uuid.UUID] = []
         for ref in refs:
@@ -797,7 +779,7 @@ class SessionService:
         return sorted(set(deps))
 
     async def _designated(
-        self, db: AsyncSession, caller: Caller, body: SessionRequest, sgroup: str
+        self, db: AsyncSession, caller: Actor, body: SessionRequest, sgroup: str
     ) -> str | None:
         agents = body.config.agent_list
         if not agents:
@@ -825,7 +807,7 @@ class SessionService:
 
     # -- destroy ----------------------------------------------------------------------------
     async def destroy(
-        self, caller: Caller, ref: str, *, forced: bool = False, owner_access_key: str | None = None
+        self, caller: Actor, ref: str, *, forced: bool = False, owner_access_key: str | None = None
     ) -> dict[str, Any]:
         now = self.clock()
         who = f"destroyed by {caller.email}"
@@ -922,7 +904,7 @@ class SessionService:
 
     # -- status history, rename, priority ------------------------------------------------
     async def status_history(
-        self, caller: Caller, ref: str, owner_access_key: str | None = None
+        self, caller: Actor, ref: str, owner_access_key: str | None = None
     ) -> dict[str, str]:
         """``{STATUS: when the session last entered it}`` (Backend.AI's ``status_history``
         shape: upper-case status names, ISO times) from the recorded status changes."""
@@ -932,7 +914,7 @@ class SessionService:
         return {status.value: _iso(at) or "" for status, at in rows}
 
     async def rename(
-        self, caller: Caller, ref: str, new_name: str, owner_access_key: str | None = None
+        self, caller: Actor, ref: str, new_name: str, owner_access_key: str | None = None
     ) -> dict[str, Any]:
         """Give a live session another name (the rule of ``POST /session``'s ``name``;
         not one of the owner's other live sessions').  Its id, kernels and allocation
@@ -948,7 +930,7 @@ class SessionService:
 
     async def modify(
         self,
-        caller: Caller,
+        caller: Actor,
         ref: str,
         *,
         name: str | None = None,
@@ -1031,7 +1013,7 @@ class SessionService:
 
     # -- restart ----------------------------------------------------------------------------
     async def restart(
-        self, caller: Caller, ref: str, owner_access_key: str | None = None
+        self, caller: Actor, ref: str, owner_access_key: str | None = None
     ) -> dict[str, Any]:
         """Backend.AI's ``session restart``: each kernel of a RUNNING session destroyed on
         its agent and created again with the same allocation (the same devices and
@@ -1186,7 +1168,7 @@ class SessionService:
         }
 
     # -- proxy (web terminal, app services) ------------------------------------------------
-    async def proxy_target(self, caller: Caller, ref: str) -> ProxyTarget:
+    async def proxy_target(self, caller: Actor, ref: str) -> ProxyTarget:
         """Where the session's terminal and apps live, for its owner or a superadmin.
 
         Not visible, or ended: ``NotFound`` (a closed session's routes disappear); a
@@ -1233,7 +1215,7 @@ class SessionService:
         )
 
     # -- logs, why, events ------------------------------------------------------------------
-    async def logs(self, caller: Caller, ref: str, owner_access_key: str | None = None) -> str:
+    async def logs(self, caller: Actor, ref: str, owner_access_key: str | None = None) -> str:
         async with self.db.begin() as db:
             row = await self._find(db, caller, ref, owner_access_key)
             kernels = await session_kernels(db, row.id)
@@ -1253,7 +1235,7 @@ class SessionService:
             ) from e
 
     async def why(
-        self, caller: Caller, ref: str, owner_access_key: str | None = None
+        self, caller: Actor, ref: str, owner_access_key: str | None = None
     ) -> dict[str, Any]:
         async with self.db.begin() as db:
             row = await self._find(db, caller, ref, owner_access_key)
@@ -1270,7 +1252,7 @@ class SessionService:
 
     async def events(
         self,
-        caller: Caller,
+        caller: Actor,
         ref: str,
         owner_access_key: str | None = None,
         *,

@@ -20,7 +20,7 @@ import uuid
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -45,11 +45,12 @@ from ..models import (
 )
 from ..querylang.compile_sql import filter_clause, order_clauses
 from ..slots import KnownSlots
+from .actor import Actor
 from .admin import parse_slots, policy_json
 
 __all__ = [
+    "Actor",
     "AdminViews",
-    "Caller",
     "DomainChanges",
     "GroupChanges",
     "Page",
@@ -58,22 +59,6 @@ __all__ = [
 _LIVE_STATUSES = tuple(
     s for s in SessionStatus if s not in (SessionStatus.TERMINATED, SessionStatus.CANCELLED)
 )
-
-
-class Caller(Protocol):
-    """Who asks (``accelshare.api.auth.Identity`` satisfies it)."""
-
-    @property
-    def user_id(self) -> uuid.UUID: ...
-
-    @property
-    def domain_name(self) -> str: ...
-
-    @property
-    def role(self) -> UserRole: ...
-
-    @property
-    def is_superadmin(self) -> bool: ...
 
 
 async def _all_in_domain(
@@ -133,16 +118,16 @@ def _iso(value: Any) -> str | None:
     return value.isoformat() if value is not None else None
 
 
-def _is_admin(caller: Caller) -> bool:
+def _is_admin(caller: Actor) -> bool:
     return caller.role.includes(UserRole.ADMIN)
 
 
-def _require_admin(caller: Caller, what: str) -> None:
+def _require_admin(caller: Actor, what: str) -> None:
     if not _is_admin(caller):
         raise PermissionDenied(f"{what} needs the admin role", reason="insufficient-role")
 
 
-def _require_superadmin(caller: Caller, what: str) -> None:
+def _require_superadmin(caller: Actor, what: str) -> None:
     if not caller.is_superadmin:
         raise PermissionDenied(f"{what} needs the superadmin role", reason="insufficient-role")
 
@@ -210,7 +195,7 @@ async def _groups_of(
     return found
 
 
-def _user_visible(caller: Caller) -> sa.ColumnElement[bool]:
+def _user_visible(caller: Actor) -> sa.ColumnElement[bool]:
     """The users a caller may see: all, its domain's, or itself."""
     if caller.is_superadmin:
         return sa.true()
@@ -229,7 +214,7 @@ class AdminViews:
     # -- users ------------------------------------------------------------------------------
     def _users_query(
         self,
-        caller: Caller,
+        caller: Actor,
         *,
         domain_name: str | None,
         group_id: uuid.UUID | None,
@@ -253,7 +238,7 @@ class AdminViews:
 
     async def users(
         self,
-        caller: Caller,
+        caller: Actor,
         *,
         domain_name: str | None = None,
         group_id: uuid.UUID | None = None,
@@ -287,7 +272,7 @@ class AdminViews:
         return Page([_user_row(u, groups.get(u.id, [])) for u in users], total)
 
     async def user(
-        self, caller: Caller, *, email: str | None = None, user_id: uuid.UUID | None = None
+        self, caller: Actor, *, email: str | None = None, user_id: uuid.UUID | None = None
     ) -> dict[str, Any] | None:
         """One user the caller may see (itself when neither is given); None if not."""
         query = sa.select(User).where(_user_visible(caller))
@@ -305,7 +290,7 @@ class AdminViews:
         return _user_row(user, groups.get(user.id, []))
 
     async def set_user_groups(
-        self, caller: Caller, email: str, group_ids: Sequence[uuid.UUID]
+        self, caller: Actor, email: str, group_ids: Sequence[uuid.UUID]
     ) -> None:
         """The user's groups become exactly these (all in the user's domain)."""
         _require_admin(caller, "Changing a user's groups")
@@ -326,7 +311,7 @@ class AdminViews:
     # -- keypairs ---------------------------------------------------------------------------
     async def keypairs(
         self,
-        caller: Caller,
+        caller: Actor,
         *,
         domain_name: str | None = None,
         email: str | None = None,
@@ -400,13 +385,13 @@ class AdminViews:
             total,
         )
 
-    async def keypair(self, caller: Caller, access_key: str) -> dict[str, Any] | None:
+    async def keypair(self, caller: Actor, access_key: str) -> dict[str, Any] | None:
         page = await self.keypairs(caller, access_key=access_key)
         return page.items[0] if page.items else None
 
     # -- domains ----------------------------------------------------------------------------
     async def domains(
-        self, caller: Caller, *, is_active: bool | None = None
+        self, caller: Actor, *, is_active: bool | None = None
     ) -> list[dict[str, Any]]:
         """All domains for a superadmin; the caller's own domain for anyone else."""
         query = sa.select(Domain).order_by(Domain.name)
@@ -417,7 +402,7 @@ class AdminViews:
         async with self.db.begin() as db:
             return [domain_json(d) for d in (await db.execute(query)).scalars()]
 
-    async def domain(self, caller: Caller, name: str | None) -> dict[str, Any] | None:
+    async def domain(self, caller: Actor, name: str | None) -> dict[str, Any] | None:
         name = name or caller.domain_name
         if not caller.is_superadmin and name != caller.domain_name:
             return None
@@ -425,7 +410,7 @@ class AdminViews:
             found = await db.get(Domain, name)
         return domain_json(found) if found is not None else None
 
-    async def create_domain(self, caller: Caller, name: str, new: DomainChanges) -> dict[str, Any]:
+    async def create_domain(self, caller: Actor, name: str, new: DomainChanges) -> dict[str, Any]:
         _require_superadmin(caller, "Creating a domain")
         name = check_text(name, field="name")
         if not name or len(name) > 64:
@@ -450,7 +435,7 @@ class AdminViews:
         return domain_json(domain)
 
     async def modify_domain(
-        self, caller: Caller, name: str, changes: DomainChanges
+        self, caller: Actor, name: str, changes: DomainChanges
     ) -> dict[str, Any]:
         _require_superadmin(caller, "Changing a domain")
         known = await self.known_slots.load()
@@ -461,7 +446,7 @@ class AdminViews:
             _apply_domain(domain, changes, known)
         return domain_json(domain)
 
-    async def purge_domain(self, caller: Caller, name: str) -> None:
+    async def purge_domain(self, caller: Actor, name: str) -> None:
         """Removes a domain that has no users and no groups (Conflict otherwise)."""
         _require_superadmin(caller, "Purging a domain")
         async with self.db.begin(write=True) as db:
@@ -481,7 +466,7 @@ class AdminViews:
             await db.delete(domain)
 
     # -- groups -----------------------------------------------------------------------------
-    def _groups_query(self, caller: Caller) -> sa.Select[Any]:
+    def _groups_query(self, caller: Actor) -> sa.Select[Any]:
         query = sa.select(Group)
         if caller.is_superadmin:
             return query
@@ -495,7 +480,7 @@ class AdminViews:
 
     async def groups(
         self,
-        caller: Caller,
+        caller: Actor,
         *,
         domain_name: str | None = None,
         is_active: bool | None = None,
@@ -514,7 +499,7 @@ class AdminViews:
         async with self.db.begin() as db:
             return [group_json(g) for g in (await db.execute(query)).scalars()]
 
-    async def _group_to_change(self, db: AsyncSession, caller: Caller, gid: uuid.UUID) -> Group:
+    async def _group_to_change(self, db: AsyncSession, caller: Actor, gid: uuid.UUID) -> Group:
         _require_admin(caller, "Changing a group")
         group = await db.get(Group, gid)
         if group is None or (not caller.is_superadmin and group.domain_name != caller.domain_name):
@@ -522,7 +507,7 @@ class AdminViews:
         return group
 
     async def create_group(
-        self, caller: Caller, name: str, domain_name: str, new: GroupChanges
+        self, caller: Actor, name: str, domain_name: str, new: GroupChanges
     ) -> dict[str, Any]:
         _require_admin(caller, "Creating a group")
         if not caller.is_superadmin and domain_name != caller.domain_name:
@@ -567,7 +552,7 @@ class AdminViews:
         return group_json(group)
 
     async def modify_group(
-        self, caller: Caller, gid: uuid.UUID, changes: GroupChanges
+        self, caller: Actor, gid: uuid.UUID, changes: GroupChanges
     ) -> dict[str, Any]:
         known = await self.known_slots.load()
         async with self.db.begin(write=True) as db:
@@ -607,7 +592,7 @@ class AdminViews:
                     db.add(GroupMember(group_id=gid, user_id=uid))
         return group_json(group)
 
-    async def purge_group(self, caller: Caller, gid: uuid.UUID) -> None:
+    async def purge_group(self, caller: Actor, gid: uuid.UUID) -> None:
         """Removes a group no session was ever charged to (Conflict otherwise)."""
         async with self.db.begin(write=True) as db:
             group = await self._group_to_change(db, caller, gid)
@@ -623,7 +608,7 @@ class AdminViews:
             await db.delete(group)
 
     # -- keypair resource policies ----------------------------------------------------------
-    async def policies(self, caller: Caller, name: str | None = None) -> list[dict[str, Any]]:
+    async def policies(self, caller: Actor, name: str | None = None) -> list[dict[str, Any]]:
         """All policies for an admin; for a user, those its keypairs use."""
         query = sa.select(KeypairResourcePolicy).order_by(KeypairResourcePolicy.name)
         if not _is_admin(caller):

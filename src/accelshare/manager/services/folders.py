@@ -37,7 +37,7 @@ import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, Protocol
+from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.exc import IntegrityError
@@ -89,10 +89,11 @@ from ..models import (
 from ..querylang.compile_sql import filter_clause, order_clauses
 from ..session_spec import ResolvedMount
 from ..storage_client import StorageError, StorageProxies, split_host
+from .actor import Actor
 
 __all__ = [
     "MAX_FOLDER_NAME",
-    "FolderActor",
+    "Actor",
     "FolderService",
     "MountRequest",
     "NewFolder",
@@ -108,25 +109,6 @@ _TRASH = VFolderStatus.DELETE_PENDING
 _LIVE = (VFolderStatus.READY, VFolderStatus.MOUNTED)
 
 
-class FolderActor(Protocol):
-    """Who acts (``accelshare.api.auth.Identity`` satisfies it)."""
-
-    @property
-    def user_id(self) -> uuid.UUID: ...
-
-    @property
-    def email(self) -> str: ...
-
-    @property
-    def role(self) -> UserRole: ...
-
-    @property
-    def domain_name(self) -> str: ...
-
-    @property
-    def resource_policy(self) -> str: ...
-
-
 @dataclass(frozen=True)
 class _Owner:
     """A session's owner when an admin creates it for another user (``owner_access_key``)."""
@@ -136,6 +118,11 @@ class _Owner:
     role: UserRole
     domain_name: str
     resource_policy: str
+    access_key: str
+
+    @property
+    def is_superadmin(self) -> bool:
+        return self.role is UserRole.SUPERADMIN
 
 
 @dataclass(frozen=True)
@@ -323,7 +310,7 @@ class FolderService:
     # -- look-ups ------------------------------------------------------------------------
 
     @staticmethod
-    def _is_admin_of(actor: FolderActor, domain: str) -> bool:
+    def _is_admin_of(actor: Actor, domain: str) -> bool:
         if actor.role is UserRole.SUPERADMIN:
             return True
         return actor.role is UserRole.ADMIN and actor.domain_name == domain
@@ -346,7 +333,7 @@ class FolderService:
 
     def _access_to(
         self,
-        actor: FolderActor,
+        actor: Actor,
         folder: VFolder,
         groups: set[uuid.UUID],
         grants: dict[uuid.UUID, VFolderPermission],
@@ -370,7 +357,7 @@ class FolderService:
         return None
 
     async def _access(
-        self, db: AsyncSession, actor: FolderActor, ref: str, *, field: str = "name"
+        self, db: AsyncSession, actor: Actor, ref: str, *, field: str = "name"
     ) -> _Access:
         groups = await self._member_groups(db, actor.user_id)
         grants = await self._grants(db, actor.user_id)
@@ -416,7 +403,7 @@ class FolderService:
                 return None
         return None
 
-    async def _usable(self, actor: FolderActor, ref: str, *, write: bool = False) -> _Access:
+    async def _usable(self, actor: Actor, ref: str, *, write: bool = False) -> _Access:
         async with self.db.begin() as db:
             access = await self._access(db, actor, ref)
         folder = access.folder
@@ -443,7 +430,7 @@ class FolderService:
 
     # -- hosts ---------------------------------------------------------------------------
 
-    async def list_hosts(self, actor: FolderActor) -> dict[str, Any]:
+    async def list_hosts(self, actor: Actor) -> dict[str, Any]:
         hosts = await self.proxies.all_hosts()
         default = await self.proxies.default_host()
         return {
@@ -515,10 +502,10 @@ class FolderService:
             "cur_size": 0,
         }
 
-    async def _policy(self, db: AsyncSession, actor: FolderActor) -> KeypairResourcePolicy | None:
+    async def _policy(self, db: AsyncSession, actor: Actor) -> KeypairResourcePolicy | None:
         return await db.get(KeypairResourcePolicy, actor.resource_policy)
 
-    async def _group(self, db: AsyncSession, actor: FolderActor, ref: str) -> Group:
+    async def _group(self, db: AsyncSession, actor: Actor, ref: str) -> Group:
         query = sa.select(Group)
         group_id = self._as_id(ref)
         if group_id is not None:
@@ -558,7 +545,7 @@ class FolderService:
                 received=name,
             )
 
-    async def _check_count(self, db: AsyncSession, actor: FolderActor) -> None:
+    async def _check_count(self, db: AsyncSession, actor: Actor) -> None:
         policy = await self._policy(db, actor)
         limit = policy.max_vfolder_count if policy is not None else 0
         if limit <= 0:
@@ -580,13 +567,13 @@ class FolderService:
                 received=count,
             )
 
-    async def _quota(self, db: AsyncSession, actor: FolderActor) -> int | None:
+    async def _quota(self, db: AsyncSession, actor: Actor) -> int | None:
         policy = await self._policy(db, actor)
         if policy is None or policy.max_vfolder_size <= 0:
             return None
         return int(policy.max_vfolder_size)
 
-    async def create(self, actor: FolderActor, spec: NewFolder) -> dict[str, Any]:
+    async def create(self, actor: Actor, spec: NewFolder) -> dict[str, Any]:
         name = check_folder_name(spec.name)
         if spec.unmanaged_path:
             raise InvalidRequest(
@@ -660,7 +647,7 @@ class FolderService:
 
     async def list_folders(
         self,
-        actor: FolderActor,
+        actor: Actor,
         *,
         all_: bool = False,
         group_id: uuid.UUID | None = None,
@@ -704,12 +691,12 @@ class FolderService:
             items.append(self._item(access, owner_email=email, group_name=group_name))
         return items
 
-    async def get_id(self, actor: FolderActor, name: str) -> dict[str, Any]:
+    async def get_id(self, actor: Actor, name: str) -> dict[str, Any]:
         async with self.db.begin() as db:
             access = await self._access(db, actor, name)
         return {"id": access.folder.id.hex, "name": access.folder.name}
 
-    async def info(self, actor: FolderActor, ref: str) -> dict[str, Any]:
+    async def info(self, actor: Actor, ref: str) -> dict[str, Any]:
         async with self.db.begin() as db:
             access = await self._access(db, actor, ref)
         folder = access.folder
@@ -747,7 +734,7 @@ class FolderService:
                 received=access.folder.name,
             )
 
-    async def rename(self, actor: FolderActor, ref: str, new_name: str) -> None:
+    async def rename(self, actor: Actor, ref: str, new_name: str) -> None:
         name = check_folder_name(new_name, field="new_name")
         access = await self._usable(actor, ref)
         self._manage(access, "rename")
@@ -775,7 +762,7 @@ class FolderService:
         )
         return list(rows.scalars())
 
-    async def delete(self, actor: FolderActor, ref: str) -> None:
+    async def delete(self, actor: Actor, ref: str) -> None:
         """Move to the trash (``delete-pending``)."""
         async with self.db.begin(write=True) as db:
             access = await self._access(db, actor, ref, field="id")
@@ -801,7 +788,7 @@ class FolderService:
                 .values(status=_TRASH, status_changed_at=self.clock())
             )
 
-    async def restore(self, actor: FolderActor, ref: str) -> None:
+    async def restore(self, actor: Actor, ref: str) -> None:
         async with self.db.begin(write=True) as db:
             access = await self._access(db, actor, ref, field="id")
             self._manage(access, "restore")
@@ -818,7 +805,7 @@ class FolderService:
                 .values(status=VFolderStatus.READY, status_changed_at=self.clock())
             )
 
-    async def purge(self, actor: FolderActor, ref: str) -> None:
+    async def purge(self, actor: Actor, ref: str) -> None:
         """Delete a folder in the trash for good (its bytes on the proxy too)."""
         async with self.db.begin(write=True) as db:
             access = await self._access(db, actor, ref, field="id")
@@ -883,7 +870,7 @@ class FolderService:
 
     async def clone(
         self,
-        actor: FolderActor,
+        actor: Actor,
         ref: str,
         *,
         target_name: str,
@@ -986,7 +973,7 @@ class FolderService:
         return found
 
     async def invite(
-        self, actor: FolderActor, ref: str, permission: VFolderPermission, emails: Sequence[str]
+        self, actor: Actor, ref: str, permission: VFolderPermission, emails: Sequence[str]
     ) -> dict[str, Any]:
         access = await self._usable(actor, ref)
         folder = access.folder
@@ -1045,7 +1032,7 @@ class FolderService:
             "vfolder_name": folder_name,
         }
 
-    async def invitations(self, actor: FolderActor) -> dict[str, Any]:
+    async def invitations(self, actor: Actor) -> dict[str, Any]:
         async with self.db.begin() as db:
             rows = await db.execute(
                 sa.select(VFolderInvitation, VFolder.name)
@@ -1063,7 +1050,7 @@ class FolderService:
             raise NotFound(f"No pending invitation {inv_id!r}", field="inv_id", received=inv_id)
         return inv
 
-    async def accept_invitation(self, actor: FolderActor, inv_id: str) -> dict[str, Any]:
+    async def accept_invitation(self, actor: Actor, inv_id: str) -> dict[str, Any]:
         async with self.db.begin(write=True) as db:
             inv = await self._invitation(db, inv_id)
             if inv.invitee.lower() != actor.email.lower():
@@ -1092,7 +1079,7 @@ class FolderService:
             inv.modified_at = self.clock()
         return {"msg": f"Accepted the invitation to {folder.name!r}"}
 
-    async def delete_invitation(self, actor: FolderActor, inv_id: str) -> dict[str, Any]:
+    async def delete_invitation(self, actor: Actor, inv_id: str) -> dict[str, Any]:
         """The invitee rejects, or the inviter cancels."""
         async with self.db.begin(write=True) as db:
             inv = await self._invitation(db, inv_id)
@@ -1106,7 +1093,7 @@ class FolderService:
             return {"msg": f"Invitation {inv.state.value}"}
 
     async def share(
-        self, actor: FolderActor, ref: str, permission: VFolderPermission, emails: Sequence[str]
+        self, actor: Actor, ref: str, permission: VFolderPermission, emails: Sequence[str]
     ) -> dict[str, Any]:
         """A project folder, shared with members of its project with their own permission."""
         access = await self._usable(actor, ref)
@@ -1144,7 +1131,7 @@ class FolderService:
                 shared.append(email)
         return {"shared_emails": shared}
 
-    async def unshare(self, actor: FolderActor, ref: str, emails: Sequence[str]) -> dict[str, Any]:
+    async def unshare(self, actor: Actor, ref: str, emails: Sequence[str]) -> dict[str, Any]:
         async with self.db.begin() as db:
             access = await self._access(db, actor, ref)
         self._manage(access, "unshare")
@@ -1163,7 +1150,7 @@ class FolderService:
         return {"unshared_emails": unshared}
 
     async def leave(
-        self, actor: FolderActor, ref: str, shared_user_uuid: str | None = None
+        self, actor: Actor, ref: str, shared_user_uuid: str | None = None
     ) -> dict[str, Any]:
         async with self.db.begin() as db:
             access = await self._access(db, actor, ref)
@@ -1202,9 +1189,7 @@ class FolderService:
 
     # -- files ---------------------------------------------------------------------------
 
-    async def request_upload(
-        self, actor: FolderActor, ref: str, path: str, size: int
-    ) -> dict[str, Any]:
+    async def request_upload(self, actor: Actor, ref: str, path: str, size: int) -> dict[str, Any]:
         _check_rel_path(path, field="path")
         if not isinstance(size, int) or isinstance(size, bool) or size < 0:
             raise InvalidRequest(
@@ -1221,7 +1206,7 @@ class FolderService:
         return self._ticket(ticket)
 
     async def request_download(
-        self, actor: FolderActor, ref: str, path: str, archive: bool = False
+        self, actor: Actor, ref: str, path: str, archive: bool = False
     ) -> dict[str, Any]:
         _check_rel_path(path, field="path")
         access = await self._usable(actor, ref)
@@ -1237,7 +1222,7 @@ class FolderService:
     def _ticket(ticket: TransferTicket) -> dict[str, Any]:
         return {"token": ticket.token, "url": ticket.url}
 
-    async def list_files(self, actor: FolderActor, ref: str, path: str = ".") -> dict[str, Any]:
+    async def list_files(self, actor: Actor, ref: str, path: str = ".") -> dict[str, Any]:
         _check_rel_path(path or ".", field="path")
         access = await self._usable(actor, ref)
         proxy, volume = await self.proxies.for_host(access.folder.host)
@@ -1270,7 +1255,7 @@ class FolderService:
 
     async def mkdir(
         self,
-        actor: FolderActor,
+        actor: Actor,
         ref: str,
         paths: str | Sequence[str],
         *,
@@ -1313,9 +1298,7 @@ class FolderService:
                 success.append({"item": p, "msg": None})
         return {"results": {"success": success, "failed": failed}}
 
-    async def rename_file(
-        self, actor: FolderActor, ref: str, target_path: str, new_name: str
-    ) -> None:
+    async def rename_file(self, actor: Actor, ref: str, target_path: str, new_name: str) -> None:
         _check_rel_path(target_path, field="target_path")
         _check_rel_path(new_name, field="new_name")
         if "/" in new_name:
@@ -1330,7 +1313,7 @@ class FolderService:
             actor, ref, target_path, f"{parent}/{new_name}" if parent else new_name
         )
 
-    async def move_file(self, actor: FolderActor, ref: str, src: str, dst: str) -> None:
+    async def move_file(self, actor: Actor, ref: str, src: str, dst: str) -> None:
         _check_rel_path(src, field="src")
         _check_rel_path(dst, field="dst")
         access = await self._usable(actor, ref, write=True)
@@ -1340,7 +1323,7 @@ class FolderService:
         )
 
     async def delete_files(
-        self, actor: FolderActor, ref: str, files: Sequence[str], *, recursive: bool = False
+        self, actor: Actor, ref: str, files: Sequence[str], *, recursive: bool = False
     ) -> None:
         if isinstance(files, str) or not files:
             raise InvalidRequest(
@@ -1364,7 +1347,7 @@ class FolderService:
 
     # -- session mounts ------------------------------------------------------------------
 
-    async def actor_for(self, caller: FolderActor, owner_access_key: str | None) -> FolderActor:
+    async def actor_for(self, caller: Actor, owner_access_key: str | None) -> Actor:
         """Whose folders a session mounts: the caller's, or for an admin acting for
         another user (``owner_access_key``), that user's.  A user naming another key, or
         an unknown key, keeps the caller (the session's create refuses it with its own
@@ -1384,10 +1367,10 @@ class FolderService:
         user, policy = row
         if caller.role is not UserRole.SUPERADMIN and user.domain_name != caller.domain_name:
             return caller
-        return _Owner(user.id, user.email, user.role, user.domain_name, policy)
+        return _Owner(user.id, user.email, user.role, user.domain_name, policy, owner_access_key)
 
     async def resolve_mounts(
-        self, actor: FolderActor, requests: Sequence[MountRequest]
+        self, actor: Actor, requests: Sequence[MountRequest]
     ) -> list[ResolvedMount]:
         """Each requested folder as a :class:`KernelMount`: a folder the caller may use,
         ready; ``read_only`` for a ``ro`` share or a ``:ro`` request; a 400 naming the
