@@ -19,11 +19,11 @@ find almost nothing to free (the manager's data is freed by reference counting).
   about 30 times less often.  Cycles are still collected, later: the young generation
   holds at most ~20,000 objects of garbage in cycles (a few MiB).
 
-Measured in ``bench/sched_bench.py`` (1,000 agents, 10,000 pending, SQLite): 651 → 896-1,062
-placements/s, one full collection during the run instead of four to six
-(docs/performance.md).  100,000 gave no full collection at all but let the manager's RSS
-climb for longer: the short soak test (25 s) read the ramp as a 35-42 MiB/min leak; at
-20,000 both the short and the 240 s soak (2 MiB/min bound) pass.
+In ``bench/sched_bench.py`` (1,000 agents, 10,000 pending) the fill then sees one full
+collection instead of four to six (its figures: docs/performance.md, *Scheduler scale*).
+The young threshold is a compromise: a much larger one (100,000) avoids full collections
+altogether but lets the manager's RSS climb for longer before garbage in cycles is freed,
+which the soak tests' memory bounds read as a leak; 20,000 keeps within them.
 """
 
 from __future__ import annotations

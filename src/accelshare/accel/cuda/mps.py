@@ -13,12 +13,11 @@ process only; kernels run on at most the given share of the SMs.  One value of t
 thread percentage covers all of a kernel's GPUs (MPS takes one per client): a kernel
 holding different shares of several GPUs gets the largest of their percentages.
 
-Measured on an H200 (driver 580, docs/plugins.md): a client limited to 35,942 MiB sees
-``cudaMemGetInfo`` free = 35,797 MiB and gets its out-of-memory error after 35,584 MiB; at
-25 % it gets 32 of 132 SMs.  The limits are per process and set from its environment: a process that
-rewrites its own ``CUDA_MPS_*`` variables before it initialises CUDA can ask for more,
-up to the MPS server's defaults (the whole GPU).  docs/plugins.md says what this means
-for isolation.
+On a real GPU a client gets its out-of-memory error a little below its memory limit, and
+MPS grants SMs in pairs (the figures: docs/performance.md, *Enforced GPU fractions*).  The
+limits are per process and set from its environment: a process that rewrites its own
+``CUDA_MPS_*`` variables before it initialises CUDA can ask for more, up to the MPS
+server's defaults (the whole GPU).  docs/plugins.md says what this means for isolation.
 
 One control daemon serves an agent (:class:`MpsDaemon`): the agent starts it with
 ``nvidia-cuda-mps-control -d`` and its own pipe and log directories, checks it every few
