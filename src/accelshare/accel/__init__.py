@@ -62,6 +62,7 @@ from .types import (
     NumberFormat,
     PluginInventory,
     SlotMetadata,
+    merge_kernel_env,
 )
 
 __all__ = [
@@ -103,6 +104,7 @@ __all__ = [
     "device_slots",
     "installed_plugin_entries",
     "load_compute_plugins",
+    "merge_kernel_env",
     "select_plugins",
     "validate_inventory",
 ]

@@ -37,12 +37,32 @@ __all__ = [
     "NumberFormat",
     "PluginInventory",
     "SlotMetadata",
+    "merge_kernel_env",
 ]
 
 #: Under the agent's scratch root: files of the node that every session may read (the
 #: mock GPUs' statistics for the sessions' nvidia-smi).  A sandboxed kernel sees this
 #: folder read-only, never the scratch root itself (the other kernels' folders).
 SESSION_SHARED_DIR = ".node"
+
+#: Variables that list libraries: a plugin's value goes first, the value already there
+#: (the request's own) after it, instead of being replaced.
+_PREPENDED_ENV = frozenset({"LD_PRELOAD"})
+
+
+def merge_kernel_env(env: dict[str, str], extra: Mapping[str, str]) -> None:
+    """Add a plugin's ``extra`` variables to a kernel's ``env`` (in place): they replace
+    what is there, but for ``LD_PRELOAD``, which they are put in front of.
+
+    >>> env = {"LD_PRELOAD": "/opt/mine.so", "A": "1"}
+    >>> merge_kernel_env(env, {"LD_PRELOAD": "/x/shim.so", "A": "2"})
+    >>> env
+    {'LD_PRELOAD': '/x/shim.so:/opt/mine.so', 'A': '2'}
+    """
+    for name, value in extra.items():
+        before = env.get(name, "") if name in _PREPENDED_ENV else ""
+        env[name] = f"{value}:{before}" if before.strip(" :") and value else value
+
 
 KernelAllocation: TypeAlias = Mapping[str, Mapping[str, Decimal]]
 """What an allocation map's ``allocate()`` returns: slot name -> device id -> amount."""

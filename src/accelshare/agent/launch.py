@@ -32,7 +32,7 @@ from collections.abc import Mapping, Set
 from decimal import Decimal
 from typing import Any
 
-from accelshare.accel import ComputePlugin, ConfigFile, DeviceNode, Mount
+from accelshare.accel import ComputePlugin, ConfigFile, DeviceNode, Mount, merge_kernel_env
 from accelshare.alloc import KernelAllocation
 from accelshare.common import ResourceSlot, SlotTypes
 from accelshare.common.text_input import reserved_env_reason
@@ -74,7 +74,7 @@ def build_kernel_spec(
         if not per_slot:
             continue
         res = plugin.kernel_resources(per_slot)
-        env.update(res.env)
+        merge_kernel_env(env, res.env)
         extra.extend(res.resource_lines.items())
         if res.cpu_set:
             cpu_set = res.cpu_set

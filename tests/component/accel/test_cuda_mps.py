@@ -20,6 +20,7 @@ from accelshare.accel import PluginConfigError, PluginContext
 from accelshare.accel.cuda import LibcudaDriver, PynvmlLayer
 from accelshare.accel.cuda import create_plugin as create_cuda_plugin
 from accelshare.accel.cuda.fake import FakeGpu, FakeNvml
+from accelshare.accel.cuda.interposer import find_compiler
 from accelshare.accel.cuda.mps import MpsDaemon, MpsUnavailable
 from accelshare.accel.cuda.plugin import CudaPlugin
 from accelshare.config import ConfigStore, open_config_store
@@ -212,17 +213,84 @@ async def test_fractional_kernels_get_their_limits_through_the_agents_daemon(
         assert res.env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "25"
         assert res.env["CUDA_VISIBLE_DEVICES"] == h100.device_id
         assert res.ipc_host
-        assert [(m.source, m.target, m.read_only) for m in res.mounts] == [
-            (str(tmp_path / "mps" / "pipe"), str(tmp_path / "mps" / "pipe"), False)
-        ]
+        assert (res.mounts[0].source, res.mounts[0].target, res.mounts[0].read_only) == (
+            str(tmp_path / "mps" / "pipe"),
+            str(tmp_path / "mps" / "pipe"),
+            False,
+        )
         mig = next(d for d in plugin.inventory.devices if d.is_mig)
         whole = plugin.kernel_resources({mig.slot_name: {mig.device_id: 1}})  # type: ignore[dict-item]
         assert not any(k.startswith("CUDA_MPS_") for k in whole.env)
+        assert "LD_PRELOAD" not in whole.env
         assert not whole.ipc_host
         assert not whole.mounts
     finally:
         await plugin.close()
     await until(lambda: not alive(pid))  # no client: the agent's stop quits it
+
+
+@pytest.mark.skipif(find_compiler() is None, reason="no C compiler (cc / $CC)")
+async def test_kernels_holding_shares_preload_the_memory_interposer(
+    store: ConfigStore, tmp_path: Path, program: Path
+) -> None:
+    plugin = await plugin_for(
+        store, tmp_path, {"mps-control": str(program), "mps-dir": str(tmp_path / "mps")}
+    )
+    try:
+        assert plugin.shim is not None
+        shim = plugin.shim.path
+        assert shim is not None
+        assert shim.parent == tmp_path / "mps" / "shim"
+        assert shim.name.startswith("libaccelshare-cuda-shim-")
+        status = plugin.status()
+        assert status["shim_path"] == str(shim)
+        assert status["shim"].startswith("ready")
+        res = plugin.kernel_resources(allocation(plugin, "0.25"))
+        assert res.env["LD_PRELOAD"] == str(shim)
+        folder = str(shim.parent)
+        assert [(m.source, m.target, m.read_only) for m in res.mounts] == [
+            (str(tmp_path / "mps" / "pipe"), str(tmp_path / "mps" / "pipe"), False),
+            (folder, folder, True),  # read-only, at the same path in containers
+        ]
+    finally:
+        await plugin.close()
+    # without MPS (advisory fractions) or outside the agent: no interposer
+    off = await plugin_for(store, tmp_path, {"mps-control": str(program), "enforce": "none"})
+    inspect = await plugin_for(store, tmp_path, {"mps-control": str(program)}, manage=False)
+    try:
+        for other in (off, inspect):
+            assert other.shim is None
+            assert "shim" not in other.status()
+            assert "LD_PRELOAD" not in other.kernel_resources(allocation(other, "0.25")).env
+    finally:
+        await off.close()
+        await inspect.close()
+
+
+async def test_without_a_compiler_kernels_run_without_the_interposer(
+    store: ConfigStore,
+    tmp_path: Path,
+    program: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    monkeypatch.setenv("CC", str(tmp_path / "no-such-cc"))
+    with caplog.at_level(logging.WARNING, logger="accelshare.accel.cuda.interposer"):
+        plugin = await plugin_for(
+            store, tmp_path, {"mps-control": str(program), "mps-dir": str(tmp_path / "mps")}
+        )
+    try:
+        assert plugin.enforcement == "mps"  # MPS still enforces the limits
+        status = plugin.status()
+        assert status["shim"].startswith("none (no C compiler: ")
+        assert status["shim_path"] == ""
+        assert "memory interposer was not built" in caplog.text
+        res = plugin.kernel_resources(allocation(plugin, "0.25"))
+        assert "LD_PRELOAD" not in res.env
+        assert "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT" in res.env
+        assert len(res.mounts) == 1
+    finally:
+        await plugin.close()
 
 
 async def test_without_mps_the_agent_warns_and_runs_advisory_fractions(

@@ -27,6 +27,7 @@ import pytest
 from accelshare.accel import PluginContext
 from accelshare.accel.cuda import CudaPlugin
 from accelshare.accel.cuda import create_plugin as create_cuda_plugin
+from accelshare.accel.cuda.interposer import find_compiler
 from accelshare.accel.cuda.mps import CONTROL_PROGRAM, find_control_program
 from accelshare.accel.types import KernelStatTarget
 from accelshare.config import ConfigStore
@@ -52,7 +53,7 @@ pytestmark = [
 GIB = 2**30
 BLOCK = 256 * 2**20
 
-# A kernel's process: "fill" allocates 256 MiB blocks until CUDA runs out of memory, says
+# A kernel's process: "info" says what CUDA reports (free and total memory, SMs); "fill" allocates 256 MiB blocks until CUDA runs out of memory, says
 # how far it got, then holds them until its stdin closes; "loop" multiplies matrices for
 # a while and says whether every result was right; "rate" measures bf16 matmul TFLOP/s.
 CHILD = r"""
@@ -61,7 +62,9 @@ mode, seconds = sys.argv[1], float(sys.argv[2])
 free, total = torch.cuda.mem_get_info()
 out = {"free": free, "total": total,
        "sms": torch.cuda.get_device_properties(0).multi_processor_count}
-if mode == "fill":
+if mode == "info":
+    print(json.dumps(out), flush=True)
+elif mode == "fill":
     blocks = []
     try:
         while len(blocks) < 4096:
@@ -166,7 +169,7 @@ async def test_a_quarter_share_gets_a_quarter_of_memory_and_sms(plugin: CudaPlug
     proc = await spawn(env, "fill")
     seen = await first_line(proc)
     try:
-        # What CUDA reports free is bounded by the share (total stays the physical GPU's).
+        # What CUDA reports free is bounded by the share (total: see the interposer's test).
         assert seen["free"] <= limit, seen
         assert seen["oom"], f"no out-of-memory error below the whole GPU: {seen}"
         assert limit - 2 * GIB <= seen["allocated"] <= limit, (seen, limit)
@@ -242,3 +245,52 @@ async def test_a_killed_daemon_is_restarted_and_serves_kernels_again(plugin: Cud
     await finish(proc)
     assert result["ok"], result
     assert subprocess.run(["nvidia-smi", "-L"], check=False, capture_output=True).returncode == 0
+
+
+SHIM_TESTS = Path(__file__).parent / "cuda_shim"
+
+
+@pytest.mark.skipif(find_compiler() is None, reason="no C compiler (cc / $CC)")
+async def test_the_interposer_reports_the_limit_as_total_memory(
+    plugin: CudaPlugin, tmp_path: Path
+) -> None:
+    """cudaMemGetInfo's total = the kernel's limit with the agent's interposer preloaded:
+    through the real driver's cuGetProcAddress (a C program, no PyTorch) and through
+    PyTorch's CUDA runtime; without it, the whole GPU."""
+    assert plugin.shim is not None
+    assert plugin.shim.path is not None, plugin.shim.reason
+    env = kernel_env(plugin, "0.25")
+    assert env["LD_PRELOAD"] == str(plugin.shim.path)
+    limit = int(env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"].split("=")[1].removesuffix("M")) * 2**20
+    compiler = find_compiler()
+    assert compiler is not None
+    program = tmp_path / "real_mem_info"
+    subprocess.run(
+        [*compiler, "-o", str(program), str(SHIM_TESTS / "real_mem_info.c"), "-ldl"], check=True
+    )
+
+    def driver(environ: dict[str, str]) -> dict[str, int]:
+        done = subprocess.run(
+            [str(program)], env=environ, capture_output=True, text=True, timeout=120, check=False
+        )
+        assert done.returncode == 0, (done.stdout, done.stderr)
+        return {k: int(v) for k, v in (f.split("=") for f in done.stdout.split())}
+
+    plain = driver({k: v for k, v in env.items() if k != "LD_PRELOAD"})
+    shimmed = driver(env)
+    assert plain["total"] > limit, plain  # the whole GPU, as before
+    assert shimmed["total"] == limit, (shimmed, limit)
+    assert shimmed["free"] <= limit, shimmed
+    proc = await spawn(env, "info")
+    seen = await first_line(proc)
+    await finish(proc)
+    assert seen["total"] == limit, (seen, limit)  # torch.cuda.mem_get_info
+    assert seen["free"] <= limit, seen
+    report(
+        "shim",
+        limit_mib=limit // 2**20,
+        driver_plain=plain,
+        driver_shim=shimmed,
+        torch_total_mib=seen["total"] // 2**20,
+        torch_free_mib=seen["free"] // 2**20,
+    )

@@ -11,10 +11,14 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from accelshare.accel import PluginContext, PluginEntry
 from accelshare.accel.cuda import LibcudaDriver, PynvmlLayer
 from accelshare.accel.cuda import create_plugin as create_cuda_plugin
 from accelshare.accel.cuda.fake import FakeGpu, FakeNvml
+from accelshare.accel.cuda.interposer import find_compiler
+from accelshare.agent.runtime.sandbox import SandboxConfig
 from accelshare.agent.service import AgentService
 from accelshare.config import open_config_store
 from accelshare.config.agent_file import load_agent_config
@@ -36,13 +40,20 @@ def cuda_entry() -> PluginEntry:
     return PluginEntry("cuda", "tests.fake_cuda:create_plugin", lambda: factory)
 
 
+@pytest.mark.parametrize("sandboxed", [False, True], ids=["plain", "sandboxed"])
 async def test_a_kernel_holding_shares_runs_with_its_mps_limits(
     agent_toml: Callable[..., Path],
     make_runtime: Callable[..., Any],
     scratch_root: Path,
     tmp_path: Path,
     eventually: Eventually,
+    sandboxed: bool,
+    sandbox_support: str | None,
 ) -> None:
+    """... in a bubblewrap sandbox too, which binds the MPS pipe folder and the memory
+    interposer's folder (read-only)."""
+    if sandboxed and sandbox_support is not None:
+        pytest.skip(sandbox_support)
     program = install_fake_mps_control(tmp_path / "bin")
     path = agent_toml(
         agent={"allowed-compute-plugins": ["cuda"]},
@@ -62,7 +73,7 @@ async def test_a_kernel_holding_shares_runs_with_its_mps_limits(
         config,
         store=store,
         secret=None,
-        runtime=make_runtime(),
+        runtime=make_runtime(sandbox=SandboxConfig()) if sandboxed else make_runtime(),
         plugin_entries=entries,
         report_to_manager=False,
     )
@@ -82,13 +93,17 @@ async def test_a_kernel_holding_shares_runs_with_its_mps_limits(
                 requested_slots={"cpu": "1", "mem": "1g", "cuda.shares": "0.25"},
                 startup_command=(
                     "nvidia-smi --query-gpu=uuid,memory.total --format=csv,noheader > smi.txt; "
-                    "env | grep '^CUDA_' | sort > env.txt"
+                    "env | grep '^CUDA_' | sort > env.txt; "
+                    # the memory interposer: preloaded, and readable where the kernel runs
+                    'if test -r "$LD_PRELOAD"; then echo "$LD_PRELOAD"; fi > preload.tmp; '
+                    "mv preload.tmp preload.txt"
                 ),
             )
         )
         assert report.status == "RUNNING", report
         env_file = scratch_root / "k-mps" / "work" / "env.txt"
-        await eventually(env_file.exists, what="the kernel wrote its environment")
+        preload_file = scratch_root / "k-mps" / "work" / "preload.txt"
+        await eventually(preload_file.exists, what="the kernel wrote its environment")
         seen = dict(line.split("=", 1) for line in env_file.read_text().splitlines())
         gpu = "GPU-00000000-0000-0000-0000-000000000000"
         assert seen["CUDA_VISIBLE_DEVICES"] == gpu
@@ -98,6 +113,16 @@ async def test_a_kernel_holding_shares_runs_with_its_mps_limits(
         # nvidia-smi in the session shows its share: 0.25 x 80 GiB
         smi_out = (scratch_root / "k-mps" / "work" / "smi.txt").read_text()
         assert smi_out == f"{gpu}, 20480 MiB\n"
+        preload = preload_file.read_text().strip()
+        if find_compiler() is not None:
+            assert status["shim"].startswith("ready")
+            assert preload == status["shim_path"]
+            assert Path(preload).parent == scratch_root / ".mps" / "shim"
+            kernel_log = scratch_root / "k-mps" / "logs" / "kernel.log"
+            assert "preloaded" not in kernel_log.read_text()  # no ld.so complaint
+        else:
+            assert status["shim"].startswith("none (no C compiler")
+            assert preload == ""
 
         os.kill(pid, signal.SIGKILL)  # the daemon dies: the agent starts it again
         await eventually(

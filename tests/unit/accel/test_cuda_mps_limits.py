@@ -4,12 +4,15 @@ from __future__ import annotations
 
 from decimal import Decimal
 from pathlib import Path
+from typing import cast
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from accelshare.accel import ComputePlugin, KernelResources, merge_kernel_env
 from accelshare.accel.accelerator import Held
+from accelshare.accel.cuda.interposer import ShimState, shim_file_name
 from accelshare.accel.cuda.mps import (
     MPS_MEM_ENV,
     MPS_PIPE_ENV,
@@ -23,6 +26,9 @@ from accelshare.accel.cuda.mps import (
 )
 from accelshare.accel.options import AcceleratorOptions
 from accelshare.accel.types import AllocationMode, Device
+from accelshare.agent.launch import build_kernel_spec
+from accelshare.common import SlotTypes
+from accelshare.protocol import CreateKernelRequest
 
 GIB = 2**30
 MIB = 2**20
@@ -151,3 +157,54 @@ def test_the_control_program_is_found_by_path_name_or_driver_folder(tmp_path: Pa
     found = find_control_program("nvidia-cuda-mps-control", search_dirs=[str(driver)], path="")
     assert found == driver / "nvidia-cuda-mps-control"
     assert find_control_program("nvidia-cuda-mps-control", search_dirs=[], path="") is None
+
+
+# -- the memory interposer's LD_PRELOAD ---------------------------------------------------
+
+
+def test_a_plugins_ld_preload_goes_before_the_requests_own() -> None:
+    env = {"LD_PRELOAD": "/opt/mine.so", "A": "1"}
+    merge_kernel_env(env, {"LD_PRELOAD": "/x/shim.so", "A": "2", "B": "3"})
+    assert env == {"LD_PRELOAD": "/x/shim.so:/opt/mine.so", "A": "2", "B": "3"}
+    empty = {"LD_PRELOAD": " "}
+    merge_kernel_env(empty, {"LD_PRELOAD": "/x/shim.so"})
+    assert empty == {"LD_PRELOAD": "/x/shim.so"}
+
+
+def test_the_kernel_spec_keeps_a_requested_ld_preload_after_the_shim() -> None:
+    class Stub:
+        def kernel_resources(self, allocation: object) -> KernelResources:
+            return KernelResources(env={"LD_PRELOAD": "/x/shim.so"})
+
+    request = CreateKernelRequest(
+        kernel_id="k1",
+        session_id="s1",
+        image="python",
+        requested_slots={"cuda.shares": "0.5"},
+        environ={"LD_PRELOAD": "/opt/mine.so"},
+    )
+    plugins = cast(dict[str, ComputePlugin], {"cuda": Stub()})
+    allocation = {"cuda": {"cuda.shares": {"GPU-a": Decimal("0.5")}}}
+    spec, _ = build_kernel_spec(
+        request,
+        {"cuda.shares": Decimal("0.5")},
+        allocation,
+        plugins,
+        {"cuda.shares": SlotTypes.COUNT},
+    )
+    assert spec.env["LD_PRELOAD"] == "/x/shim.so:/opt/mine.so"
+
+
+def test_the_interposer_state_for_agent_info() -> None:
+    ready = ShimState(path=Path("/s/.mps/shim/libaccelshare-cuda-shim-0123.so"))
+    assert ready.status() == {
+        "shim": "ready (cudaMemGetInfo's total = the kernel's memory limit)",
+        "shim_path": "/s/.mps/shim/libaccelshare-cuda-shim-0123.so",
+    }
+    missing = ShimState(reason="no C compiler: 'cc' was not found")
+    assert missing.status()["shim"] == (
+        "none (no C compiler: 'cc' was not found): cudaMemGetInfo's total stays the whole GPU's"
+    )
+    assert shim_file_name(b"a").startswith("libaccelshare-cuda-shim-")
+    assert shim_file_name(b"a") != shim_file_name(b"b")
+    assert shim_file_name(b"a").endswith(".so")

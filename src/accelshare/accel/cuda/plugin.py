@@ -24,7 +24,9 @@ per-device memory/processor limits in fractional mode.
 Fractional shares are enforced through NVIDIA MPS (:mod:`.mps`) when the agent's
 ``[cuda] enforce = "mps"`` (the default) and the agent could start its MPS control
 daemon: such a kernel also gets the ``CUDA_MPS_*`` variables with its limits, the
-daemon's pipe directory mounted and the host's IPC namespace (docker).  Without MPS
+daemon's pipe directory mounted and the host's IPC namespace (docker), and the memory
+interposer (:mod:`.interposer`) as ``LD_PRELOAD`` when the agent could build it, so that
+``cudaMemGetInfo`` reports its limit as the total memory.  Without MPS
 (``enforce = "none"``, or the daemon missing with ``mps-missing = "warn"``) the limits
 are advisory, and the agent says so at start and in ``agent info``.  A kernel holding
 shares also gets the session ``nvidia-smi`` (:mod:`accelshare.accel.session_smi`) that
@@ -81,6 +83,7 @@ from ..types import (
     SlotMetadata,
 )
 from .driver import CudaDriver, CudaDriverError, LibcudaDriver
+from .interposer import PRELOAD_ENV, ShimState, prepare_shim
 from .mps import (
     MpsDaemon,
     MpsUnavailable,
@@ -288,6 +291,8 @@ class CudaPlugin:
         self._nvml = nvml
         self.options = options
         self.mps = mps
+        # The memory interposer kernels holding shares preload (None: not tried).
+        self.shim: ShimState | None = None
         # Each stats tick is also written here for the sessions' nvidia-smi (None: not).
         self.stats_file = stats_file
         self.python = python
@@ -338,6 +343,10 @@ class CudaPlugin:
         extra = {**self._inventory.extra_info, "fraction_enforcement": enforcement}
         self._inventory = dataclasses.replace(self._inventory, extra_info=extra)
 
+    def set_shim(self, shim: ShimState) -> None:
+        """Record the memory interposer (built or not) that kernels holding shares get."""
+        self.shim = shim
+
     def kernel_resources(self, allocation: KernelAllocation) -> KernelResources:
         held = held_devices(self._inventory, allocation)
         if not held:
@@ -353,6 +362,12 @@ class CudaPlugin:
             env.update(mps_env)
             pipe = str(self.mps.pipe_dir) if self.mps is not None else ""
             mounts = (Mount(pipe, pipe, read_only=False),)
+            if self.shim is not None and self.shim.path is not None:
+                # cudaMemGetInfo's total = the limit; the folder at the same path inside
+                # containers and sandboxes (read-only).
+                env[PRELOAD_ENV] = str(self.shim.path)
+                folder = str(self.shim.path.parent)
+                mounts += (Mount(folder, folder, read_only=True),)
         attached = attached_devices(held, options=self.options)
         files: tuple[ConfigFile, ...] = ()
         if any(h.is_shares for h in held):
@@ -387,6 +402,8 @@ class CudaPlugin:
             daemon = self.mps.status()
             status.update({f"mps_{k}": v for k, v in daemon.items()})
             status["mps"] = describe_status(daemon)
+        if self.shim is not None:
+            status.update(self.shim.status())
         return status
 
     def _samples(self) -> dict[str, DeviceSample]:
@@ -549,6 +566,8 @@ async def _enforce_shares(plugin: CudaPlugin, ctx: PluginContext) -> None:
         else:
             daemon.supervise()
             plugin.set_enforcement("mps", daemon)
+            shim_dir = ctx.agent_config.mps_dir_path() / "shim"
+            plugin.set_shim(await asyncio.to_thread(prepare_shim, shim_dir))
             return
     if settings.mps_missing == "refuse":
         source = str(ctx.agent_config.source_path or "agent.toml")

@@ -282,14 +282,15 @@ def info_command(
 
 
 def _plugin_status_rows(plugins: Mapping[str, Any]) -> list[tuple[str, str]]:
-    """``cuda enforcement: mps`` / ``cuda mps: running (pid 1234, 0 restarts)``: what the
-    plugins report about themselves (fraction enforcement, their daemons)."""
+    """``cuda enforcement: mps`` / ``cuda mps: running (pid 1234, 0 restarts)`` /
+    ``cuda shim: ready (...)``: what the plugins report about themselves (fraction
+    enforcement, their daemons, the memory interposer)."""
     rows: list[tuple[str, str]] = []
     for key, summary in plugins.items():
         status = summary.get("status") if isinstance(summary, Mapping) else None
         if not isinstance(status, Mapping):
             continue
-        for name in ("enforcement", "mps"):
+        for name in ("enforcement", "mps", "shim"):
             if status.get(name):
                 rows.append((f"{key} {name}", str(status[name])))
     return rows
