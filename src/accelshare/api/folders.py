@@ -46,7 +46,7 @@ from typing import Any
 from fastapi import APIRouter, Request
 
 from accelshare.manager.enums import VFolderOwnershipType, VFolderPermission, VFolderUsageMode
-from accelshare.manager.services.folders import NewFolder
+from accelshare.manager.services.folders.crud import NewFolder
 
 from .auth import CurrentIdentity
 from .compat import NotSupported

@@ -20,11 +20,11 @@ Backend.AI's field names and shapes; slot maps are JSON *strings* (its ``JSONStr
 * ``images(runtime, is_operation)``, ``image(reference)`` — the image catalogue (any
   user; docs/images.md);
 * Backend.AI's admin surface (users, keypairs, domains, groups, scaling groups, keypair
-  resource policies, their mutations): :mod:`.admin_gql`;
+  resource policies, image aliases, their mutations, and the admin mutations accelshare
+  refuses with a readable error: registry rescans, scaling-group associations, quota
+  scopes): :mod:`.gql_admin`;
 * ``storage_volume(id)``, ``storage_volume_list(limit, offset)`` — superadmin; the
-  volumes of the storage proxies: :mod:`.storage_gql`;
-* image aliases and the admin mutations accelshare refuses with a readable error
-  (registry rescans, scaling-group associations, quota scopes): :mod:`.admin_more_gql`.
+  volumes of the storage proxies: :mod:`.storage_gql`.
 
 Mutations (Backend.AI's):
 
@@ -66,8 +66,6 @@ from accelshare.manager.querylang.compile_py import predicate, sort_items
 from accelshare.manager.runtime import Manager, StatsUnavailable
 from accelshare.sched.lifecycle import SessionStatus
 
-from .admin_gql import AdminMutation, AdminQuery, check_page
-from .admin_more_gql import AdminMoreMutation, AdminMoreQuery
 from .auth import Identity, current_identity
 from .compat_gql import (
     ContainerNode,
@@ -83,6 +81,8 @@ from .compat_gql import (
     user_email,
 )
 from .deps import get_manager
+from .gql_admin import AdminMutation, AdminQuery
+from .gql_admin.common import check_page
 from .gql_limits import GraphQLLimits, LimitExceeded, check_document
 from .problems import QueryTooComplex
 from .storage_gql import StorageQuery
@@ -502,7 +502,7 @@ class ImageNode:
 
 
 @strawberry.type
-class Query(AdminQuery, AdminMoreQuery, StorageQuery):
+class Query(AdminQuery, StorageQuery):
     @strawberry.field
     async def images(
         self,
@@ -719,7 +719,7 @@ def session_ref_of(global_id: str) -> str:
 
 
 @strawberry.type
-class Mutation(AdminMutation, AdminMoreMutation):
+class Mutation(AdminMutation):
     @strawberry.mutation
     async def modify_compute_session(
         self, info: Info, input: ModifyComputeSessionInput

@@ -28,7 +28,7 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Query, Request, Response
 from fastapi.responses import StreamingResponse
 
-from accelshare.manager.services.folders import parse_mount_specs
+from accelshare.manager.services.folders.names import parse_mount_specs
 
 from . import compat
 from .auth import CurrentIdentity

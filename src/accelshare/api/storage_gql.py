@@ -23,6 +23,7 @@ from accelshare.manager.runtime import Manager
 from accelshare.manager.storage_client import StorageVolume
 
 from .auth import Identity
+from .gql_admin.common import check_page
 
 __all__ = ["StorageQuery", "StorageVolumeList", "StorageVolumeNode"]
 
@@ -84,8 +85,6 @@ class StorageQuery:
         filter: str | None = None,
         order: str | None = None,
     ) -> StorageVolumeList:
-        from .admin_gql import check_page
-
         manager = _superadmin(info)
         check_page("storage_volume_list", limit, offset)
         for name, value in (("filter", filter), ("order", order)):

@@ -7,14 +7,34 @@ import doctest
 
 import pytest
 
-from accelshare.api import admin_gql, gql
-from accelshare.api.admin_gql import _not_kept, _user_status
+from accelshare.api import gql, gql_admin
 from accelshare.api.gql import image_registry, is_operation_image, live_stat
+from accelshare.api.gql_admin import (
+    common,
+    domains,
+    images,
+    quota_scopes,
+    resource_policies,
+    scaling_groups,
+    users,
+)
+from accelshare.api.gql_admin.common import not_kept
+from accelshare.api.gql_admin.users import _user_status
 from accelshare.manager.enums import UserStatus
 
 
 def test_doctests() -> None:
-    for module in (gql, admin_gql):
+    for module in (
+        gql,
+        gql_admin,
+        common,
+        domains,
+        images,
+        quota_scopes,
+        resource_policies,
+        scaling_groups,
+        users,
+    ):
         assert doctest.testmod(module).failed == 0
 
 
@@ -63,10 +83,10 @@ def test_operation_images_by_label() -> None:
 
 
 def test_settings_not_kept_are_refused_with_the_field_and_value() -> None:
-    _not_kept("totp_activated", None, False)
-    _not_kept("totp_activated", False, False)
+    not_kept("totp_activated", None, False)
+    not_kept("totp_activated", False, False)
     with pytest.raises(ValueError, match=r"totp_activated: .*does not keep.*received True"):
-        _not_kept("totp_activated", True, False)
+        not_kept("totp_activated", True, False)
 
 
 def test_user_status_filter() -> None:

@@ -9,7 +9,11 @@ import httpx
 import pytest
 
 from accelshare.manager.errors import InvalidRequest, ManagerError, Unavailable
-from accelshare.manager.services.folders import MountRequest, check_folder_name, parse_mount_specs
+from accelshare.manager.services.folders.names import (
+    MountRequest,
+    check_folder_name,
+    parse_mount_specs,
+)
 from accelshare.manager.storage_client import ProxyAddress, StorageError, StorageProxy, split_host
 from accelshare.protocol.storage import FolderRef, StorageErrorType
 

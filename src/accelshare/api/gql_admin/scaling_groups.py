@@ -1,0 +1,246 @@
+"""Scaling groups in Backend.AI's admin GraphQL.
+
+``scaling_group(name)``, ``scaling_groups(name, is_active)`` (admins);
+``create_scaling_group`` / ``modify_scaling_group`` / ``delete_scaling_group``
+(superadmin).
+
+Refused, with an error that says what to use instead (docs/compatibility.md):
+``associate_scaling_group_with_{domain,user_group,keypair}`` and their
+``disassociate_*`` / ``disassociate_all_*``: accelshare's scaling groups are not tied to
+domains, groups or keypairs (a session names its scaling group).
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+import strawberry
+from strawberry.types import Info
+
+from accelshare.manager.services.admin import ScalingGroupChanges
+
+from .common import (
+    Done,
+    context,
+    done,
+    json_input,
+    json_text,
+    not_kept,
+    refuse,
+    require_admin,
+    require_superadmin,
+    superadmin_manager,
+)
+
+__all__ = ["ScalingGroupAssociationMutation", "ScalingGroupMutation", "ScalingGroupQuery"]
+
+_SGROUP_ASSOCIATION = (
+    "scaling-group association",
+    "accelshare's scaling groups are not tied to domains, groups or keypairs: every"
+    " active scaling group is open to every user, and a session names its own"
+    " (`--scaling-group`); restrict who may use what with keypair resource policies",
+)
+
+
+@strawberry.type(name="ScalingGroup")
+class ScalingGroupNode:
+    name: str
+    description: str
+    is_active: bool
+    is_public: bool
+    created_at: str | None
+    scheduler: str
+    scheduler_opts: str
+    default_session_slots: str
+    driver: str | None = None
+    driver_opts: str | None = None
+    use_host_network: bool | None = None
+    wsproxy_addr: str | None = None
+    wsproxy_api_token: str | None = None
+
+    @classmethod
+    def from_json(cls, s: dict[str, Any]) -> ScalingGroupNode:
+        return cls(
+            name=s["name"],
+            description=s["description"],
+            is_active=s["is_active"],
+            is_public=s["is_public"],
+            created_at=s["created_at"],
+            scheduler=s["scheduler"],
+            scheduler_opts=json_text(s["scheduler_opts"]),
+            default_session_slots=json_text(s["default_session_slots"]),
+        )
+
+
+@strawberry.type
+class CreateScalingGroup:
+    ok: bool
+    msg: str
+    scaling_group: ScalingGroupNode | None
+
+
+@strawberry.input(name="CreateScalingGroupInput")
+class CreateScalingGroupInput:
+    description: str | None = None
+    is_active: bool | None = None
+    is_public: bool | None = None
+    wsproxy_addr: str | None = None
+    wsproxy_api_token: str | None = None
+    driver: str | None = None
+    driver_opts: str | None = None
+    scheduler: str | None = None
+    scheduler_opts: str | None = None
+    use_host_network: bool | None = None
+
+
+@strawberry.input(name="ModifyScalingGroupInput")
+class ModifyScalingGroupInput:
+    description: str | None = None
+    is_active: bool | None = None
+    is_public: bool | None = None
+    wsproxy_addr: str | None = None
+    wsproxy_api_token: str | None = None
+    driver: str | None = None
+    driver_opts: str | None = None
+    scheduler: str | None = None
+    scheduler_opts: str | None = None
+    use_host_network: bool | None = None
+
+
+@strawberry.type(name="ScalingGroupAssociation")
+class ScalingGroupAssociation:
+    ok: bool
+    msg: str
+
+
+def _sgroup_changes(
+    props: CreateScalingGroupInput | ModifyScalingGroupInput, name: str | None
+) -> ScalingGroupChanges:
+    not_kept("driver", props.driver, "static")
+    not_kept("driver_opts", json_input(props.driver_opts, "driver_opts"), {})
+    not_kept("wsproxy_addr", props.wsproxy_addr, "")
+    not_kept("wsproxy_api_token", props.wsproxy_api_token, "")
+    not_kept("use_host_network", props.use_host_network, False)
+    return ScalingGroupChanges(
+        name=name,
+        description=props.description,
+        is_active=props.is_active,
+        is_public=props.is_public,
+        scheduler=props.scheduler,
+        scheduler_opts=json_input(props.scheduler_opts, "scheduler_opts"),
+    )
+
+
+@strawberry.type
+class ScalingGroupQuery:
+    @strawberry.field
+    async def scaling_group(self, info: Info, name: str | None = None) -> ScalingGroupNode | None:
+        manager, identity = context(info)
+        require_admin(identity)
+        for sg in await manager.admin.list_sgroups():
+            if sg["name"] == name:
+                return ScalingGroupNode.from_json(sg)
+        return None
+
+    @strawberry.field
+    async def scaling_groups(
+        self, info: Info, name: str | None = None, is_active: bool | None = None
+    ) -> list[ScalingGroupNode]:
+        manager, identity = context(info)
+        require_admin(identity)
+        return [
+            ScalingGroupNode.from_json(sg)
+            for sg in await manager.admin.list_sgroups()
+            if (name is None or sg["name"] == name)
+            and (is_active is None or sg["is_active"] == is_active)
+        ]
+
+
+@strawberry.type
+class ScalingGroupMutation:
+    @strawberry.mutation
+    async def create_scaling_group(
+        self, info: Info, name: str, props: CreateScalingGroupInput
+    ) -> CreateScalingGroup:
+        manager, identity = context(info)
+        require_superadmin(identity)
+        made = await manager.admin.create_sgroup(_sgroup_changes(props, name))
+        return CreateScalingGroup(
+            ok=True, msg="created", scaling_group=ScalingGroupNode.from_json(made)
+        )
+
+    @strawberry.mutation
+    async def modify_scaling_group(
+        self, info: Info, name: str, props: ModifyScalingGroupInput
+    ) -> Done:
+        manager, identity = context(info)
+        require_superadmin(identity)
+        await manager.admin.patch_sgroup(name, _sgroup_changes(props, None))
+        return done(f"modify_scaling_group {name}")
+
+    @strawberry.mutation
+    async def delete_scaling_group(self, info: Info, name: str) -> Done:
+        manager, identity = context(info)
+        require_superadmin(identity)
+        await manager.admin.delete_sgroup(name)
+        return done(f"delete_scaling_group {name}")
+
+
+@strawberry.type
+class ScalingGroupAssociationMutation:
+    @strawberry.mutation
+    async def associate_scaling_group_with_domain(
+        self, info: Info, scaling_group: str, domain: str
+    ) -> ScalingGroupAssociation:
+        superadmin_manager(info)
+        raise refuse(*_SGROUP_ASSOCIATION)
+
+    @strawberry.mutation
+    async def disassociate_scaling_group_with_domain(
+        self, info: Info, scaling_group: str, domain: str
+    ) -> ScalingGroupAssociation:
+        superadmin_manager(info)
+        raise refuse(*_SGROUP_ASSOCIATION)
+
+    @strawberry.mutation
+    async def disassociate_all_scaling_groups_with_domain(
+        self, info: Info, domain: str
+    ) -> ScalingGroupAssociation:
+        superadmin_manager(info)
+        raise refuse(*_SGROUP_ASSOCIATION)
+
+    @strawberry.mutation
+    async def associate_scaling_group_with_user_group(
+        self, info: Info, scaling_group: str, user_group: uuid.UUID
+    ) -> ScalingGroupAssociation:
+        superadmin_manager(info)
+        raise refuse(*_SGROUP_ASSOCIATION)
+
+    @strawberry.mutation
+    async def disassociate_scaling_group_with_user_group(
+        self, info: Info, scaling_group: str, user_group: str
+    ) -> ScalingGroupAssociation:
+        superadmin_manager(info)
+        raise refuse(*_SGROUP_ASSOCIATION)
+
+    @strawberry.mutation
+    async def disassociate_all_scaling_groups_with_group(
+        self, info: Info, user_group: uuid.UUID
+    ) -> ScalingGroupAssociation:
+        superadmin_manager(info)
+        raise refuse(*_SGROUP_ASSOCIATION)
+
+    @strawberry.mutation
+    async def associate_scaling_group_with_keypair(
+        self, info: Info, scaling_group: str, access_key: str
+    ) -> ScalingGroupAssociation:
+        superadmin_manager(info)
+        raise refuse(*_SGROUP_ASSOCIATION)
+
+    @strawberry.mutation
+    async def disassociate_scaling_group_with_keypair(
+        self, info: Info, scaling_group: str, access_key: str
+    ) -> ScalingGroupAssociation:
+        superadmin_manager(info)
+        raise refuse(*_SGROUP_ASSOCIATION)
