@@ -38,15 +38,20 @@ UPDATE of the kernels' reported columns, and :func:`change_status_many`: one
 multi-row INSERT of the history rows, one executemany UPDATE of the sessions, one of
 their kernels).  A kernel reported EXITED already (its session ends and releases its
 resources) is recorded through the ORM path of :func:`change_status` instead.  So a
-pass that placed 8,850 sessions on 1,000 agents costs a few dozen transactions, not
-thousands, while the RPCs of up to :data:`MAX_CONCURRENT_AGENTS` batches are in flight
-at once.  Should a grouped transaction fail, each batch is bound again session by
+pass that placed thousands of sessions on a thousand agents costs a few dozen
+transactions, not thousands, while the RPCs of up to :data:`MAX_CONCURRENT_AGENTS`
+batches are in flight at once.  Should a grouped transaction fail, each batch is bound again session by
 session (a transaction each), so one bad row cannot hold the others back.
 
 A session destroyed while its bind was in flight gets its kernel destroyed right
 after.  Binding is also how a restarted manager resumes: sessions it finds between
 SCHEDULED and CREATING are bound again (the agent answers an existing kernel_id with
 its current report).
+
+The parts: :mod:`.binder` (the :class:`Binder`, its batches and steps),
+:mod:`.requests` (the create request a kernel's bind sends, and the allocation its
+answer records), :mod:`.rows` (what a grouped step reads and writes) and
+:mod:`.group_commit` (one step's call for many concurrent callers).
 """
 
 from .binder import BIND_BATCH, BINDABLE, MAX_CONCURRENT_AGENTS, Binder
