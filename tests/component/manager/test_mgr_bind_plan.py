@@ -128,7 +128,7 @@ async def test_binds_to_one_agent_run_concurrently(
     cluster: Cluster, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     agent = await cluster.add_agent("i-node01", cpus=64, mem_bytes=256 * 2**30)
-    monkeypatch.setattr("accelshare.manager.scheduler.binding.BIND_BATCH", 2)
+    monkeypatch.setattr("accelshare.manager.scheduler.binding.binder.BIND_BATCH", 2)
     in_flight = 0
     most = 0
     create = agent._create_report

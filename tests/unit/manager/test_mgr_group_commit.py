@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from accelshare.manager.scheduler.binding import _GroupCommit
+from accelshare.manager.scheduler.binding.group_commit import GroupCommit
 
 
 async def test_callers_arriving_during_a_step_share_the_next_one() -> None:
@@ -19,7 +19,7 @@ async def test_callers_arriving_during_a_step_share_the_next_one() -> None:
             await gate.wait()
         return [r * 10 for r in requests]
 
-    group: _GroupCommit[int, int] = _GroupCommit(step)
+    group: GroupCommit[int, int] = GroupCommit(step)
     first = asyncio.create_task(group([1]))
     await asyncio.sleep(0)
     await asyncio.sleep(0)
@@ -39,7 +39,7 @@ async def test_a_step_is_limited_in_size() -> None:
         await asyncio.sleep(0)
         return requests
 
-    group: _GroupCommit[int, int] = _GroupCommit(step, limit=3)
+    group: GroupCommit[int, int] = GroupCommit(step, limit=3)
     results = await asyncio.gather(group([1, 2]), group([3]), group([4, 5]), group([6, 7, 8, 9]))
     assert results == [[1, 2], [3], [4, 5], [6, 7, 8, 9]]
     # an over-limit request goes alone; the others are packed up to the limit
@@ -53,7 +53,7 @@ async def test_a_failed_step_fails_its_callers_only() -> None:
             raise RuntimeError("boom")
         return requests
 
-    group: _GroupCommit[int, int] = _GroupCommit(step)
+    group: GroupCommit[int, int] = GroupCommit(step)
     failing = asyncio.create_task(group([0]))
     await asyncio.sleep(0)
     ok = asyncio.create_task(group([1]))  # queued behind the failing step

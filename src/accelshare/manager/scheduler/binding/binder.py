@@ -1,52 +1,9 @@
-"""Binding: create each SCHEDULED session's kernel on its agent, outside the scheduling lock.
+"""The :class:`Binder`: binds SCHEDULED sessions' kernels on their agents, in batches.
 
-The create request carries the plan: the per-device placement the pass chose (the
-kernel row's ``device_allocs``) with the requested slots as exact decimals, and the
-agent takes exactly that placement after checking it against its maps (an agent that
-ignores the field, an older one, places the request itself; its answer is recorded).
-So the order in which creates reach an agent does not matter: binds run concurrently,
-to one agent as to many.  Every RPC goes to the agent's *current* address
-(``agents.address``, updated by each heartbeat), read when the RPC is made, so a bind
-resumed after an agent moved reaches it.  Per session::
-
-    SCHEDULED -> PREPARING            (before the RPC; PULLING instead when the agent is
-                                       a docker agent whose engine lacks the image:
-                                       the create RPC pulls it first, docs/images.md)
-    POST <agent>/v1/kernels/batch     (the batch's CreateKernelRequests, one KernelReport
-                                       each; idempotent by kernel_id.  An agent without
-                                       the route answers 404/405: POST <agent>/v1/kernels
-                                       per kernel from then on)
-      conflict (the plan no longer    -> PENDING, its kernel row deleted and the agent's
-      fits the agent's maps)             occupancy recomputed: a later pass plans it again
-                                         (the agent heartbeats at once with its maps)
-      refused / unreachable / FAILED  -> CANCELLED with the reason, resources released
-      accepted                        -> PREPARED -> CREATING (the agent's per-device
-                                         allocation recorded: the plan, or what an older
-                                         agent chose)
-      report RUNNING (or the agent's "started" event, whichever comes first) -> RUNNING
-
-Binds go in batches of up to :data:`BIND_BATCH` sessions of one agent, each batch a
-task of its own (several batches of one agent run at once): one step moves the whole
-batch to PREPARING, one batched create RPC follows (the agent creates the kernels
-concurrently), and one step records every accepted kernel (per session the
-transitions are exactly the ones above).  The two database
-steps are *group-committed across agents*: the batches of every agent that reach a
-step while the previous transaction of that step runs are handled together in the
-next one, with multi-row Core statements, no ORM objects (one ``SELECT ... FOR
-UPDATE`` of the sessions, one of their kernels, one of the agents; one executemany
-UPDATE of the kernels' reported columns, and :func:`change_status_many`: one
-multi-row INSERT of the history rows, one executemany UPDATE of the sessions, one of
-their kernels).  A kernel reported EXITED already (its session ends and releases its
-resources) is recorded through the ORM path of :func:`change_status` instead.  So a
-pass that placed 8,850 sessions on 1,000 agents costs a few dozen transactions, not
-thousands, while the RPCs of up to :data:`MAX_CONCURRENT_AGENTS` batches are in flight
-at once.  Should a grouped transaction fail, each batch is bound again session by
-session (a transaction each), so one bad row cannot hold the others back.
-
-A session destroyed while its bind was in flight gets its kernel destroyed right
-after.  Binding is also how a restarted manager resumes: sessions it finds between
-SCHEDULED and CREATING are bound again (the agent answers an existing kernel_id with
-its current report).
+The batches' two database steps (prepare, accept) are group-committed across agents
+(:class:`~.group_commit.GroupCommit`, rows read by :func:`~.rows.load_many`); a failed
+grouped transaction falls back to binding each session in a transaction of its own
+(see the package's docstring for the states a session goes through).
 """
 
 from __future__ import annotations
@@ -55,28 +12,23 @@ import asyncio
 import functools
 import logging
 import uuid
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from collections.abc import Callable
 from datetime import datetime
-from decimal import Decimal
-from typing import Any, Generic, TypeVar, cast
+from typing import Any
 
-import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from accelshare.aio import cancel_and_wait
-from accelshare.common import canonical_decimal
-from accelshare.protocol import CreateKernelRequest, KernelMount, KernelReport, KernelStatus
+from accelshare.protocol import CreateKernelRequest, KernelReport, KernelStatus
 from accelshare.sched.lifecycle import SessionResult, SessionStatus, can_transition
-from accelshare.sched.model import SessionType
 
-from ..agent_client import AgentClient, AgentRPCError
-from ..clock import Clock
-from ..db import Database
-from ..hub import ChangeHub
-from ..metrics import ManagerMetrics
-from ..models import Agent, Kernel, Session
-from ..transitions import (
+from ...agent_client import AgentClient, AgentRPCError
+from ...clock import Clock
+from ...db import Database
+from ...hub import ChangeHub
+from ...metrics import ManagerMetrics
+from ...models import Agent
+from ...transitions import (
     Step,
     change_status,
     change_status_many,
@@ -85,22 +37,18 @@ from ..transitions import (
     session_kernels,
     walk_forward,
 )
-from .apply import BindJob
+from ..apply import BindJob
+from .group_commit import GroupCommit
+from .requests import allocations_json, kernel_request, pulls
+from .rows import KERNEL_REPORT_UPDATE, kernel_columns, load_many
 
-__all__ = [
-    "BINDABLE",
-    "BIND_BATCH",
-    "MAX_CONCURRENT_AGENTS",
-    "Binder",
-    "allocations_json",
-    "kernel_request",
-]
+__all__ = ["BINDABLE", "BIND_BATCH", "MAX_CONCURRENT_AGENTS", "Binder"]
 
 log = logging.getLogger(__name__)
 
 BIND_BATCH = 64
 MAX_CONCURRENT_AGENTS = 128  # batches in flight (docs/performance.md)
-_GROUP_LIMIT = 1024  # sessions per group-committed transaction
+
 
 BINDABLE = frozenset(
     {
@@ -113,230 +61,7 @@ BINDABLE = frozenset(
 )
 
 
-_SESSIONS = cast(sa.Table, Session.__table__)
-_KERNELS = cast(sa.Table, Kernel.__table__)
-_AGENTS = cast(sa.Table, Agent.__table__)
-
-
-def kernel_request(job: BindJob, row: Session | sa.Row[Any]) -> CreateKernelRequest:
-    """The agent's create request for ``row``'s kernel.
-
-    The request carries ``job``'s plan (the per-device placement of the pass) when
-    it places every requested slot; a plan the pass made for part of the slots only
-    (an agent that reports no devices for some) is left out and the agent places the
-    request itself.
-
-    A batch session's ``startupCommand`` goes as ``startup_command``, whole: the agent's
-    runtime runs it with ``/bin/sh -c`` in the kernel, as Backend.AI does (in its working
-    folder, with its environment; the environment's interpreter first on PATH).  The
-    manager adds no interpreter of its own.  An interactive session's startup command
-    is only recorded, as the ``startup_command`` label.
-    """
-    opts = row.resource_opts or {}
-    startup: str | None = None
-    labels = {"session_name": row.name, "session_type": row.session_type.value}
-    if row.startup_command:
-        if row.session_type is SessionType.BATCH:
-            startup = row.startup_command
-        else:
-            labels["startup_command"] = row.startup_command
-    requested = row.requested_slots.nonzero().to_json()  # exact decimals, never "2g"
-    return CreateKernelRequest(
-        kernel_id=str(job.kernel_id),
-        session_id=str(row.id),
-        image=row.image,
-        requested_slots=requested,
-        planned_allocations=_plan_of(job, requested),
-        startup_command=startup,
-        environ=dict(row.environ or {}),
-        allow_fractional_resource_fragmentation=bool(
-            opts.get("allow_fractional_resource_fragmentation", True)
-        ),
-        owner_access_key=row.access_key,
-        labels=labels,
-        mounts=[KernelMount.model_validate(m) for m in row.vfolder_mounts or ()],
-    )
-
-
-def _plan_of(job: BindJob, requested: dict[str, str]) -> dict[str, dict[str, str]] | None:
-    """The plan to send: ``job.plan`` when it places every requested slot, else None."""
-    plan = job.plan
-    if not plan or any(slot not in plan for slot in requested):
-        return None
-    return {slot: dict(per_device) for slot, per_device in plan.items()}
-
-
-_KERNEL_REPORT_UPDATE = (
-    sa.update(_KERNELS)
-    .where(_KERNELS.c.id == sa.bindparam("b_id"))
-    .values(
-        device_allocs=sa.bindparam("b_allocs", type_=_KERNELS.c.device_allocs.type),
-        container_id=sa.bindparam("b_container"),
-        service_ports=sa.bindparam("b_ports", type_=_KERNELS.c.service_ports.type),
-    )
-)
-
-
-def _kernel_columns(kernel: sa.Row[Any], report: KernelReport) -> dict[str, Any]:
-    """``_KERNEL_REPORT_UPDATE``'s parameters: what the report says about the kernel
-    (its allocation, container id and service ports), else what the row has."""
-    return {
-        "b_id": kernel.id,
-        "b_allocs": allocations_json(report) if report.allocations else kernel.device_allocs,
-        "b_container": report.container_id or kernel.container_id,
-        "b_ports": (
-            [m.model_dump(mode="json") for m in report.service_ports]
-            if report.service_ports
-            else kernel.service_ports
-        ),
-    }
-
-
-def allocations_json(report: KernelReport) -> dict[str, dict[str, str]]:
-    return {
-        slot: {d: canonical_decimal(Decimal(v)) for d, v in per.items()}
-        for slot, per in report.allocations.items()
-    }
-
-
-def _pulls(agent: Agent | sa.Row[Any], image: str) -> bool:
-    """Whether creating a kernel of ``image`` on ``agent`` starts with a pull: a docker
-    agent whose last heartbeat did not list the image (its engine's repo tags)."""
-    return agent.runtime == "docker" and image not in (agent.images or ())
-
-
 _Prepared = tuple[CreateKernelRequest, str | None]
-_CHUNK = 500  # ids per IN list (SQLite and asyncpg bind-parameter limits)
-_SESSION_COLUMNS = [
-    _SESSIONS.c[name]
-    for name in (
-        "id",
-        "status",
-        "name",
-        "session_type",
-        "image",
-        "requested_slots",
-        "resource_opts",
-        "environ",
-        "startup_command",
-        "access_key",
-        "vfolder_mounts",
-    )
-]
-_KERNEL_COLUMNS = [
-    _KERNELS.c[name]
-    for name in ("id", "session_id", "device_allocs", "container_id", "service_ports")
-]
-_AGENT_COLUMNS = [_AGENTS.c[name] for name in ("id", "address", "runtime", "images")]
-# what the accept step reads: a session's status, an agent's address (the session's
-# JSON columns and the agent's image list are parsed only where a request is built)
-_SESSION_STATUS = [_SESSIONS.c.id, _SESSIONS.c.status]
-_AGENT_ADDRESS = [_AGENTS.c.id, _AGENTS.c.address]
-
-
-@dataclass(slots=True)
-class _Loaded:
-    """What a grouped step reads (Core rows, no ORM objects): the sessions (locked),
-    their kernels and their agents."""
-
-    rows: dict[uuid.UUID, sa.Row[Any]]
-    kernels: dict[uuid.UUID, list[sa.Row[Any]]]
-    agents: dict[str, sa.Row[Any]]
-
-
-async def _load_many(db: AsyncSession, jobs: list[BindJob], *, requests: bool = True) -> _Loaded:
-    """The jobs' sessions (locked, ``SELECT ... FOR UPDATE``, in id order so that two
-    transactions never lock in opposite orders) and their agents; ``requests``: all the
-    session columns a create request needs (the prepare step), else the sessions' status,
-    their kernels (what an accepted kernel's report may leave out) and the agents'
-    address (the accept step)."""
-    session_columns = _SESSION_COLUMNS if requests else _SESSION_STATUS
-    agent_columns = _AGENT_COLUMNS if requests else _AGENT_ADDRESS
-    ids = sorted({job.session_id for job in jobs})
-    loaded = _Loaded({}, {}, {})
-    for start in range(0, len(ids), _CHUNK):
-        chunk = ids[start : start + _CHUNK]
-        query = (
-            sa.select(*session_columns)
-            .where(_SESSIONS.c.id.in_(chunk))
-            .order_by(_SESSIONS.c.id)
-            .with_for_update()
-        )
-        loaded.rows.update((r.id, r) for r in await db.execute(query))
-        if requests:
-            continue
-        kernel_query = (
-            sa.select(*_KERNEL_COLUMNS)
-            .where(_KERNELS.c.session_id.in_(chunk))
-            .order_by(_KERNELS.c.session_id, _KERNELS.c.cluster_idx)
-        )
-        for kernel in await db.execute(kernel_query):
-            loaded.kernels.setdefault(kernel.session_id, []).append(kernel)
-    agent_ids = sorted({job.agent_id for job in jobs})
-    for start in range(0, len(agent_ids), _CHUNK):
-        agent_query = sa.select(*agent_columns).where(
-            _AGENTS.c.id.in_(agent_ids[start : start + _CHUNK])
-        )
-        loaded.agents.update((a.id, a) for a in await db.execute(agent_query))
-    return loaded
-
-
-_Req = TypeVar("_Req")
-_Res = TypeVar("_Res")
-
-
-class _GroupCommit(Generic[_Req, _Res]):
-    """Run ``step`` over the requests of many callers at once: what arrives while one
-    call of ``step`` runs is handled by the next (up to ``limit`` requests a call).
-    ``step`` returns one result per request, in order; its exception goes to all."""
-
-    def __init__(
-        self, step: Callable[[list[_Req]], Awaitable[list[_Res]]], limit: int = _GROUP_LIMIT
-    ) -> None:
-        self._step = step
-        self._limit = limit
-        self._queue: list[tuple[list[_Req], asyncio.Future[list[_Res]]]] = []
-        self._task: asyncio.Task[None] | None = None
-
-    async def __call__(self, requests: list[_Req]) -> list[_Res]:
-        future: asyncio.Future[list[_Res]] = asyncio.get_running_loop().create_future()
-        self._queue.append((requests, future))
-        if self._task is None or self._task.done():
-            self._task = asyncio.create_task(self._drain())
-        return await future
-
-    async def _drain(self) -> None:
-        while self._queue:
-            batch: list[tuple[list[_Req], asyncio.Future[list[_Res]]]] = []
-            size = 0
-            while self._queue and (not batch or size + len(self._queue[0][0]) <= self._limit):
-                item = self._queue.pop(0)
-                batch.append(item)
-                size += len(item[0])
-            batch = [(reqs, fut) for reqs, fut in batch if not fut.cancelled()]
-            if not batch:
-                continue
-            try:
-                results = await self._step([r for reqs, _ in batch for r in reqs])
-            except Exception as e:
-                for _, fut in batch:
-                    if not fut.done():
-                        fut.set_exception(e)
-                continue
-            except BaseException:
-                for _, fut in batch:
-                    fut.cancel()
-                raise
-            start = 0
-            for reqs, fut in batch:
-                if not fut.done():
-                    fut.set_result(results[start : start + len(reqs)])
-                start += len(reqs)
-
-    async def close(self) -> None:
-        if self._task is not None:
-            await cancel_and_wait([self._task])
-            self._task = None
 
 
 class Binder:
@@ -361,11 +86,11 @@ class Binder:
         self.idle = asyncio.Event()
         self.idle.set()
         self._agents = asyncio.Semaphore(MAX_CONCURRENT_AGENTS)
-        self._prepare_group: _GroupCommit[BindJob, _Prepared | None] = _GroupCommit(
+        self._prepare_group: GroupCommit[BindJob, _Prepared | None] = GroupCommit(
             self._prepare_step
         )
-        self._accept_group: _GroupCommit[tuple[BindJob, KernelReport], tuple[bool, str | None]] = (
-            _GroupCommit(self._accept_step)
+        self._accept_group: GroupCommit[tuple[BindJob, KernelReport], tuple[bool, str | None]] = (
+            GroupCommit(self._accept_step)
         )
         # agent addresses that answered POST /v1/kernels/batch with 404/405 (older agents)
         self._single_creates: set[str] = set()
@@ -448,7 +173,7 @@ class Binder:
         Core reads, then :func:`change_status_many` (multi-row statements)."""
         async with self.db.begin_queued_write() as db:
             now = self.clock()
-            loaded = await _load_many(db, jobs)
+            loaded = await load_many(db, jobs)
             status = {sid: row.status for sid, row in loaded.rows.items()}
             moves: list[tuple[uuid.UUID, list[Step]]] = []
             results: list[_Prepared | None] = []
@@ -459,7 +184,7 @@ class Binder:
                     continue
                 agent = loaded.agents.get(job.agent_id)
                 if status[row.id] is SessionStatus.SCHEDULED:
-                    if agent is not None and _pulls(agent, row.image):
+                    if agent is not None and pulls(agent, row.image):
                         to = SessionStatus.PULLING
                         reason = f"agent {job.agent_id} pulls image {row.image}"
                     else:
@@ -480,7 +205,7 @@ class Binder:
         resources are released) is recorded by :meth:`_accepted_in` after them."""
         async with self.db.begin_queued_write() as db:
             now = self.clock()
-            loaded = await _load_many(db, [job for job, _ in reports], requests=False)
+            loaded = await load_many(db, [job for job, _ in reports], requests=False)
             status = {sid: row.status for sid, row in loaded.rows.items()}
             moves: list[tuple[uuid.UUID, list[Step]]] = []
             kernel_params: list[dict[str, Any]] = []
@@ -503,7 +228,7 @@ class Binder:
                     continue
                 for kernel in loaded.kernels.get(row.id, []):
                     if kernel.id == job.kernel_id:
-                        kernel_params.append(_kernel_columns(kernel, report))
+                        kernel_params.append(kernel_columns(kernel, report))
                 steps = forward_steps(
                     current, SessionStatus.CREATING, f"kernel accepted by agent {job.agent_id}"
                 )
@@ -514,7 +239,7 @@ class Binder:
                     moves.append((row.id, steps))
                     status[row.id] = steps[-1][1]
             if kernel_params:
-                await db.execute(_KERNEL_REPORT_UPDATE, kernel_params)
+                await db.execute(KERNEL_REPORT_UPDATE, kernel_params)
             await change_status_many(db, moves, now=now)
             for i in exited:  # rare: the ORM path (it releases resources)
                 job, report = reports[i]
@@ -614,7 +339,7 @@ class Binder:
         kernels = await session_kernels(db, row.id)
         agent = await db.get(Agent, job.agent_id)
         if row.status is SessionStatus.SCHEDULED:
-            if agent is not None and _pulls(agent, row.image):
+            if agent is not None and pulls(agent, row.image):
                 to, reason = SessionStatus.PULLING, f"agent {job.agent_id} pulls image {row.image}"
             else:
                 to, reason = SessionStatus.PREPARING, f"creating the kernel on agent {job.agent_id}"
