@@ -68,7 +68,8 @@ async def test_kernels_are_forked_by_one_server(
     await asyncio.gather(*(runtime.destroy_kernel(i.kernel_id, grace_s=1) for i in infos))
     for info in infos:
         done = await runtime.wait_exit(info.kernel_id, timeout_s=10)
-        assert done.exit is not None and done.exit.reason is ExitReason.DESTROYED
+        assert done.exit is not None
+        assert done.exit.reason is ExitReason.DESTROYED
     # the supervisors, once their kernels ended, are reaped (the server wakes every
     # REAP_INTERVAL_S to do so even without another job)
     await eventually(lambda: psutil.Process(server).children() == [], timeout_s=5)
