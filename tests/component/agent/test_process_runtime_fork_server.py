@@ -57,14 +57,22 @@ async def test_kernels_are_forked_by_one_server(
         assert info.is_running
         assert info.cid is not None
         assert is_same_process(int(info.cid), None, kernel_id=info.kernel_id)
-        # the supervisor is detached: neither the agent's nor the server's child
+        # the server's child is the kernel's supervisor, in a session of its own: not
+        # the agent's child, and out of the agent's process group and signals
         supervisor = psutil.Process(int(info.cid)).parent()
-        assert supervisor.ppid() not in (os.getpid(), server)
+        assert supervisor.ppid() == server != os.getpid()
+        assert os.getsid(supervisor.pid) == supervisor.pid != os.getsid(0)
+        # the kernel: the supervisor's child, leading a process group of its own
+        assert os.getpgid(int(info.cid)) == int(info.cid)
     assert server_pid(runtime) == server  # the same server launched all seven
-    # each job's first child exits once the supervisor is forked and is reaped (the
-    # server wakes every REAP_INTERVAL_S to do so even without another job)
-    await eventually(lambda: psutil.Process(server).children() == [], timeout_s=5)
     await asyncio.gather(*(runtime.destroy_kernel(i.kernel_id, grace_s=1) for i in infos))
+    for info in infos:
+        done = await runtime.wait_exit(info.kernel_id, timeout_s=10)
+        assert done.exit is not None
+        assert done.exit.reason is ExitReason.DESTROYED
+    # the supervisors, once their kernels ended, are reaped (the server wakes every
+    # REAP_INTERVAL_S to do so even without another job)
+    await eventually(lambda: psutil.Process(server).children() == [], timeout_s=5)
     await runtime.close()
     assert not psutil.pid_exists(server) or psutil.Process(server).status() == "zombie"
 

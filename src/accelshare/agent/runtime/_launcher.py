@@ -7,7 +7,7 @@ on stdin (one line; EOF without one: exit quietly), moves its own output to the 
 
 1. forks and lets the first process exit at once, so the supervisor is not the
    agent's child: it survives the agent and is reaped by init, and the agent never
-   blocks on it;
+   blocks on it (a fork server's job is the supervisor itself: see below);
 2. ``setsid()``: its own session, away from the agent's terminal and signals;
 3. forks the kernel process, which ``setsid()``s (own session and process group, so
    the runtime can signal the whole group), writes its pid into every cgroup
@@ -32,10 +32,14 @@ on stdin (one line; EOF without one: exit quietly), moves its own output to the 
 Fork-server mode (``--fork-server CONTROL_FD``, :func:`serve`): one long-lived launcher
 per agent whose interpreter is up once; for each kernel the agent sends the launch
 file's path with the status pipe's write end attached (``SCM_RIGHTS``) over a
-``SOCK_SEQPACKET`` socket, and the server forks a child that goes on exactly like a
-spare given its launch file (output to ``logs/launcher.log``, steps 1-5).  A fork is far
-cheaper than starting an interpreter per create.
-The server exits when the agent closes its end (or dies).
+``SOCK_SEQPACKET`` socket, and the server forks a child that goes on like a spare given
+its launch file (output to ``logs/launcher.log``) from step 2: that child is the
+kernel's supervisor, already detached from the agent (the server is not the agent), so
+it skips step 1's fork.  The server reaps its supervisors as they end; it exits when the
+agent closes its end (or dies), and the supervisors still running are then re-parented
+to init like those of step 1.  A fork is far cheaper than starting an interpreter per
+create, and each fork less saves the copy of the interpreter's pages a forked Python
+process makes as it runs.
 """
 
 from __future__ import annotations
@@ -354,17 +358,23 @@ def _adopt_job(line: str) -> None:
     os.chdir(scratch_root)
 
 
+def _read_launch(launch_file: str) -> dict[str, Any]:
+    with open(launch_file, encoding="utf-8") as f:
+        cfg: dict[str, Any] = json.load(f)
+    return cfg
+
+
 def _launch(launch_file: str, status_fd: int) -> int:
     """Steps 1-5 for one launch file: returns in the supervisor only."""
-    with open(launch_file, encoding="utf-8") as f:
-        cfg = json.load(f)
+    cfg = _read_launch(launch_file)
     if os.fork() != 0:
         os._exit(0)  # detach: the supervisor is re-parented to init
     return supervise(cfg, status_fd)
 
 
 def _reap_children() -> None:
-    """Collect the forked jobs that have exited (each exits once its supervisor forked)."""
+    """Collect the supervisors (the forked jobs) that have exited: each exits once its
+    kernel has ended and ``exit.json`` is written."""
     while True:
         try:
             pid, _ = os.waitpid(-1, os.WNOHANG)
@@ -377,8 +387,10 @@ def _reap_children() -> None:
 def serve(control_fd: int) -> int:
     """Fork-server mode: one job per message (the launch file's path, one fd attached:
     the status pipe's write end).  A message without exactly one fd is ignored (its
-    fds closed); EOF ends the server.  Jobs run in forked children and never return
-    here; the server only forks, closes its copy of the fd and reaps finished jobs."""
+    fds closed); EOF ends the server.  Each job runs in a forked child, the kernel's
+    supervisor (steps 2-5, no detaching fork: the server is not the agent), and never
+    returns here; the server only forks, closes its copy of the fd and reaps the
+    supervisors that have ended."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the agent decides when it ends (EOF)
     control = socket.socket(fileno=control_fd)
     control.settimeout(REAP_INTERVAL_S)  # wakes to reap: no job outlives it as a zombie
@@ -402,7 +414,7 @@ def serve(control_fd: int) -> int:
                 signal.signal(signal.SIGINT, signal.SIG_DFL)
                 os.set_inheritable(status_fd, False)
                 _adopt_job(message.decode())
-                code = _launch(message.decode(), status_fd)
+                code = supervise(_read_launch(message.decode()), status_fd)
             except SystemExit as e:
                 code = e.code if isinstance(e.code, int) else 1
             except BaseException:
