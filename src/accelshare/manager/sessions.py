@@ -85,7 +85,7 @@ from .scheduler.apply import BindJob
 from .scheduler.binding import BINDABLE, allocations_json, kernel_request
 from .scheduler.snapshot import reported_map_states
 from .services.actor import Actor
-from .session_spec import (
+from .services.sessions.spec import (
     MAX_PRIORITY,
     SESSION_NAME_RULE,
     SessionRequest,

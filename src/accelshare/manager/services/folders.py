@@ -87,9 +87,9 @@ from ..models import (
     email_matches,
 )
 from ..querylang.compile_sql import filter_clause, order_clauses
-from ..session_spec import ResolvedMount
 from ..storage_client import StorageError, StorageProxies, split_host
 from .actor import Actor
+from .sessions.spec import ResolvedMount
 
 __all__ = [
     "MAX_FOLDER_NAME",

@@ -43,8 +43,8 @@ from accelshare.common import (
 )
 from accelshare.protocol.agent_rpc import KernelMount
 
-from .errors import InvalidRequest
-from .models.sessions import DEFAULT_PRIORITY, MAX_PRIORITY
+from ...errors import InvalidRequest
+from ...models.sessions import DEFAULT_PRIORITY, MAX_PRIORITY
 
 __all__ = [
     "DEFAULT_PRIORITY",
