@@ -203,7 +203,7 @@ class CreateSessionBody(BaseModel):
 
     def to_request(self) -> SessionRequest:
         """What :meth:`SessionService.create
-        <accelshare.manager.sessions.SessionService.create>` takes."""
+        <accelshare.manager.services.sessions.SessionService.create>` takes."""
         config = self.config
         starts_at = None
         if self.starts_at is not None:
