@@ -38,7 +38,7 @@ from accelshare.manager.enums import UserRole
 from accelshare.manager.hub import ChangeHub
 from accelshare.manager.models import Group, Keypair, Session, User
 from accelshare.manager.schema import upgrade_schema
-from accelshare.manager.sessions import SessionService
+from accelshare.manager.services.sessions import SessionService
 from accelshare.sched.lifecycle import SessionStatus
 
 CASES: list[tuple[str, str | None, str | None]] = [

@@ -47,7 +47,7 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 from websockets.exceptions import ConnectionClosed, InvalidHandshake
 
 from accelshare.manager.errors import ManagerError
-from accelshare.manager.sessions import ProxyTarget
+from accelshare.manager.services.sessions import ProxyTarget
 from accelshare.protocol import CLUSTER_SECRET_HEADER
 
 from .app_origin import APP_COOKIE, AUTH_PATH, AppOrigin, AppTokenError, HandOff, is_apps_request

@@ -31,7 +31,7 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from python_multipart.multipart import MultipartParser, parse_options_header
 
 from accelshare.manager.errors import InvalidRequest
-from accelshare.manager.sessions import ProxyTarget
+from accelshare.manager.services.sessions import ProxyTarget
 from accelshare.protocol import FileUploadResult
 
 from .auth import CurrentIdentity

@@ -27,7 +27,7 @@ from urllib.parse import urlsplit
 from fastapi import APIRouter, WebSocket
 from starlette.websockets import WebSocketDisconnect
 
-from accelshare.manager.sessions import ProxyTarget
+from accelshare.manager.services.sessions import ProxyTarget
 
 from .app_proxy import WsRefusal, refuse_ws, ws_lease, ws_target
 from .auth import CurrentIdentity

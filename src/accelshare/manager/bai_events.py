@@ -39,7 +39,7 @@ from .errors import InvalidRequest, PermissionDenied
 from .hub import ChangeHub
 from .models import Kernel, Session, SessionStatusHistory, UserRole
 from .services.actor import Actor
-from .sessions import SessionService
+from .services.sessions import SessionService
 
 __all__ = ["SCOPES", "BackendAIEvents", "events_of"]
 

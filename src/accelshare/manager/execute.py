@@ -18,7 +18,7 @@ from accelshare.protocol import ExecuteRequest, ExecuteResult
 from .agent_client import AgentClient, AgentRPCError
 from .errors import Conflict, InvalidRequest, ManagerError, NotFound, Unavailable
 from .services.actor import Actor
-from .sessions import ProxyTarget, SessionService
+from .services.sessions import ProxyTarget, SessionService
 
 __all__ = ["ExecuteService", "ExecutionNotSupported"]
 

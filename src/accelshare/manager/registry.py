@@ -537,7 +537,7 @@ class AgentRegistry:
         if row.status is SessionStatus.TERMINATING:
             # A destroy is under way and this is its kernel ending (killed by it, or
             # ending as it was asked to): the session ends as the destroy itself ends it
-            # (SessionService._confirm_destroyed), with the destroy's reason and no
+            # (SessionLifecycle._confirm_destroyed), with the destroy's reason and no
             # result made up from the signal's exit code.  Without this, the second
             # session of `destroy A B` (whose exit event often comes first) ended as a
             # FAILURE while the first ended as destroyed.

@@ -53,8 +53,8 @@ from .services.admin_views import AdminViews
 from .services.directory import Directory
 from .services.folders import FolderService
 from .services.holders import KernelHolders
+from .services.sessions import SessionService
 from .session_files import SessionFiles
-from .sessions import SessionService
 from .slots import KnownSlots
 from .storage_client import StorageProxies
 

@@ -23,7 +23,7 @@ from accelshare.protocol.files import from_kernel_path
 from .agent_client import AgentClient, AgentRPCError
 from .errors import Conflict, InvalidRequest, ManagerError, NotFound, TooLarge, Unavailable
 from .services.actor import Actor
-from .sessions import ProxyTarget, SessionService
+from .services.sessions import ProxyTarget, SessionService
 
 __all__ = ["SessionFiles", "kernel_relative_path"]
 

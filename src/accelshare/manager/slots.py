@@ -12,7 +12,7 @@ heartbeat adds a slot meanwhile::
 The scheduling round (:meth:`Scheduler.run_once
 <accelshare.manager.scheduler.loop.Scheduler.run_once>`) reads it once for all its
 scaling groups; :meth:`SessionService.create
-<accelshare.manager.sessions.SessionService.create>` takes the caller's set or reads one
+<accelshare.manager.services.sessions.SessionService.create>` takes the caller's set or reads one
 for the enqueue; the admin service reads one per call.
 """
 

@@ -23,7 +23,7 @@ from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import make_url
 
 from accelshare.api.problems import install_problem_handlers, is_database_unavailable
-from accelshare.manager import sessions
+from accelshare.manager.services.sessions import admission
 
 from .cluster import Cluster, running_cluster
 from .conftest import PG_ADMIN_URL, temporary_pg_database
@@ -70,7 +70,7 @@ async def test_a_connection_dropped_mid_request_is_a_503(pg: tuple[Cluster, str]
         # hold the enqueue lock of the superadmin's key: its POST /session waits in PostgreSQL
         held = holder.transaction()
         await held.start()
-        key = sessions._lock_key(cluster.creds.access_key)
+        key = admission.enqueue_lock_key(cluster.creds.access_key)
         await holder.execute("SELECT pg_advisory_xact_lock($1)", key)
         creating = asyncio.create_task(cluster.create({"cpu": 1}, enqueueOnly=True))
 

@@ -9,7 +9,7 @@ from pydantic import ValidationError
 
 from accelshare.api.schemas.sessions import CreateSessionBody
 from accelshare.client.cli.args import ArgumentError, parse_services
-from accelshare.manager.session_spec import service_ports_from_environ
+from accelshare.manager.services.sessions.spec import service_ports_from_environ
 
 
 def _body(ports: list[dict[str, Any]]) -> CreateSessionBody:

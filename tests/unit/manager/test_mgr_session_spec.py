@@ -15,7 +15,7 @@ from accelshare.common import ResourceSlot, SlotTypes
 from accelshare.manager.agents import format_compat, gpu_alloc_map_string
 from accelshare.manager.errors import InvalidRequest
 from accelshare.manager.scheduler.loop import advisory_key
-from accelshare.manager.session_spec import (
+from accelshare.manager.services.sessions.spec import (
     STARTS_AT_FORMS,
     parse_starts_at,
     resolve_resources,

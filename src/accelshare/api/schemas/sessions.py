@@ -1,11 +1,11 @@
 """The session-creation request as the API reads it (spec 07), and its conversion to
-the session service's :class:`~accelshare.manager.session_spec.SessionRequest`.
+the session service's :class:`~accelshare.manager.services.sessions.spec.SessionRequest`.
 
 ``POST /session`` takes spec 07's body; Backend.AI's client sends the same with a few
 other spellings (``config.scaling_group``, ``startsAt``, ``clientSessionToken``...),
 accepted as aliases.  Unknown fields are ignored (the official client sends more).
 The amounts in ``config.resources`` stay as sent: the service parses them against the
-known slot types (:func:`~accelshare.manager.session_spec.resolve_resources`).
+known slot types (:func:`~accelshare.manager.services.sessions.spec.resolve_resources`).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import Any, Literal
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, field_validator
 
 from accelshare.common.text_input import check_env_name, check_text
-from accelshare.manager.session_spec import (
+from accelshare.manager.services.sessions.spec import (
     DEFAULT_PRIORITY,
     MAX_PRIORITY,
     SERVICE_NAME_RE,
@@ -49,8 +49,8 @@ class ServicePortBody(BaseModel):
     kernel listens on it, its variable rewritten; a docker bridge container keeps the
     declared port, published on it), and the manager proxies
     ``/session/{id}/apps/{name}/...`` there (HTTP and WebSocket).
-    :func:`~accelshare.manager.session_spec.service_ports_from_environ` reads them back,
-    :func:`~accelshare.manager.session_spec.app_services` adds the host ports."""
+    :func:`~accelshare.manager.services.sessions.spec.service_ports_from_environ` reads them back,
+    :func:`~accelshare.manager.services.sessions.spec.app_services` adds the host ports."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -203,7 +203,7 @@ class CreateSessionBody(BaseModel):
 
     def to_request(self) -> SessionRequest:
         """What :meth:`SessionService.create
-        <accelshare.manager.sessions.SessionService.create>` takes."""
+        <accelshare.manager.services.sessions.SessionService.create>` takes."""
         config = self.config
         starts_at = None
         if self.starts_at is not None:

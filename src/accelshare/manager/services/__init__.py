@@ -5,9 +5,10 @@ database (docs/architecture.md, "API, services, store").
 * :mod:`.admin_views` — the role-scoped, paged admin lists (users, keypairs, domains,
   groups, policies) and the domain and group changes (the admin GraphQL);
 * :mod:`.directory` — owner and group look-ups (the compatibility GraphQL);
-* :mod:`.holders` — which sessions hold which kernels (agents' maps, the agents stream).
+* :mod:`.holders` — which sessions hold which kernels (agents' maps, the agents stream);
+* :mod:`.sessions` — sessions: create, look up, list, change, destroy, reach
+  (:class:`~accelshare.manager.services.sessions.SessionService` and its parts).
 
-The sessions, agents and images have theirs next to the control plane
-(:class:`~accelshare.manager.sessions.SessionService`, the agent queries of
+The agents and images have theirs next to the control plane (the agent queries of
 :class:`~accelshare.manager.runtime.Manager`, :class:`~accelshare.manager.images.ImageService`).
 """

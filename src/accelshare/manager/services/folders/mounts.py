@@ -15,8 +15,8 @@ from accelshare.protocol.storage import FolderRef
 from ...enums import UserRole
 from ...errors import InvalidRequest, NotFound
 from ...models import Keypair, User
-from ...session_spec import ResolvedMount
 from ..actor import Actor
+from ..sessions.spec import ResolvedMount
 from .access import LIVE, FolderCore
 from .names import KERNEL_HOME, MountRequest
 

@@ -43,8 +43,8 @@ from accelshare.common import (
 )
 from accelshare.protocol.agent_rpc import KernelMount
 
-from .errors import InvalidRequest
-from .models.sessions import DEFAULT_PRIORITY, MAX_PRIORITY
+from ...errors import InvalidRequest
+from ...models.sessions import DEFAULT_PRIORITY, MAX_PRIORITY
 
 __all__ = [
     "DEFAULT_PRIORITY",
@@ -231,7 +231,7 @@ class ResolvedMount:
 @dataclass(frozen=True)
 class SessionRequest:
     """A session to enqueue, as :meth:`SessionService.create
-    <accelshare.manager.sessions.SessionService.create>` takes it (the API's
+    <accelshare.manager.services.sessions.SessionService.create>` takes it (the API's
     ``CreateSessionBody`` has checked the names, texts and ranges)."""
 
     image: str

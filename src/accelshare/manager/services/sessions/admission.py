@@ -1,0 +1,583 @@
+"""Admission: a new session enqueued (PENDING), after every check of the request.
+
+The checks, in order: the owner (the caller's keypair, or ``owner_access_key``'s for
+admins), a live session of the same name (``reuseIfExists``), the scaling group and the
+session type it takes, the group charged, the resources (:func:`.spec.resolve_resources`
+with the group's agents' quanta), the image and its rules, whether some agent of the
+group could ever hold it (:mod:`.group_agents`), the keypair's pending-queue limits,
+the dependencies and a designated agent.
+
+Enqueue is one write transaction (with a per-access-key advisory lock on
+PostgreSQL), so the keypair's pending-queue limits cannot be overrun by concurrent
+requests; the new session is PENDING with a status-history row, and a scheduling
+pass is triggered.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import uuid
+from collections.abc import Callable, Mapping, Sequence, Set
+from dataclasses import dataclass
+from datetime import timedelta
+from decimal import Decimal
+from typing import Any, cast
+
+import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from accelshare.common import ResourceSlot, SlotTypes
+from accelshare.sched.images import (
+    ImageRuleError,
+    apply_minimum,
+    check_accelerators,
+)
+from accelshare.sched.lifecycle import FINAL_STATUSES, SessionStatus
+from accelshare.sched.model import KeypairLimits, SessionType
+from accelshare.sched.predicates import check_enqueue_limits
+
+from ...clock import Clock
+from ...db import Database
+from ...errors import Conflict, InvalidRequest, LimitExceeded, NotFound
+from ...hub import ChangeHub
+from ...images import check_known_name, lookup, requirement_of
+from ...maintenance import Maintenance
+from ...models import (
+    Agent,
+    Group,
+    GroupMember,
+    Keypair,
+    KeypairResourcePolicy,
+    ScalingGroup,
+    Session,
+    SessionDependency,
+    SessionStatusHistory,
+    SessionVFolderMount,
+    User,
+    UserRole,
+)
+from ...slots import KnownSlots
+from ...status_watch import StatusWatch
+from ..actor import Actor
+from .group_agents import (
+    EmptyLedgers,
+    GroupAgent,
+    check_some_agent_could_hold,
+    check_some_agent_has,
+    group_agents,
+)
+from .reads import SessionReads, live_by_name
+from .spec import SessionRequest, resolve_resources
+from .views import create_answer
+
+__all__ = ["CreateResult", "SessionAdmission", "enqueue_lock_key", "lock_owner"]
+
+log = logging.getLogger(__name__)
+
+
+def enqueue_lock_key(access_key: str) -> int:
+    """The PostgreSQL advisory lock of ``access_key``'s enqueues (and renames)."""
+    digest = hashlib.sha256(f"accelshare.enqueue:{access_key}".encode()).digest()
+    return int.from_bytes(digest[:8], "big", signed=True)
+
+
+async def lock_owner(db: AsyncSession, access_key: str) -> None:
+    """Take the owner's enqueue lock for this transaction (PostgreSQL only: callers
+    check the dialect; SQLite's ``BEGIN IMMEDIATE`` serialises writers)."""
+    await db.execute(sa.select(sa.func.pg_advisory_xact_lock(enqueue_lock_key(access_key))))
+
+
+def _generated_name() -> str:
+    return "s-" + uuid.uuid4().hex[:12]
+
+
+@dataclass(frozen=True, slots=True)
+class CreateResult:
+    """A create's answer: its body, and whether a session was created (``False``: the
+    live session of that name, found by ``reuseIfExists``)."""
+
+    body: dict[str, Any]
+    created: bool
+
+
+@dataclass(frozen=True, slots=True)
+class _Owner:
+    access_key: str
+    user_id: uuid.UUID
+    domain_name: str
+    resource_policy: str
+    limits: KeypairLimits | None  # None: the keypair's policy does not exist
+
+
+@dataclass(frozen=True, slots=True)
+class _Enqueued:
+    id: uuid.UUID
+    name: str
+
+
+# The enqueue's statements, prebuilt: a statement built per call (and its cache key,
+# computed per call) cost about as much on SQLite as running it.
+# The keypair, its user and its resource policy's enqueue limits (columns only: the ORM
+# entities decoded every column, the users' quotas too):
+_OWNER = (
+    sa.select(
+        Keypair.is_active,
+        Keypair.resource_policy,
+        User.id,
+        User.domain_name,
+        KeypairResourcePolicy.name,
+        KeypairResourcePolicy.max_concurrent_sessions,
+        KeypairResourcePolicy.max_pending_session_count,
+        KeypairResourcePolicy.max_pending_session_resource_slots,
+    )
+    .join(User, User.id == Keypair.user_id)
+    .outerjoin(KeypairResourcePolicy, KeypairResourcePolicy.name == Keypair.resource_policy)
+    .where(Keypair.access_key == sa.bindparam("access_key"))
+)
+_SCALING_GROUP = sa.select(ScalingGroup).where(ScalingGroup.name == sa.bindparam("name"))
+_MEMBER_GROUPS = (
+    sa.select(Group.id, Group.name)
+    .join(GroupMember, GroupMember.group_id == Group.id)
+    .where(
+        GroupMember.user_id == sa.bindparam("user_id"), Group.domain_name == sa.bindparam("domain")
+    )
+    .order_by(Group.created_at, Group.name)
+)
+_INSERT_SESSION = sa.insert(cast(sa.Table, Session.__table__))
+_INSERT_HISTORY = sa.insert(cast(sa.Table, SessionStatusHistory.__table__))
+_INSERT_DEPENDENCY = sa.insert(cast(sa.Table, SessionDependency.__table__))
+_INSERT_MOUNT = sa.insert(cast(sa.Table, SessionVFolderMount.__table__))
+
+
+def _is_up_or_ended(status: SessionStatus) -> bool:
+    return status is SessionStatus.RUNNING or status in FINAL_STATUSES
+
+
+class SessionAdmission:
+    """The session service's create: the checks, the enqueue, the wait after it."""
+
+    maintenance: Maintenance | None = None
+    """Set by the manager: a frozen manager refuses new sessions."""
+
+    def __init__(
+        self,
+        *,
+        reads: SessionReads,
+        db: Database,
+        hub: ChangeHub,
+        clock: Clock,
+        trigger: Callable[[], None],
+        passes: Callable[[], int],
+        wait_for_pass: Callable[[int, float, str], Any],
+        known_slots: KnownSlots,
+        status_watch: StatusWatch,
+        empty_ledgers: EmptyLedgers,
+        default_scaling_group: str,
+    ) -> None:
+        self.reads = reads
+        self.db = db
+        self.hub = hub
+        self.clock = clock
+        self.trigger = trigger
+        self.passes = passes
+        self.wait_for_pass = wait_for_pass
+        self.known_slots = known_slots
+        self.status_watch = status_watch
+        self.empty_ledgers = empty_ledgers
+        self.default_scaling_group = default_scaling_group
+
+    async def create(
+        self,
+        caller: Actor,
+        body: SessionRequest,
+        *,
+        known: Mapping[str, SlotTypes] | None = None,
+    ) -> CreateResult:
+        """Enqueue (PENDING), trigger a pass, wait as the body asks; the answer's body.
+
+        The resources are parsed against ``known``, the known slot types (read once, now,
+        when not given), so a heartbeat adding a slot meanwhile does not change what this
+        request sees."""
+        if self.maintenance is not None:
+            await self.maintenance.refuse_if_frozen()
+        if known is None:
+            known = await self.known_slots.load()
+        enqueued = await self._enqueue(caller, body, known)
+        if isinstance(enqueued, CreateResult):  # reuseIfExists found a live session
+            return enqueued
+        row = enqueued
+        log.info("session %s (%s) enqueued by %s", row.id, row.name, caller.email)
+        passes_before = self.passes()
+        self.trigger()
+        self.hub.publish()
+        if not body.enqueue_only:
+            await self._wait_after_create(row.id, passes_before, body.max_wait_seconds)
+        result = await self.reads.current_json(row.id)
+        return CreateResult(create_answer(result, created=True), True)
+
+    async def _enqueue(
+        self, caller: Actor, body: SessionRequest, known: Mapping[str, SlotTypes]
+    ) -> _Enqueued | CreateResult:
+        """The enqueue transaction: the new PENDING session, or the live session of that
+        name when ``reuseIfExists`` finds one."""
+        async with self.db.begin(write=True) as db:
+            owner = await self._owner(db, caller, body.owner_access_key)
+            if self.db.dialect == "postgresql":
+                await lock_owner(db, owner.access_key)
+            name = body.name or _generated_name()
+            existing = await live_by_name(db, owner.access_key, name)
+            if existing is not None:
+                if body.reuse_if_exists:
+                    result = await self.reads.full_json(db, existing)
+                    return CreateResult(create_answer(result, created=False), False)
+                raise Conflict(
+                    f"A session named {name!r} already exists ({existing.status.value});"
+                    " choose another name or destroy it first",
+                    field="name",
+                    expected="a name not used by your live sessions",
+                    received=name,
+                    sessionId=str(existing.id),
+                )
+            sgroup = await self._scaling_group(db, body)
+            group_id = await self._group(db, owner.user_id, owner.domain_name, body.group)
+            agents = await group_agents(db, sgroup.name)
+            resources = self._resources(agents, sgroup, body, known)
+            image_ref, resources = await self._image(db, body, resources, sgroup.name, agents)
+            opts = dict(body.config.resource_opts)
+            opts.setdefault(
+                "allow_fractional_resource_fragmentation",
+                bool(
+                    (sgroup.scheduler_opts or {}).get(
+                        "allow_fractional_resource_fragmentation", True
+                    )
+                ),
+            )
+            if not body.wait_for_agents:
+                await check_some_agent_could_hold(
+                    db,
+                    self.empty_ledgers,
+                    agents,
+                    sgroup.name,
+                    resources,
+                    known,
+                    allow_fragmentation=bool(opts["allow_fractional_resource_fragmentation"]),
+                )
+            await self._check_limits(db, owner, resources)
+            deps = await self._dependencies(db, caller, owner.access_key, body.dependencies)
+            designated = await self._designated(db, caller, body, sgroup.name)
+            now = self.clock()
+            values: dict[str, Any] = {
+                "id": uuid.uuid4(),
+                "name": name,
+                "session_type": SessionType(body.type),
+                "access_key": owner.access_key,
+                "user_id": owner.user_id,
+                "group_id": group_id,
+                "domain_name": owner.domain_name,
+                "image": image_ref,
+                "requested_slots": resources,
+                "resource_opts": opts,
+                "environ": {
+                    **body.config.environ,
+                    **{sp.env_name: str(sp.port) for sp in body.config.service_ports},
+                },
+                "startup_command": body.startup_command,
+                "priority": body.priority,
+                "starts_at": (
+                    now + body.starts_at
+                    if isinstance(body.starts_at, timedelta)
+                    else body.starts_at
+                ),
+                "tag": body.tag,
+                "vfolder_mounts": [m.mount.model_dump(mode="json") for m in body.mounts] or None,
+                "scaling_group": sgroup.name,
+                "designated_agent_id": designated,
+                "status": SessionStatus.PENDING,
+                "status_info": "enqueued",
+                "status_data": {},
+                "status_changed_at": now,
+                "created_at": now,
+            }
+            # Core inserts of prebuilt statements (the ORM's unit of work cost more than
+            # the inserts); the caller needs the id and the name only
+            await db.execute(_INSERT_SESSION, values)
+            await db.execute(
+                _INSERT_HISTORY,
+                {
+                    "session_id": values["id"],
+                    "from_status": None,
+                    "to_status": SessionStatus.PENDING,
+                    "reason": "enqueued",
+                    "changed_at": now,
+                },
+            )
+            if body.mounts:
+                await db.execute(
+                    _INSERT_MOUNT,
+                    [
+                        {
+                            "session_id": values["id"],
+                            "vfolder_id": m.folder_id,
+                            "kernel_path": m.mount.kernel_path,
+                            "read_only": m.mount.read_only,
+                        }
+                        for m in body.mounts
+                    ],
+                )
+            if deps:
+                await db.execute(
+                    _INSERT_DEPENDENCY,
+                    [{"session_id": values["id"], "depends_on": dep} for dep in deps],
+                )
+        return _Enqueued(values["id"], name)
+
+    async def _wait_after_create(
+        self, session_id: uuid.UUID, passes_before: int, max_wait_s: int
+    ) -> None:
+        """Without ``maxWaitSeconds``: until the first pass gave its verdict (a few
+        seconds at most), so the answer carries the PENDING reason.  With it: until the
+        session is RUNNING or ended, at most that long."""
+        if max_wait_s <= 0:
+            await self.wait_for_pass(passes_before, 5.0, str(session_id))
+            return
+        await self.status_watch.wait_for(session_id, _is_up_or_ended, max_wait_s)
+
+    async def _owner(self, db: AsyncSession, caller: Actor, owner_key: str | None) -> _Owner:
+        key = owner_key or caller.access_key
+        if owner_key and owner_key != caller.access_key and caller.role is UserRole.USER:
+            raise NotFound(
+                f"No keypair {owner_key!r} that you can act for",
+                field="owner_access_key",
+                expected="your own access key (only admins act for others)",
+                received=owner_key,
+            )
+        # one query: the keypair, its user and its resource policy's enqueue limits
+        row = (await db.execute(_OWNER, {"access_key": key})).first()
+        if row is None:
+            raise NotFound(f"Unknown access key {key!r}", field="owner_access_key", received=key)
+        is_active, policy_name, user_id, domain_name, found_policy = row[:5]
+        if caller.role is UserRole.ADMIN and domain_name != caller.domain_name:
+            raise NotFound(
+                f"No keypair {key!r} in your domain", field="owner_access_key", received=key
+            )
+        if not is_active:
+            raise InvalidRequest(
+                f"The keypair {key} is inactive", field="owner_access_key", received=key
+            )
+        limits = (
+            None
+            if found_policy is None
+            else KeypairLimits(
+                max_concurrent_sessions=row[5],
+                max_pending_session_count=row[6],
+                max_pending_session_resource_slots=row[7],
+            )
+        )
+        return _Owner(key, user_id, domain_name, policy_name, limits)
+
+    async def _scaling_group(self, db: AsyncSession, body: SessionRequest) -> ScalingGroup:
+        name = body.config.scaling_group or self.default_scaling_group
+        sgroup = (await db.execute(_SCALING_GROUP, {"name": name})).scalar_one_or_none()
+        if sgroup is None or not sgroup.is_active:
+            names = list(
+                (
+                    await db.execute(
+                        sa.select(ScalingGroup.name).where(ScalingGroup.is_active.is_(True))
+                    )
+                ).scalars()
+            )
+            raise InvalidRequest(
+                f"Unknown scaling group {name!r} (available: {', '.join(names) or 'none'})",
+                field="config.scalingGroup",
+                expected="one of " + ", ".join(names),
+                received=name,
+            )
+        allowed = (sgroup.scheduler_opts or {}).get("allowed_session_types") or [
+            "interactive",
+            "batch",
+        ]
+        if body.type not in allowed:
+            raise InvalidRequest(
+                f"Scaling group {name} does not take {body.type} sessions"
+                f" (allowed: {', '.join(allowed)})",
+                field="type",
+                expected="one of " + ", ".join(allowed),
+                received=body.type,
+            )
+        if body.type == "batch" and not body.startup_command:
+            raise InvalidRequest(
+                "A batch session needs a startupCommand (what it runs)",
+                field="startupCommand",
+                expected="a command line",
+                received=body.startup_command,
+            )
+        return sgroup
+
+    async def _group(
+        self, db: AsyncSession, user_id: uuid.UUID, domain: str, name: str | None
+    ) -> uuid.UUID:
+        rows = list(await db.execute(_MEMBER_GROUPS, {"user_id": user_id, "domain": domain}))
+        if name is not None:
+            for gid, gname in rows:
+                if gname == name or str(gid) == name:
+                    return gid
+            raise InvalidRequest(
+                f"You are not a member of the group {name!r}",
+                field="group",
+                expected="one of " + ", ".join(g for _, g in rows),
+                received=name,
+            )
+        if rows:
+            return rows[0][0]
+        fallback = (
+            await db.execute(
+                sa.select(Group.id).where(Group.domain_name == domain).order_by(Group.created_at)
+            )
+        ).scalar()
+        if fallback is None:
+            raise InvalidRequest(
+                f"No group in domain {domain} to charge the session to",
+                field="group",
+                received=name,
+            )
+        return fallback
+
+    def _resources(
+        self,
+        agents: Sequence[GroupAgent],
+        sgroup: ScalingGroup,
+        body: SessionRequest,
+        known: Mapping[str, SlotTypes],
+    ) -> ResourceSlot:
+        quanta: dict[str, set[Decimal]] = {}
+        discrete: set[str] = set()
+        fractional: set[str] = set()
+        for agent in agents:
+            for slot, q in (agent.quanta or {}).items():
+                quanta.setdefault(slot, set()).add(Decimal(str(q)))
+            for summary in (agent.compute_plugins or {}).values():
+                slots: Set[str] = set(summary.get("slots") or [])
+                if summary.get("kind") == "discrete":
+                    discrete |= slots
+                else:
+                    fractional |= slots
+        return resolve_resources(
+            body.config.resources,
+            known=known,
+            defaults=sgroup.default_session_slots,
+            quanta=quanta,
+            discrete=(discrete - fractional) - {"mem"},
+        )
+
+    async def _image(
+        self,
+        db: AsyncSession,
+        body: SessionRequest,
+        resources: ResourceSlot,
+        sgroup_name: str,
+        agents: Sequence[GroupAgent],
+    ) -> tuple[str, ResourceSlot]:
+        """The catalogue reference the body's image stands for (an alias resolved) and
+        the resources after the image's rules (accelerator labels, minimum resources;
+        :mod:`accelshare.sched.images`).  A name outside the catalogue is kept as is when
+        an agent of the group reports it (or nothing can judge it); otherwise refused."""
+        image = await lookup(db, body.image)
+        if image is None:
+            await check_known_name(
+                db,
+                body.image,
+                sgroup=sgroup_name,
+                reported={name for agent in agents for name in agent.images or ()},
+                pulls=any(agent.runtime == "docker" for agent in agents),
+            )
+            return body.image, resources
+        rules = requirement_of(image)
+        try:
+            check_accelerators(rules, resources)
+            resources = apply_minimum(rules, resources, explicit=set(body.config.resources))
+        except ImageRuleError as e:
+            raise InvalidRequest(
+                str(e), field=f"config.{e.field}", expected=e.expected, received=e.received
+            ) from None
+        check_some_agent_has(agents, rules, sgroup_name)
+        return image.ref, resources
+
+    async def _check_limits(self, db: AsyncSession, owner: _Owner, requested: ResourceSlot) -> None:
+        limits, access_key, policy_name = owner.limits, owner.access_key, owner.resource_policy
+        if limits is None or (
+            limits.max_pending_session_count <= 0
+            and limits.max_pending_session_resource_slots is None
+        ):  # no pending-queue limit: nothing to count
+            return
+        pending = list(
+            (
+                await db.execute(
+                    sa.select(Session.requested_slots).where(
+                        Session.access_key == access_key, Session.status == SessionStatus.PENDING
+                    )
+                )
+            ).scalars()
+        )
+        pending_slots = ResourceSlot()
+        for slots in pending:
+            pending_slots = pending_slots + slots
+        reason = check_enqueue_limits(
+            limits, pending_count=len(pending), pending_slots=pending_slots, requested=requested
+        )
+        if reason is not None:
+            field = (
+                "max_pending_session_count"
+                if reason.startswith("You cannot have")
+                else "max_pending_session_resource_slots"
+            )
+            raise LimitExceeded(
+                reason,
+                field=f"keypair_resource_policy.{field}",
+                expected=f"within the limits of the resource policy {policy_name!r}",
+                received=len(pending) if field.endswith("count") else pending_slots.to_json(),
+            )
+
+    async def _dependencies(
+        self, db: AsyncSession, caller: Actor, access_key: str, refs: Sequence[str]
+    ) -> list[uuid.UUID]:
+        deps: list[uuid.UUID] = []
+        for ref in refs:
+            try:
+                row = await self.reads.find(db, caller, ref, access_key)
+            except NotFound:
+                raise InvalidRequest(
+                    f"Unknown dependency session {ref!r}",
+                    field="dependencies",
+                    expected="ids or names of your sessions",
+                    received=ref,
+                ) from None
+            deps.append(row.id)
+        return sorted(set(deps))
+
+    async def _designated(
+        self, db: AsyncSession, caller: Actor, body: SessionRequest, sgroup: str
+    ) -> str | None:
+        agents = body.config.agent_list
+        if not agents:
+            return None
+        if caller.role is not UserRole.SUPERADMIN:
+            raise InvalidRequest(
+                "Only a superadmin may assign a session to an agent",
+                field="config.agentList",
+                received=agents,
+            )
+        if len(agents) != 1:
+            raise InvalidRequest(
+                "Give exactly one agent (single-kernel sessions)",
+                field="config.agentList",
+                received=agents,
+            )
+        agent = await db.get(Agent, agents[0])
+        if agent is None or agent.scaling_group != sgroup:
+            raise InvalidRequest(
+                f"No agent {agents[0]!r} in scaling group {sgroup}",
+                field="config.agentList",
+                received=agents,
+            )
+        return agents[0]
