@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import accelshare.sched.plan as plan_module
+import accelshare.sched.onepass as onepass_module
 from accelshare.sched.model import PendingSession
 from accelshare.sched.pickers import PickerName
 from accelshare.sched.plan import (
@@ -179,13 +179,13 @@ def test_sessions_of_a_failed_shape_still_hold_lower_bands_back_on_a_memoed_pass
     memo = PlanMemo()
     first = plan_pass(snapshot, memo)
     tried: list[str] = []  # sessions that went through the predicates (the general path)
-    predicate_results = plan_module.predicate_results
+    predicate_results = onepass_module.predicate_results
 
     def counted(session: PendingSession, *args: Any) -> Any:
         tried.append(session.id)
         return predicate_results(session, *args)
 
-    monkeypatch.setattr(plan_module, "predicate_results", counted)
+    monkeypatch.setattr(onepass_module, "predicate_results", counted)
     second = plan_pass(snapshot, memo)
     assert tried == ["h1", "low"]  # h2: its shape failed with h1, in O(1)
     assert second == first == plan_pass(snapshot)
