@@ -8,7 +8,7 @@ agent's part: the launch record, the scratch dir and its files, the cgroups, the
 to the fork server and the status read) and, when the bench runs in a cgroup of its own
 (cgroup v1 ``cpuacct`` or v2), of that cgroup: this process plus the launcher's processes
 (the fork server's job that becomes the kernel's supervisor, the kernel's process before
-its exec), bwrap, ``setpriv``, ``env`` and the kernel's own command (``sleep``).
+its exec), bwrap, ``setpriv`` and the kernel's own command (``sleep``).
 Outside such a cgroup only the agent's part is printed (the others are reparented to
 init: no rusage of this process counts them).
 

@@ -659,6 +659,19 @@ async def test_destroy_reaches_the_command_gracefully(
     )
 
 
+async def test_the_command_starts_with_no_signal_ignored_or_blocked(
+    sandboxed: SandboxedFactory,
+) -> None:
+    """bwrap outside keeps the default dispositions (a destroy signals the sandbox's own
+    process group, not bwrap's), so the command inherits nothing ignored either."""
+    runtime = sandboxed()
+    script = "grep -E '^(SigIgn|SigBlk):' /proc/$$/status | tr -d '\\t' | tr : ="
+    info, log = await run_to_exit(runtime, spec((script,)))
+    assert info.exit is not None, log
+    found = fields(log)
+    assert (int(found["SigIgn"], 16), int(found["SigBlk"], 16)) == (0, 0), log
+
+
 async def test_a_command_killed_by_a_signal_is_recorded_as_such(
     sandboxed: SandboxedFactory,
 ) -> None:

@@ -16,16 +16,19 @@ on stdin (one line; EOF without one: exit quietly), moves its own output to the 
    (:func:`enter_kernel_limits`, shared with ``_terminal_exec.py``), sends
    stdout/stderr to the kernel log, and execs the command;
    A sandboxed kernel (``launch.json`` has a ``sandbox`` record, see sandbox.py) execs
-   bubblewrap instead, with the signals bwrap must not die of ignored (the command gets
-   them back inside); bwrap reports the sandbox's pid through an info pipe, and for
-   outbound networking waits on a block pipe until slirp4netns has set the network up;
+   bubblewrap instead; bwrap reports the sandbox's pid (its init) through an info pipe,
+   and for outbound networking waits on a block pipe until slirp4netns has set the
+   network up.  The init and the command under it get a session and process group of
+   their own (``--new-session``): a destroy signals that group (process_stop.py), not
+   bwrap outside;
 4. reports through STATUS_FD: an exec failure comes back through a close-on-exec
    pipe as ``{"ok": false, "error": ...}``; success writes ``state/proc.json``
    (both pids and their start times, the identity a restarted agent checks, and the
    sandbox's pid) and then ``{"ok": true, ...}``; a sandbox bwrap could not set up is a
    failed start carrying the end of the kernel log (bwrap's complaint);
-5. waits for the kernel, kills what is left of its process group (and stops the
-   sandbox's slirp4netns), and writes ``state/exit.json`` (exit code, signal; bwrap's
+5. waits for the kernel, kills what is left of its process group (and the sandbox's
+   init, which ends its whole PID namespace, and stops the sandbox's slirp4netns), and
+   writes ``state/exit.json`` (exit code, signal; bwrap's
    ``128 + N`` is read as signal N): the exit code is recorded even if no
    agent was running when the kernel ended.
 
@@ -107,11 +110,9 @@ def enter_kernel_limits(cfg: dict[str, Any]) -> None:
         os.sched_setaffinity(0, cfg["cpu_affinity"])
 
 
-#: Signals bwrap (a sandboxed kernel's own processes outside the command) ignores, so
-#: that a destroy's SIGTERM to the kernel's process group ends the command gracefully
-#: rather than bwrap at once; the command gets the defaults back inside (``env
-#: --default-signal``, see sandbox.py).
-_SANDBOX_IGNORED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT)
+#: bwrap's option that gives the sandbox's init (and the command under it) a session and
+#: process group of their own (see sandbox.py, ``SESSION_ARGS``).
+_SESSION_OPTION = "--new-session"
 
 
 def sandbox_argv(cfg: dict[str, Any], info_fd: int, block_fd: int | None) -> list[str]:
@@ -152,8 +153,6 @@ def _exec_kernel(
             signal.signal(signum, signal.SIG_DFL)
         argv = cfg["argv"]
         if cfg.get("sandbox") and info_fd is not None:
-            for signum in _SANDBOX_IGNORED:
-                signal.signal(signum, signal.SIG_IGN)
             argv = sandbox_argv(cfg, info_fd, block_fd)
         os.execvpe(argv[0], argv, cfg["env"])
     except BaseException as e:  # report anything, then die without running atexit handlers
@@ -304,9 +303,13 @@ def supervise(cfg: dict[str, Any], status_fd: int) -> int:
         "kernel_start": _start_ticks(kernel_pid),
         "started_at": time.time(),
     }
+    sandbox_start = None
     if sandbox_pid is not None:
+        sandbox_start = _start_ticks(sandbox_pid)
         proc["sandbox_pid"] = sandbox_pid
-        proc["sandbox_start"] = _start_ticks(sandbox_pid)
+        proc["sandbox_start"] = sandbox_start
+        if _SESSION_OPTION in cfg["sandbox"]["args"]:
+            proc["sandbox_group"] = True  # the command's process group is the init's pid
     _write_json_atomic(cfg["proc_file"], proc)
     _report(status_fd, {"ok": True, "supervisor_pid": supervisor_pid, "kernel_pid": kernel_pid})
     _, status = os.waitpid(kernel_pid, 0)
@@ -316,6 +319,11 @@ def supervise(cfg: dict[str, Any], status_fd: int) -> int:
         killed_by = code - 128  # bwrap exits 128 + N when a signal N killed the command
     with contextlib.suppress(OSError):  # the kernel has ended: so has what it left in its group
         os.killpg(kernel_pid, signal.SIGKILL)
+    if sandbox_pid is not None and _start_ticks(sandbox_pid) == sandbox_start:
+        # bwrap ends with the command, the sandbox's init (in a session of its own) may
+        # still wait for what the command left: its end ends the whole PID namespace
+        with contextlib.suppress(OSError):
+            os.kill(sandbox_pid, signal.SIGKILL)
     if network is not None:
         os.close(network[1])  # slirp4netns ends with its exit fd
         with contextlib.suppress(ChildProcessError):

@@ -3,8 +3,9 @@ cgroups, and loose pids.
 
 A destroy (:meth:`.process.ProcessRuntime.destroy_kernel`) writes
 ``state/destroy.json``, sends SIGTERM to the kernel's process group (after checking its
-identity: pid, start time and ``ACCELSHARE_KERNEL_ID``), then SIGKILL to the group and to
-every pid of its cgroups after the grace period.  An orphan (live marked processes
+identity: pid, start time and ``ACCELSHARE_KERNEL_ID``; a sandboxed kernel's command is
+in the group of the sandbox's init), then SIGKILL to the group and to every pid of its
+cgroups after the grace period.  An orphan (live marked processes
 without a scratch dir) has no group to signal: its pids are signalled one by one.
 """
 
@@ -38,19 +39,22 @@ def signal_kernel(
     proc_root: Path,
 ) -> None:
     """``signum`` to the kernel's process group (its recorded pid, if still the kernel),
-    else to its known pids; a SIGKILL also reaches every pid of its cgroups."""
+    else to its known pids; a SIGKILL also reaches every pid of its cgroups.
+
+    A sandbox whose init has a session of its own (``sandbox_group`` in ``proc.json``)
+    holds the command's process group, led by the init: ``signum`` goes there, and the
+    kernel process's group (bwrap outside, which does not ignore SIGTERM) gets only a
+    SIGKILL.  While that sandbox is still being set up (its init not yet a group leader)
+    the kernel process's group gets ``signum``: bwrap and the sandbox end with it."""
     proc = read_json(scratch.proc_file)
     if proc is not None and "kernel_pid" in proc:
         kernel_pid = int(proc["kernel_pid"])
-        start = proc.get("kernel_start")
-        if is_same_process(
-            kernel_pid,
-            start if isinstance(start, int) else None,
-            kernel_id=scratch.kernel_id,
-            proc_root=proc_root,
-        ):
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(kernel_pid, signum)
+        if proc.get("sandbox_group") and "sandbox_pid" in proc:
+            sandbox_pid = int(proc["sandbox_pid"])
+            reached = _signal_group(proc, sandbox_pid, "sandbox_start", scratch, signum, proc_root)
+            if reached and signum != signal.SIGKILL:
+                return
+        _signal_group(proc, kernel_pid, "kernel_start", scratch, signum, proc_root)
     else:
         kill_pids(info.pids, signum)
     if signum == signal.SIGKILL:
@@ -58,6 +62,33 @@ def signal_kernel(
         cgroup = KernelCgroup.from_json(launch["cgroup"]) if launch.get("cgroup") else None
         if cgroup is not None:
             cgroup_ops.kill_all(cgroup)
+
+
+def _signal_group(
+    proc: dict[str, object],
+    pgid: int,
+    start_key: str,
+    scratch: ScratchDir,
+    signum: int,
+    proc_root: Path,
+) -> bool:
+    """``signum`` to the process group ``pgid`` when its leader is still the recorded
+    process of this kernel; False when it is not, or leads no group."""
+    start = proc.get(start_key)
+    if not is_same_process(
+        pgid,
+        start if isinstance(start, int) else None,
+        kernel_id=scratch.kernel_id,
+        proc_root=proc_root,
+    ):
+        return False
+    try:
+        os.killpg(pgid, signum)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass
+    return True
 
 
 async def destroy_orphan(

@@ -67,9 +67,12 @@ DEFAULT_HIDDEN = ("/etc/accelshare",)
 _SYSTEM_DIRS = ("/usr", "/etc", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 #: The device nodes of NVIDIA GPUs, bound when a kernel holds CUDA devices.
 _NVIDIA_GLOBS = ("nvidia[0-9]*", "nvidiactl", "nvidia-uvm", "nvidia-uvm-tools", "nvidia-modeset")
-#: Signals the sandbox's own processes (bwrap) ignore so that a destroy's SIGTERM reaches
-#: the command only; ``env --default-signal`` gives the command the defaults back.
-RESET_SIGNALS = "TERM,INT,HUP,QUIT"
+#: bwrap's own option for the command's process group: the sandbox's init (and so the
+#: command, its child) ``setsid()``s, so the command's process group is the init's pid
+#: (``proc.json``'s ``sandbox_pid``): a destroy's SIGTERM goes to that group and reaches
+#: the command and its children, never bwrap outside (which keeps the default
+#: dispositions, as the command does: nothing is ignored, nothing to give back).
+SESSION_ARGS = ("--new-session",)
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,7 +97,6 @@ class SandboxConfig:
     hidden: tuple[Path, ...] = tuple(Path(p) for p in DEFAULT_HIDDEN)
     bwrap: str = "bwrap"
     slirp4netns: str = "slirp4netns"
-    env_program: str = "/usr/bin/env"
     setpriv: str = "/usr/bin/setpriv"
     extra_args: tuple[str, ...] = field(default=())
     # A seccomp filter (SYSCALL_FILTER) on every process of the sandbox: a file the agent
@@ -121,8 +123,6 @@ def probe(config: SandboxConfig, *, timeout_s: float = 10.0) -> str | None:
             f"bubblewrap ({config.bwrap!r}) is not installed (Debian/Ubuntu: apt-get install"
             " bubblewrap)"
         )
-    if not os.access(config.env_program, os.X_OK):
-        return f"{config.env_program} (coreutils) is not there"
     if os.geteuid() == 0 and not os.access(config.setpriv, os.X_OK):
         return f"{config.setpriv} (util-linux) is not there"
     if config.network == "outbound" and shutil.which(config.slirp4netns) is None:
@@ -134,6 +134,7 @@ def probe(config: SandboxConfig, *, timeout_s: float = 10.0) -> str | None:
         bwrap,
         *_identity_args(),
         *_NAMESPACE_ARGS,
+        *SESSION_ARGS,
         *_system_args(),
         "--proc",
         "/proc",
@@ -225,21 +226,20 @@ def _identity_args() -> list[str]:
 
 def _command_prefix(config: SandboxConfig) -> list[str]:
     """What runs inside before the kernel's argv: as root, ``setpriv`` to the kernel's
-    user with no capabilities left; then ``env`` giving the command the default signal
-    dispositions bwrap itself ran with ignored (see ``RESET_SIGNALS``)."""
-    prefix: list[str] = []
-    if os.geteuid() == 0:
-        uid, gid = config.effective_ids()
-        prefix = [
-            config.setpriv,
-            f"--reuid={uid}",
-            f"--regid={gid}",
-            "--clear-groups",
-            "--inh-caps=-all",
-            "--bounding-set=-all",
-            "--",
-        ]
-    return [*prefix, config.env_program, f"--default-signal={RESET_SIGNALS}"]
+    user with no capabilities left; nothing otherwise (the user namespace maps the
+    agent's own uid, and bwrap has dropped every capability)."""
+    if os.geteuid() != 0:
+        return []
+    uid, gid = config.effective_ids()
+    return [
+        config.setpriv,
+        f"--reuid={uid}",
+        f"--regid={gid}",
+        "--clear-groups",
+        "--inh-caps=-all",
+        "--bounding-set=-all",
+        "--",
+    ]
 
 
 _NAMESPACE_ARGS = (
@@ -384,6 +384,7 @@ def sandbox_record(
         *_identity_args(),
         *_NAMESPACE_ARGS,
         *([] if ipc_host else ["--unshare-ipc"]),
+        *SESSION_ARGS,
         *_system_args(),
         "--ro-bind-try",
         "/sys",
