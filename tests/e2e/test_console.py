@@ -531,6 +531,7 @@ def test_history_keeps_ended_sessions_with_reason_and_logs(page: Any, console: C
     page.get_by_role("link", name="History").click()
     expect(page.get_by_role("heading", name="History")).to_be_visible()
     rows = page.locator("#history-body tr")
+    expect(history_row(page, "printed-and-exited")).to_have_count(1)  # the page has loaded
     names = rows.evaluate_all("(els) => els.map((e) => e.dataset.sessionName)")
     assert names[:2] == ["never-ran", "printed-and-exited"], names  # most recent first
     expect(history_row(page, "admins-ended")).to_have_count(0)  # the admin's is not hers
