@@ -140,17 +140,11 @@ def _exec_kernel(
         os.dup2(log, 1)
         os.dup2(log, 2)
         os.chdir(cfg["cwd"])
-        # Python ignores SIGPIPE/SIGXFSZ and the supervisor ignores TERM/INT/HUP; an
-        # ignored disposition survives exec, so give the command the defaults back.
-        for signum in (
-            signal.SIGPIPE,
-            signal.SIGXFSZ,
-            signal.SIGTERM,
-            signal.SIGINT,
-            signal.SIGHUP,
-            signal.SIGQUIT,
-        ):
-            signal.signal(signum, signal.SIG_DFL)
+        # An ignored disposition and a blocked signal survive exec: Python ignores
+        # SIGPIPE/SIGXFSZ, the supervisor TERM/INT/HUP, and an agent started in the
+        # background (nohup, a shell's `&`) inherits more.  The command starts with
+        # every default, as bwrap passes them on to it.
+        default_signals()
         argv = cfg["argv"]
         if cfg.get("sandbox") and info_fd is not None:
             argv = sandbox_argv(cfg, info_fd, block_fd)
@@ -160,6 +154,16 @@ def _exec_kernel(
             os.write(err_w, f"{type(e).__name__}: {e}".encode(errors="replace"))
         finally:
             os._exit(127)
+
+
+def default_signals() -> None:
+    """Every signal's default disposition, and none blocked (in a child before exec)."""
+    for signum in signal.valid_signals():
+        if signum in (signal.SIGKILL, signal.SIGSTOP):
+            continue
+        with contextlib.suppress(OSError, ValueError):  # the kernel may reserve some
+            signal.signal(signum, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_SETMASK, ())
 
 
 def _read_all(fd: int) -> bytes:

@@ -29,7 +29,6 @@ import fcntl
 import importlib.util
 import json
 import os
-import signal
 import sys
 import termios
 from types import ModuleType
@@ -115,9 +114,9 @@ def main(argv: list[str]) -> int:
             cfg = json.load(f)
         if not run:
             fcntl.ioctl(0, termios.TIOCSCTTY, 0)
-        load_launcher().enter_kernel_limits(cfg)
-        for signum in (signal.SIGPIPE, signal.SIGXFSZ, signal.SIGINT, signal.SIGQUIT):
-            signal.signal(signum, signal.SIG_DFL)
+        launcher = load_launcher()
+        launcher.enter_kernel_limits(cfg)
+        launcher.default_signals()  # as a kernel's command starts: nothing ignored or blocked
         env = dict(cfg["env"])
         if not run:
             env["TERM"] = "xterm-256color"
