@@ -52,15 +52,15 @@ import pydantic_core
 
 from accelshare.alloc import (
     AbstractAllocMap,
+    AllocationByMap,
     FractionAllocMap,
-    KernelAllocation,
     ResourceError,
     allocate_kernel,
     allocate_planned_kernel,
     apply_kernel,
     free_kernel,
 )
-from accelshare.common import SlotTypes, canonical_decimal
+from accelshare.common import Allocation, SlotTypes, canonical_decimal
 from accelshare.protocol import AllocMapView, DeviceView, PluginMapView
 
 __all__ = [
@@ -79,7 +79,6 @@ COMPAT_PLUGIN_KEY = "cuda"
 _ZERO = Decimal(0)
 _ONE = Decimal(1)
 _HUNDREDTH = Decimal("0.01")
-SlotAlloc = Mapping[str, Mapping[str, Decimal]]
 Target = tuple[str, str]  # (plugin key, device id)
 
 
@@ -88,7 +87,7 @@ def plugin_key_of(slot: str) -> str:
     return slot.split(".", 1)[0]
 
 
-def flatten_allocation(allocation: Mapping[str, SlotAlloc]) -> dict[str, dict[str, Decimal]]:
+def flatten_allocation(allocation: Mapping[str, Allocation]) -> Allocation:
     """``{key: {slot: {device: amount}}}`` -> ``{slot: {device: amount}}`` (slots are unique)."""
     return {
         slot: dict(per_device)
@@ -195,7 +194,7 @@ class AllocLedger:
             for slot, slot_type in alloc_map.slot_types.items():
                 self._slot_types[slot] = slot_type
                 self._slot_owner[slot] = key
-        self._held: dict[str, KernelAllocation] = {}
+        self._held: dict[str, AllocationByMap] = {}
         self._holders: dict[Target, _Holders] = {}
         self._legacy: dict[str, list[LegacyHolding]] = {}
         self._reserved: dict[Target, Decimal] = {}
@@ -230,14 +229,14 @@ class AllocLedger:
     def kernel_ids(self) -> list[str]:
         return sorted(set(self._held) | set(self._legacy))
 
-    def held_by_plugin(self, kernel_id: str) -> KernelAllocation:
+    def held_by_plugin(self, kernel_id: str) -> AllocationByMap:
         """What the kernel holds in the current maps: ``{key: {slot: {device: amount}}}``."""
         return {
             key: {slot: dict(per) for slot, per in per_slot.items()}
             for key, per_slot in self._held.get(kernel_id, {}).items()
         }
 
-    def recorded(self, kernel_id: str) -> dict[str, dict[str, Decimal]]:
+    def recorded(self, kernel_id: str) -> Allocation:
         """Everything the kernel holds as recorded, legacy holdings included: slot -> device."""
         result = flatten_allocation(self._held.get(kernel_id, {}))
         for holding in self._legacy.get(kernel_id, ()):
@@ -257,7 +256,7 @@ class AllocLedger:
         allocation_order: Sequence[str],
         affinity_policy: str,
         allow_fragmentation: bool = True,
-    ) -> KernelAllocation:
+    ) -> AllocationByMap:
         """Allocate ``request`` over every involved map, all or nothing (raises ResourceError)."""
         if self.holds(kernel_id):
             raise ValueError(f"kernel {kernel_id} already holds an allocation")
@@ -276,10 +275,10 @@ class AllocLedger:
         self,
         kernel_id: str,
         request: Mapping[str, Decimal],
-        plan: SlotAlloc,
+        plan: Allocation,
         *,
         allow_fragmentation: bool = True,
-    ) -> KernelAllocation:
+    ) -> AllocationByMap:
         """Take exactly ``plan`` (slot -> device -> amount, the manager's placement) for
         ``request``, all or nothing, without the placement strategy: raises
         ``PlanConflict`` when it no longer fits, another ResourceError when it is wrong
@@ -296,7 +295,7 @@ class AllocLedger:
         self._record(kernel_id, allocation)
         return allocation
 
-    def _record(self, kernel_id: str, allocation: KernelAllocation) -> None:
+    def _record(self, kernel_id: str, allocation: AllocationByMap) -> None:
         held = {key: per_slot for key, per_slot in allocation.items() if per_slot}
         if held:
             self._held[kernel_id] = held
@@ -343,7 +342,7 @@ class AllocLedger:
     # -- restart recovery -----------------------------------------------------------------
     def restore(
         self,
-        kernels: Iterable[tuple[str, SlotAlloc]],
+        kernels: Iterable[tuple[str, Allocation]],
         *,
         old_capacities: Mapping[str, Mapping[str, Decimal]] | None = None,
     ) -> RestoreReport:
@@ -407,10 +406,10 @@ class AllocLedger:
         return RestoreReport(tuple(restored), tuple(sorted(self._legacy)), tuple(messages))
 
     def _split(
-        self, recorded: SlotAlloc
-    ) -> tuple[KernelAllocation, list[tuple[str, str, Decimal]]]:
+        self, recorded: Allocation
+    ) -> tuple[AllocationByMap, list[tuple[str, str, Decimal]]]:
         """Entries the current maps hold as such (by plugin key), and the rest."""
-        direct: KernelAllocation = {}
+        direct: AllocationByMap = {}
         leftover: list[tuple[str, str, Decimal]] = []
         for slot, per_device in recorded.items():
             key = self._slot_owner.get(slot)

@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from decimal import Decimal
 
-from accelshare.alloc import KernelAllocation, PlanConflict, ResourceError
+from accelshare.alloc import AllocationByMap, PlanConflict, ResourceError
 from accelshare.protocol import CreateKernelRequest, KernelEventType, KernelReport, KernelStatus
 
 from .kernels import KernelRecord
@@ -47,7 +47,7 @@ class _Admitted:
 
     record: KernelRecord
     requested: Mapping[str, Decimal]
-    allocation: KernelAllocation
+    allocation: AllocationByMap
     request: CreateKernelRequest  # with the app services' host ports in its environ
     published: tuple[tuple[int, int], ...]  # docker bridge: (container port, host port)
 

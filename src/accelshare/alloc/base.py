@@ -16,7 +16,7 @@ from decimal import Decimal
 from types import MappingProxyType
 from typing import Any, Self
 
-from accelshare.common import SlotTypes
+from accelshare.common import Allocation, SlotTypes
 
 from .affinity import AffinityHint, affinity_tiers, most_free_first, numa_groups, walk_order
 from .amounts import MAPPINGS, check_amount, check_exclusive, to_units, validate_request
@@ -29,7 +29,7 @@ from .errors import (
     UnsupportedResource,
     format_amount,
 )
-from .model import AllocationStrategy, DeviceSlotInfo, Fit, LedgerSnapshot, SlotAllocation
+from .model import AllocationStrategy, DeviceSlotInfo, Fit, LedgerSnapshot
 
 __all__ = ["DEFAULT_MIN_MEMORY", "AbstractAllocMap"]
 
@@ -115,7 +115,7 @@ class AbstractAllocMap(abc.ABC):
     def from_state(
         cls,
         capacities: Mapping[str, Mapping[str, Decimal]],
-        allocations: Mapping[str, Mapping[str, Decimal]] | None = None,
+        allocations: Allocation | None = None,
         *,
         slot_types: Mapping[str, SlotTypes | str] | None = None,
         **options: Any,
@@ -164,7 +164,7 @@ class AbstractAllocMap(abc.ABC):
         return MappingProxyType(self._numa)
 
     @property
-    def allocations(self) -> SlotAllocation:
+    def allocations(self) -> Allocation:
         """A copy of the ledger: slot -> device -> allocated, every device, zeros included."""
         return {
             slot: {d: self._allocated[d] for d in devices}
@@ -190,7 +190,7 @@ class AbstractAllocMap(abc.ABC):
         context_tag: str | None = None,
         min_memory: Decimal = DEFAULT_MIN_MEMORY,
         allow_resource_fragmentation: bool = True,
-    ) -> SlotAllocation:
+    ) -> Allocation:
         """Take ``slots`` from the devices and return what was taken (zeros left out).
 
         Raises a :class:`ResourceError` and changes nothing when any slot fails.
@@ -202,9 +202,9 @@ class AbstractAllocMap(abc.ABC):
         )
         return self._take(units)
 
-    def _take(self, units: Mapping[str, Mapping[str, int]]) -> SlotAllocation:
+    def _take(self, units: Mapping[str, Mapping[str, int]]) -> Allocation:
         """Put ``units`` (slot -> device -> whole units) on the ledger; their amounts."""
-        placement: SlotAllocation = {}
+        placement: Allocation = {}
         allocated, spare, slot_spare, unit = (
             self._allocated,
             self._spare,
@@ -229,7 +229,7 @@ class AbstractAllocMap(abc.ABC):
         context_tag: str | None = None,
         min_memory: Decimal = DEFAULT_MIN_MEMORY,
         allow_resource_fragmentation: bool = True,
-    ) -> SlotAllocation:
+    ) -> Allocation:
         """Dry run: what :meth:`allocate` would return, without touching the ledger."""
         return self._amounts(
             self._plan_units(
@@ -285,18 +285,18 @@ class AbstractAllocMap(abc.ABC):
                 raise self._not_unique(slot, amount, context_tag)
         return {slot: self._units_of(slot, amount, context_tag) for slot, amount in request.items()}
 
-    def _amounts(self, units: dict[str, dict[str, int]]) -> SlotAllocation:
+    def _amounts(self, units: dict[str, dict[str, int]]) -> Allocation:
         unit = self._unit
         return {slot: {d: unit * n for d, n in taken.items()} for slot, taken in units.items()}
 
     def allocate_planned(
         self,
         slots: Mapping[str, Decimal],
-        placement: Mapping[str, Mapping[str, Decimal]],
+        placement: Allocation,
         *,
         context_tag: str | None = None,
         allow_resource_fragmentation: bool = True,
-    ) -> SlotAllocation:
+    ) -> Allocation:
         """Take exactly ``placement`` (slot -> device -> amount, a plan made elsewhere) for
         the request ``slots``, without running the placement strategy; what was taken.
 
@@ -317,7 +317,7 @@ class AbstractAllocMap(abc.ABC):
     def _placement_units(
         self,
         needs: Mapping[str, int],
-        placement: Mapping[str, Mapping[str, Decimal]],
+        placement: Allocation,
         context_tag: str | None,
         allow_fragmentation: bool,
     ) -> dict[str, dict[str, int]]:
@@ -436,7 +436,7 @@ class AbstractAllocMap(abc.ABC):
         return self._unit * self._largest(slot_name, min_memory, allow_resource_fragmentation)
 
     # -- restoring, freeing, rolling back -------------------------------------------------
-    def apply_allocation(self, alloc: Mapping[str, Mapping[str, Decimal]]) -> None:
+    def apply_allocation(self, alloc: Allocation) -> None:
         """Add a known allocation (restart recovery); refuses to exceed any capacity."""
         entries = self._validate_existing(alloc, "apply")
         for slot, device, amount in entries:
@@ -451,7 +451,7 @@ class AbstractAllocMap(abc.ABC):
                 )
         self._commit(entries, negate=False)
 
-    def free(self, alloc: Mapping[str, Mapping[str, Decimal]]) -> None:
+    def free(self, alloc: Allocation) -> None:
         """Subtract an allocation; freeing more than is allocated is refused."""
         entries = self._validate_existing(alloc, "free")
         for slot, device, amount in entries:
@@ -578,9 +578,7 @@ class AbstractAllocMap(abc.ABC):
             note=note,
         )
 
-    def _validate_existing(
-        self, alloc: Mapping[str, Mapping[str, Decimal]], action: str
-    ) -> list[tuple[str, str, Decimal]]:
+    def _validate_existing(self, alloc: Allocation, action: str) -> list[tuple[str, str, Decimal]]:
         """Check a recorded allocation names this map's slots and devices; drop zeros."""
         entries: list[tuple[str, str, Decimal]] = []
         what = "amount to " + action

@@ -29,7 +29,6 @@ placement 0.8 (GPU1 0.4, GPU2 0.8 free)`` or ``i-node02: no cuda.shares slot``.
 
 from __future__ import annotations
 
-import enum
 import itertools
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -38,23 +37,22 @@ from decimal import Decimal
 from accelshare.alloc import (
     DEFAULT_ALLOCATION_ORDER,
     AbstractAllocMap,
+    AllocationByMap,
     AllocationStrategy,
     DiscreteAllocMap,
     FractionAllocMap,
     FractionalResourceFragmented,
     InsufficientResource,
-    KernelAllocation,
     NotMultipleOfQuantum,
     ResourceError,
     allocate_kernel,
 )
-from accelshare.common import ResourceSlot, SlotTypes, canonical_decimal
+from accelshare.common import Allocation, AllocationMode, ResourceSlot, SlotTypes, canonical_decimal
 
 __all__ = [
     "DeviceLedger",
     "DeviceState",
     "FitFailure",
-    "MapKind",
     "MapLayouts",
     "MapState",
     "device_allocation",
@@ -67,11 +65,6 @@ __all__ = [
 ]
 
 _ZERO = Decimal(0)
-
-
-class MapKind(enum.StrEnum):
-    DISCRETE = "discrete"
-    FRACTIONAL = "fractional"
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,7 +84,7 @@ class MapState:
     """One plugin's allocation map as reported (enough to rebuild it for a dry run)."""
 
     key: str
-    kind: MapKind
+    kind: AllocationMode
     devices: tuple[DeviceState, ...]
     strategy: str = "EVENLY"
     quantum: Decimal | None = None  # fractional maps only
@@ -126,7 +119,7 @@ class MapState:
         devices = self.devices
         alloc_map = self.build_empty() if layouts is None else layouts.empty_map(self)
         if not empty:
-            allocations: dict[str, dict[str, Decimal]] = {}
+            allocations: Allocation = {}
             for d in devices:
                 if d.allocated > 0:
                     allocations.setdefault(d.slot_name, {})[d.device_id] = min(
@@ -145,7 +138,7 @@ class MapState:
             types[d.slot_name] = d.slot_type
         numa = {d.device_id: d.numa_node for d in self.devices}
         strategy = AllocationStrategy.parse(self.strategy)
-        if self.kind is MapKind.FRACTIONAL:
+        if self.kind is AllocationMode.FRACTIONAL:
             return FractionAllocMap.from_state(
                 capacities,
                 slot_types=types,
@@ -364,7 +357,7 @@ class DeviceLedger:
 
     def place(
         self, requested: Mapping[str, Decimal], *, allow_fragmentation: bool = True
-    ) -> KernelAllocation | FitFailure:
+    ) -> AllocationByMap | FitFailure:
         """Allocate on the ledger (kept on success, rolled back on failure)."""
         request = self._device_request(requested)
         if not request:
@@ -468,7 +461,7 @@ class DeviceLedger:
 
     def check(
         self, requested: Mapping[str, Decimal], *, allow_fragmentation: bool = True
-    ) -> KernelAllocation | FitFailure:
+    ) -> AllocationByMap | FitFailure:
         """A dry run: what :meth:`place` would return, leaving the ledger unchanged."""
         request = self._device_request(requested)
         if not request:
@@ -592,7 +585,7 @@ def largest_placements(
     ledger)``) when empty: what the biggest agent could give one kernel.  No agents:
     None (nothing to judge by).
 
-    >>> two_gpus = DeviceLedger("a", (MapState("cuda", MapKind.FRACTIONAL, tuple(
+    >>> two_gpus = DeviceLedger("a", (MapState("cuda", AllocationMode.FRACTIONAL, tuple(
     ...     DeviceState(f"GPU{i}", "cuda.shares", SlotTypes.COUNT, Decimal(1))
     ...     for i in (1, 2)), quantum=Decimal("0.1")),))
     >>> largest_placements([(ResourceSlot({"cuda.shares": 2}), two_gpus)],
@@ -617,9 +610,9 @@ def largest_placements(
     return largest
 
 
-def device_allocation(allocation: KernelAllocation) -> dict[str, dict[str, Decimal]]:
+def device_allocation(allocation: AllocationByMap) -> Allocation:
     """Flatten ``{plugin: {slot: {device: amount}}}`` to ``{slot: {device: amount}}``."""
-    flat: dict[str, dict[str, Decimal]] = {}
+    flat: Allocation = {}
     for per_slot in allocation.values():
         for slot, per_device in per_slot.items():
             flat.setdefault(slot, {}).update(per_device)
@@ -627,10 +620,10 @@ def device_allocation(allocation: KernelAllocation) -> dict[str, dict[str, Decim
 
 
 def sum_allocations(
-    allocations: Sequence[Mapping[str, Mapping[str, Decimal]]],
-) -> dict[str, dict[str, Decimal]]:
+    allocations: Sequence[Allocation],
+) -> Allocation:
     """Add several ``{slot: {device: amount}}`` ledgers."""
-    total: dict[str, dict[str, Decimal]] = {}
+    total: Allocation = {}
     for alloc in allocations:
         for slot, per_device in alloc.items():
             bucket = total.setdefault(slot, {})

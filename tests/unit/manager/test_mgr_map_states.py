@@ -14,14 +14,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from accelshare.common import SlotTypes
+from accelshare.common import AllocationMode, SlotTypes
 from accelshare.manager.scheduler.snapshot import (
     map_states_from_views,
     parse_views,
     parse_views_text,
 )
 from accelshare.protocol import DeviceView, PluginMapView
-from accelshare.sched.fit import DeviceState, MapKind, MapState, merge_device_ledger
+from accelshare.sched.fit import DeviceState, MapState, merge_device_ledger
 
 D = Decimal
 KERNELS = ("k1", "k2", "k3", "k4")
@@ -62,7 +62,7 @@ def reference(
         states.append(
             MapState(
                 key,
-                MapKind(view.kind),
+                AllocationMode(view.kind),
                 tuple(devices),
                 strategy=view.strategy,
                 quantum=D(view.quantum) if view.quantum else None,

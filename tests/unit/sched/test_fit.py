@@ -5,13 +5,12 @@ from decimal import Decimal
 import pytest
 
 from accelshare.alloc import DiscreteAllocMap, FractionAllocMap
-from accelshare.common import ResourceSlot, SlotTypes
+from accelshare.common import AllocationMode, ResourceSlot, SlotTypes
 from accelshare.sched import fit
 from accelshare.sched.fit import (
     DeviceLedger,
     DeviceState,
     FitFailure,
-    MapKind,
     MapLayouts,
     MapState,
     device_allocation,
@@ -216,7 +215,7 @@ def _fresh(state: MapState) -> DiscreteAllocMap | FractionAllocMap:
         "exclusive_slot_types": state.exclusive_slot_types,
         "numa_nodes": {d.device_id: d.numa_node for d in state.devices},
     }
-    if state.kind is MapKind.FRACTIONAL:
+    if state.kind is AllocationMode.FRACTIONAL:
         return FractionAllocMap.from_state(
             capacities, allocations, quantum_size=state.quantum or D("0.01"), **options
         )
@@ -248,7 +247,7 @@ def test_maps_of_one_layout_are_copies_of_one_template_with_their_own_ledgers() 
         mem_map(2**34, used=2**30),
         MapState(
             "cuda",
-            MapKind.DISCRETE,
+            AllocationMode.DISCRETE,
             (
                 DeviceState("GPU1", "cuda.device", SlotTypes.COUNT, D(1), D(1), numa_node=1),
                 DeviceState("GPU2", "cuda.device", SlotTypes.COUNT, D(1), D(0), numa_node=0),

@@ -15,13 +15,12 @@ import json
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
-from decimal import Decimal
 from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from accelshare.common import ResourceSlot
+from accelshare.common import Allocation, ResourceSlot
 from accelshare.sched.model import AgentState
 from accelshare.sched.plan import AgentSnapshot
 
@@ -157,7 +156,7 @@ async def load_agents(
             snapshot = entry[1]
         else:
             cache.misses += 1
-            allocs: dict[str, dict[str, Decimal]] = {}
+            allocs: Allocation = {}
             for (_, k_allocs), count in shapes.items():
                 add_alloc(allocs, texts.get("alloc", k_allocs, parse_alloc), count)
             occupied = ResourceSlot.sum_of(

@@ -20,8 +20,9 @@ from typing import Any
 
 from pydantic import TypeAdapter, ValidationError
 
+from accelshare.common import Allocation, AllocationMode
 from accelshare.protocol import PluginMapView
-from accelshare.sched.fit import DeviceState, MapKind, MapState, merge_device_ledger
+from accelshare.sched.fit import DeviceState, MapState, merge_device_ledger
 
 __all__ = [
     "ReportedViews",
@@ -74,7 +75,7 @@ def parse_views_text(text: str | None) -> dict[str, PluginMapView]:
 
 def map_states_from_views(
     views: Mapping[str, PluginMapView],
-    manager_allocs: Mapping[str, Mapping[str, Decimal]],
+    manager_allocs: Allocation,
     known_kernels: frozenset[str],
 ) -> tuple[MapState, ...]:
     """Per-device state for the dry run (see the module docstring): :func:`map_states`
@@ -132,7 +133,7 @@ def _reported_maps(views: Mapping[str, PluginMapView]) -> tuple[_ReportedMap, ..
 
     for key, view in views.items():
         try:
-            kind = MapKind(view.kind)
+            kind = AllocationMode(view.kind)
         except ValueError:
             continue
         legacy = {
@@ -165,7 +166,7 @@ def _reported_maps(views: Mapping[str, PluginMapView]) -> tuple[_ReportedMap, ..
 
 def map_states(
     maps: Sequence[_ReportedMap],
-    manager_allocs: Mapping[str, Mapping[str, Decimal]],
+    manager_allocs: Allocation,
     known_kernels: frozenset[str],
 ) -> tuple[MapState, ...]:
     """Each device: :func:`merge_device_ledger` of the report and the manager's kernels
@@ -225,15 +226,13 @@ def map_states(
 _NO_AMOUNTS: Mapping[str, Decimal] = {}
 
 
-def parse_alloc(obj: Any) -> dict[str, dict[str, Decimal]]:
-    total: dict[str, dict[str, Decimal]] = {}
+def parse_alloc(obj: Any) -> Allocation:
+    total: Allocation = {}
     add_alloc(total, obj if isinstance(obj, Mapping) else {})
     return total
 
 
-def add_alloc(
-    total: dict[str, dict[str, Decimal]], alloc: Mapping[str, Mapping[str, Any]], count: int = 1
-) -> None:
+def add_alloc(total: Allocation, alloc: Mapping[str, Mapping[str, Any]], count: int = 1) -> None:
     """Adds ``alloc`` (per slot, per device) ``count`` times into ``total``."""
     for slot, per_device in (alloc or {}).items():
         bucket = total.setdefault(slot, {})
