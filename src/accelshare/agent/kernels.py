@@ -9,7 +9,7 @@ A kernel moves ``PREPARING -> RUNNING -> EXITED`` or ``PREPARING -> FAILED``::
     registry.get("k1").report()      # KernelReport(status=EXITED, exit_code=0, ...)
 
 Finished kernels stay answerable (idempotent create/destroy return their report) in a
-bounded most-recent list; the allocation ledger, not this registry, owns what a kernel
+bounded most-recent list; the agent's allocations (:mod:`.allocations`), not this registry, own what a kernel
 holds.
 """
 

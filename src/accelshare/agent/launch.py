@@ -38,7 +38,7 @@ from accelshare.common import ResourceSlot, SlotTypes
 from accelshare.common.text_input import reserved_env_reason
 from accelshare.protocol import CreateKernelRequest
 
-from .ledger import flatten_allocation
+from .allocations import flatten_allocation
 from .resource_txt import MountEntry, ResourceTxt, render_resource_txt
 from .runtime.base import KERNEL_ID_LABEL, KernelSpec, ResourceLimits
 from .runtime.folder_mounts import FolderMount, MountRefused, normalize_kernel_path

@@ -46,7 +46,7 @@ from .model import (
     AllocationStrategy,
     DeviceSlotInfo,
     Fit,
-    LedgerSnapshot,
+    MapSnapshot,
 )
 
 __all__ = [
@@ -67,7 +67,7 @@ __all__ = [
     "InsufficientResource",
     "InvalidResourceArgument",
     "InvalidResourceCombination",
-    "LedgerSnapshot",
+    "MapSnapshot",
     "NotMultipleOfQuantum",
     "PlanConflict",
     "ResourceError",

@@ -25,7 +25,7 @@ __all__ = [
     "AllocationStrategy",
     "DeviceSlotInfo",
     "Fit",
-    "LedgerSnapshot",
+    "MapSnapshot",
 ]
 
 AllocationByMap: TypeAlias = dict[str, Allocation]
@@ -87,8 +87,8 @@ class DeviceSlotInfo:
 
 
 @dataclass(frozen=True, slots=True)
-class LedgerSnapshot:
-    """An opaque copy of a map's ledger (device id -> allocated), for :meth:`restore`."""
+class MapSnapshot:
+    """An opaque copy of a map's allocated amounts (device id -> allocated), for :meth:`restore`."""
 
     allocated: tuple[tuple[str, Decimal], ...]
 

@@ -18,7 +18,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from accelshare.common import ResourceSlot
-from accelshare.sched.fit import DeviceLedger, fits_capacity
+from accelshare.sched.fit import TrialMaps, fits_capacity
 from accelshare.sched.model import AgentState
 from accelshare.sched.plan import (
     AgentSnapshot,
@@ -250,7 +250,7 @@ def test_no_lower_session_takes_what_a_waiting_higher_one_could_use(
             agent = agents[a.agent_id]
             usable = fits_capacity(
                 agent.state.available_slots,
-                DeviceLedger(agent.state.id, agent.maps),
+                TrialMaps(agent.state.id, agent.maps),
                 high.requested_slots,
                 allow_fragmentation=high.allow_fragmentation,
             )

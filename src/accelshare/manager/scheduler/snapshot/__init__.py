@@ -5,7 +5,7 @@ transaction, so counters cannot drift (spec 05):
 
 * ALIVE, schedulable agents of the group; their *occupied* totals recomputed from
   their resource-occupying kernels, and their per-device maps rebuilt from the last
-  heartbeat's ``PluginMapView``\\ s with :func:`~accelshare.sched.fit.merge_device_ledger`:
+  heartbeat's ``PluginMapView``\\ s with :func:`~accelshare.sched.fit.device_taken_amount`:
   a device counts what the manager's own kernels hold there (planned placements of
   kernels the agent has not created yet included) plus what the agent reports for
   kernels the manager has no row for (and legacy holdings);

@@ -2,7 +2,7 @@
 
 An agent's last heartbeat stores one ``PluginMapView`` per allocation map
 (``agents.device_allocs``).  A device counts, by
-:func:`~accelshare.sched.fit.merge_device_ledger`, what the manager's own kernels hold
+:func:`~accelshare.sched.fit.device_taken_amount`, what the manager's own kernels hold
 there (planned placements of kernels the agent has not created yet included) plus what
 the agent reports for kernels the manager has no row for (and legacy holdings: a device
 held under a renamed slot is full until freed).  The parts that depend on the report
@@ -22,7 +22,7 @@ from pydantic import TypeAdapter, ValidationError
 
 from accelshare.common import Allocation, AllocationMode
 from accelshare.protocol import PluginMapView
-from accelshare.sched.fit import DeviceState, MapState, merge_device_ledger
+from accelshare.sched.fit import DeviceState, MapState, device_taken_amount
 
 __all__ = [
     "ReportedViews",
@@ -169,7 +169,7 @@ def map_states(
     manager_allocs: Allocation,
     known_kernels: frozenset[str],
 ) -> tuple[MapState, ...]:
-    """Each device: :func:`merge_device_ledger` of the report and the manager's kernels
+    """Each device: :func:`device_taken_amount` of the report and the manager's kernels
     (capped at the capacity); a device without reported kernels and without the
     manager's keeps its parsed state, a map with no such device its parsed map."""
     states: list[MapState] = []
@@ -185,7 +185,7 @@ def map_states(
             if device.legacy:
                 allocated = state.capacity
             else:
-                allocated = merge_device_ledger(
+                allocated = device_taken_amount(
                     device.reported,
                     # only the amounts it can attribute (a kernel it has a row for)
                     {k: v for k, v in device.kernels if k in known_kernels},

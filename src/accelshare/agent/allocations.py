@@ -1,15 +1,15 @@
-"""The agent's allocation ledger: one map per plugin plus who holds what (pure, synchronous).
+"""The agent's allocations: one allocation map per plugin plus who holds what (pure, synchronous).
 
-:class:`AllocLedger` wraps the plugins' allocation maps (:mod:`accelshare.alloc`) and
+:class:`AgentAllocations` wraps the plugins' allocation maps (:mod:`accelshare.alloc`) and
 remembers, per kernel, what it holds, so that freeing happens exactly once and the
 allocation-map views (full and compatible forms) can be served from memory::
 
-    ledger = AllocLedger({"cpu": cpu_map, "mem": mem_map, "cuda": cuda_map}, models)
-    ledger.allocate("k1", {"cpu": 1, "mem": 2**30, "cuda.shares": Decimal("0.2")})
-    ledger.allocate("k2", {"cpu": 1, "mem": 2**30, "cuda.shares": Decimal("1.2")})
-    ledger.compat_view()   # {"...2d01": "0.60", "...2d02": "0.80"}
-    ledger.allocate_planned("k3", {"cpu": 1, ...}, {"cpu": {"3": 1}, ...})  # the manager's plan
-    ledger.release("k1")   # True; a second release is a no-op (False)
+    allocations = AgentAllocations({"cpu": cpu_map, "mem": mem_map, "cuda": cuda_map}, models)
+    allocations.allocate("k1", {"cpu": 1, "mem": 2**30, "cuda.shares": Decimal("0.2")})
+    allocations.allocate("k2", {"cpu": 1, "mem": 2**30, "cuda.shares": Decimal("1.2")})
+    allocations.compat_view()   # {"...2d01": "0.60", "...2d02": "0.80"}
+    allocations.allocate_planned("k3", {"cpu": 1, ...}, {"cpu": {"3": 1}, ...})  # the manager's plan
+    allocations.release("k1")   # True; a second release is a no-op (False)
 
 Restart recovery (:meth:`restore`) clears every map and re-applies each live kernel's
 recorded allocation (``resource.txt``).  A recorded entry whose slot the current plugin
@@ -24,7 +24,7 @@ mock switched from fractional (1.0 share per GPU) to discrete::
     -> GPU1 reserved: ceil(0.5 / 1.0 * 1) = 1 whole GPU; GPU2 free
     -> view: GPU1 allocated 1, kernels {k-old: 0.5}; legacy_allocations
        {"cuda.shares": {"GPU1": "0.5"}}
-    ledger.release("k-old") -> GPU1 free again
+    allocations.release("k-old") -> GPU1 free again
 
 ``old_capacities`` (slot -> device -> capacity, as the agent last saw them) turn an old
 amount into a proportion; without it a device with any old use is reserved whole.  An
@@ -65,7 +65,7 @@ from accelshare.protocol import AllocMapView, DeviceView, PluginMapView
 
 __all__ = [
     "COMPAT_PLUGIN_KEY",
-    "AllocLedger",
+    "AgentAllocations",
     "DeviceDetails",
     "LegacyHolding",
     "RestoreReport",
@@ -177,7 +177,7 @@ class _Holders:
         return b",".join(self.fragments)
 
 
-class AllocLedger:
+class AgentAllocations:
     """Allocation maps by plugin key + per-kernel holdings.  Not thread-safe: the agent
     calls it from its event loop, allocation under its asyncio lock."""
 
@@ -669,12 +669,12 @@ class AllocLedger:
             alloc_map = self._maps.get(plugin_key)
             if alloc_map is not None:
                 slots = {f"{plugin_key}.shares", f"{plugin_key}.device"}
-                ledger = alloc_map.allocations
+                allocations = alloc_map.allocations
                 for device, info in alloc_map.device_slots.items():
                     if info.slot_name not in slots:
                         continue
                     shown = device.removeprefix("GPU-")
-                    amount = ledger[info.slot_name][device]
+                    amount = allocations[info.slot_name][device]
                     total = Decimal(result[shown]) + amount if shown in result else amount
                     result[shown] = str(total.quantize(_HUNDREDTH, rounding=ROUND_HALF_UP))
             cache.compat = result
@@ -684,12 +684,12 @@ class AllocLedger:
         """Slot -> (capacity, allocated) summed over devices (for metrics)."""
         result: dict[str, tuple[Decimal, Decimal]] = {}
         for alloc_map in self._maps.values():
-            ledger = alloc_map.allocations
+            allocations = alloc_map.allocations
             for device, info in alloc_map.device_slots.items():
                 capacity, allocated = result.get(info.slot_name, (_ZERO, _ZERO))
                 result[info.slot_name] = (
                     capacity + info.amount,
-                    allocated + ledger[info.slot_name][device],
+                    allocated + allocations[info.slot_name][device],
                 )
         return result
 
