@@ -33,14 +33,10 @@ from decimal import Decimal
 from accelshare.common import AllocationMode, ResourceSlot, SlotTypes
 from accelshare.sched.fit import DeviceState, MapLayouts, MapState
 from accelshare.sched.model import AgentState, PendingSession
-from accelshare.sched.plan import (
-    AgentSnapshot,
-    SchedulerOptions,
-    SchedulingPlan,
-    SchedulingSnapshot,
-    plan_pass,
-)
+from accelshare.sched.outcome import SchedulingPlan
+from accelshare.sched.plan import plan_pass
 from accelshare.sched.selectors import SelectorName
+from accelshare.sched.snapshot import AgentSnapshot, SchedulerOptions, SchedulingSnapshot
 
 GIB = 2**30
 T0 = datetime(2026, 1, 1, tzinfo=UTC)

@@ -164,7 +164,7 @@ class MapLayouts:
     """What the planner learns of device layouts (a map's devices, slots, types,
     capacities, NUMA nodes and options; :attr:`MapState.layout`), for as long as its
     owner keeps it: the manager's scheduler holds one across passes and scaling groups
-    (:class:`~accelshare.sched.plan.PlanMemo`), the session service one for its
+    (:class:`~accelshare.sched.memo.PlanMemo`), the session service one for its
     creation-time checks; a pass given none starts with an empty one.
 
     * **Empty maps** (:meth:`empty_map`): built once per layout and copied

@@ -9,7 +9,7 @@ from typing import Any
 from accelshare.common import AllocationMode, ResourceSlot, SlotTypes
 from accelshare.sched.fit import DeviceState, MapState
 from accelshare.sched.model import AgentState, PendingSession
-from accelshare.sched.plan import AgentSnapshot
+from accelshare.sched.snapshot import AgentSnapshot
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 

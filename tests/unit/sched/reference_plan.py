@@ -16,19 +16,12 @@ from accelshare.common import ResourceSlot, SlotName
 from accelshare.sched.fit import FitFailure, TrialMaps, totals_shortfall
 from accelshare.sched.images import ImageRequirement, image_refusal
 from accelshare.sched.model import AgentState, PendingSession, PredicateResult
+from accelshare.sched.onepass import PACK_CANDIDATES
+from accelshare.sched.outcome import NEVER_FITS, Assignment, Failure, FailureKind, SchedulingPlan
 from accelshare.sched.pickers import PickerName, pick
-from accelshare.sched.plan import (
-    NEVER_FITS,
-    PACK_CANDIDATES,
-    AgentSnapshot,
-    Assignment,
-    Failure,
-    FailureKind,
-    SchedulingPlan,
-    SchedulingSnapshot,
-)
 from accelshare.sched.predicates import PredicateContext, run_predicates
 from accelshare.sched.selectors import iter_ranked
+from accelshare.sched.snapshot import AgentSnapshot, SchedulingSnapshot
 
 __all__ = ["plan_pass"]
 

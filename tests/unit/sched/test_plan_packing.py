@@ -10,14 +10,10 @@ from decimal import Decimal
 import pytest
 
 from accelshare.sched.fit import TrialMaps
-from accelshare.sched.plan import (
-    PACK_CANDIDATES,
-    AgentSnapshot,
-    SchedulerOptions,
-    SchedulingSnapshot,
-    plan_pass,
-)
+from accelshare.sched.onepass import PACK_CANDIDATES
+from accelshare.sched.plan import plan_pass
 from accelshare.sched.selectors import SelectorName
+from accelshare.sched.snapshot import AgentSnapshot, SchedulerOptions, SchedulingSnapshot
 
 from .builders import T0, gpu_agent, session, slots
 

@@ -1,4 +1,4 @@
-r"""The group's ALIVE, schedulable agents as :class:`~accelshare.sched.plan.AgentSnapshot`\ s.
+r"""The group's ALIVE, schedulable agents as :class:`~accelshare.sched.snapshot.AgentSnapshot`\ s.
 
 Every pass reads every agent's revisions (:func:`agent_heads`); its own parsed columns
 (slots, runtime, architecture, images, heartbeat views: 13 kB per agent of 8 GPUs and 64
@@ -22,7 +22,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from accelshare.common import Allocation, ResourceSlot
 from accelshare.sched.model import AgentState
-from accelshare.sched.plan import AgentSnapshot
+from accelshare.sched.snapshot import AgentSnapshot
 
 from ...models import Agent, AgentHeldRevision, AgentStatus, Kernel
 from .cache import SnapshotCache, Texts, keep_current
