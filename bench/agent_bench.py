@@ -2,7 +2,7 @@
 
 Two parts:
 
-1. **In-process** (no processes): an agent-shaped ledger (1,000 cpu cores, memory, four
+1. **In-process** (no processes): an agent-shaped allocations (1,000 cpu cores, memory, four
    fractional mock GPUs) holding N recorded kernel allocations.  Times building the
    full alloc-map view (uncached, i.e. right after a change), serving it (cached), the
    compatible form, and ``restore`` of N recorded allocations (the map part of restart
@@ -50,7 +50,7 @@ import httpx
 import psutil  # type: ignore[import-untyped,unused-ignore]
 import uvicorn
 
-from accelshare.agent.ledger import AllocLedger
+from accelshare.agent.allocations import AgentAllocations
 from accelshare.agent.rpc import create_rpc_app
 from accelshare.agent.service import AgentService
 from accelshare.alloc import DeviceSlotInfo, DiscreteAllocMap, FractionAllocMap
@@ -101,10 +101,10 @@ def in_process(n_kernels: int, queries: int) -> None:
             allocation_strategy="FILL",
         ),
     }
-    ledger = AllocLedger(maps)
+    allocations = AgentAllocations(maps)
     t0 = time.perf_counter()
     for i in range(n_kernels):
-        ledger.allocate(
+        allocations.allocate(
             f"k{i:04}",
             {"cpu": Decimal(1), "mem": Decimal(1 << 30), "cuda.shares": Decimal("0.1")},
             allocation_order=("cuda", "cpu", "mem"),
@@ -115,26 +115,26 @@ def in_process(n_kernels: int, queries: int) -> None:
     request = {"cpu": Decimal(1), "mem": Decimal(1 << 30), "cuda.shares": Decimal("0.1")}
     for i in range(max(400, queries // 5)):
         victim = f"k{i % n_kernels:04}"  # a kernel ends and another starts: the view changes
-        ledger.release(victim)
-        ledger.allocate(
+        allocations.release(victim)
+        allocations.allocate(
             victim, request, allocation_order=("cuda", "cpu", "mem"), affinity_policy="INTERLEAVED"
         )
         t = time.perf_counter()
         if i % 2:  # what the alloc-map query serves
-            ledger.view_json("i-bench")
+            allocations.view_json("i-bench")
             built.append(time.perf_counter() - t)
         else:  # the view object (heartbeats), serialised whole
-            ledger.view("i-bench").model_dump_json()
+            allocations.view("i-bench").model_dump_json()
             objects.append(time.perf_counter() - t)
-    size = len(ledger.view_json("i-bench"))
+    size = len(allocations.view_json("i-bench"))
     for _ in range(queries):
         t = time.perf_counter()
-        ledger.view_json("i-bench")
+        allocations.view_json("i-bench")
         cached.append(time.perf_counter() - t)
     for _ in range(queries):
-        ledger.version += 1  # forces a rebuild of the compat form
+        allocations.version += 1  # forces a rebuild of the compat form
         t = time.perf_counter()
-        ledger.compat_view()
+        allocations.compat_view()
         compat.append(time.perf_counter() - t)
     row(
         f"in-process: full view JSON after a change (view_json), {n_kernels} kernels "
@@ -146,16 +146,16 @@ def in_process(n_kernels: int, queries: int) -> None:
         "in-process: the same as view() + model_dump_json (the path before view_json)",
         summary(objects),
     )
-    row("in-process: full view JSON, unchanged ledger (cached)", summary(cached))
+    row("in-process: full view JSON, unchanged allocations (cached)", summary(cached))
     row("in-process: compat view rebuilt", summary(compat))
-    recorded = [(k, ledger.recorded(k)) for k in ledger.kernel_ids()]
-    before = ledger.view("i-bench")
+    recorded = [(k, allocations.recorded(k)) for k in allocations.kernel_ids()]
+    before = allocations.view("i-bench")
     samples = []
     for _ in range(5):
         t = time.perf_counter()
-        ledger.restore(recorded)
+        allocations.restore(recorded)
         samples.append(time.perf_counter() - t)
-    assert ledger.view("i-bench") == before
+    assert allocations.view("i-bench") == before
     row(f"in-process: restore {n_kernels} recorded allocations", summary(samples))
 
 
@@ -315,11 +315,11 @@ async def churn_queries(service: AgentService, url: str, live: int, n: int) -> N
                     victims[slot] = replacement.kernel_id
                 if settle_s:
                     await asyncio.sleep(settle_s)
-                version = service.ledger.version
+                version = service.allocations.version
                 client.stdin.write(b"query\n")
                 await client.stdin.drain()
                 round_trips.append(float(await client.stdout.readline()))
-                assert service.ledger.version == version  # the query saw one fresh change
+                assert service.allocations.version == version  # the query saw one fresh change
             if churn:
                 row(
                     f"real: GET /v1/alloc-map after a destroy + create, {live} live kernels "

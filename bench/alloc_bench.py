@@ -16,7 +16,7 @@ virtualenv and point this script at that interpreter::
     /tmp/bai-venv/bin/pip install attrs more-itertools~=8.13.0 networkx ...  # what it imports
     .venv/bin/python bench/alloc_bench.py --bai-python /tmp/bai-venv/bin/python
 
-The comparison also replays our allocation decisions (same ledger, same request) on
+The comparison also replays our allocation decisions (same allocated amounts, same request) on
 Backend.AI's maps and reports how many decisions agree, and why the others differ.
 
 This is a script that prints figures, not a timed test.
@@ -73,8 +73,8 @@ def drive(
 ) -> int:
     """Run ``steps`` on ``alloc_map``; returns the number of allocate + free calls.
 
-    With ``trace`` (a list), records (ledger before, request units, result) for every
-    allocate call, the ledger and result in units, the result None on failure.
+    With ``trace`` (a list), records (allocated amounts before, request units, result) for every
+    allocate call, the allocated amounts and result in units, the result None on failure.
     """
     slot = "cuda.shares"
     live: list[Any] = []
@@ -233,8 +233,8 @@ elif job["mode"] == "examples":
             text = " + ".join(str(v) for v in got["cuda.shares"].values() if v)
         except ResourceError as e:
             text = type(e).__name__
-        ledger = "/".join(str(v) for v in m.allocations["cuda.shares"].values())
-        out["examples"].append(f"{text} (ledger {ledger})")
+        allocated = "/".join(str(v) for v in m.allocations["cuda.shares"].values())
+        out["examples"].append(f"{text} (allocated amounts {allocated})")
 else:
     decisions = []
     for before, units, _ in job["trace"]:
@@ -328,8 +328,8 @@ def run_example_ours(example: tuple[str, str, str, int, str, str, str, int]) -> 
         text = " + ".join(str(v) for v in got[SLOT].values())
     except ResourceError as e:
         text = type(e).__name__
-    ledger = "/".join(str(v) for v in alloc_map.allocations[SLOT].values())
-    return f"{text} (ledger {ledger})"
+    allocated = "/".join(str(v) for v in alloc_map.allocations[SLOT].values())
+    return f"{text} (allocated amounts {allocated})"
 
 
 def print_examples(python: str) -> None:

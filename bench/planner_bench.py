@@ -30,17 +30,13 @@ import time
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
-from accelshare.common import ResourceSlot, SlotTypes
-from accelshare.sched.fit import DeviceState, MapKind, MapLayouts, MapState
+from accelshare.common import AllocationMode, ResourceSlot, SlotTypes
+from accelshare.sched.fit import DeviceState, MapLayouts, MapState
 from accelshare.sched.model import AgentState, PendingSession
-from accelshare.sched.plan import (
-    AgentSnapshot,
-    SchedulerOptions,
-    SchedulingPlan,
-    SchedulingSnapshot,
-    plan_pass,
-)
+from accelshare.sched.outcome import SchedulingPlan
+from accelshare.sched.plan import plan_pass
 from accelshare.sched.selectors import SelectorName
+from accelshare.sched.snapshot import AgentSnapshot, SchedulerOptions, SchedulingSnapshot
 
 GIB = 2**30
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -89,7 +85,7 @@ def agent(
     one = Decimal(1)
     gpus = MapState(
         "cuda",
-        MapKind.FRACTIONAL,
+        AllocationMode.FRACTIONAL,
         tuple(
             DeviceState(f"GPU{g + 1}", "cuda.shares", SlotTypes.COUNT, one, gpu_used, g % 2)
             for g in range(GPUS)
@@ -99,7 +95,7 @@ def agent(
     )
     cores = MapState(
         "cpu",
-        MapKind.DISCRETE,
+        AllocationMode.DISCRETE,
         tuple(
             DeviceState(str(c), "cpu", SlotTypes.COUNT, one, one if c < cpu_used else Decimal(0))
             for c in range(CORES)
@@ -107,7 +103,7 @@ def agent(
     )
     memory = MapState(
         "mem",
-        MapKind.DISCRETE,
+        AllocationMode.DISCRETE,
         (DeviceState("root", "mem", SlotTypes.BYTES, Decimal(MEM), Decimal(mem_used)),),
         strategy="FILL",
     )

@@ -76,7 +76,8 @@ from accelshare.manager.models import Group, Keypair, Session, SessionStatusHist
 from accelshare.manager.runtime import Manager
 from accelshare.manager.scheduler import loop as sched_loop
 from accelshare.sched.lifecycle import SessionStatus
-from accelshare.sched.plan import PlacedPass, SchedulingSnapshot, plan_pass
+from accelshare.sched.plan import PlacedPass, plan_pass
+from accelshare.sched.snapshot import SchedulingSnapshot
 from accelshare_testkit.hollow_agent import (
     TWO_FGPU,
     CreateTally,

@@ -45,18 +45,17 @@ from accelshare.accel.cpu import CpuCore, CPUPlugin
 from accelshare.accel.mem import MemoryPlugin
 from accelshare.accel.mock import MockPlugin, load_mock_config, parse_mock_config
 from accelshare.accel.options import AcceleratorOptions
-from accelshare.accel.types import AllocationMode
 from accelshare.alloc import (
     AbstractAllocMap,
+    AllocationByMap,
     FractionAllocMap,
-    KernelAllocation,
     PlanConflict,
     ResourceError,
     allocate_kernel,
     allocate_planned_kernel,
     free_kernel,
 )
-from accelshare.common import INTRINSIC_SLOTS, SlotName, canonical_decimal
+from accelshare.common import INTRINSIC_SLOTS, AllocationMode, SlotName, canonical_decimal
 from accelshare.protocol import (
     CLUSTER_SECRET_HEADER,
     AllocMapView,
@@ -155,7 +154,7 @@ class HollowSpec:
 @dataclass(slots=True)
 class _Kernel:
     request: CreateKernelRequest
-    allocation: KernelAllocation
+    allocation: AllocationByMap
     status: KernelStatus
     created_at: datetime
     logs: str = ""

@@ -72,7 +72,7 @@ async def db_recount(manager: Manager) -> dict[str, tuple[ResourceSlot, Resource
 
 
 def hollow_totals(agent: HollowAgent) -> dict[str, Decimal]:
-    """slot -> the sum over the agent's alloc maps (what its ledger holds)."""
+    """slot -> the sum over the agent's alloc maps (what its allocations holds)."""
     totals: dict[str, Decimal] = {}
     for alloc_map in agent.maps.values():
         for slot, per_device in alloc_map.allocations.items():
@@ -89,7 +89,7 @@ def kernel_totals(agent: HollowAgent) -> dict[str, Decimal]:
     return {k: v for k, v in totals.items() if v}
 
 
-async def assert_ledgers_agree(manager: Manager, agents: list[HollowAgent]) -> None:
+async def assert_allocations_agree(manager: Manager, agents: list[HollowAgent]) -> None:
     recount = await db_recount(manager)
     for agent_id, (counter, counted, _) in recount.items():
         assert counter == counted, f"{agent_id}: occupied_slots {counter} != recount {counted}"

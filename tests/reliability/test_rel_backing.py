@@ -32,7 +32,7 @@ from accelshare_testkit.hollow_agent import HollowCluster
 from component.manager.cluster import Cluster, Signer, manager_config, running_cluster
 from component.manager.conftest import PG_ADMIN_URL, temporary_pg_database
 
-from .invariants import all_sessions, assert_accounted, assert_ledgers_agree
+from .invariants import all_sessions, assert_accounted, assert_allocations_agree
 
 pytestmark = pytest.mark.integration
 SHARE = {"cpu": 1, "mem": "256m", "cuda.shares": "0.5"}  # one agent, 2 GPUs: room for 4
@@ -75,7 +75,7 @@ async def _settle_and_check(cluster: Cluster, acknowledged: set[str]) -> dict[st
     agents = list(cluster.agents.values())
     for agent in agents:
         await agent.heartbeat()
-    await assert_ledgers_agree(cluster.manager, agents)
+    await assert_allocations_agree(cluster.manager, agents)
     return dict(counts)
 
 
@@ -92,7 +92,7 @@ async def _pending_still_start(cluster: Cluster) -> None:
         return sum(now[sid] == "RUNNING" for sid in pending) == min(4, len(pending))
 
     await cluster.until(started, timeout_s=60, what="pending sessions to start")
-    await assert_ledgers_agree(cluster.manager, list(cluster.agents.values()))
+    await assert_allocations_agree(cluster.manager, list(cluster.agents.values()))
 
 
 async def test_postgresql_connections_dropped_mid_activity(tmp_path: Path) -> None:

@@ -27,7 +27,7 @@ from component.manager.cluster import Cluster, running_cluster
 from component.manager.conftest import temporary_pg_database
 
 from .conftest import scaled
-from .invariants import all_sessions, assert_accounted, assert_ledgers_agree, live_sessions
+from .invariants import all_sessions, assert_accounted, assert_allocations_agree, live_sessions
 
 SHARE = {"cpu": 1, "mem": "256m", "cuda.shares": "0.4"}  # 2 agents x 2 GPUs: room for 10
 TERMINAL = {"TERMINATED", "CANCELLED"}
@@ -89,13 +89,13 @@ async def test_hundred_creators_room_for_ten_repeated(
         assert counts == {"RUNNING": 10, "PENDING": 90}, (rep, counts)
         for agent in agents:
             await agent.heartbeat()
-        await assert_ledgers_agree(cluster.manager, agents)
+        await assert_allocations_agree(cluster.manager, agents)
         assert sum(len(a.kernels) for a in agents) == 10
         # cancel the waiting ones first, so that no freed room starts one of them
         listed = {s["sessionId"]: s["status"] for s in await live_sessions(cluster.admin)}
         await _drain(cluster, [sid for sid in ids if listed[sid] == "PENDING"])
         await _drain(cluster, ids)
-        await assert_ledgers_agree(cluster.manager, agents)
+        await assert_allocations_agree(cluster.manager, agents)
     assert cluster.manager.metrics.bind_failures._value.get() == 0
     listed = await all_sessions(cluster.admin)
     counts = assert_accounted(acknowledged, listed)
@@ -141,13 +141,13 @@ async def test_create_destroy_storm_never_drifts(sqlite_cluster: Cluster) -> Non
         await cluster.until(quiet, timeout_s=60, what="no session in transit")
         for agent in agents:
             await agent.heartbeat()
-        await assert_ledgers_agree(cluster.manager, agents)
+        await assert_allocations_agree(cluster.manager, agents)
         assert_accounted(acknowledged, await all_sessions(cluster.admin))
     # pending sessions still start once room frees up
     await _drain(cluster, list(live))
     late = [await cluster.create({"cuda.shares": "1.0"}, maxWaitSeconds=20) for _ in range(4)]
     assert [r.json()["status"] for r in late] == ["RUNNING"] * 4, [r.text for r in late]
-    await assert_ledgers_agree(cluster.manager, agents)
+    await assert_allocations_agree(cluster.manager, agents)
 
 
 async def _occupied_by(cluster: Cluster, access_key: str) -> ResourceSlot:
@@ -217,7 +217,7 @@ async def test_a_keypair_quota_holds_under_concurrent_creation(sqlite_cluster: C
             assert held.get("cuda.shares", 0) == Decimal("0.4") * counts[(True, "RUNNING")]
             for agent in agents:
                 await agent.heartbeat()
-            await assert_ledgers_agree(cluster.manager, agents)
+            await assert_allocations_agree(cluster.manager, agents)
 
             # End the admin's sessions (room for 7 more and then some): the user gets
             # exactly its quota, and its waiting sessions say why.
@@ -249,7 +249,7 @@ async def test_a_keypair_quota_holds_under_concurrent_creation(sqlite_cluster: C
                 assert held.get("cuda.shares") == quota, held
                 listed = await live_sessions(cluster.admin)
             await _drain(cluster, list(mine))
-            await assert_ledgers_agree(cluster.manager, agents)
+            await assert_allocations_agree(cluster.manager, agents)
     assert (await _occupied_by(cluster, keypair["access_key"])).get("cuda.shares", 0) == 0
 
 

@@ -24,13 +24,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
 
+from accelshare.common import Allocation, AllocationMode
+
 from .options import AcceleratorOptions
 from .stats import DeviceSample
 from .types import (
-    AllocationMode,
     AttachedDevice,
     Device,
-    KernelAllocation,
     KernelMetric,
     KernelStatTarget,
     Measurement,
@@ -62,7 +62,7 @@ class Held:
 
 
 def held_devices(
-    inventory: PluginInventory, allocation: KernelAllocation, *, strict: bool = True
+    inventory: PluginInventory, allocation: Allocation, *, strict: bool = True
 ) -> list[Held]:
     """Devices with an amount > 0 in this plugin's slots, in inventory order.
 

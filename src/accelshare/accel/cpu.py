@@ -21,15 +21,13 @@ from decimal import ROUND_FLOOR, Decimal
 import psutil  # type: ignore[import-untyped,unused-ignore]
 
 from accelshare import __version__
-from accelshare.common import SlotTypes
+from accelshare.common import Allocation, AllocationMode, SlotTypes
 
 from .errors import PluginConfigError
 from .hostinfo import current_cpu_affinity, read_cgroup_limits, read_numa_nodes
 from .protocol import PluginContext
 from .types import (
-    AllocationMode,
     Device,
-    KernelAllocation,
     KernelMetric,
     KernelResources,
     KernelStatTarget,
@@ -92,7 +90,7 @@ def plan_cpu_cores(
     return [CpuCore(core, numa_nodes.get(core, 0)) for core in kept]
 
 
-def _allocated_ids(allocation: KernelAllocation, slot: str) -> set[str]:
+def _allocated_ids(allocation: Allocation, slot: str) -> set[str]:
     return {dev for dev, amount in allocation.get(slot, {}).items() if amount > 0}
 
 
@@ -132,7 +130,7 @@ class CPUPlugin:
     def inventory(self) -> PluginInventory:
         return self._inventory
 
-    def kernel_resources(self, allocation: KernelAllocation) -> KernelResources:
+    def kernel_resources(self, allocation: Allocation) -> KernelResources:
         chosen = _allocated_ids(allocation, "cpu")
         # the chosen few looked up, not every core's id formatted (512 on a big host)
         found = sorted(self._core_ids[d] for d in chosen if d in self._core_ids)

@@ -21,8 +21,9 @@ from accelshare.alloc import (
     DiscreteAllocMap,
     FractionAllocMap,
 )
+from accelshare.common import AllocationMode
 
-from .types import AllocationMode, PluginInventory
+from .types import PluginInventory
 
 __all__ = ["build_alloc_map", "device_slots"]
 

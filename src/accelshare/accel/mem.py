@@ -17,15 +17,13 @@ from decimal import Decimal
 import psutil  # type: ignore[import-untyped,unused-ignore]
 
 from accelshare import __version__
-from accelshare.common import SlotTypes
+from accelshare.common import Allocation, AllocationMode, SlotTypes
 
 from .errors import PluginConfigError, PluginUnavailable
 from .hostinfo import read_cgroup_limits, read_mem_total
 from .protocol import PluginContext
 from .types import (
-    AllocationMode,
     Device,
-    KernelAllocation,
     KernelMetric,
     KernelResources,
     KernelStatTarget,
@@ -113,7 +111,7 @@ class MemoryPlugin:
     def inventory(self) -> PluginInventory:
         return self._inventory
 
-    def kernel_resources(self, allocation: KernelAllocation) -> KernelResources:
+    def kernel_resources(self, allocation: Allocation) -> KernelResources:
         amount = sum(allocation.get("mem", {}).values(), Decimal(0))
         if amount <= 0:
             return KernelResources()

@@ -33,12 +33,11 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from decimal import ROUND_FLOOR, Decimal, InvalidOperation
 
-from accelshare.common import BinarySize, CommonValueError
+from accelshare.common import AllocationMode, BinarySize, CommonValueError
 from accelshare.config.store import ConfigStore
 from accelshare.config.types import ConfigScopes
 
 from .errors import PluginConfigError, UnknownOptionError
-from .types import AllocationMode
 
 __all__ = [
     "DEFAULT_RESERVED_MEMORY",

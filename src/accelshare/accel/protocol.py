@@ -30,20 +30,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
-from accelshare.common import INTRINSIC_SLOTS, InvalidSlotName, SlotName
+from accelshare.common import INTRINSIC_SLOTS, Allocation, AllocationMode, InvalidSlotName, SlotName
 from accelshare.config.agent_file import AgentConfig
 from accelshare.config.store import ConfigStore
 
 from .errors import PluginLoadError
-from .types import (
-    AllocationMode,
-    KernelAllocation,
-    KernelMetric,
-    KernelResources,
-    KernelStatTarget,
-    NodeMetric,
-    PluginInventory,
-)
+from .types import KernelMetric, KernelResources, KernelStatTarget, NodeMetric, PluginInventory
 
 __all__ = [
     "ComputePlugin",
@@ -89,7 +81,7 @@ class ObservesAllocations(Protocol):
     simulated device (the mock plugin) can show the load of the sessions that hold it.
     """
 
-    def observe_allocations(self, allocations: Mapping[str, KernelAllocation]) -> None:
+    def observe_allocations(self, allocations: Mapping[str, Allocation]) -> None:
         """What every kernel holds now, by kernel id: this plugin's slots only
         (``{slot: {device_id: amount}}``), including kernels still starting."""
         ...
@@ -104,7 +96,7 @@ class ComputePlugin(Protocol):
         """What the plugin declares; fixed for the plugin's lifetime."""
         ...
 
-    def kernel_resources(self, allocation: KernelAllocation) -> KernelResources:
+    def kernel_resources(self, allocation: Allocation) -> KernelResources:
         """What a kernel gets for ``allocation`` (only this plugin's slots).
 
         Pure and deterministic: the same allocation always gives the same result, with

@@ -30,11 +30,13 @@ from collections.abc import Mapping, Sequence
 from decimal import Decimal
 from pathlib import Path
 
+from accelshare.common import AllocationMode
+
 from .accelerator import Held
 from .mock import smi
 from .options import AcceleratorOptions
 from .stats import DeviceSample
-from .types import AllocationMode, AttachedDevice, ConfigFile
+from .types import AttachedDevice, ConfigFile
 
 __all__ = ["smi_files", "smi_wrapper", "write_stats"]
 

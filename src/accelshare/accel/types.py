@@ -11,22 +11,19 @@ Amounts are ``Decimal`` (exact); device ids and slot names are plain strings.
 
 from __future__ import annotations
 
-import enum
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any, Literal, TypeAlias
 
-from accelshare.common import SlotTypes
+from accelshare.common import Allocation, AllocationMode, SlotTypes
 
 __all__ = [
     "SESSION_SHARED_DIR",
-    "AllocationMode",
     "AttachedDevice",
     "ConfigFile",
     "Device",
     "DeviceNode",
-    "KernelAllocation",
     "KernelMetric",
     "KernelResources",
     "KernelStatTarget",
@@ -64,18 +61,8 @@ def merge_kernel_env(env: dict[str, str], extra: Mapping[str, str]) -> None:
         env[name] = f"{value}:{before}" if before.strip(" :") and value else value
 
 
-KernelAllocation: TypeAlias = Mapping[str, Mapping[str, Decimal]]
-"""What an allocation map's ``allocate()`` returns: slot name -> device id -> amount."""
-
 MapStrategy: TypeAlias = Literal["FILL", "EVENLY"]
 """Name of an ``accelshare.alloc.AllocationStrategy`` member."""
-
-
-class AllocationMode(enum.StrEnum):
-    """Whole units (``<key>.device``) or fractional shares (``<key>.shares``)."""
-
-    DISCRETE = "discrete"
-    FRACTIONAL = "fractional"
 
 
 @dataclass(frozen=True, slots=True)
@@ -285,5 +272,5 @@ class KernelMetric:
 class KernelStatTarget:
     """What the agent knows about one kernel when it asks for its stats."""
 
-    allocation: KernelAllocation
+    allocation: Allocation
     pids: frozenset[int] = frozenset()

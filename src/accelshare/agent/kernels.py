@@ -9,18 +9,16 @@ A kernel moves ``PREPARING -> RUNNING -> EXITED`` or ``PREPARING -> FAILED``::
     registry.get("k1").report()      # KernelReport(status=EXITED, exit_code=0, ...)
 
 Finished kernels stay answerable (idempotent create/destroy return their report) in a
-bounded most-recent list; the allocation ledger, not this registry, owns what a kernel
+bounded most-recent list; the agent's allocations (:mod:`.allocations`), not this registry, own what a kernel
 holds.
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Mapping
 from dataclasses import dataclass, field
-from decimal import Decimal
 
-from accelshare.common import canonical_decimal
+from accelshare.common import Allocation, canonical_decimal
 from accelshare.protocol import KernelReport, KernelStatus, ServicePortMapping
 
 __all__ = ["FINISHED", "KernelRecord", "KernelRegistry", "allocations_to_wire"]
@@ -29,7 +27,7 @@ FINISHED = frozenset({KernelStatus.EXITED, KernelStatus.FAILED})
 
 
 def allocations_to_wire(
-    allocations: Mapping[str, Mapping[str, Decimal]],
+    allocations: Allocation,
 ) -> dict[str, dict[str, str]]:
     return {
         slot: {device: canonical_decimal(amount) for device, amount in per_device.items()}
@@ -44,7 +42,7 @@ class KernelRecord:
     image: str = ""
     status: KernelStatus = KernelStatus.PREPARING
     requested_slots: dict[str, str] = field(default_factory=dict)
-    allocations: dict[str, dict[str, Decimal]] = field(default_factory=dict)
+    allocations: Allocation = field(default_factory=dict)
     container_id: str | None = None
     exit_code: int | None = None
     reason: str = ""

@@ -33,12 +33,12 @@ from decimal import Decimal
 from typing import Any
 
 from accelshare.accel import ComputePlugin, ConfigFile, DeviceNode, Mount, merge_kernel_env
-from accelshare.alloc import KernelAllocation
+from accelshare.alloc import AllocationByMap
 from accelshare.common import ResourceSlot, SlotTypes
 from accelshare.common.text_input import reserved_env_reason
 from accelshare.protocol import CreateKernelRequest
 
-from .ledger import flatten_allocation
+from .allocations import flatten_allocation
 from .resource_txt import MountEntry, ResourceTxt, render_resource_txt
 from .runtime.base import KERNEL_ID_LABEL, KernelSpec, ResourceLimits
 from .runtime.folder_mounts import FolderMount, MountRefused, normalize_kernel_path
@@ -52,7 +52,7 @@ SESSION_ID_LABEL = "ai.accelshare.session-id"
 def build_kernel_spec(
     request: CreateKernelRequest,
     requested: Mapping[str, Decimal],
-    allocation: KernelAllocation,
+    allocation: AllocationByMap,
     plugins: Mapping[str, ComputePlugin],
     slot_types: Mapping[str, SlotTypes],
     *,

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 from pathlib import Path
 
-from accelshare.common import SlotTypes
+from accelshare.common import Allocation, SlotTypes
 
 from .resource_txt import ResourceTxt, ResourceTxtError, parse_resource_txt
 from .runtime.base import KernelInfo, KernelRuntime
@@ -52,7 +52,7 @@ class LiveKernel:
         return self.info.kernel_id
 
     @property
-    def allocations(self) -> Mapping[str, Mapping[str, Decimal]]:
+    def allocations(self) -> Allocation:
         """``{slot: {device_id: amount}}`` as recorded in ``resource.txt``."""
         return self.resources.allocations
 
@@ -69,9 +69,9 @@ class DiscoveryReport:
     exited: tuple[KernelInfo, ...]
     unrecoverable: tuple[UnrecoverableKernel, ...]
 
-    def total_allocations(self) -> dict[str, dict[str, Decimal]]:
+    def total_allocations(self) -> Allocation:
         """What the live kernels hold together: ``{slot: {device: sum}}`` (for checks)."""
-        total: dict[str, dict[str, Decimal]] = {}
+        total: Allocation = {}
         for kernel in self.live:
             for slot, per_device in kernel.allocations.items():
                 slot_total = total.setdefault(slot, {})

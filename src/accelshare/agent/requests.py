@@ -25,6 +25,7 @@ from decimal import Decimal
 
 from accelshare.alloc import UnsupportedResource
 from accelshare.common import (
+    Allocation,
     CommonValueError,
     InvalidResourceSlotQuantity,
     SlotTypes,
@@ -110,14 +111,14 @@ def parse_requested_slots(
     return request
 
 
-def parse_plan(plan: Mapping[str, Mapping[str, str]]) -> dict[str, dict[str, Decimal]]:
+def parse_plan(plan: Mapping[str, Mapping[str, str]]) -> Allocation:
     """The manager's placement (slot -> device -> exact decimal string) as Decimals,
     zeros left out; a malformed amount is a :class:`KernelRequestError`.
 
     >>> parse_plan({"cpu": {"0": "1", "1": "0"}, "cuda.shares": {"GPU1": "0.5"}})
     {'cpu': {'0': Decimal('1')}, 'cuda.shares': {'GPU1': Decimal('0.5')}}
     """
-    parsed: dict[str, dict[str, Decimal]] = {}
+    parsed: Allocation = {}
     for slot, per_device in plan.items():
         for device, text in per_device.items():
             amount = _amount(f"{slot}@{device}", text, SlotTypes.COUNT, exact=True)

@@ -45,6 +45,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 
 from accelshare.common import (
+    Allocation,
     BinarySize,
     CommonValueError,
     InvalidSlotName,
@@ -69,8 +70,6 @@ SHARES_SUFFIX = "_SHARES"
 RESERVED_KEYS = frozenset({"SCRATCH_SIZE", "MOUNTS", "SLOTS", "UNIFIED_DEVICES", "CID"})
 _MIB = 1024 * 1024
 _FORBIDDEN_IN_VALUE = ("\n", "\r")
-
-Allocations = Mapping[str, Mapping[str, Decimal]]
 
 
 class ResourceTxtError(ValueError):
@@ -104,7 +103,7 @@ class ResourceTxt:
     """
 
     slots: ResourceSlot = field(default_factory=ResourceSlot)
-    allocations: Allocations = field(default_factory=dict)
+    allocations: Allocation = field(default_factory=dict)
     scratch_size_bytes: int = 0
     mounts: tuple[MountEntry, ...] = ()
     unified_devices: tuple[tuple[str, str], ...] = ()
@@ -375,7 +374,7 @@ def parse_resource_txt(
     mounts: tuple[MountEntry, ...] = ()
     slots = ResourceSlot()
     unified: tuple[tuple[str, str], ...] = ()
-    allocations: dict[str, dict[str, Decimal]] = {}
+    allocations: Allocation = {}
     allocated_slots: set[str] = set()
     extra: list[tuple[str, str]] = []
     container_id: str | None = None

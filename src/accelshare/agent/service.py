@@ -1,7 +1,7 @@
-"""The agent: plugins + allocation ledger + runtime + kernel registry + manager link.
+"""The agent: plugins + allocations + runtime + kernel registry + manager link.
 
 This module is the orchestration (I/O); the state it drives lives in pure modules:
-:mod:`.ledger` (who holds what), :mod:`.kernels` (kernel records), :mod:`.events`
+:mod:`.allocations` (who holds what), :mod:`.kernels` (kernel records), :mod:`.events`
 (events until acknowledged), :mod:`.requests` and :mod:`.launch` (request -> spec).
 A kernel's paths are their own modules, sharing :class:`~.service_parts.AgentParts`:
 :mod:`.service_create` (admission, start), :mod:`.service_exits` (exits),
@@ -73,11 +73,11 @@ from accelshare.protocol import (
     NodeStats,
 )
 
+from .allocations import AgentAllocations, DeviceDetails
 from .bus_link import AgentBusLink
 from .events import EventOutbox
 from .kernel_files import KernelFolder, read_mounts
 from .kernels import KernelRegistry
-from .ledger import AllocLedger, DeviceDetails
 from .manager_link import ManagerLink
 from .metrics import AgentMetrics, StateSample
 from .ports import HostPortPool
@@ -159,8 +159,8 @@ class AgentService:
 
     # -- accessors ------------------------------------------------------------------------
     @property
-    def ledger(self) -> AllocLedger:
-        return self._parts.ledger
+    def allocations(self) -> AgentAllocations:
+        return self._parts.allocations
 
     @property
     def runtime(self) -> KernelRuntime:
@@ -180,11 +180,13 @@ class AgentService:
         return self._parts.bus_link
 
     def _sample(self) -> StateSample:
-        ledger = self._parts.started_ledger
+        allocations = self._parts.started_allocations
         return StateSample(
             kernels_running=len(self.registry),
-            slots=ledger.totals() if ledger is not None else {},
-            legacy_kernels=len({h.kernel_id for h in ledger.legacy_holdings()}) if ledger else 0,
+            slots=allocations.totals() if allocations is not None else {},
+            legacy_kernels=len({h.kernel_id for h in allocations.legacy_holdings()})
+            if allocations
+            else 0,
             events_pending=len(self.outbox),
         )
 
@@ -218,7 +220,7 @@ class AgentService:
         }
         parts = self._parts
         parts.started_plugins = self._loaded.plugins
-        parts.started_ledger = AllocLedger(maps, details)
+        parts.started_allocations = AgentAllocations(maps, details)
         self._stats = StatsCollector(self._loaded.plugins, self.agent_id)
         if self._runtime_override is not None:
             parts.started_runtime = self._runtime_override
@@ -422,30 +424,30 @@ class AgentService:
         return await self.runtime.get_logs(kernel_id, tail_bytes=tail_bytes)
 
     def alloc_map_view(self) -> AllocMapView:
-        return self.ledger.view(self.agent_id)
+        return self.allocations.view(self.agent_id)
 
     def alloc_map_json(self) -> bytes:
-        """The full view as JSON: cached until the ledger changes, then re-assembled from
+        """The full view as JSON: cached until the allocations change, then re-assembled from
         per-device fragments (only the devices the change touched are serialised)."""
-        return self.ledger.view_json(self.agent_id)
+        return self.allocations.view_json(self.agent_id)
 
     def compat_alloc_map(self) -> dict[str, str]:
-        return self.ledger.compat_view()
+        return self.allocations.compat_view()
 
     async def node_stats(self) -> NodeStats:
         """One tick; the plugins that simulate their load (mock) are told what every
         kernel holds, recorded legacy holdings included."""
         assert self._stats is not None
-        ledger = self.ledger
+        allocations = self.allocations
         return await self._stats.node_stats(
-            {kernel_id: ledger.recorded(kernel_id) for kernel_id in ledger.kernel_ids()}
+            {kernel_id: allocations.recorded(kernel_id) for kernel_id in allocations.kernel_ids()}
         )
 
     async def kernel_stats(self) -> KernelStats:
         assert self._stats is not None
         live = self.registry.live()
         return await self._stats.kernel_stats(
-            {r.kernel_id: (self.ledger.held_by_plugin(r.kernel_id), r.pids) for r in live}
+            {r.kernel_id: (self.allocations.held_by_plugin(r.kernel_id), r.pids) for r in live}
         )
 
     async def collect_stats(self) -> tuple[NodeStats, KernelStats]:

@@ -6,7 +6,7 @@ services given host ports) and the start through the runtime.
 * Allocation happens under one asyncio lock over every involved map, all or nothing;
   a runtime failure frees it again.  A request with the manager's plan
   (``planned_allocations``) gets exactly that placement, checked against the maps
-  (:meth:`AllocLedger.allocate_planned`); one without a plan is placed by the maps'
+  (:meth:`AgentAllocations.allocate_planned`); one without a plan is placed by the maps'
   strategies.  A plan that no longer fits is answered as a conflict (FAILED,
   ``conflict: true``): the kernel is forgotten at once (no event, nothing recorded) and
   a heartbeat goes out soon, so that the manager re-plans on the agent's current maps.
@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from decimal import Decimal
 
-from accelshare.alloc import KernelAllocation, PlanConflict, ResourceError
+from accelshare.alloc import AllocationByMap, PlanConflict, ResourceError
 from accelshare.protocol import CreateKernelRequest, KernelEventType, KernelReport, KernelStatus
 
 from .kernels import KernelRecord
@@ -47,7 +47,7 @@ class _Admitted:
 
     record: KernelRecord
     requested: Mapping[str, Decimal]
-    allocation: KernelAllocation
+    allocation: AllocationByMap
     request: CreateKernelRequest  # with the app services' host ports in its environ
     published: tuple[tuple[int, int], ...]  # docker bridge: (container port, host port)
 
@@ -138,7 +138,7 @@ class KernelCreates:
                 created_at=time.time(),
             )
         )
-        ledger = self._parts.ledger
+        allocations = self._parts.allocations
         try:
             if not is_valid_kernel_id(kernel_id):
                 raise KernelRequestError(
@@ -150,21 +150,21 @@ class KernelCreates:
             planned = request.planned_allocations
             requested = parse_requested_slots(
                 request.requested_slots,
-                ledger.slot_types,
+                allocations.slot_types,
                 kernel_id=kernel_id,
                 exact=planned is not None,
             )
             plan = parse_plan(planned) if planned is not None else None
             async with self._parts.alloc_lock:
                 if plan is not None:
-                    allocation = ledger.allocate_planned(
+                    allocation = allocations.allocate_planned(
                         kernel_id,
                         requested,
                         plan,
                         allow_fragmentation=request.allow_fractional_resource_fragmentation,
                     )
                 else:
-                    allocation = ledger.allocate(
+                    allocation = allocations.allocate(
                         kernel_id,
                         requested,
                         allocation_order=self._parts.config.agent.allocation_order,
@@ -181,9 +181,9 @@ class KernelCreates:
             request, published = await self._service_ports(record, request)
         except PortRangeExhausted as e:
             async with self._parts.alloc_lock:
-                ledger.release(kernel_id)
+                allocations.release(kernel_id)
             return self._fail(record, str(e))
-        record.allocations = ledger.recorded(kernel_id)
+        record.allocations = allocations.recorded(kernel_id)
         log.info("kernel %s: allocated %s", kernel_id, record.report().allocations)
         return _Admitted(record, requested, allocation, request, published)
 
@@ -207,14 +207,14 @@ class KernelCreates:
         kernel_id = request.kernel_id
         record, requested, allocation = admitted.record, admitted.requested, admitted.allocation
         request, published = admitted.request, admitted.published
-        ledger = self._parts.ledger
+        allocations = self._parts.allocations
         try:
             spec, _ = build_kernel_spec(
                 request,
                 requested,
                 allocation,
                 self._parts.plugins,
-                ledger.slot_types,
+                allocations.slot_types,
                 host_cpus=self._host_cpus,
             )
             if published:
@@ -224,7 +224,7 @@ class KernelCreates:
             if not isinstance(e, KernelRuntimeError | ValueError | OSError):
                 log.exception("kernel %s: unexpected error while starting", kernel_id)
             async with self._parts.alloc_lock:
-                ledger.release(kernel_id)
+                allocations.release(kernel_id)
                 self._parts.ports.release(kernel_id)
             await self._cleanup_failed(kernel_id)
             return self._fail(record, f"{type(e).__name__}: {e}")

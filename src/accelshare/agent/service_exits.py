@@ -79,7 +79,7 @@ class KernelExits:
             at=record.finished_at or time.time(),
         )
         async with parts.alloc_lock:
-            freed = parts.ledger.release(kernel_id)
+            freed = parts.allocations.release(kernel_id)
             parts.ports.release(kernel_id)
         log.info(
             "kernel %s: exited (%s, exit code %s)%s",

@@ -19,10 +19,10 @@ from accelshare.accel import ComputePlugin
 from accelshare.config.agent_file import AgentConfig
 from accelshare.protocol import KernelEventType
 
+from .allocations import AgentAllocations
 from .bus_link import AgentBusLink
 from .events import EventOutbox
 from .kernels import KernelRecord, KernelRegistry
-from .ledger import AllocLedger
 from .manager_link import ManagerLink
 from .metrics import AgentMetrics
 from .ports import HostPortPool
@@ -35,7 +35,7 @@ __all__ = ["AgentParts"]
 class AgentParts:
     """The state the kernel paths share, and the events they emit.
 
-    The ledger, runtime and plugins are set once the agent has started (reading them
+    The allocations, runtime and plugins are set once the agent has started (reading them
     before raises ``RuntimeError``); the manager link and the bus link once it reports;
     the execute API's runs on first use.
     """
@@ -59,7 +59,7 @@ class AgentParts:
         self._kernel_locks: weakref.WeakValueDictionary[str, asyncio.Lock] = (
             weakref.WeakValueDictionary()
         )
-        self.started_ledger: AllocLedger | None = None
+        self.started_allocations: AgentAllocations | None = None
         self.started_runtime: KernelRuntime | None = None
         self.started_plugins: Mapping[str, ComputePlugin] | None = None
         self.runs: Runs | None = None  # the execute API's runs, made on first use
@@ -69,10 +69,10 @@ class AgentParts:
         self.bus_link: AgentBusLink | None = None
 
     @property
-    def ledger(self) -> AllocLedger:
-        if self.started_ledger is None:
+    def allocations(self) -> AgentAllocations:
+        if self.started_allocations is None:
             raise RuntimeError("the agent is not started")
-        return self.started_ledger
+        return self.started_allocations
 
     @property
     def runtime(self) -> KernelRuntime:

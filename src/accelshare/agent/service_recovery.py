@@ -1,7 +1,7 @@
 """Restart recovery, the agent's side: what :func:`.recovery.discover_kernels` found is
 put back into the agent.
 
-Live kernels get their allocations back in the maps (:meth:`AllocLedger.restore`), their
+Live kernels get their allocations back in the maps (:meth:`AgentAllocations.restore`), their
 host ports reserved and a watcher; kernels that ended while no agent ran are reported
 exited; kernels whose allocation cannot be read are tracked (their host ports kept) and
 logged.  Events left undelivered at the last clean stop are queued again first.
@@ -37,16 +37,16 @@ log = logging.getLogger(__name__)
 
 async def recover(parts: AgentParts, exits: KernelExits, scratch_root: Path) -> None:
     """Re-adopt what the last agent left: see the module docstring."""
-    ledger, runtime = parts.ledger, parts.runtime
+    allocations, runtime = parts.allocations, parts.runtime
     for event in await asyncio.to_thread(load_pending_events, scratch_root):
         parts.outbox.requeue(event)  # undelivered at the last clean stop
-    report = await discover_kernels(runtime, ledger.slot_types)
+    report = await discover_kernels(runtime, allocations.slot_types)
     history = await asyncio.to_thread(read_device_history, scratch_root)
     async with parts.alloc_lock:
-        restored = ledger.restore(
+        restored = allocations.restore(
             [(k.kernel_id, k.allocations) for k in report.live], old_capacities=history
         )
-    await asyncio.to_thread(write_device_history, scratch_root, ledger.maps, history)
+    await asyncio.to_thread(write_device_history, scratch_root, allocations.maps, history)
     for message in restored.messages:
         log.warning("restart recovery: %s", message)
     metas = await asyncio.to_thread(
@@ -62,7 +62,7 @@ async def recover(parts: AgentParts, exits: KernelExits, scratch_root: Path) -> 
     for kernel in report.live:
         meta = metas.get(kernel.kernel_id, {})
         record = record_from_meta(kernel.kernel_id, meta, KernelStatus.RUNNING)
-        record.allocations = ledger.recorded(kernel.kernel_id)
+        record.allocations = allocations.recorded(kernel.kernel_id)
         record.requested_slots = dict(kernel.resources.slots.to_json())
         record.mark_running(cid=kernel.info.cid, pids=kernel.info.pids, at=time.time())
         _reserve_ports(parts.ports, kernel.kernel_id, record.service_ports)

@@ -25,7 +25,7 @@ from accelshare.accel import (
     ObservesAllocations,
     PluginInventory,
 )
-from accelshare.alloc import KernelAllocation
+from accelshare.alloc import AllocationByMap
 from accelshare.common import canonical_decimal
 from accelshare.config.agent_file import AgentConfig
 from accelshare.protocol import (
@@ -109,7 +109,7 @@ class StatsCollector:
         return NodeStats(agent_id=self._agent_id, at=datetime.now(UTC), metrics=metrics)
 
     async def kernel_stats(
-        self, kernels: Mapping[str, tuple[KernelAllocation, tuple[int, ...]]]
+        self, kernels: Mapping[str, tuple[AllocationByMap, tuple[int, ...]]]
     ) -> KernelStats:
         pids = {kernel_id: kernel_pids(p) for kernel_id, (_, p) in kernels.items()}
         result: dict[str, list[MetricValue]] = {kernel_id: [] for kernel_id in kernels}

@@ -42,12 +42,11 @@ from .kernel import (
     free_kernel,
 )
 from .model import (
+    AllocationByMap,
     AllocationStrategy,
     DeviceSlotInfo,
     Fit,
-    KernelAllocation,
-    LedgerSnapshot,
-    SlotAllocation,
+    MapSnapshot,
 )
 
 __all__ = [
@@ -58,6 +57,7 @@ __all__ = [
     "AffinityHint",
     "AffinityPolicy",
     "AllocMapConfigError",
+    "AllocationByMap",
     "AllocationStrategy",
     "DeviceSlotInfo",
     "DiscreteAllocMap",
@@ -67,12 +67,10 @@ __all__ = [
     "InsufficientResource",
     "InvalidResourceArgument",
     "InvalidResourceCombination",
-    "KernelAllocation",
-    "LedgerSnapshot",
+    "MapSnapshot",
     "NotMultipleOfQuantum",
     "PlanConflict",
     "ResourceError",
-    "SlotAllocation",
     "UnsupportedResource",
     "allocate_kernel",
     "allocate_planned_kernel",

@@ -1,8 +1,8 @@
-"""The ledger and request pipeline shared by discrete and fractional maps.
+"""The allocated amounts and request pipeline shared by discrete and fractional maps.
 
 A map knows each device's slot and capacity and how much of it is allocated.  Every
-public call validates everything first and only then touches the ledger, so a call
-that raises leaves the ledger exactly as it was.  ``allocate`` is ``plan`` (a pure
+public call validates everything first and only then touches the allocated amounts, so a call
+that raises leaves the allocated amounts exactly as they were.  ``allocate`` is ``plan`` (a pure
 dry run) followed by a commit.
 
 Contract for callers: a map is not thread-safe; the agent calls it under its lock.
@@ -16,7 +16,7 @@ from decimal import Decimal
 from types import MappingProxyType
 from typing import Any, Self
 
-from accelshare.common import SlotTypes
+from accelshare.common import Allocation, SlotTypes
 
 from .affinity import AffinityHint, affinity_tiers, most_free_first, numa_groups, walk_order
 from .amounts import MAPPINGS, check_amount, check_exclusive, to_units, validate_request
@@ -29,7 +29,7 @@ from .errors import (
     UnsupportedResource,
     format_amount,
 )
-from .model import AllocationStrategy, DeviceSlotInfo, Fit, LedgerSnapshot, SlotAllocation
+from .model import AllocationStrategy, DeviceSlotInfo, Fit, MapSnapshot
 
 __all__ = ["DEFAULT_MIN_MEMORY", "AbstractAllocMap"]
 
@@ -39,7 +39,7 @@ _ONE = Decimal(1)
 
 
 class AbstractAllocMap(abc.ABC):
-    """Per-device ledger of one plugin's slots.  See the subclasses for the algorithms."""
+    """Per-device allocated amounts of one plugin's slots.  See the subclasses for the algorithms."""
 
     #: the size of one unit the algorithms count in (1, or the quantum)
     _unit: Decimal = _ONE
@@ -66,7 +66,7 @@ class AbstractAllocMap(abc.ABC):
             self._set_numa_node(device_id, node)
         self._numa_members: dict[str, dict[int | None, list[str]]] = {}  # slot -> node -> devices
         self._allocated = dict.fromkeys(self._devices, _ZERO)
-        # Free units per device and per slot, kept in step with the ledger.
+        # Free units per device and per slot, kept in step with the allocated amounts.
         self._spare: dict[str, int] = {}
         self._slot_spare: dict[str, int] = {}
         self._reset_spares()
@@ -115,7 +115,7 @@ class AbstractAllocMap(abc.ABC):
     def from_state(
         cls,
         capacities: Mapping[str, Mapping[str, Decimal]],
-        allocations: Mapping[str, Mapping[str, Decimal]] | None = None,
+        allocations: Allocation | None = None,
         *,
         slot_types: Mapping[str, SlotTypes | str] | None = None,
         **options: Any,
@@ -164,8 +164,8 @@ class AbstractAllocMap(abc.ABC):
         return MappingProxyType(self._numa)
 
     @property
-    def allocations(self) -> SlotAllocation:
-        """A copy of the ledger: slot -> device -> allocated, every device, zeros included."""
+    def allocations(self) -> Allocation:
+        """A copy of the allocated amounts: slot -> device -> allocated, every device, zeros included."""
         return {
             slot: {d: self._allocated[d] for d in devices}
             for slot, devices in self._slot_devices.items()
@@ -190,7 +190,7 @@ class AbstractAllocMap(abc.ABC):
         context_tag: str | None = None,
         min_memory: Decimal = DEFAULT_MIN_MEMORY,
         allow_resource_fragmentation: bool = True,
-    ) -> SlotAllocation:
+    ) -> Allocation:
         """Take ``slots`` from the devices and return what was taken (zeros left out).
 
         Raises a :class:`ResourceError` and changes nothing when any slot fails.
@@ -202,9 +202,9 @@ class AbstractAllocMap(abc.ABC):
         )
         return self._take(units)
 
-    def _take(self, units: Mapping[str, Mapping[str, int]]) -> SlotAllocation:
-        """Put ``units`` (slot -> device -> whole units) on the ledger; their amounts."""
-        placement: SlotAllocation = {}
+    def _take(self, units: Mapping[str, Mapping[str, int]]) -> Allocation:
+        """Put ``units`` (slot -> device -> whole units) on the allocated amounts; their amounts."""
+        placement: Allocation = {}
         allocated, spare, slot_spare, unit = (
             self._allocated,
             self._spare,
@@ -229,8 +229,8 @@ class AbstractAllocMap(abc.ABC):
         context_tag: str | None = None,
         min_memory: Decimal = DEFAULT_MIN_MEMORY,
         allow_resource_fragmentation: bool = True,
-    ) -> SlotAllocation:
-        """Dry run: what :meth:`allocate` would return, without touching the ledger."""
+    ) -> Allocation:
+        """Dry run: what :meth:`allocate` would return, without touching the allocated amounts."""
         return self._amounts(
             self._plan_units(
                 slots, affinity_hint, context_tag, min_memory, allow_resource_fragmentation
@@ -285,18 +285,18 @@ class AbstractAllocMap(abc.ABC):
                 raise self._not_unique(slot, amount, context_tag)
         return {slot: self._units_of(slot, amount, context_tag) for slot, amount in request.items()}
 
-    def _amounts(self, units: dict[str, dict[str, int]]) -> SlotAllocation:
+    def _amounts(self, units: dict[str, dict[str, int]]) -> Allocation:
         unit = self._unit
         return {slot: {d: unit * n for d, n in taken.items()} for slot, taken in units.items()}
 
     def allocate_planned(
         self,
         slots: Mapping[str, Decimal],
-        placement: Mapping[str, Mapping[str, Decimal]],
+        placement: Allocation,
         *,
         context_tag: str | None = None,
         allow_resource_fragmentation: bool = True,
-    ) -> SlotAllocation:
+    ) -> Allocation:
         """Take exactly ``placement`` (slot -> device -> amount, a plan made elsewhere) for
         the request ``slots``, without running the placement strategy; what was taken.
 
@@ -305,7 +305,7 @@ class AbstractAllocMap(abc.ABC):
         of that slot's, each amount is on the map's grid (:meth:`_units_of`: whole
         units, or the quantum), the amounts add up to the request, a fractional slot
         refused fragmentation gets a single device or an even split over whole devices,
-        and each device has the amount free.  Every check runs before the ledger is
+        and each device has the amount free.  Every check runs before the allocated amounts are
         touched: a refusal changes nothing.  A device that is not there or has less
         free than the plan puts on it raises :class:`PlanConflict` (the plan no longer
         fits); any other refusal is an :class:`InvalidResourceArgument` (a wrong plan).
@@ -317,7 +317,7 @@ class AbstractAllocMap(abc.ABC):
     def _placement_units(
         self,
         needs: Mapping[str, int],
-        placement: Mapping[str, Mapping[str, Decimal]],
+        placement: Allocation,
         context_tag: str | None,
         allow_fragmentation: bool,
     ) -> dict[str, dict[str, int]]:
@@ -436,7 +436,7 @@ class AbstractAllocMap(abc.ABC):
         return self._unit * self._largest(slot_name, min_memory, allow_resource_fragmentation)
 
     # -- restoring, freeing, rolling back -------------------------------------------------
-    def apply_allocation(self, alloc: Mapping[str, Mapping[str, Decimal]]) -> None:
+    def apply_allocation(self, alloc: Allocation) -> None:
         """Add a known allocation (restart recovery); refuses to exceed any capacity."""
         entries = self._validate_existing(alloc, "apply")
         for slot, device, amount in entries:
@@ -451,7 +451,7 @@ class AbstractAllocMap(abc.ABC):
                 )
         self._commit(entries, negate=False)
 
-    def free(self, alloc: Mapping[str, Mapping[str, Decimal]]) -> None:
+    def free(self, alloc: Allocation) -> None:
         """Subtract an allocation; freeing more than is allocated is refused."""
         entries = self._validate_existing(alloc, "free")
         for slot, device, amount in entries:
@@ -468,19 +468,19 @@ class AbstractAllocMap(abc.ABC):
         self._commit(entries, negate=True)
 
     def clear(self) -> None:
-        """Zero the ledger."""
+        """Zero the allocated amounts."""
         for device in self._allocated:
             self._allocated[device] = _ZERO
         self._reset_spares()
 
     def copy(self) -> Self:
-        """An independent map with the same devices and options and a copy of the ledger.
+        """An independent map with the same devices and options and a copy of the allocated amounts.
 
         Nothing is validated again (the devices are this map's), so copying a map is
         much cheaper than building one: the scheduler builds each device layout once
         and copies it for every agent that has it.  The device table and options are
         immutable after construction and shared, and so are the caches of what follows
-        from them alone (NUMA groups, a fractional map's minimum units); the ledger is
+        from them alone (NUMA groups, a fractional map's minimum units); the allocated amounts are
         not.
         """
         new = type(self).__new__(type(self))
@@ -490,13 +490,13 @@ class AbstractAllocMap(abc.ABC):
         new._slot_spare = dict(self._slot_spare)
         return new
 
-    def snapshot(self) -> LedgerSnapshot:
-        """A copy of the ledger to :meth:`restore` when a multi-map allocation fails."""
-        return LedgerSnapshot(tuple(self._allocated.items()))
+    def snapshot(self) -> MapSnapshot:
+        """A copy of the allocated amounts to :meth:`restore` when a multi-map allocation fails."""
+        return MapSnapshot(tuple(self._allocated.items()))
 
-    def restore(self, snapshot: LedgerSnapshot) -> None:
-        """Put back a ledger taken by :meth:`snapshot` on a map with the same devices."""
-        values = snapshot.as_dict() if isinstance(snapshot, LedgerSnapshot) else None
+    def restore(self, snapshot: MapSnapshot) -> None:
+        """Put back the allocated amounts taken by :meth:`snapshot` on a map with the same devices."""
+        values = snapshot.as_dict() if isinstance(snapshot, MapSnapshot) else None
         if (
             values is None
             or list(values) != list(self._allocated)
@@ -506,7 +506,7 @@ class AbstractAllocMap(abc.ABC):
                 "cannot restore a snapshot of another map (different devices or capacities)",
                 slot=None,
                 requested=snapshot,
-                expected="a LedgerSnapshot taken from a map with the same devices",
+                expected="a MapSnapshot taken from a map with the same devices",
             )
         self._allocated.update(values)
         self._reset_spares()
@@ -578,9 +578,7 @@ class AbstractAllocMap(abc.ABC):
             note=note,
         )
 
-    def _validate_existing(
-        self, alloc: Mapping[str, Mapping[str, Decimal]], action: str
-    ) -> list[tuple[str, str, Decimal]]:
+    def _validate_existing(self, alloc: Allocation, action: str) -> list[tuple[str, str, Decimal]]:
         """Check a recorded allocation names this map's slots and devices; drop zeros."""
         entries: list[tuple[str, str, Decimal]] = []
         what = "amount to " + action
@@ -633,7 +631,7 @@ class AbstractAllocMap(abc.ABC):
         allow_fragmentation: bool,
         context_tag: str | None,
     ) -> dict[str, int]:
-        """Units to take per device for one slot, or raise; never touches the ledger."""
+        """Units to take per device for one slot, or raise; never touches the allocated amounts."""
 
     @abc.abstractmethod
     def _largest(self, slot: str, min_memory: Decimal, allow_fragmentation: bool) -> int:

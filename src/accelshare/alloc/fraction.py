@@ -10,9 +10,9 @@ in whole quanta (``int``), so no rounding can creep in.
 devices, then the smallest fitting hole.  The canonical example, two GPUs of 1.0
 share, quantum 0.1, EVENLY:
 
-* 0.2 -> GPU2 (both hold it; best fit scans from the least-free end).  Ledger 0 / 0.2.
-* 1.2 -> GPU1 0.6 + GPU2 0.6.  Ledger 0.6 / 0.8.
-* with FILL instead: 0.2 -> GPU1; 1.2 -> GPU2 1.0 + GPU1 0.2; ledger 0.4 / 1.0.
+* 0.2 -> GPU2 (both hold it; best fit scans from the least-free end).  Allocated 0 / 0.2.
+* 1.2 -> GPU1 0.6 + GPU2 0.6.  Allocated 0.6 / 0.8.
+* with FILL instead: 0.2 -> GPU1; 1.2 -> GPU2 1.0 + GPU1 0.2; allocated amounts 0.4 / 1.0.
 
 With ``allow_resource_fragmentation=False`` the anti-fragmentation guard runs first:
 a request up to one device's capacity must fit on one device, a larger one must be an

@@ -22,11 +22,13 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from decimal import Decimal
 
+from accelshare.common import Allocation
+
 from .affinity import AffinityHint, AffinityPolicy
 from .amounts import validate_request
 from .base import DEFAULT_MIN_MEMORY, AbstractAllocMap
 from .errors import InvalidResourceArgument, UnsupportedResource
-from .model import KernelAllocation, SlotAllocation
+from .model import AllocationByMap
 
 __all__ = [
     "DEFAULT_ALLOCATION_ORDER",
@@ -68,7 +70,7 @@ def allocate_kernel(
     context_tag: str | None = None,
     min_memory: Decimal = DEFAULT_MIN_MEMORY,
     allow_resource_fragmentation: bool = True,
-) -> KernelAllocation:
+) -> AllocationByMap:
     """Allocate one kernel's ``slots`` over ``maps`` (device name -> map), all or nothing.
 
     Returns ``{device name: {slot: {device id: amount}}}`` for the kinds that got
@@ -80,7 +82,7 @@ def allocate_kernel(
     policy = AffinityPolicy.parse(affinity_policy)
     kinds = [k for k in _kind_order(maps, allocation_order) if k in grouped]
     snapshots = {kind: maps[kind].snapshot() for kind in kinds}
-    result: KernelAllocation = {}
+    result: AllocationByMap = {}
     hint = AffinityHint((), policy)
     try:
         for kind in kinds:
@@ -109,11 +111,11 @@ def allocate_kernel(
 def allocate_planned_kernel(
     maps: Mapping[str, AbstractAllocMap],
     slots: Mapping[str, Decimal],
-    plan: Mapping[str, Mapping[str, Decimal]],
+    plan: Allocation,
     *,
     context_tag: str | None = None,
     allow_resource_fragmentation: bool = True,
-) -> KernelAllocation:
+) -> AllocationByMap:
     """Take exactly ``plan`` (slot -> device -> amount, placed by the manager) for one
     kernel's ``slots`` over ``maps``, all or nothing; no placement strategy runs.
 
@@ -130,7 +132,7 @@ def allocate_planned_kernel(
     request = validate_request(slots, context_tag=context_tag)
     grouped = _group_by_kind(maps, request, context_tag)
     owner = {slot: kind for kind, alloc_map in maps.items() for slot in alloc_map.slot_types}
-    placed: dict[str, dict[str, Mapping[str, Decimal]]] = {}
+    placed: AllocationByMap = {}
     for slot, per_device in plan.items():
         kind = owner.get(slot)
         if kind is None or kind not in grouped:
@@ -148,7 +150,7 @@ def allocate_planned_kernel(
             grouped.setdefault(kind, {})
         placed.setdefault(kind, {})[slot] = per_device
     snapshots = {kind: maps[kind].snapshot() for kind in grouped}
-    result: KernelAllocation = {}
+    result: AllocationByMap = {}
     try:
         for kind, kind_slots in grouped.items():
             result[kind] = maps[kind].allocate_planned(
@@ -166,8 +168,8 @@ def allocate_planned_kernel(
 
 def _each_map(
     maps: Mapping[str, AbstractAllocMap],
-    allocation: KernelAllocation,
-    action: Callable[[AbstractAllocMap, SlotAllocation], None],
+    allocation: AllocationByMap,
+    action: Callable[[AbstractAllocMap, Allocation], None],
 ) -> None:
     unknown = [kind for kind in allocation if kind not in maps]
     if unknown:
@@ -182,11 +184,11 @@ def _each_map(
         raise
 
 
-def free_kernel(maps: Mapping[str, AbstractAllocMap], allocation: KernelAllocation) -> None:
+def free_kernel(maps: Mapping[str, AbstractAllocMap], allocation: AllocationByMap) -> None:
     """Free what :func:`allocate_kernel` returned, on every map or on none."""
     _each_map(maps, allocation, AbstractAllocMap.free)
 
 
-def apply_kernel(maps: Mapping[str, AbstractAllocMap], allocation: KernelAllocation) -> None:
+def apply_kernel(maps: Mapping[str, AbstractAllocMap], allocation: AllocationByMap) -> None:
     """Re-apply a kernel's recorded allocation (restart recovery), on every map or on none."""
     _each_map(maps, allocation, AbstractAllocMap.apply_allocation)

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import TYPE_CHECKING, TypeAlias
 
-from accelshare.common import SlotTypes
+from accelshare.common import Allocation, SlotTypes
 
 from .errors import AllocMapConfigError, parse_enum_member
 
@@ -21,19 +21,16 @@ if TYPE_CHECKING:
     from .errors import ResourceError
 
 __all__ = [
+    "AllocationByMap",
     "AllocationStrategy",
     "DeviceSlotInfo",
     "Fit",
-    "KernelAllocation",
-    "LedgerSnapshot",
-    "SlotAllocation",
+    "MapSnapshot",
 ]
 
-SlotAllocation: TypeAlias = dict[str, dict[str, Decimal]]
-"""What ``allocate()`` returns and ``free()`` takes: slot name -> device id -> amount."""
-
-KernelAllocation: TypeAlias = dict[str, SlotAllocation]
-"""One kernel over several maps: device name (plugin key) -> :data:`SlotAllocation`."""
+AllocationByMap: TypeAlias = dict[str, Allocation]
+"""One kernel over several maps: device name (plugin key) -> its :data:`Allocation`
+(what ``allocate()`` of that map returned)."""
 
 
 class AllocationStrategy(enum.Enum):
@@ -90,8 +87,8 @@ class DeviceSlotInfo:
 
 
 @dataclass(frozen=True, slots=True)
-class LedgerSnapshot:
-    """An opaque copy of a map's ledger (device id -> allocated), for :meth:`restore`."""
+class MapSnapshot:
+    """An opaque copy of a map's allocated amounts (device id -> allocated), for :meth:`restore`."""
 
     allocated: tuple[tuple[str, Decimal], ...]
 
@@ -107,7 +104,7 @@ class Fit:
     structured reason (slot, requested, available, per-device free) for explanations.
     """
 
-    allocation: SlotAllocation | None
+    allocation: Allocation | None
     error: ResourceError | None = None
 
     @property

@@ -4,7 +4,7 @@ fractional maps), so that every split adds up exactly and runs on fast ``int``\\
 Every function is pure: it gets the free units per device (``spare``) and the
 amount still needed, and returns how many units to take from which device.  The
 callers (the maps) check the totals first, convert units back to ``Decimal`` and
-own the ledger.
+own the allocated amounts.
 """
 
 from __future__ import annotations

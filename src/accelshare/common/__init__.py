@@ -1,8 +1,10 @@
-"""Pure common core: slot names, ``ResourceSlot``, ``BinarySize`` and their errors.
+"""Pure common core: slot names, ``ResourceSlot``, ``BinarySize``, ``Allocation`` and
+the allocation mode, and their errors.
 
 No I/O happens here (a test checks that no I/O library is imported).
 """
 
+from .allocation import Allocation, AllocationMode
 from .amounts import COUNT_QUANTUM, check_on_grid, grid_neighbours, parse_amount
 from .binary_size import BinarySize
 from .errors import (
@@ -23,6 +25,8 @@ __all__ = [
     "ACCELERATOR_MAJOR_TYPES",
     "COUNT_QUANTUM",
     "INTRINSIC_SLOTS",
+    "Allocation",
+    "AllocationMode",
     "BelowOneQuantum",
     "BinarySize",
     "CommonValueError",

@@ -155,6 +155,9 @@ SlotKey = Annotated[str, AfterValidator(_slot_name)]
 HttpUrl = Annotated[str, AfterValidator(_http_url)]
 Label = Annotated[str, Field(max_length=64)]
 ExitCode = Annotated[int, Field(ge=-INT32_MAX - 1, le=INT32_MAX)]
+# The wire forms of an ``accelshare.common.Allocation`` (slot -> device -> amount):
+# SlotAllocationWire as the agent sends it, HeldAllocation as the manager checks and
+# stores it (amounts kept as the decimal strings received).  The JSON contract: keep them.
 SlotAllocationWire = dict[str, dict[str, Amount]]  # slot -> device -> amount
 HeldAllocation = dict[SlotKey, dict[Annotated[str, Field(max_length=256)], HeldAmount]]
 

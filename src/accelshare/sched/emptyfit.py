@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from .capacity import Capacity
-from .fit import DeviceLedger
+from .fit import TrialMaps
 from .model import AgentState
 from .shapes import Fit, Shape
 from .snapshot import AgentSnapshot
@@ -47,18 +47,18 @@ class EmptyFit:
     """The when-empty verdicts of one pass, kept on each shape (they do not change while
     the pass places sessions)."""
 
-    __slots__ = ("_signatures", "agents", "capacity", "ledgers", "states")
+    __slots__ = ("_signatures", "agents", "capacity", "states", "trials")
 
     def __init__(
         self,
         agents: Sequence[AgentSnapshot],
         states: dict[str, AgentState],
-        ledgers: dict[str, DeviceLedger],
+        trials: dict[str, TrialMaps],
         capacity: Capacity,
     ) -> None:
         self.agents = agents
         self.states = states  # read for the totals only (placements do not change them)
-        self.ledgers = ledgers
+        self.trials = trials
         self.capacity = capacity
         self._signatures: dict[str, int] | None = None  # agents built alike: same int
 
@@ -83,7 +83,7 @@ class EmptyFit:
         for slot, amount in shape.request:
             if slot not in available or available[slot] < amount or available[slot] <= 0:
                 return False
-        return self.ledgers[agent_id].fits_when_empty(
+        return self.trials[agent_id].fits_when_empty(
             dict(shape.request), allow_fragmentation=shape.key[1]
         )
 

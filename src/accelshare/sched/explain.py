@@ -1,7 +1,7 @@
 """Why is a session still pending?  Readable text from the last pass's record (pure).
 
 The manager stores each pass's verdict in ``status_data["scheduler"]`` (see
-:meth:`accelshare.sched.plan.Failure.scheduler_data`); ``GET /session/{id}/why`` and
+:meth:`accelshare.sched.outcome.Failure.scheduler_data`); ``GET /session/{id}/why`` and
 ``accelshare session why`` render it with :func:`explain`::
 
     PENDING: No agent can hold the request now: i-node01: cuda.shares needs 1.2, ...

@@ -7,20 +7,20 @@ deliberate difference 8), so a session it schedules does not fail on the agent w
 InsufficientResource or FractionalResourceFragmented.
 
 Pure and synchronous; the manager turns the heartbeat's ``PluginMapView``\\ s into
-:class:`MapState` (plain data) and the pass builds :class:`DeviceLedger`\\ s from them.
+:class:`MapState` (plain data) and the pass builds a :class:`TrialMaps` per agent from them.
 
-A pass keeps one ledger per agent (built lazily, from the frozen snapshot) and
-places sessions on it one after another, Nomad style: :meth:`DeviceLedger.place`
+A pass keeps one :class:`TrialMaps` per agent (built lazily, from the frozen snapshot) and
+places sessions on it one after another, Nomad style: :meth:`TrialMaps.place`
 runs :func:`~accelshare.alloc.allocate_kernel`, which snapshots every map before the
-trial and restores them when any map fails, so a failed trial leaves the ledger as
-it was and a successful one stays committed for the rest of the pass.
+attempt and restores them when any map fails, so a failed attempt leaves the maps as
+they were and a successful one stays committed for the rest of the pass.
 
 Worked example (two GPUs of 1.0 share, quantum 0.1, EVENLY; GPU1 holds 0.6 and GPU2
 0.2 already)::
 
-    ledger.place({"cuda.shares": Decimal("1.5")})
+    trial.place({"cuda.shares": Decimal("1.5")})
     # -> FitFailure("cuda.shares needs 1.5, largest placement 1.2 (GPU1 0.4, GPU2 0.8 free)")
-    ledger.place({"cuda.shares": Decimal("1.2")})
+    trial.place({"cuda.shares": Decimal("1.2")})
     # -> {"cuda": {"cuda.shares": {"GPU1": 0.4, "GPU2": 0.8}}}, committed
 
 Reasons read ``<agent>: <why>``, e.g. ``i-node01: cuda.shares needs 1.2, largest
@@ -29,7 +29,6 @@ placement 0.8 (GPU1 0.4, GPU2 0.8 free)`` or ``i-node02: no cuda.shares slot``.
 
 from __future__ import annotations
 
-import enum
 import itertools
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -38,40 +37,34 @@ from decimal import Decimal
 from accelshare.alloc import (
     DEFAULT_ALLOCATION_ORDER,
     AbstractAllocMap,
+    AllocationByMap,
     AllocationStrategy,
     DiscreteAllocMap,
     FractionAllocMap,
     FractionalResourceFragmented,
     InsufficientResource,
-    KernelAllocation,
     NotMultipleOfQuantum,
     ResourceError,
     allocate_kernel,
 )
-from accelshare.common import ResourceSlot, SlotTypes, canonical_decimal
+from accelshare.common import Allocation, AllocationMode, ResourceSlot, SlotTypes, canonical_decimal
 
 __all__ = [
-    "DeviceLedger",
     "DeviceState",
     "FitFailure",
-    "MapKind",
     "MapLayouts",
     "MapState",
+    "TrialMaps",
     "device_allocation",
+    "device_taken_amount",
     "fits_capacity",
     "format_slot_amount",
     "largest_placements",
-    "merge_device_ledger",
     "sum_allocations",
     "totals_shortfall",
 ]
 
 _ZERO = Decimal(0)
-
-
-class MapKind(enum.StrEnum):
-    DISCRETE = "discrete"
-    FRACTIONAL = "fractional"
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,7 +84,7 @@ class MapState:
     """One plugin's allocation map as reported (enough to rebuild it for a dry run)."""
 
     key: str
-    kind: MapKind
+    kind: AllocationMode
     devices: tuple[DeviceState, ...]
     strategy: str = "EVENLY"
     quantum: Decimal | None = None  # fractional maps only
@@ -103,7 +96,7 @@ class MapState:
 
     @property
     def layout(self) -> tuple[object, ...]:
-        """Everything of the map but its ledger: devices (id, slot, type, capacity, NUMA
+        """Everything of the map but its allocated amounts: devices (id, slot, type, capacity, NUMA
         node) and options.  Two maps of one layout behave alike when empty."""
         return (
             self.kind,
@@ -117,16 +110,16 @@ class MapState:
         )
 
     def build(self, layouts: MapLayouts | None = None, *, empty: bool = False) -> AbstractAllocMap:
-        """A live map with this state's ledger (``empty``: nothing allocated), copied
+        """A live map with this state's allocated amounts (``empty``: nothing allocated), copied
         from the empty map ``layouts`` keeps for its device layout (built here without).
 
         An allocated amount above a device's capacity (possible while reports and the
-        manager's own ledger disagree) is clamped to the capacity: the device is full.
+        manager's own accounting disagree) is clamped to the capacity: the device is full.
         """
         devices = self.devices
         alloc_map = self.build_empty() if layouts is None else layouts.empty_map(self)
         if not empty:
-            allocations: dict[str, dict[str, Decimal]] = {}
+            allocations: Allocation = {}
             for d in devices:
                 if d.allocated > 0:
                     allocations.setdefault(d.slot_name, {})[d.device_id] = min(
@@ -145,7 +138,7 @@ class MapState:
             types[d.slot_name] = d.slot_type
         numa = {d.device_id: d.numa_node for d in self.devices}
         strategy = AllocationStrategy.parse(self.strategy)
-        if self.kind is MapKind.FRACTIONAL:
+        if self.kind is AllocationMode.FRACTIONAL:
             return FractionAllocMap.from_state(
                 capacities,
                 slot_types=types,
@@ -171,7 +164,7 @@ class MapLayouts:
     """What the planner learns of device layouts (a map's devices, slots, types,
     capacities, NUMA nodes and options; :attr:`MapState.layout`), for as long as its
     owner keeps it: the manager's scheduler holds one across passes and scaling groups
-    (:class:`~accelshare.sched.plan.PlanMemo`), the session service one for its
+    (:class:`~accelshare.sched.memo.PlanMemo`), the session service one for its
     creation-time checks; a pass given none starts with an empty one.
 
     * **Empty maps** (:meth:`empty_map`): built once per layout and copied
@@ -232,7 +225,7 @@ class MapLayouts:
         return fits
 
 
-def merge_device_ledger(
+def device_taken_amount(
     reported_allocated: Decimal,
     reported_by_kernel: Mapping[str, Decimal],
     manager_amount: Decimal,
@@ -247,7 +240,7 @@ def merge_device_ledger(
     the amounts of ``known_kernels`` (every kernel id the manager has a row for,
     ended ones included: those are freed or about to be).
 
-    >>> merge_device_ledger(Decimal("0.8"), {"k1": Decimal("0.2"), "x": Decimal("0.6")},
+    >>> device_taken_amount(Decimal("0.8"), {"k1": Decimal("0.2"), "x": Decimal("0.6")},
     ...                     Decimal("0.2"), {"k1"})
     Decimal('0.8')
     """
@@ -306,13 +299,13 @@ def _free_list(slot: str, devices: Mapping[str, Decimal]) -> str:
 
 
 @dataclass(slots=True)
-class DeviceLedger:
+class TrialMaps:
     """One agent's allocation maps during a pass (mutable; see the module docstring)."""
 
     agent_id: str
     states: tuple[MapState, ...]
-    # the layouts' empty maps and verdicts, shared with the other ledgers of the owner
-    # (a pass, the session service); a ledger given none keeps its own
+    # the layouts' empty maps and verdicts, shared with the other trials of the owner
+    # (a pass, the session service); a trial given none keeps its own
     layouts: MapLayouts = field(default_factory=MapLayouts, repr=False)
     _maps: dict[str, AbstractAllocMap] | None = field(default=None, repr=False)
     _empty_maps: dict[str, AbstractAllocMap] | None = field(default=None, repr=False)
@@ -334,7 +327,7 @@ class DeviceLedger:
 
     def _index(self) -> None:
         """Which map owns which slot, and the maps' allocation order (worked out on first
-        use: a pass builds a ledger for every agent and uses few of them on a full
+        use: a pass builds a trial for every agent and uses few of them on a full
         cluster)."""
         if self._kinds:
             return
@@ -364,8 +357,8 @@ class DeviceLedger:
 
     def place(
         self, requested: Mapping[str, Decimal], *, allow_fragmentation: bool = True
-    ) -> KernelAllocation | FitFailure:
-        """Allocate on the ledger (kept on success, rolled back on failure)."""
+    ) -> AllocationByMap | FitFailure:
+        """Allocate on the trial (kept on success, rolled back on failure)."""
         request = self._device_request(requested)
         if not request:
             return {}
@@ -412,8 +405,8 @@ class DeviceLedger:
 
     @property
     def fingerprint(self) -> object:
-        """Equal for two ledgers whose dry runs and reasons are the same: the reported
-        maps while nothing was placed on them in the pass (else this ledger only)."""
+        """Equal for two trials whose dry runs and reasons are the same: the reported
+        maps while nothing was placed on them in the pass (else this trial only)."""
         return ("placed", self.agent_id) if self._placed else self.states
 
     def _parts(self, request: Mapping[str, Decimal]) -> list[tuple[str, dict[str, Decimal]]]:
@@ -427,7 +420,7 @@ class DeviceLedger:
         self, request: Sequence[tuple[str, Decimal]], *, allow_fragmentation: bool = True
     ) -> str | None:
         """The reason :meth:`check` would give for ``request`` (positive amounts; None: it
-        fits), map by map and remembered until the ledger changes.
+        fits), map by map and remembered until the maps change.
 
         Exact because whether one map can hold its part of a request, and the error it
         raises when it cannot, do not depend on the NUMA hint
@@ -468,8 +461,8 @@ class DeviceLedger:
 
     def check(
         self, requested: Mapping[str, Decimal], *, allow_fragmentation: bool = True
-    ) -> KernelAllocation | FitFailure:
-        """A dry run: what :meth:`place` would return, leaving the ledger unchanged."""
+    ) -> AllocationByMap | FitFailure:
+        """A dry run: what :meth:`place` would return, leaving the trial unchanged."""
         request = self._device_request(requested)
         if not request:
             return {}
@@ -569,7 +562,7 @@ class DeviceLedger:
 
 def fits_capacity(
     available: ResourceSlot,
-    ledger: DeviceLedger,
+    trial: TrialMaps,
     requested: ResourceSlot,
     *,
     allow_fragmentation: bool = True,
@@ -577,11 +570,11 @@ def fits_capacity(
     """Could the agent ever hold the request (everything else gone)?"""
     if totals_shortfall(available, ResourceSlot(), requested):
         return False
-    return ledger.fits_when_empty(requested, allow_fragmentation=allow_fragmentation)
+    return trial.fits_when_empty(requested, allow_fragmentation=allow_fragmentation)
 
 
 def largest_placements(
-    agents: Sequence[tuple[ResourceSlot, DeviceLedger]],
+    agents: Sequence[tuple[ResourceSlot, TrialMaps]],
     requested: ResourceSlot,
     *,
     allow_fragmentation: bool = True,
@@ -589,10 +582,10 @@ def largest_placements(
     """None when some agent could hold ``requested`` if it were empty (the planner's
     :func:`fits_capacity` verdict, as for its ``could_fit``); else, for each requested
     slot, the largest single placement on any of ``agents`` (``(available totals,
-    ledger)``) when empty: what the biggest agent could give one kernel.  No agents:
+    trial)``) when empty: what the biggest agent could give one kernel.  No agents:
     None (nothing to judge by).
 
-    >>> two_gpus = DeviceLedger("a", (MapState("cuda", MapKind.FRACTIONAL, tuple(
+    >>> two_gpus = TrialMaps("a", (MapState("cuda", AllocationMode.FRACTIONAL, tuple(
     ...     DeviceState(f"GPU{i}", "cuda.shares", SlotTypes.COUNT, Decimal(1))
     ...     for i in (1, 2)), quantum=Decimal("0.1")),))
     >>> largest_placements([(ResourceSlot({"cuda.shares": 2}), two_gpus)],
@@ -600,8 +593,8 @@ def largest_placements(
     {'cuda.shares': Decimal('2.0')}
     """
     if not agents or any(
-        fits_capacity(available, ledger, requested, allow_fragmentation=allow_fragmentation)
-        for available, ledger in agents
+        fits_capacity(available, trial, requested, allow_fragmentation=allow_fragmentation)
+        for available, trial in agents
     ):
         return None
     largest: dict[str, Decimal] = {}
@@ -609,17 +602,17 @@ def largest_placements(
         if amount <= 0:
             continue
         best = _ZERO
-        for available, ledger in agents:
+        for available, trial in agents:
             total = max(available.get_amount(slot), _ZERO)
-            per_device = ledger.largest_when_empty(slot, allow_fragmentation=allow_fragmentation)
+            per_device = trial.largest_when_empty(slot, allow_fragmentation=allow_fragmentation)
             best = max(best, total if per_device is None else min(per_device, total))
         largest[slot] = best
     return largest
 
 
-def device_allocation(allocation: KernelAllocation) -> dict[str, dict[str, Decimal]]:
+def device_allocation(allocation: AllocationByMap) -> Allocation:
     """Flatten ``{plugin: {slot: {device: amount}}}`` to ``{slot: {device: amount}}``."""
-    flat: dict[str, dict[str, Decimal]] = {}
+    flat: Allocation = {}
     for per_slot in allocation.values():
         for slot, per_device in per_slot.items():
             flat.setdefault(slot, {}).update(per_device)
@@ -627,10 +620,10 @@ def device_allocation(allocation: KernelAllocation) -> dict[str, dict[str, Decim
 
 
 def sum_allocations(
-    allocations: Sequence[Mapping[str, Mapping[str, Decimal]]],
-) -> dict[str, dict[str, Decimal]]:
-    """Add several ``{slot: {device: amount}}`` ledgers."""
-    total: dict[str, dict[str, Decimal]] = {}
+    allocations: Sequence[Allocation],
+) -> Allocation:
+    """Add several ``{slot: {device: amount}}`` allocations."""
+    total: Allocation = {}
     for alloc in allocations:
         for slot, per_device in alloc.items():
             bucket = total.setdefault(slot, {})

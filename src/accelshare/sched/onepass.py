@@ -17,7 +17,7 @@ optimistic check (spec 05, STYLE: Nomad).  The pass:
    ranked by the **selector** (dispersed by default); the per-device dry run of
    :mod:`accelshare.sched.fit` runs in that order and the first agent whose devices
    hold the request gets it.  The placement is committed to that agent's in-pass
-   ledger, totals and the predicate counters at once, so later sessions in the same
+   trial, totals and the predicate counters at once, so later sessions in the same
    pass see it (in-pass accounting: a plan never over-commits an agent or a device).
 5. Sessions that were not placed get a :class:`~accelshare.sched.outcome.Failure` with
    the reasons (failed predicates, and per agent why it did not fit — the first
@@ -72,7 +72,7 @@ from accelshare.common import ResourceSlot
 from .bands import BandOrders, priority_bands
 from .capacity import Capacity
 from .emptyfit import EmptyFit
-from .fit import DeviceLedger, FitFailure, MapLayouts
+from .fit import FitFailure, MapLayouts, TrialMaps
 from .memo import PlanMemo, memo_number
 from .model import AgentState, PendingSession
 from .outcome import Assignment, Failure, FailureKind
@@ -112,7 +112,7 @@ class Pass:
 
     Remaining totals live in :class:`~accelshare.sched.capacity.Capacity` (plain dicts
     and the selectors' orders kept sorted), per-device state in one
-    :class:`~accelshare.sched.fit.DeviceLedger` per agent, per shape a
+    :class:`~accelshare.sched.fit.TrialMaps` per agent, per shape a
     :class:`~accelshare.sched.shapes.Shape` (which agents refused it, whether it
     failed), and the protections of the bands done in
     :class:`~accelshare.sched.protection.Protections`.
@@ -130,12 +130,12 @@ class Pass:
         "failures",
         "guard",
         "last_roundrobin",
-        "ledgers",
         "memo",
         "shapes",
         "snapshot",
         "states",
         "touched",
+        "trials",
         "trivially_passed",
         "unexplained",
     )
@@ -150,9 +150,7 @@ class Pass:
         self.snapshot = snapshot
         self.memo = memo
         self.states = {a.state.id: a.state for a in snapshot.agents}
-        self.ledgers = {
-            a.state.id: DeviceLedger(a.state.id, a.maps, layouts) for a in snapshot.agents
-        }
+        self.trials = {a.state.id: TrialMaps(a.state.id, a.maps, layouts) for a in snapshot.agents}
         self.capacity = capacity = Capacity(
             [a.state for a in snapshot.agents], options.selector, options.resource_priority
         )
@@ -170,7 +168,7 @@ class Pass:
                 total = total + a.state.available_slots
         self.bands = BandOrders(options, memo, dict(snapshot.occupancy_by_access_key), total)
         self.shapes = ShapeBook(capacity, self.states, memo)
-        self.empty = EmptyFit(snapshot.agents, self.states, self.ledgers, capacity)
+        self.empty = EmptyFit(snapshot.agents, self.states, self.trials, capacity)
         self.guard = Protections(capacity)
         self.last_roundrobin = snapshot.last_roundrobin_agent
         self.assignments: list[Assignment] = []
@@ -278,16 +276,16 @@ class Pass:
                 continue
             agent_id = ids[index]
             if shape.packs:  # the first fitting agent and a few more: the least hole loss
-                ledger = self.ledgers[agent_id]
-                if ledger.refusal(request, allow_fragmentation=False) is not None:
+                trial = self.trials[agent_id]
+                if trial.refusal(request, allow_fragmentation=False) is not None:
                     dead.add(index)
                     continue
-                loss = ledger.hole_loss(request, shape.packs)
+                loss = trial.hole_loss(request, shape.packs)
                 packing.append((loss, len(packing), index))
                 if len(packing) < PACK_CANDIDATES:
                     continue
                 break
-            placed = self.ledgers[agent_id].place(
+            placed = self.trials[agent_id].place(
                 session.requested_slots, allow_fragmentation=session.allow_fragmentation
             )
             if isinstance(placed, FitFailure):
@@ -298,9 +296,7 @@ class Pass:
         if packing:
             index = min(packing)[2]
             agent_id = ids[index]
-            placed = self.ledgers[agent_id].place(
-                session.requested_slots, allow_fragmentation=False
-            )
+            placed = self.trials[agent_id].place(session.requested_slots, allow_fragmentation=False)
             assert not isinstance(placed, FitFailure)  # its dry run just succeeded
             self.commit(session, shape, index)
             return Assignment(session.id, agent_id, session.requested_slots, placed)
@@ -366,7 +362,7 @@ class Pass:
         explainer = Explainer(
             agents=self.snapshot.agents,
             capacity=self.capacity,
-            ledgers=self.ledgers,
+            trials=self.trials,
             current=self.current,
             could_fit=self.empty.fit_could_fit,
             memo=self.memo,

@@ -10,8 +10,8 @@ from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
-from accelshare.alloc import KernelAllocation
-from accelshare.common import ResourceSlot, canonical_decimal
+from accelshare.alloc import AllocationByMap
+from accelshare.common import Allocation, ResourceSlot, canonical_decimal
 
 from .fit import device_allocation
 from .model import PredicateResult
@@ -45,11 +45,11 @@ class Assignment:
     session_id: str
     agent_id: str
     requested_slots: ResourceSlot
-    allocation: KernelAllocation  # plugin key -> slot -> device -> amount
+    allocation: AllocationByMap  # plugin key -> slot -> device -> amount
     passed_predicates: tuple[PredicateResult, ...] = ()
 
     @property
-    def device_allocs(self) -> dict[str, dict[str, Decimal]]:
+    def device_allocs(self) -> Allocation:
         """``{slot: {device: amount}}`` (the kernel row's form)."""
         return device_allocation(self.allocation)
 

@@ -3,7 +3,7 @@
 no-starvation rule and why-pending reasons) is told in :mod:`accelshare.sched.onepass`.
 
 This module is the pure core's entry point: :func:`plan_pass` (or :func:`place_pass`,
-then :meth:`PlacedPass.explain`), and the vocabulary of a pass, from
+then :meth:`PlacedPass.explain`).  The vocabulary of a pass lives in
 :mod:`accelshare.sched.snapshot` (what it reads), :mod:`accelshare.sched.outcome` (what
 it decides) and :mod:`accelshare.sched.memo` (what it keeps for the next).
 """
@@ -14,34 +14,12 @@ from dataclasses import replace
 
 from .fit import MapLayouts
 from .memo import PlanMemo
-from .onepass import PACK_CANDIDATES, Pass
-from .outcome import (
-    MAX_AGENT_REASONS,
-    MAX_SHORTAGE_AGENTS,
-    NEVER_FITS,
-    Assignment,
-    DeviceShortage,
-    Failure,
-    FailureKind,
-    SchedulingPlan,
-)
-from .snapshot import AgentSnapshot, SchedulerOptions, SchedulingSnapshot
+from .onepass import Pass
+from .outcome import SchedulingPlan
+from .snapshot import SchedulingSnapshot
 
 __all__ = [
-    "MAX_AGENT_REASONS",
-    "MAX_SHORTAGE_AGENTS",
-    "NEVER_FITS",
-    "PACK_CANDIDATES",
-    "AgentSnapshot",
-    "Assignment",
-    "DeviceShortage",
-    "Failure",
-    "FailureKind",
     "PlacedPass",
-    "PlanMemo",
-    "SchedulerOptions",
-    "SchedulingPlan",
-    "SchedulingSnapshot",
     "place_pass",
     "plan_pass",
 ]

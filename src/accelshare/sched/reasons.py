@@ -12,7 +12,7 @@ from dataclasses import replace
 from decimal import Decimal
 
 from .capacity import Capacity
-from .fit import DeviceLedger, totals_shortfall
+from .fit import TrialMaps, totals_shortfall
 from .images import image_refusal
 from .memo import PlanMemo, ShapeKey
 from .model import AgentState, PendingSession, PredicateResult
@@ -48,10 +48,10 @@ class Explainer:
         "capacity",
         "could_fit",
         "current",
-        "ledgers",
         "memo",
         "memo_used",
         "touched",
+        "trials",
     )
 
     def __init__(
@@ -59,16 +59,16 @@ class Explainer:
         *,
         agents: Sequence[AgentSnapshot],
         capacity: Capacity,
-        ledgers: dict[str, DeviceLedger],
+        trials: dict[str, TrialMaps],
         current: Callable[[str], AgentState],
         could_fit: Callable[[Fit], bool],
         memo: PlanMemo | None,
         touched: set[str],
     ) -> None:
         self.agents = agents
-        self.agent_ids = ledgers.keys()  # every agent of the pass
+        self.agent_ids = trials.keys()  # every agent of the pass
         self.capacity = capacity
-        self.ledgers = ledgers
+        self.trials = trials
         self.current = current  # the agent with what the pass placed on it
         self.could_fit = could_fit
         self.memo = memo
@@ -180,11 +180,11 @@ class Explainer:
         """The accelerator slots (a plugin's, ``vendor.kind``) that ``reason`` says the
         agent could not give, with the agent's devices of each as the pass ends."""
         found: list[DeviceShortage] = []
-        ledger = self.ledgers[agent_id]
+        trial = self.trials[agent_id]
         for slot, amount in session.requested_slots.items():
             if "." not in slot or amount <= 0 or not reason.startswith(f"{slot} needs"):
                 continue
-            devices = ledger.devices_of(slot)
+            devices = trial.devices_of(slot)
             if devices:
                 found.append(DeviceShortage(agent_id, slot, amount, devices))
         return found
@@ -225,7 +225,7 @@ class Explainer:
             agent.runtime,
             agent.architecture,
             agent.images,
-            self.ledgers[agent_id].fingerprint,
+            self.trials[agent_id].fingerprint,
         )
         return interned.setdefault(state, len(interned))
 
@@ -255,7 +255,7 @@ class Explainer:
         if held is not None:
             priority, slot = held
             return f"held for a waiting priority-{priority} session ({slot} it needs here)"
-        refusal = self.ledgers[agent_id].refusal(
+        refusal = self.trials[agent_id].refusal(
             shape.request, allow_fragmentation=session.allow_fragmentation
         )
         # An agent that refused the shape refuses it at the end of the pass (monotone).
@@ -263,11 +263,11 @@ class Explainer:
 
     def shortfall_reason(self, agent: AgentState, session: PendingSession, shape: Shape) -> str:
         """The totals' reason, or the devices' one when it says more (per-device free)."""
-        ledger = self.ledgers[agent.id]
+        trial = self.trials[agent.id]
         free = self.capacity.free[self.capacity.index[agent.id]]
         short_slots = {slot for slot, amount in shape.request if free.get(slot, _ZERO) < amount}
-        if short_slots and short_slots <= ledger.slots:
-            refusal = ledger.refusal(shape.request, allow_fragmentation=session.allow_fragmentation)
+        if short_slots and short_slots <= trial.slots:
+            refusal = trial.refusal(shape.request, allow_fragmentation=session.allow_fragmentation)
             if refusal is not None:
                 return refusal
         short = totals_shortfall(

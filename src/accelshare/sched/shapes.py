@@ -30,7 +30,7 @@ class Shape:
 
     Within a pass capacities only shrink, and whether an agent can hold a shape only
     gets less likely as they do (totals, the held-for rule and the per-device dry run
-    are all monotone, see :meth:`~accelshare.sched.fit.DeviceLedger.refusal`), so an
+    are all monotone, see :meth:`~accelshare.sched.fit.TrialMaps.refusal`), so an
     agent that refused a shape (``dead``) refuses it for the rest of the pass, and a
     shape that found no agent (``failed``) finds none for the rest of the pass: later
     sessions of that shape fail in O(1) (like Kubernetes' equivalence cache, but exact).

@@ -21,7 +21,8 @@ from accelshare.accel import PluginContext
 from accelshare.accel.cuda import CudaPlugin
 from accelshare.accel.cuda import create_plugin as create_cuda_plugin
 from accelshare.accel.options import DEFAULT_UNIT_MEM, DEFAULT_UNIT_PROC
-from accelshare.accel.types import AllocationMode, KernelStatTarget
+from accelshare.accel.types import KernelStatTarget
+from accelshare.common import AllocationMode
 from accelshare.config import ConfigStore
 from accelshare.config.embedded import EmbeddedBackend
 from accelshare_testkit.gpu import (

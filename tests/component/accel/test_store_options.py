@@ -21,8 +21,8 @@ from accelshare.accel.cuda import create_plugin as create_cuda_plugin
 from accelshare.accel.cuda.fake import FakeGpu, FakeNvml
 from accelshare.accel.mock.plugin import load_mock_options
 from accelshare.accel.options import parse_accelerator_options, read_accelerator_options
-from accelshare.accel.types import AllocationMode
 from accelshare.client.cli import app
+from accelshare.common import AllocationMode
 from accelshare.config import ConfigScopes, ConfigStore, open_config_store
 from accelshare.config.agent_file import load_agent_config, parse_agent_config
 from accelshare.config.settings import ConfigStoreSettings, EmbeddedSettings

@@ -124,7 +124,7 @@ async def test_create_is_idempotent_by_kernel_id(agent_toml: Factory, start_agen
     assert first == second
     assert first["status"] == "RUNNING"
     assert await agent.create(kernel_id, {"cpu": "4", "mem": "4g"}) == first  # same kernel
-    assert agent.service.ledger.totals()["cpu"][1] == 2  # counted once
+    assert agent.service.allocations.totals()["cpu"][1] == 2  # counted once
     await agent.destroy(kernel_id)
     after = await agent.create(kernel_id, {"cpu": "2", "mem": "2g"})
     assert after["status"] == "EXITED"  # the existing (exited) kernel, not a new one
@@ -294,7 +294,7 @@ async def test_a_kernel_over_its_memory_limit_is_killed_and_reported(
     )
     assert exited[0]["reason"].startswith("oom-killed")
     assert exited[0]["exit_code"] == 137
-    assert not agent.service.ledger.holds(kernel_id)
+    assert not agent.service.allocations.holds(kernel_id)
 
 
 async def test_restart_in_process_restores_identical_maps_and_reports_gone_kernels(
@@ -414,8 +414,8 @@ async def test_a_removed_plugin_leaves_its_kernels_allocation_recorded_until_the
 
     destroyed = await second.destroy(kernel_id)
     assert (destroyed["status"], destroyed["reason"]) == ("EXITED", "destroyed")
-    assert not second.service.ledger.holds(kernel_id)
-    assert second.service.ledger.legacy_holdings() == []
+    assert not second.service.allocations.holds(kernel_id)
+    assert second.service.allocations.legacy_holdings() == []
     freed = await second.alloc_map()
     assert freed["maps"] == {key: empty["maps"][key] for key in ("cpu", "mem")}
     await second.service.stop()

@@ -7,7 +7,7 @@ from __future__ import annotations
 from decimal import Decimal
 from typing import Any
 
-from accelshare.sched.plan import NEVER_FITS
+from accelshare.sched.outcome import NEVER_FITS
 from accelshare_testkit.hollow_agent import TWO_FGPU
 
 from .cluster import Cluster

@@ -15,7 +15,7 @@ import sqlalchemy as sa
 from accelshare.manager.models import Session
 from accelshare.manager.scheduler import explanations, loop
 from accelshare.manager.scheduler.explanations import Explanations
-from accelshare.sched.plan import SchedulingSnapshot
+from accelshare.sched.snapshot import SchedulingSnapshot
 
 from .cluster import Cluster, Frozen
 

@@ -15,7 +15,8 @@ from accelshare.manager.db import Database
 from accelshare.manager.models import Agent, Kernel, Session
 from accelshare.manager.scheduler import explanations, loop
 from accelshare.manager.transitions import recompute_agent_occupancy
-from accelshare.sched.plan import PlacedPass, SchedulingPlan
+from accelshare.sched.outcome import SchedulingPlan
+from accelshare.sched.plan import PlacedPass
 
 from .cluster import Cluster, Frozen
 

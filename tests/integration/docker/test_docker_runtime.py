@@ -13,7 +13,6 @@ import pytest
 
 from accelshare.accel.mock import MockPlugin, load_mock_config, smi
 from accelshare.accel.options import AcceleratorOptions
-from accelshare.accel.types import AllocationMode
 from accelshare.agent.recovery import discover_kernels
 from accelshare.agent.runtime import (
     AGENT_ID_LABEL,
@@ -26,7 +25,7 @@ from accelshare.agent.runtime import (
     ResourceLimits,
 )
 from accelshare.agent.runtime.docker import DockerRuntime, DockerRuntimeConfig
-from accelshare.common import SlotTypes
+from accelshare.common import AllocationMode, SlotTypes
 
 pytestmark = pytest.mark.integration
 

@@ -12,7 +12,7 @@ from accelshare.accel.cuda.plugin import query_sm_counts
 from accelshare.accel.mem import MemoryPlugin
 from accelshare.accel.mock import MockPlugin, load_mock_config
 from accelshare.accel.options import AcceleratorOptions
-from accelshare.accel.types import AllocationMode
+from accelshare.common import AllocationMode
 
 REPO = Path(__file__).resolve().parents[3]
 SAMPLES = REPO / "configs" / "accelerator"

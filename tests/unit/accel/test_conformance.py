@@ -49,8 +49,7 @@ from accelshare.accel import (
 from accelshare.accel.cuda import LibcudaDriver, PynvmlLayer
 from accelshare.accel.cuda.fake import FakeGpu, FakeNvml
 from accelshare.accel.maps import build_alloc_map
-from accelshare.accel.types import AllocationMode, KernelAllocation
-from accelshare.common import SlotName, SlotTypes
+from accelshare.common import Allocation, AllocationMode, SlotName, SlotTypes
 from accelshare.config import ConfigStore, open_config_store
 from accelshare.config.agent_file import parse_agent_config
 from accelshare.config.settings import ConfigStoreSettings, EmbeddedSettings
@@ -330,11 +329,11 @@ def test_every_installed_entry_point_has_conformance_cases() -> None:
 # -- the checks ----------------------------------------------------------------------
 
 
-def one_of_each(plugin: ComputePlugin) -> list[KernelAllocation]:
+def one_of_each(plugin: ComputePlugin) -> list[Allocation]:
     """For every slot with capacity: allocate on a fresh map one unit, one quantum ×3, or
     for a bytes slot its whole declared capacity."""
     inv = plugin.inventory
-    allocations: list[KernelAllocation] = []
+    allocations: list[Allocation] = []
     for slot, capacity in inv.capacities().items():
         if capacity <= 0:
             continue

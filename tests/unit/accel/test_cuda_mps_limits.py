@@ -25,9 +25,9 @@ from accelshare.accel.cuda.mps import (
     mps_shares,
 )
 from accelshare.accel.options import AcceleratorOptions
-from accelshare.accel.types import AllocationMode, Device
+from accelshare.accel.types import Device
 from accelshare.agent.launch import build_kernel_spec
-from accelshare.common import SlotTypes
+from accelshare.common import AllocationMode, SlotTypes
 from accelshare.protocol import CreateKernelRequest
 
 GIB = 2**30

@@ -211,7 +211,7 @@ async def test_masking_every_device_is_logged_once(
 
 
 def test_canonical_fractional_example() -> None:
-    """two-fgpu.toml, fractional: 0.2 then 1.2 -> ledger 2d01: 0.6, 2d02: 0.8."""
+    """two-fgpu.toml, fractional: 0.2 then 1.2 -> allocated amounts 2d01: 0.6, 2d02: 0.8."""
     alloc_map = build_alloc_map(mock_plugin("two-fgpu.toml", FRACTIONAL).inventory)
     assert isinstance(alloc_map, FractionAllocMap)
     assert alloc_map.quantum_size == D("0.1")

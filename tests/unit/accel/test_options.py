@@ -19,7 +19,7 @@ from accelshare.accel.options import (
     parse_accelerator_options,
     share_limits,
 )
-from accelshare.accel.types import AllocationMode
+from accelshare.common import AllocationMode
 from accelshare.config import ConfigScopes
 
 from .builders import GIB

@@ -9,8 +9,8 @@ from decimal import Decimal
 import pytest
 
 from accelshare.accel import PluginLoadError, describe_plugins, validate_inventory
-from accelshare.accel.types import AllocationMode, Device, NumberFormat, SlotMetadata
-from accelshare.common import SlotTypes
+from accelshare.accel.types import Device, NumberFormat, SlotMetadata
+from accelshare.common import AllocationMode, SlotTypes
 
 from .builders import FRACTIONAL, U, mock_plugin
 

@@ -24,8 +24,8 @@ from accelshare.accel import (
     load_compute_plugins,
     select_plugins,
 )
-from accelshare.accel.types import AllocationMode, Device, NumberFormat, SlotMetadata
-from accelshare.common import SlotTypes
+from accelshare.accel.types import Device, NumberFormat, SlotMetadata
+from accelshare.common import AllocationMode, SlotTypes
 from accelshare.config.agent_file import AgentConfig, parse_agent_config
 
 from .builders import SAMPLES

@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from decimal import Decimal
 
-from accelshare.accel import KernelAllocation
 from accelshare.agent.stats import StatsCollector
+from accelshare.common import Allocation
 
 from ..accel.builders import FRACTIONAL, U, cpu_plugin, mock_plugin
 
@@ -19,14 +19,14 @@ class Recording:
 
     def __init__(self) -> None:
         self.plugin = mock_plugin("two-fgpu.toml", FRACTIONAL)
-        self.told: list[dict[str, KernelAllocation]] = []
+        self.told: list[dict[str, Allocation]] = []
         self.inventory = self.plugin.inventory
         self.kernel_resources = self.plugin.kernel_resources
         self.node_stats = self.plugin.node_stats
         self.kernel_stats = self.plugin.kernel_stats
         self.close = self.plugin.close
 
-    def observe_allocations(self, allocations: Mapping[str, KernelAllocation]) -> None:
+    def observe_allocations(self, allocations: Mapping[str, Allocation]) -> None:
         self.told.append(dict(allocations))
         self.plugin.observe_allocations(allocations)
 

@@ -70,5 +70,5 @@ def amounts(per_device: Mapping[str, Any]) -> dict[str, Decimal]:
     return {device: D(str(v)) for device, v in per_device.items()}
 
 
-def ledger(alloc_map: Any, slot: str) -> dict[str, Decimal]:
+def allocated_of(alloc_map: Any, slot: str) -> dict[str, Decimal]:
     return dict(alloc_map.allocations[slot])

@@ -201,25 +201,25 @@ def test_allocate_kernel_custom_order_and_maps_outside_it() -> None:
     assert DEFAULT_ALLOCATION_ORDER == ("cuda", "rocm", "tpu", "cpu", "mem")
 
 
-def _ledgers(maps: dict[str, Any]) -> dict[str, Any]:
+def _allocated_of(maps: dict[str, Any]) -> dict[str, Any]:
     return {kind: m.allocations for kind, m in maps.items()}
 
 
 def test_free_and_apply_kernel_round_trip() -> None:
     maps = _node_maps()
-    zero = _ledgers(maps)
+    zero = _allocated_of(maps)
     result = allocate_kernel(maps, {"cuda.shares": D("0.5"), "cpu": D(1), "mem": D(100)})
-    allocated = _ledgers(maps)
+    allocated = _allocated_of(maps)
     free_kernel(maps, result)
-    assert _ledgers(maps) == zero
+    assert _allocated_of(maps) == zero
     apply_kernel(maps, result)
-    assert _ledgers(maps) == allocated
+    assert _allocated_of(maps) == allocated
 
 
 def test_free_kernel_rolls_back_maps_already_freed() -> None:
     maps = _node_maps()
     result = allocate_kernel(maps, {"cuda.shares": D("0.5"), "cpu": D(1), "mem": D(100)})
-    allocated = _ledgers(maps)
+    allocated = _allocated_of(maps)
     # cuda and cpu free cleanly (and are freed first), then mem asks for more than it holds.
     broken = {
         "cuda": result["cuda"],
@@ -230,12 +230,12 @@ def test_free_kernel_rolls_back_maps_already_freed() -> None:
     with pytest.raises(InvalidResourceArgument, match="cannot free 100 of mem"):
         free_kernel(maps, broken)
     # Without the rollback cuda and cpu would be zero here.
-    assert _ledgers(maps) == allocated
+    assert _allocated_of(maps) == allocated
 
 
 def test_apply_kernel_rolls_back_maps_already_applied() -> None:
     maps = _node_maps()
-    zero = _ledgers(maps)
+    zero = _allocated_of(maps)
     recorded = {
         "cuda": {"cuda.shares": {"g0": D("0.5")}},
         "cpu": {"cpu": {"c0": D(1)}},
@@ -243,16 +243,16 @@ def test_apply_kernel_rolls_back_maps_already_applied() -> None:
     }
     with pytest.raises(InsufficientResource, match="exceed m0's capacity"):
         apply_kernel(maps, recorded)
-    assert _ledgers(maps) == zero
+    assert _allocated_of(maps) == zero
 
 
 def test_free_kernel_refuses_a_kind_without_a_map_and_changes_nothing() -> None:
     maps = _node_maps()
     result = allocate_kernel(maps, {"cpu": D(1)})
-    allocated = _ledgers(maps)
+    allocated = _allocated_of(maps)
     with pytest.raises(UnsupportedResource):
         free_kernel(maps, {**result, "rocm": {}})
-    assert _ledgers(maps) == allocated
+    assert _allocated_of(maps) == allocated
 
 
 def test_kernel_result_amounts_are_decimal() -> None:

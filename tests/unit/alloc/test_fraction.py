@@ -24,7 +24,7 @@ from .builders import EVENLY, FILL, D, amounts, devices, dmap, fmap
 S = "cuda.shares"
 
 
-def with_ledger(caps: list[str], used: list[str], **kw: Any) -> FractionAllocMap:
+def with_allocated(caps: list[str], used: list[str], **kw: Any) -> FractionAllocMap:
     m = fmap(caps, **kw)
     m.apply_allocation({S: {f"a{i}": D(u) for i, u in enumerate(used)}})
     return m
@@ -64,18 +64,18 @@ EVENLY_CASES: dict[str, tuple[list[str], list[str], str, dict[str, str]]] = {
 @pytest.mark.parametrize("case", EVENLY_CASES.values(), ids=EVENLY_CASES.keys())
 def test_evenly_cases(case: tuple[list[str], list[str], str, dict[str, str]]) -> None:
     caps, used, request, expected = case
-    assert with_ledger(caps, used).allocate({S: D(request)})[S] == amounts(expected)
+    assert with_allocated(caps, used).allocate({S: D(request)})[S] == amounts(expected)
 
 
 def test_evenly_ignores_devices_below_min_memory() -> None:
-    m = with_ledger(["1", "1"], ["0.98", "0.5"])
+    m = with_allocated(["1", "1"], ["0.98", "0.5"])
     with pytest.raises(InsufficientResource, match=r"less than 0.05 free are not used"):
         m.allocate({S: D("0.52")}, min_memory=D("0.05"))
     assert m.allocate({S: D("0.52")})[S] == amounts({"a0": "0.02", "a1": "0.5"})
 
 
 def test_fill_ignores_min_memory() -> None:
-    m = with_ledger(["1", "1"], ["0.98", "0.5"], strategy=FILL)
+    m = with_allocated(["1", "1"], ["0.98", "0.5"], strategy=FILL)
     assert m.allocate({S: D("0.52")}, min_memory=D("0.5"))[S] == amounts(
         {"a0": "0.02", "a1": "0.5"}
     )
@@ -105,7 +105,7 @@ GUARD_CASES: dict[str, tuple[list[str], list[str], str, bool]] = {
 @pytest.mark.parametrize("case", GUARD_CASES.values(), ids=GUARD_CASES.keys())
 def test_fragmentation_guard(case: tuple[list[str], list[str], str, bool], strategy: Any) -> None:
     caps, used, request, fits = case
-    m = with_ledger(caps, used, quantum="0.1", strategy=strategy)
+    m = with_allocated(caps, used, quantum="0.1", strategy=strategy)
     before = m.allocations
     # With fragmentation allowed (the default) every case fits.
     assert m.check({S: D(request)}).fits
@@ -122,7 +122,7 @@ def test_fragmentation_guard(case: tuple[list[str], list[str], str, bool], strat
 
 
 def test_insufficient_wins_over_fragmented() -> None:
-    m = with_ledger(["1", "1"], ["0.6", "0.6"], quantum="0.1")
+    m = with_allocated(["1", "1"], ["0.6", "0.6"], quantum="0.1")
     with pytest.raises(InsufficientResource):
         m.allocate({S: D("0.9")}, allow_resource_fragmentation=False)
 
@@ -174,7 +174,7 @@ LARGEST_CASES: dict[str, tuple[list[str], list[str], Any, bool, str]] = {
 @pytest.mark.parametrize("case", LARGEST_CASES.values(), ids=LARGEST_CASES.keys())
 def test_largest_fit(case: tuple[list[str], list[str], Any, bool, str]) -> None:
     caps, used, strategy, allow, expected = case
-    m = with_ledger(caps, used, quantum="0.1", strategy=strategy)
+    m = with_allocated(caps, used, quantum="0.1", strategy=strategy)
     largest = m.largest_fit(S, allow_resource_fragmentation=allow)
     assert largest == D(expected)
     opts = {"allow_resource_fragmentation": allow}
@@ -184,7 +184,7 @@ def test_largest_fit(case: tuple[list[str], list[str], Any, bool, str]) -> None:
 
 
 def test_largest_fit_min_memory_and_unknown_slot() -> None:
-    m = with_ledger(["1", "1"], ["0.98", "0.5"])
+    m = with_allocated(["1", "1"], ["0.98", "0.5"])
     assert m.largest_fit(S) == D("0.52")
     assert m.largest_fit(S, min_memory=D("0.05")) == D("0.5")
     with pytest.raises(Exception, match="no devices for slot 'nope'"):
@@ -200,7 +200,7 @@ def test_largest_fit_min_memory_and_unknown_slot() -> None:
 def test_largest_fit_is_the_largest_request_that_fits(
     spares: list[int], strategy: Any, min_units: int
 ) -> None:
-    m = with_ledger(
+    m = with_allocated(
         ["1"] * len(spares), [str(D(10 - s) / 10) for s in spares], quantum="0.1", strategy=strategy
     )
     min_memory = D(min_units) / 10

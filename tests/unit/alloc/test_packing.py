@@ -5,7 +5,7 @@ shape and keeps the free share in holes as large as possible
 (:func:`~accelshare.alloc.strategies.pack_unfragmented`).  The properties:
 
 * the verdict (placed, or which error) is the one the map gave before packing existed,
-  on every ledger, with the guard on and off;
+  on any allocated amounts, with the guard on and off;
 * with the guard off, the placement itself is unchanged;
 * with the guard on, the placement is the guard's shape and sums exactly;
 * with the guard off, nothing is ever refused while the total free share covers it;
@@ -181,7 +181,7 @@ def test_pack_single_device_none() -> None:
     assert pack_unfragmented([3, 2], 10, 4) is None
 
 
-# -- the map: verdicts, sums, shapes over random ledgers -----------------------------------------
+# -- the map: verdicts, sums, shapes over random allocated amounts -----------------------------------------
 @settings(max_examples=200, deadline=None)
 @given(
     n_devices=st.integers(1, 6),

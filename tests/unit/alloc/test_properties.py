@@ -1,11 +1,11 @@
 """Property-based tests of the invariants at the end of spec 02, for both map kinds and
 both strategies:
 
-* the ledger never exceeds any device's capacity and never goes negative;
-* ``free(allocate(x))`` restores the ledger exactly; a failed allocate changes nothing;
+* the allocated amounts never exceed any device's capacity and never go negative;
+* ``free(allocate(x))`` restores the allocated amounts exactly; a failed allocate changes nothing;
 * a returned allocation sums exactly to the request (per slot);
 * every fractional amount returned is a multiple of the quantum;
-* re-applying the recorded allocations (``apply_allocation``) reproduces the ledger.
+* re-applying the recorded allocations (``apply_allocation``) reproduces the allocated amounts.
 """
 
 from __future__ import annotations
@@ -103,7 +103,7 @@ def scenarios(draw: st.DrawFn) -> Scenario:
     )
 
 
-def _check_ledger(m: AbstractAllocMap, s: Scenario) -> None:
+def _check_allocated(m: AbstractAllocMap, s: Scenario) -> None:
     for slot, per_device in m.allocations.items():
         for device, allocated in per_device.items():
             assert s.capacities[device][0] == slot
@@ -158,11 +158,11 @@ def test_invariants_hold_over_any_sequence(s: Scenario) -> None:
         m.apply_allocation(result)
         assert m.allocations == after
         live.append(result)
-        _check_ledger(m, s)
+        _check_allocated(m, s)
     replay = s.build()
     for recorded in live:
         replay.apply_allocation(recorded)
-    assert replay.allocations == m.allocations  # apply_allocation reproduces the ledger
+    assert replay.allocations == m.allocations  # apply_allocation reproduces the allocated amounts
     replay.clear()
     assert all(v == 0 for per in replay.allocations.values() for v in per.values())
 
@@ -199,8 +199,8 @@ def _replay(
 
 @settings(max_examples=100, deadline=None)
 @given(s=scenarios(), split=st.integers(0, 20))
-def test_a_copy_behaves_as_the_map_and_keeps_its_own_ledger(s: Scenario, split: int) -> None:
-    """``copy()`` shares the devices, not the ledger: the copy goes on exactly like the
+def test_a_copy_behaves_as_the_map_and_keeps_its_own_allocations(s: Scenario, split: int) -> None:
+    """``copy()`` shares the devices, not the allocated amounts: the copy goes on exactly like the
     original would, and neither sees the other's allocations."""
     m = s.build()
     twin = s.build()
@@ -213,5 +213,5 @@ def test_a_copy_behaves_as_the_map_and_keeps_its_own_ledger(s: Scenario, split: 
     rest = _replay(twin, s, s.ops[split:])
     assert _replay(copied, s, s.ops[split:]) == rest
     assert copied.allocations == twin.allocations
-    assert m.allocations == frozen  # the original's ledger is untouched
+    assert m.allocations == frozen  # the original's allocated amounts are untouched
     assert _replay(m, s, s.ops[split:]) == rest  # and it goes on as if never copied

@@ -1,7 +1,7 @@
 """Every worked example of spec 02-alloc-maps.md, as tables with readable ids.
 
 A case is a map, a sequence of requests on it with the expected result of each (a
-per-device allocation, or an error class), and the expected ledger at the end.
+per-device allocation, or an error class), and the expected allocated amounts at the end.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ class Case:
     build: Callable[[], AbstractAllocMap]
     slot: str
     steps: list[Step]
-    ledger: dict[str, str] | None = None
+    allocated: dict[str, str] | None = None
 
 
 CASES: dict[str, Case] = {
@@ -39,20 +39,20 @@ CASES: dict[str, Case] = {
         lambda: fmap(["1.0", "1.0"], quantum="0.1", prefix="GPU"),
         "cuda.shares",
         [("0.2", {"GPU1": "0.2"}), ("1.2", {"GPU0": "0.6", "GPU1": "0.6"})],
-        ledger={"GPU0": "0.6", "GPU1": "0.8"},
+        allocated={"GPU0": "0.6", "GPU1": "0.8"},
     ),
     "frac-fill-two-gpus-0.2-then-1.2": Case(
         lambda: fmap(["1.0", "1.0"], quantum="0.1", strategy=FILL, prefix="GPU"),
         "cuda.shares",
         [("0.2", {"GPU0": "0.2"}), ("1.2", {"GPU1": "1.0", "GPU0": "0.2"})],
-        ledger={"GPU0": "0.4", "GPU1": "1.0"},
+        allocated={"GPU0": "0.4", "GPU1": "1.0"},
     ),
     # Backend.AI gives 1.4 for 1.5 here; we split on the grid and add up exactly.
     "frac-evenly-1.5-over-two-gpus-is-exact": Case(
         lambda: fmap(["1.0", "1.0"], quantum="0.1"),
         "cuda.shares",
         [("1.5", {"a0": "0.8", "a1": "0.7"})],
-        ledger={"a0": "0.8", "a1": "0.7"},
+        allocated={"a0": "0.8", "a1": "0.7"},
     ),
     "frac-evenly-1.5-off-grid-after-1.2": Case(
         lambda: fmap(["1.0", "1.0"], quantum="0.1"),
@@ -62,13 +62,13 @@ CASES: dict[str, Case] = {
             ("1.2", {"a0": "0.6", "a1": "0.6"}),
             ("1.5", InsufficientResource),
         ],
-        ledger={"a0": "0.6", "a1": "0.8"},
+        allocated={"a0": "0.6", "a1": "0.8"},
     ),
     "frac-not-multiple-of-quantum": Case(
         lambda: fmap(["1.0", "1.0"], quantum="0.1"),
         "cuda.shares",
         [("0.15", NotMultipleOfQuantum)],
-        ledger={"a0": "0", "a1": "0"},
+        allocated={"a0": "0", "a1": "0"},
     ),
     # -- "evenly distribute fractions", fresh map each, quantum 0.01 ----------------------
     **{
@@ -94,13 +94,13 @@ CASES: dict[str, Case] = {
         lambda: dmap([100, 100]),
         "cpu",
         [("130", {"a0": "65", "a1": "65"}), ("15", {"a0": "8", "a1": "7"})],
-        ledger={"a0": "73", "a1": "72"},
+        allocated={"a0": "73", "a1": "72"},
     ),
     "disc-evenly-three-of-10-7-then-23": Case(
         lambda: dmap([10, 10, 10]),
         "cpu",
         [("7", {"a0": "3", "a1": "2", "a2": "2"}), ("23", {"a0": "7", "a1": "8", "a2": "8"})],
-        ledger={"a0": "10", "a1": "10", "a2": "10"},
+        allocated={"a0": "10", "a1": "10", "a2": "10"},
     ),
     "disc-evenly-four-cpus-of-2-sequence": Case(
         lambda: dmap([2, 2, 2, 2], prefix="cpu"),
@@ -111,14 +111,14 @@ CASES: dict[str, Case] = {
             ("3", InsufficientResource),
             ("2", {"cpu2": "1", "cpu3": "1"}),
         ],
-        ledger={"cpu0": "2", "cpu1": "2", "cpu2": "2", "cpu3": "2"},
+        allocated={"cpu0": "2", "cpu1": "2", "cpu2": "2", "cpu3": "2"},
     ),
     # -- discrete FILL --------------------------------------------------------------------
     "disc-fill-takes-most-free-first": Case(
         lambda: dmap([100, 100], strategy=FILL),
         "cpu",
         [("130", {"a0": "100", "a1": "30"}), ("15", {"a1": "15"}), ("56", InsufficientResource)],
-        ledger={"a0": "100", "a1": "45"},
+        allocated={"a0": "100", "a1": "45"},
     ),
 }
 
@@ -135,8 +135,8 @@ def test_spec_example(case: Case) -> None:
             with pytest.raises(expected):
                 alloc_map.allocate({case.slot: Decimal(request)})
             assert alloc_map.allocations == before
-    if case.ledger is not None:
-        assert alloc_map.allocations[case.slot] == amounts(case.ledger)
+    if case.allocated is not None:
+        assert alloc_map.allocations[case.slot] == amounts(case.allocated)
 
 
 def test_evenly_is_the_default_strategy() -> None:
@@ -145,7 +145,7 @@ def test_evenly_is_the_default_strategy() -> None:
 
 
 def test_insufficient_message_matches_the_spec_example() -> None:
-    # Ledger GPU1 0.6 / GPU2 0.2 of 1.0 each: 1.2 free, 1.5 does not fit.
+    # Allocated GPU1 0.6 / GPU2 0.2 of 1.0 each: 1.2 free, 1.5 does not fit.
     m = fmap(["1.0", "1.0"], quantum="0.1", prefix="GPU")
     m.apply_allocation({"cuda.shares": amounts({"GPU0": "0.6", "GPU1": "0.2"})})
     with pytest.raises(InsufficientResource) as info:

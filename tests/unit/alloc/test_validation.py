@@ -386,6 +386,6 @@ def test_read_only_views() -> None:
     with pytest.raises(TypeError):
         m.slot_types["x"] = SlotTypes.COUNT  # type: ignore[index]
     view = m.allocations
-    view["cuda.shares"]["a0"] = D(5)  # a copy: the ledger is untouched
+    view["cuda.shares"]["a0"] = D(5)  # a copy: the allocated amounts are untouched
     assert m.allocations["cuda.shares"]["a0"] == 0
     assert m.free_per_device("cuda.shares") == {"a0": D(1), "a1": D(2)}

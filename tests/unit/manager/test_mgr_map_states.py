@@ -1,5 +1,5 @@
 """The snapshot's per-device maps (:func:`map_states_from_views`): every device is
-``merge_device_ledger`` of the agent's report and the manager's own kernels, capped at
+``device_taken_amount`` of the agent's report and the manager's own kernels, capped at
 its capacity; devices held under a renamed slot (legacy) are full; a view of an
 unknown kind is left out.  The snapshot parses the report once per heartbeat and
 recomputes only the devices where a kernel is reported or the manager holds something;
@@ -14,14 +14,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from accelshare.common import SlotTypes
+from accelshare.common import AllocationMode, SlotTypes
 from accelshare.manager.scheduler.snapshot import (
     map_states_from_views,
     parse_views,
     parse_views_text,
 )
 from accelshare.protocol import DeviceView, PluginMapView
-from accelshare.sched.fit import DeviceState, MapKind, MapState, merge_device_ledger
+from accelshare.sched.fit import DeviceState, MapState, device_taken_amount
 
 D = Decimal
 KERNELS = ("k1", "k2", "k3", "k4")
@@ -41,7 +41,7 @@ def reference(
         devices = []
         for d in view.devices:
             capacity = D(d.capacity)
-            allocated = merge_device_ledger(
+            allocated = device_taken_amount(
                 D(d.allocated),
                 {k: D(v) for k, v in d.kernels.items() if k in known},
                 manager_allocs.get(d.slot_name, {}).get(d.device_id, D(0)),
@@ -62,7 +62,7 @@ def reference(
         states.append(
             MapState(
                 key,
-                MapKind(view.kind),
+                AllocationMode(view.kind),
                 tuple(devices),
                 strategy=view.strategy,
                 quantum=D(view.quantum) if view.quantum else None,

@@ -6,10 +6,10 @@ from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
-from accelshare.common import ResourceSlot, SlotTypes
-from accelshare.sched.fit import DeviceState, MapKind, MapState
+from accelshare.common import AllocationMode, ResourceSlot, SlotTypes
+from accelshare.sched.fit import DeviceState, MapState
 from accelshare.sched.model import AgentState, PendingSession
-from accelshare.sched.plan import AgentSnapshot
+from accelshare.sched.snapshot import AgentSnapshot
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -50,7 +50,7 @@ def gpu_map(
     )
     return MapState(
         "cuda",
-        MapKind.FRACTIONAL,
+        AllocationMode.FRACTIONAL,
         devices,
         strategy=strategy,
         quantum=Decimal(quantum),
@@ -63,13 +63,13 @@ def cpu_map(cores: int, used: int = 0) -> MapState:
         DeviceState(str(i), "cpu", SlotTypes.COUNT, Decimal(1), Decimal(1 if i < used else 0))
         for i in range(cores)
     )
-    return MapState("cpu", MapKind.DISCRETE, devices)
+    return MapState("cpu", AllocationMode.DISCRETE, devices)
 
 
 def mem_map(total: int, used: int = 0) -> MapState:
     return MapState(
         "mem",
-        MapKind.DISCRETE,
+        AllocationMode.DISCRETE,
         (DeviceState("root", "mem", SlotTypes.BYTES, Decimal(total), Decimal(used)),),
         strategy="FILL",
     )

@@ -13,22 +13,15 @@ from decimal import Decimal
 
 from accelshare.alloc import ResourceError, allocate_kernel
 from accelshare.common import ResourceSlot, SlotName
-from accelshare.sched.fit import DeviceLedger, FitFailure, totals_shortfall
+from accelshare.sched.fit import FitFailure, TrialMaps, totals_shortfall
 from accelshare.sched.images import ImageRequirement, image_refusal
 from accelshare.sched.model import AgentState, PendingSession, PredicateResult
+from accelshare.sched.onepass import PACK_CANDIDATES
+from accelshare.sched.outcome import NEVER_FITS, Assignment, Failure, FailureKind, SchedulingPlan
 from accelshare.sched.pickers import PickerName, pick
-from accelshare.sched.plan import (
-    NEVER_FITS,
-    PACK_CANDIDATES,
-    AgentSnapshot,
-    Assignment,
-    Failure,
-    FailureKind,
-    SchedulingPlan,
-    SchedulingSnapshot,
-)
 from accelshare.sched.predicates import PredicateContext, run_predicates
 from accelshare.sched.selectors import iter_ranked
+from accelshare.sched.snapshot import AgentSnapshot, SchedulingSnapshot
 
 __all__ = ["plan_pass"]
 
@@ -125,7 +118,7 @@ class _Pass:
     snapshot: SchedulingSnapshot
     ctx: PredicateContext
     states: dict[str, AgentState]
-    ledgers: dict[str, DeviceLedger]
+    trials: dict[str, TrialMaps]
     drf_occupancy: dict[str, ResourceSlot]
     total_capacity: ResourceSlot
     last_roundrobin: str | None
@@ -337,18 +330,18 @@ class _Pass:
                 reasons[agent.id] = failed[1]
                 continue
             if packs:  # the least hole loss among the first PACK_CANDIDATES that fit
-                checked = self.ledgers[agent.id].check(requested, allow_fragmentation=False)
+                checked = self.trials[agent.id].check(requested, allow_fragmentation=False)
                 if isinstance(checked, FitFailure):
                     device_failures[agent.id] = (version, checked.reason)
                     reasons[agent.id] = checked.reason
                     continue
                 positive = tuple((s, v) for s, v in requested.items() if v > 0)
-                loss = self.ledgers[agent.id].hole_loss(positive, packs)
+                loss = self.trials[agent.id].hole_loss(positive, packs)
                 packing.append((loss, len(packing), agent))
                 if len(packing) == PACK_CANDIDATES:
                     break
                 continue
-            placed = self.ledgers[agent.id].place(
+            placed = self.trials[agent.id].place(
                 requested, allow_fragmentation=session.allow_fragmentation
             )
             if isinstance(placed, FitFailure):
@@ -359,7 +352,7 @@ class _Pass:
             return Assignment(session.id, agent.id, requested, placed)
         if packing:
             agent = min(packing, key=lambda p: (p[0], p[1]))[2]
-            placed = self.ledgers[agent.id].place(requested, allow_fragmentation=False)
+            placed = self.trials[agent.id].place(requested, allow_fragmentation=False)
             assert not isinstance(placed, FitFailure)
             self.commit(session, agent)
             return Assignment(session.id, agent.id, requested, placed)
@@ -382,7 +375,7 @@ class _Pass:
                 if fits is None:
                     fits = self._empty_fit[key] = fits_capacity(
                         a.available_slots,
-                        self.ledgers[a.id],
+                        self.trials[a.id],
                         session.requested_slots,
                         allow_fragmentation=session.allow_fragmentation,
                     )
@@ -436,7 +429,7 @@ class _Pass:
 
     def shortfall_reason(self, agent: AgentState, session: PendingSession, short: list[str]) -> str:
         """The totals' reason, or the devices' one when it says more (per-device free)."""
-        ledger = self.ledgers[agent.id]
+        trial = self.trials[agent.id]
         requested = session.requested_slots
         short_slots = {
             slot
@@ -444,8 +437,8 @@ class _Pass:
             if amount
             > agent.available_slots.get_amount(slot) - agent.occupied_slots.get_amount(slot)
         }
-        if short_slots and short_slots <= ledger.slots:
-            checked = ledger.check(requested, allow_fragmentation=session.allow_fragmentation)
+        if short_slots and short_slots <= trial.slots:
+            checked = trial.check(requested, allow_fragmentation=session.allow_fragmentation)
             if isinstance(checked, FitFailure):
                 return checked.reason
         return "; ".join(short)
@@ -487,7 +480,7 @@ def _signature_ids(agents: Sequence[AgentSnapshot]) -> dict[str, int]:
 
 def fits_capacity(
     available: ResourceSlot,
-    ledger: DeviceLedger,
+    trial: TrialMaps,
     requested: ResourceSlot,
     *,
     allow_fragmentation: bool = True,
@@ -495,10 +488,10 @@ def fits_capacity(
     """The old ``sched.fit.fits_capacity``: one allocate_kernel on freshly built empty maps."""
     if totals_shortfall(available, ResourceSlot(), requested):
         return False
-    request = {s: v for s, v in requested.items() if v > 0 and s in ledger.slots}
+    request = {s: v for s, v in requested.items() if v > 0 and s in trial.slots}
     if not request:
         return True
-    maps = {state.key: state.build(empty=True) for state in ledger.states}
+    maps = {state.key: state.build(empty=True) for state in trial.states}
     try:
         allocate_kernel(maps, request, allow_resource_fragmentation=allow_fragmentation)
     except ResourceError:
@@ -527,7 +520,7 @@ def plan_pass(snapshot: SchedulingSnapshot) -> SchedulingPlan:
         snapshot=snapshot,
         ctx=_copy_context(snapshot.predicate_context, snapshot.now),
         states=states,
-        ledgers={a.state.id: DeviceLedger(a.state.id, a.maps) for a in snapshot.agents},
+        trials={a.state.id: TrialMaps(a.state.id, a.maps) for a in snapshot.agents},
         drf_occupancy=dict(snapshot.occupancy_by_access_key),
         total_capacity=total,
         last_roundrobin=snapshot.last_roundrobin_agent,

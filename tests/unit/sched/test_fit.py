@@ -5,18 +5,17 @@ from decimal import Decimal
 import pytest
 
 from accelshare.alloc import DiscreteAllocMap, FractionAllocMap
-from accelshare.common import ResourceSlot, SlotTypes
+from accelshare.common import AllocationMode, ResourceSlot, SlotTypes
 from accelshare.sched import fit
 from accelshare.sched.fit import (
-    DeviceLedger,
     DeviceState,
     FitFailure,
-    MapKind,
     MapLayouts,
     MapState,
+    TrialMaps,
     device_allocation,
+    device_taken_amount,
     fits_capacity,
-    merge_device_ledger,
     sum_allocations,
     totals_shortfall,
 )
@@ -27,66 +26,66 @@ D = Decimal
 
 
 def test_canonical_example_places_like_the_agent() -> None:
-    ledger = DeviceLedger("i-node01", (gpu_map(0, 0),))
-    first = ledger.place({"cuda.shares": D("0.2")})
-    second = ledger.place({"cuda.shares": D("1.2")})
+    trial = TrialMaps("i-node01", (gpu_map(0, 0),))
+    first = trial.place({"cuda.shares": D("0.2")})
+    second = trial.place({"cuda.shares": D("1.2")})
     assert first == {"cuda": {"cuda.shares": {"GPU2": D("0.2")}}}
     assert second == {"cuda": {"cuda.shares": {"GPU1": D("0.6"), "GPU2": D("0.6")}}}
-    assert ledger.maps["cuda"].allocations == {"cuda.shares": {"GPU1": D("0.6"), "GPU2": D("0.8")}}
+    assert trial.maps["cuda"].allocations == {"cuda.shares": {"GPU1": D("0.6"), "GPU2": D("0.8")}}
 
 
 def test_insufficient_reason_names_largest_placement_and_free_devices() -> None:
-    ledger = DeviceLedger("i-node01", (gpu_map("0.6", "0.2"),))
-    result = ledger.place({"cuda.shares": D("1.5")})
+    trial = TrialMaps("i-node01", (gpu_map("0.6", "0.2"),))
+    result = trial.place({"cuda.shares": D("1.5")})
     assert isinstance(result, FitFailure)
     assert result.reason == "cuda.shares needs 1.5, largest placement 1.2 (GPU1 0.4, GPU2 0.8 free)"
-    # a failed trial leaves the ledger untouched
-    assert ledger.maps["cuda"].allocations["cuda.shares"] == {"GPU1": D("0.6"), "GPU2": D("0.2")}
+    # a failed trial leaves the trial untouched
+    assert trial.maps["cuda"].allocations["cuda.shares"] == {"GPU1": D("0.6"), "GPU2": D("0.2")}
 
 
 def test_fragmentation_option_is_honoured() -> None:
-    ledger = DeviceLedger("i-node01", (gpu_map("0.6", "0.2"),))
-    refused = ledger.check({"cuda.shares": D("1.0")}, allow_fragmentation=False)
+    trial = TrialMaps("i-node01", (gpu_map("0.6", "0.2"),))
+    refused = trial.check({"cuda.shares": D("1.0")}, allow_fragmentation=False)
     assert isinstance(refused, FitFailure)
     assert refused.reason == (
         "cuda.shares needs 1, largest placement 0.8 without fragmentation"
         " (fragmented: GPU1 0.4, GPU2 0.8 free)"
     )
-    allowed = ledger.check({"cuda.shares": D("1.0")}, allow_fragmentation=True)
+    allowed = trial.check({"cuda.shares": D("1.0")}, allow_fragmentation=True)
     assert not isinstance(allowed, FitFailure)
 
 
 def test_check_is_a_dry_run() -> None:
-    ledger = DeviceLedger("a", (gpu_map(0, 0),))
-    assert ledger.check({"cuda.shares": D("0.5")}) == {"cuda": {"cuda.shares": {"GPU2": D("0.5")}}}
-    assert ledger.check({"cuda.shares": D("0.5")}) == {"cuda": {"cuda.shares": {"GPU2": D("0.5")}}}
+    trial = TrialMaps("a", (gpu_map(0, 0),))
+    assert trial.check({"cuda.shares": D("0.5")}) == {"cuda": {"cuda.shares": {"GPU2": D("0.5")}}}
+    assert trial.check({"cuda.shares": D("0.5")}) == {"cuda": {"cuda.shares": {"GPU2": D("0.5")}}}
 
 
 def test_quantum_mismatch_reason() -> None:
-    ledger = DeviceLedger("a", (gpu_map(0, 0),))
-    result = ledger.check({"cuda.shares": D("0.15")})
+    trial = TrialMaps("a", (gpu_map(0, 0),))
+    result = trial.check({"cuda.shares": D("0.15")})
     assert isinstance(result, FitFailure)
     assert result.reason == "cuda.shares 0.15 is not a multiple of this agent's quantum 0.1"
 
 
 def test_multi_map_request_rolls_back_every_map() -> None:
-    ledger = DeviceLedger("a", (gpu_map(0, 0), cpu_map(2)))
-    result = ledger.place({"cuda.shares": D("0.5"), "cpu": D(3)})
+    trial = TrialMaps("a", (gpu_map(0, 0), cpu_map(2)))
+    result = trial.place({"cuda.shares": D("0.5"), "cpu": D(3)})
     assert isinstance(result, FitFailure)
     assert result.reason.startswith("cpu needs 3, largest placement 2")
-    assert ledger.maps["cuda"].allocations["cuda.shares"] == {"GPU1": D(0), "GPU2": D(0)}
+    assert trial.maps["cuda"].allocations["cuda.shares"] == {"GPU1": D(0), "GPU2": D(0)}
 
 
 def test_mem_reason_is_humanized() -> None:
-    ledger = DeviceLedger("a", (mem_map(2 << 30, 1 << 30),))
-    result = ledger.check({"mem": D(2 << 30)})
+    trial = TrialMaps("a", (mem_map(2 << 30, 1 << 30),))
+    result = trial.check({"mem": D(2 << 30)})
     assert isinstance(result, FitFailure)
     assert result.reason == "mem needs 2g, largest placement 1g (1g free)"
 
 
 def test_slots_without_a_map_are_left_to_totals() -> None:
-    ledger = DeviceLedger("a", (gpu_map(0),))
-    assert ledger.place({"cpu": D(4), "mem": D(1 << 30)}) == {}
+    trial = TrialMaps("a", (gpu_map(0),))
+    assert trial.place({"cpu": D(4), "mem": D(1 << 30)}) == {}
 
 
 @pytest.mark.parametrize(
@@ -121,14 +120,14 @@ def test_totals_shortfall(
 
 
 def test_fits_capacity_ignores_current_allocations() -> None:
-    ledger = DeviceLedger("a", (gpu_map(1, 1),))
-    assert fits_capacity(slots(cuda_shares=2), ledger, slots(cuda_shares="1.5"))
-    assert not fits_capacity(slots(cuda_shares=2), ledger, slots(cuda_shares="2.5"))
+    trial = TrialMaps("a", (gpu_map(1, 1),))
+    assert fits_capacity(slots(cuda_shares=2), trial, slots(cuda_shares="1.5"))
+    assert not fits_capacity(slots(cuda_shares=2), trial, slots(cuda_shares="2.5"))
     # fragmentation refused: 1.5 over two 1.0 devices is an even split (0.8 + 0.7) -> fits
     assert fits_capacity(
-        slots(cuda_shares=2), ledger, slots(cuda_shares="1.5"), allow_fragmentation=False
+        slots(cuda_shares=2), trial, slots(cuda_shares="1.5"), allow_fragmentation=False
     )
-    assert isinstance(ledger.check({"cuda.shares": D("0.1")}), FitFailure)  # still full
+    assert isinstance(trial.check({"cuda.shares": D("0.1")}), FitFailure)  # still full
 
 
 @pytest.mark.parametrize(
@@ -144,10 +143,10 @@ def test_fits_capacity_ignores_current_allocations() -> None:
         pytest.param("0.5", {}, "0", set(), "0.5", id="unattributed-counts"),
     ],
 )
-def test_merge_device_ledger(
+def test_device_taken_amount(
     reported: str, by_kernel: dict[str, str], manager: str, known: set[str], expected: str
 ) -> None:
-    merged = merge_device_ledger(
+    merged = device_taken_amount(
         D(reported), {k: D(v) for k, v in by_kernel.items()}, D(manager), known
     )
     assert merged == D(expected)
@@ -162,8 +161,8 @@ def test_flatten_and_sum_allocations() -> None:
 
 
 def test_cpu_cores_are_labelled() -> None:
-    ledger = DeviceLedger("a", (cpu_map(2, used=2),))
-    result = ledger.check({"cpu": D(1)})
+    trial = TrialMaps("a", (cpu_map(2, used=2),))
+    result = trial.check({"cpu": D(1)})
     assert isinstance(result, FitFailure)
     assert result.reason == "cpu needs 1, largest placement 0 (cpu0 0, cpu1 0 free)"
 
@@ -186,20 +185,20 @@ def test_cpu_cores_are_labelled() -> None:
 def test_refusal_reads_like_a_full_dry_run(
     request_: ResourceSlot, allow_fragmentation: bool
 ) -> None:
-    # map by map (cuda, cpu, mem), remembered until the ledger changes: the same verdict
+    # map by map (cuda, cpu, mem), remembered until the trial changes: the same verdict
     # and the same words as allocate_kernel over every map
     maps = (gpu_map("0.6", "0.2", "0.9"), cpu_map(4, used=1), mem_map(2**32, used=2**31))
-    ledger = DeviceLedger("a", maps)
+    trial = TrialMaps("a", maps)
     positive = tuple((s, v) for s, v in request_.items() if v > 0)
     for _ in range(2):  # the second time from the memo
-        checked = ledger.check(request_, allow_fragmentation=allow_fragmentation)
+        checked = trial.check(request_, allow_fragmentation=allow_fragmentation)
         expected = checked.reason if isinstance(checked, FitFailure) else None
-        assert ledger.refusal(positive, allow_fragmentation=allow_fragmentation) == expected
-    placed = ledger.place(slots(cpu=1), allow_fragmentation=allow_fragmentation)
+        assert trial.refusal(positive, allow_fragmentation=allow_fragmentation) == expected
+    placed = trial.place(slots(cpu=1), allow_fragmentation=allow_fragmentation)
     assert not isinstance(placed, FitFailure)
-    checked = ledger.check(request_, allow_fragmentation=allow_fragmentation)  # after a change
+    checked = trial.check(request_, allow_fragmentation=allow_fragmentation)  # after a change
     expected = checked.reason if isinstance(checked, FitFailure) else None
-    assert ledger.refusal(positive, allow_fragmentation=allow_fragmentation) == expected
+    assert trial.refusal(positive, allow_fragmentation=allow_fragmentation) == expected
 
 
 def _fresh(state: MapState) -> DiscreteAllocMap | FractionAllocMap:
@@ -216,14 +215,14 @@ def _fresh(state: MapState) -> DiscreteAllocMap | FractionAllocMap:
         "exclusive_slot_types": state.exclusive_slot_types,
         "numa_nodes": {d.device_id: d.numa_node for d in state.devices},
     }
-    if state.kind is MapKind.FRACTIONAL:
+    if state.kind is AllocationMode.FRACTIONAL:
         return FractionAllocMap.from_state(
             capacities, allocations, quantum_size=state.quantum or D("0.01"), **options
         )
     return DiscreteAllocMap.from_state(capacities, allocations, **options)
 
 
-def test_maps_of_one_layout_are_copies_of_one_template_with_their_own_ledgers() -> None:
+def test_maps_of_one_layout_are_copies_of_one_template_with_their_own_allocations() -> None:
     layouts = MapLayouts()
     busy, idle = gpu_map("0.6", "0.2"), gpu_map(0, 0)
     first, second = busy.build(layouts), idle.build(layouts)
@@ -248,7 +247,7 @@ def test_maps_of_one_layout_are_copies_of_one_template_with_their_own_ledgers() 
         mem_map(2**34, used=2**30),
         MapState(
             "cuda",
-            MapKind.DISCRETE,
+            AllocationMode.DISCRETE,
             (
                 DeviceState("GPU1", "cuda.device", SlotTypes.COUNT, D(1), D(1), numa_node=1),
                 DeviceState("GPU2", "cuda.device", SlotTypes.COUNT, D(1), D(0), numa_node=0),
@@ -274,10 +273,10 @@ def test_a_built_map_behaves_like_one_built_from_scratch(state: MapState) -> Non
     }
 
 
-def test_layouts_that_differ_in_anything_but_the_ledger_get_their_own_template() -> None:
+def test_layouts_that_differ_in_anything_but_the_allocations_get_their_own_template() -> None:
     layouts = MapLayouts()
     gpu_map(0, 0).build(layouts)
-    gpu_map("0.5", 0).build(layouts)  # only the ledger differs: the same template
+    gpu_map("0.5", 0).build(layouts)  # only the trial differs: the same template
     gpu_map(0, 0, capacity="2").build(layouts)
     gpu_map(0, 0, quantum="0.25").build(layouts)
     gpu_map(0, 0, strategy="FILL").build(layouts)
@@ -297,30 +296,30 @@ def test_layouts_are_bounded_and_a_build_without_them_keeps_nothing() -> None:
 
 def test_empty_fit_verdicts_are_shared_by_layout_and_never_mixed() -> None:
     """``fits_when_empty`` remembers a verdict per (device layout, request part) across
-    ledgers and passes: agents of one layout share it whatever they hold; a layout that
+    trials and passes: agents of one layout share it whatever they hold; a layout that
     differs only in a capacity gets its own, whichever is asked first."""
     request = {"cuda.shares": D("0.8")}
     for first, second in ((("1", True), ("0.5", False)), (("0.5", False), ("1", True))):
         layouts = MapLayouts()
         for capacity, expected in (first, second):
-            fresh = DeviceLedger("a", (gpu_map(0, capacity=capacity),), layouts)
+            fresh = TrialMaps("a", (gpu_map(0, capacity=capacity),), layouts)
             assert fresh.fits_when_empty(request) is expected, capacity
-            full = DeviceLedger("b", (gpu_map(capacity, capacity=capacity),), layouts)  # all held
+            full = TrialMaps("b", (gpu_map(capacity, capacity=capacity),), layouts)  # all held
             assert full.fits_when_empty(request) is expected, capacity
-            assert isinstance(full.check(request), FitFailure)  # its real ledger is full
+            assert isinstance(full.check(request), FitFailure)  # its real trial is full
         assert layouts.kept[1] == 2  # one verdict per layout, reused by "b"
     # the request part is part of the key: two GPUs of one layout, two amounts
-    two = DeviceLedger("c", (gpu_map(0, 0),))
+    two = TrialMaps("c", (gpu_map(0, 0),))
     assert two.fits_when_empty({"cuda.shares": D("1.5")})
     assert not two.fits_when_empty({"cuda.shares": D("2.5")})
-    assert DeviceLedger("d", (gpu_map(1, 1),)).fits_when_empty({"cuda.shares": D("1.5")})
+    assert TrialMaps("d", (gpu_map(1, 1),)).fits_when_empty({"cuda.shares": D("1.5")})
 
 
 # -- largest_placements: a request no agent could hold even when empty --------------------------
 
 
 def test_largest_placements_none_when_some_empty_agent_fits() -> None:
-    full = DeviceLedger("a", (gpu_map(1, 1), cpu_map(8, 8)))  # busy now, fine when empty
+    full = TrialMaps("a", (gpu_map(1, 1), cpu_map(8, 8)))  # busy now, fine when empty
     assert (
         fit.largest_placements([(slots(cuda_shares=2, cpu=8), full)], slots(cuda_shares=2)) is None
     )
@@ -328,8 +327,8 @@ def test_largest_placements_none_when_some_empty_agent_fits() -> None:
 
 
 def test_largest_placements_names_each_slot_on_the_biggest_agent() -> None:
-    small = DeviceLedger("a", (gpu_map(0, 0), cpu_map(4)))
-    big = DeviceLedger("b", (gpu_map(0, 0, 0), cpu_map(2)))
+    small = TrialMaps("a", (gpu_map(0, 0), cpu_map(4)))
+    big = TrialMaps("b", (gpu_map(0, 0, 0), cpu_map(2)))
     agents = [(slots(cuda_shares=2, cpu=4, mem=100), small), (slots(cuda_shares=3, cpu=2), big)]
     largest = fit.largest_placements(agents, slots(cuda_shares=4, cpu=1, mem=10, tpu=0))
     # cuda.shares: 3 GPUs of 1.0; cpu: 4 cores; mem: no per-device map, its total; tpu: 0 asked
@@ -337,10 +336,10 @@ def test_largest_placements_names_each_slot_on_the_biggest_agent() -> None:
 
 
 def test_largest_placements_of_a_slot_no_agent_has_is_zero() -> None:
-    ledger = DeviceLedger("a", (gpu_map(0, 0),))
+    trial = TrialMaps("a", (gpu_map(0, 0),))
     request = slots(cuda_shares="1.5", rocm_device=1)
-    largest = fit.largest_placements([(slots(cuda_shares=2), ledger)], request)
+    largest = fit.largest_placements([(slots(cuda_shares=2), trial)], request)
     assert largest == {"cuda.shares": D(2), "rocm.device": D(0)}
-    assert ledger.largest_when_empty("rocm.device") is None
+    assert trial.largest_when_empty("rocm.device") is None
     # an even split over empty GPUs is not fragmentation: 2.0 either way
-    assert ledger.largest_when_empty("cuda.shares", allow_fragmentation=False) == D(2)
+    assert trial.largest_when_empty("cuda.shares", allow_fragmentation=False) == D(2)

@@ -21,7 +21,9 @@ from accelshare.sched.images import (
     split_ref,
     unknown_image,
 )
-from accelshare.sched.plan import AgentSnapshot, FailureKind, SchedulingSnapshot, plan_pass
+from accelshare.sched.outcome import FailureKind
+from accelshare.sched.plan import plan_pass
+from accelshare.sched.snapshot import AgentSnapshot, SchedulingSnapshot
 
 from .builders import T0, gpu_agent, session, slots
 

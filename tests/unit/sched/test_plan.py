@@ -13,18 +13,12 @@ from hypothesis import strategies as st
 from accelshare.common import ResourceSlot
 from accelshare.sched.fit import sum_allocations
 from accelshare.sched.model import AgentState, KeypairLimits
+from accelshare.sched.outcome import NEVER_FITS, FailureKind, SchedulingPlan
 from accelshare.sched.pickers import PickerName
-from accelshare.sched.plan import (
-    NEVER_FITS,
-    AgentSnapshot,
-    FailureKind,
-    SchedulerOptions,
-    SchedulingPlan,
-    SchedulingSnapshot,
-    plan_pass,
-)
+from accelshare.sched.plan import plan_pass
 from accelshare.sched.predicates import PredicateContext
 from accelshare.sched.selectors import SelectorName
+from accelshare.sched.snapshot import AgentSnapshot, SchedulerOptions, SchedulingSnapshot
 
 from .builders import T0, cpu_map, gpu_agent, gpu_map, session, slots
 

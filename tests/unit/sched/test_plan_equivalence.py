@@ -18,16 +18,11 @@ from hypothesis import strategies as st
 
 from accelshare.sched.images import ImageRequirement
 from accelshare.sched.model import AgentState
+from accelshare.sched.outcome import FailureKind, SchedulingPlan
 from accelshare.sched.pickers import PickerName
-from accelshare.sched.plan import (
-    AgentSnapshot,
-    FailureKind,
-    SchedulerOptions,
-    SchedulingPlan,
-    SchedulingSnapshot,
-    plan_pass,
-)
+from accelshare.sched.plan import plan_pass
 from accelshare.sched.selectors import SelectorName
+from accelshare.sched.snapshot import AgentSnapshot, SchedulerOptions, SchedulingSnapshot
 
 from . import reference_plan
 from .builders import T0, cpu_map, gpu_map, mem_map, session, slots

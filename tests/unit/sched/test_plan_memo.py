@@ -13,18 +13,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import accelshare.sched.onepass as onepass_module
+from accelshare.sched.memo import PlanMemo
 from accelshare.sched.model import PendingSession
+from accelshare.sched.outcome import MAX_AGENT_REASONS, FailureKind, SchedulingPlan
 from accelshare.sched.pickers import PickerName
-from accelshare.sched.plan import (
-    MAX_AGENT_REASONS,
-    FailureKind,
-    PlanMemo,
-    SchedulerOptions,
-    SchedulingPlan,
-    SchedulingSnapshot,
-    place_pass,
-    plan_pass,
-)
+from accelshare.sched.plan import place_pass, plan_pass
+from accelshare.sched.snapshot import SchedulerOptions, SchedulingSnapshot
 
 from .builders import T0, gpu_agent, session, slots
 from .test_plan_equivalence import agents, scenarios

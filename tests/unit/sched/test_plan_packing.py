@@ -9,15 +9,11 @@ from decimal import Decimal
 
 import pytest
 
-from accelshare.sched.fit import DeviceLedger
-from accelshare.sched.plan import (
-    PACK_CANDIDATES,
-    AgentSnapshot,
-    SchedulerOptions,
-    SchedulingSnapshot,
-    plan_pass,
-)
+from accelshare.sched.fit import TrialMaps
+from accelshare.sched.onepass import PACK_CANDIDATES
+from accelshare.sched.plan import plan_pass
 from accelshare.sched.selectors import SelectorName
+from accelshare.sched.snapshot import AgentSnapshot, SchedulerOptions, SchedulingSnapshot
 
 from .builders import T0, gpu_agent, session, slots
 
@@ -82,8 +78,8 @@ def test_agents_whose_devices_refuse_are_skipped() -> None:
 
 
 def test_hole_loss() -> None:
-    ledger = DeviceLedger("a", gpu_agent("a", "0.5", "0").maps)
+    trial = TrialMaps("a", gpu_agent("a", "0.5", "0").maps)
     # 0.5 goes on GPU1 (best fit): 0.5 * (2 * 0.5 - 0.5); cpu is not an accelerator slot.
     request = (("cuda.shares", D("0.5")), ("cpu", D(1)))
-    assert ledger.hole_loss(request, ("cuda.shares",)) == D("0.25")
-    assert ledger.hole_loss(request, ("rocm.shares",)) == 0
+    assert trial.hole_loss(request, ("cuda.shares",)) == D("0.25")
+    assert trial.hole_loss(request, ("rocm.shares",)) == 0

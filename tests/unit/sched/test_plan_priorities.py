@@ -18,16 +18,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from accelshare.common import ResourceSlot
-from accelshare.sched.fit import DeviceLedger, fits_capacity
+from accelshare.sched.fit import TrialMaps, fits_capacity
 from accelshare.sched.model import AgentState
-from accelshare.sched.plan import (
-    AgentSnapshot,
-    FailureKind,
-    SchedulingPlan,
-    SchedulingSnapshot,
-    plan_pass,
-)
+from accelshare.sched.outcome import FailureKind, SchedulingPlan
+from accelshare.sched.plan import plan_pass
 from accelshare.sched.selectors import SelectorName
+from accelshare.sched.snapshot import AgentSnapshot, SchedulingSnapshot
 
 from .builders import T0, cpu_map, gpu_agent, session, slots
 
@@ -219,7 +215,7 @@ def scenarios(draw: st.DrawFn) -> SchedulingSnapshot:
             )
         )
     selector = draw(st.sampled_from(list(SelectorName)))
-    from accelshare.sched.plan import SchedulerOptions
+    from accelshare.sched.snapshot import SchedulerOptions
 
     return SchedulingSnapshot(
         "default",
@@ -250,7 +246,7 @@ def test_no_lower_session_takes_what_a_waiting_higher_one_could_use(
             agent = agents[a.agent_id]
             usable = fits_capacity(
                 agent.state.available_slots,
-                DeviceLedger(agent.state.id, agent.maps),
+                TrialMaps(agent.state.id, agent.maps),
                 high.requested_slots,
                 allow_fragmentation=high.allow_fragmentation,
             )

@@ -45,7 +45,7 @@ from decimal import Decimal
 from pathlib import Path
 
 from accelshare import __version__
-from accelshare.common import SlotTypes
+from accelshare.common import Allocation, AllocationMode, SlotTypes
 
 from ..accelerator import (
     attached_devices,
@@ -68,10 +68,8 @@ from ..session_smi import smi_files, write_stats
 from ..stats import TEMPERATURE_MAX_C, DeviceSample
 from ..types import (
     SESSION_SHARED_DIR,
-    AllocationMode,
     ConfigFile,
     Device,
-    KernelAllocation,
     KernelMetric,
     KernelResources,
     KernelStatTarget,
@@ -347,7 +345,7 @@ class CudaPlugin:
         """Record the memory interposer (built or not) that kernels holding shares get."""
         self.shim = shim
 
-    def kernel_resources(self, allocation: KernelAllocation) -> KernelResources:
+    def kernel_resources(self, allocation: Allocation) -> KernelResources:
         held = held_devices(self._inventory, allocation)
         if not held:
             return KernelResources()

@@ -31,7 +31,7 @@ from decimal import Decimal
 from pathlib import Path
 
 from accelshare import __version__
-from accelshare.common import SlotTypes
+from accelshare.common import Allocation, AllocationMode, SlotTypes
 
 from ..accelerator import (
     Held,
@@ -55,11 +55,9 @@ from ..session_smi import smi_files, write_stats
 from ..stats import DeviceLoad, MockStatsGenerator
 from ..types import (
     SESSION_SHARED_DIR,
-    AllocationMode,
     AttachedDevice,
     ConfigFile,
     Device,
-    KernelAllocation,
     KernelMetric,
     KernelResources,
     KernelStatTarget,
@@ -90,7 +88,7 @@ def mig_slot_name(model_name: str) -> str:
 def device_loads(
     inventory: PluginInventory,
     options: AcceleratorOptions,
-    allocations: Iterable[KernelAllocation],
+    allocations: Iterable[Allocation],
 ) -> dict[str, DeviceLoad]:
     """What the kernels hold on each device, for the stats: the allocated fraction
     (shares held / the device's shares, at most 1; 1 for a whole device or MIG slice) and
@@ -241,7 +239,7 @@ class MockPlugin:
     def inventory(self) -> PluginInventory:
         return self._inventory
 
-    def kernel_resources(self, allocation: KernelAllocation) -> KernelResources:
+    def kernel_resources(self, allocation: Allocation) -> KernelResources:
         held = held_devices(self._inventory, allocation)
         if not held:
             return KernelResources()
@@ -280,7 +278,7 @@ class MockPlugin:
             python=self.python,
         )
 
-    def observe_allocations(self, allocations: Mapping[str, KernelAllocation]) -> None:
+    def observe_allocations(self, allocations: Mapping[str, Allocation]) -> None:
         """What every kernel holds now (kernel id -> allocation): the next ticks' load.
         Until the first call every device is free."""
         self._loads = device_loads(self._inventory, self.options, allocations.values())

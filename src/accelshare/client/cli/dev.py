@@ -2,22 +2,16 @@
 
 from __future__ import annotations
 
-import enum
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from accelshare.common import BinarySize, CommonValueError
+from accelshare.common import AllocationMode, BinarySize, CommonValueError
 
 from .common import EXIT_USAGE, fail
 
 dev_app = typer.Typer(help="A local cluster for development and demos.", no_args_is_help=True)
-
-
-class AllocationMode(enum.StrEnum):
-    FRACTIONAL = "fractional"
-    DISCRETE = "discrete"
 
 
 @dev_app.command("up")

@@ -3,7 +3,7 @@
 An agent row is the manager's copy of what the agent last reported:
 
 * ``available_slots`` — total capacity per slot; ``occupied_slots`` — what the manager
-  has reserved for resource-occupying kernels (the manager's ledger);
+  has reserved for resource-occupying kernels (the manager's own accounting);
 * ``device_allocs`` — the per-device allocation snapshot the agent reports (its alloc
   maps' capacity and allocated amounts per device and slot, as the ``alloc`` package
   serialises them), used for the dry-run fit before binding;

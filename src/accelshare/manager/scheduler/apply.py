@@ -37,7 +37,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from accelshare.common import ResourceSlot, canonical_decimal
 from accelshare.sched.lifecycle import SessionStatus
-from accelshare.sched.plan import Assignment, SchedulingPlan
+from accelshare.sched.outcome import Assignment, SchedulingPlan
 
 from ..models import Agent, Kernel, Session, SessionStatusHistory
 from ..transitions import occupied_by_agent

@@ -41,7 +41,7 @@ import sqlalchemy as sa
 
 from accelshare.aio import cancel_and_wait
 from accelshare.sched.lifecycle import SessionStatus
-from accelshare.sched.plan import Failure
+from accelshare.sched.outcome import Failure
 
 from ..db import Database
 from .apply import clip_info

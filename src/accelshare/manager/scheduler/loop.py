@@ -47,7 +47,10 @@ from accelshare.common import SlotTypes
 from accelshare.config import ConfigStore
 from accelshare.sched.fit import MapLayouts
 from accelshare.sched.lifecycle import SessionStatus
-from accelshare.sched.plan import PlanMemo, SchedulerOptions, SchedulingPlan, place_pass
+from accelshare.sched.memo import PlanMemo
+from accelshare.sched.outcome import SchedulingPlan
+from accelshare.sched.plan import place_pass
+from accelshare.sched.snapshot import SchedulerOptions
 
 from ..clock import Clock
 from ..db import Database
@@ -125,7 +128,7 @@ class Scheduler:
         # large pass and the explanations of those left share the (SQLite) writer
         self.explanations = Explanations(db, binds_idle=binder.idle)
         # per scaling group: the shown agents' reasons, reused while an agent's snapshot
-        # is the same object (the snapshot cache's), see sched.plan.PlanMemo
+        # is the same object (the snapshot cache's), see sched.memo.PlanMemo
         self.plan_memos: dict[str, PlanMemo] = {}
         # the device layouts' empty maps and verdicts, shared by every group's passes
         self.map_layouts = MapLayouts()

@@ -33,7 +33,7 @@ from accelshare.common import (
     normalize_amount,
 )
 from accelshare.common.text_input import check_text
-from accelshare.sched.plan import SchedulerOptions
+from accelshare.sched.snapshot import SchedulerOptions
 
 from ..credentials import generate_access_key, generate_secret_key
 from ..db import Database

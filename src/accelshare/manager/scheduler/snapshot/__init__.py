@@ -1,11 +1,11 @@
-"""Load one scaling group's :class:`~accelshare.sched.plan.SchedulingSnapshot` (one transaction).
+"""Load one scaling group's :class:`~accelshare.sched.snapshot.SchedulingSnapshot` (one transaction).
 
 Everything the pure pass reads comes from the database in the scheduler's
 transaction, so counters cannot drift (spec 05):
 
 * ALIVE, schedulable agents of the group; their *occupied* totals recomputed from
   their resource-occupying kernels, and their per-device maps rebuilt from the last
-  heartbeat's ``PluginMapView``\\ s with :func:`~accelshare.sched.fit.merge_device_ledger`:
+  heartbeat's ``PluginMapView``\\ s with :func:`~accelshare.sched.fit.device_taken_amount`:
   a device counts what the manager's own kernels hold there (planned placements of
   kernels the agent has not created yet included) plus what the agent reports for
   kernels the manager has no row for (and legacy holdings);
@@ -35,7 +35,7 @@ The parts, each its own module:
 * :mod:`.cache`: :class:`SnapshotCache`, the per-pass parses of stored texts, and the
   entries kept while their revision is the one just read;
 * :mod:`.stored`: columns read as stored (JSON as text, values as the driver returns them);
-* :mod:`.agents`: the agents' query and their :class:`~accelshare.sched.plan.AgentSnapshot`\\ s;
+* :mod:`.agents`: the agents' query and their :class:`~accelshare.sched.snapshot.AgentSnapshot`\\ s;
 * :mod:`.held`: the agents' held kernels, read by version (PostgreSQL) or revision (SQLite);
 * :mod:`.device_maps`: the agents' reported per-device views merged with the manager's
   kernels (also what the enqueue and the agent views read: :func:`reported_map_states`,

@@ -1,4 +1,4 @@
-r"""The group's ALIVE, schedulable agents as :class:`~accelshare.sched.plan.AgentSnapshot`\ s.
+r"""The group's ALIVE, schedulable agents as :class:`~accelshare.sched.snapshot.AgentSnapshot`\ s.
 
 Every pass reads every agent's revisions (:func:`agent_heads`); its own parsed columns
 (slots, runtime, architecture, images, heartbeat views: 13 kB per agent of 8 GPUs and 64
@@ -15,15 +15,14 @@ import json
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
-from decimal import Decimal
 from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from accelshare.common import ResourceSlot
+from accelshare.common import Allocation, ResourceSlot
 from accelshare.sched.model import AgentState
-from accelshare.sched.plan import AgentSnapshot
+from accelshare.sched.snapshot import AgentSnapshot
 
 from ...models import Agent, AgentHeldRevision, AgentStatus, Kernel
 from .cache import SnapshotCache, Texts, keep_current
@@ -157,7 +156,7 @@ async def load_agents(
             snapshot = entry[1]
         else:
             cache.misses += 1
-            allocs: dict[str, dict[str, Decimal]] = {}
+            allocs: Allocation = {}
             for (_, k_allocs), count in shapes.items():
                 add_alloc(allocs, texts.get("alloc", k_allocs, parse_alloc), count)
             occupied = ResourceSlot.sum_of(

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from accelshare.sched.images import ImageRequirement
 from accelshare.sched.model import PendingSession
-from accelshare.sched.plan import AgentSnapshot
+from accelshare.sched.snapshot import AgentSnapshot
 
 if TYPE_CHECKING:
     from .agents import AgentColumns

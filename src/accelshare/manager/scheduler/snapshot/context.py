@@ -20,8 +20,8 @@ from accelshare.common import DefaultForUnspecified, ResourceSlot, SlotTypes
 from accelshare.sched.lifecycle import SessionResult, SessionStatus
 from accelshare.sched.model import KeypairLimits, PendingSession
 from accelshare.sched.pickers import PickerName
-from accelshare.sched.plan import SchedulerOptions
 from accelshare.sched.predicates import DEFAULT_PREDICATES, DependencyState, PredicateContext
+from accelshare.sched.snapshot import SchedulerOptions
 
 from ...models import Domain, Group, Keypair, KeypairResourcePolicy, Session, User
 from ...transitions import OCCUPYING

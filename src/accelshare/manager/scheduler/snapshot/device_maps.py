@@ -2,7 +2,7 @@
 
 An agent's last heartbeat stores one ``PluginMapView`` per allocation map
 (``agents.device_allocs``).  A device counts, by
-:func:`~accelshare.sched.fit.merge_device_ledger`, what the manager's own kernels hold
+:func:`~accelshare.sched.fit.device_taken_amount`, what the manager's own kernels hold
 there (planned placements of kernels the agent has not created yet included) plus what
 the agent reports for kernels the manager has no row for (and legacy holdings: a device
 held under a renamed slot is full until freed).  The parts that depend on the report
@@ -20,8 +20,9 @@ from typing import Any
 
 from pydantic import TypeAdapter, ValidationError
 
+from accelshare.common import Allocation, AllocationMode
 from accelshare.protocol import PluginMapView
-from accelshare.sched.fit import DeviceState, MapKind, MapState, merge_device_ledger
+from accelshare.sched.fit import DeviceState, MapState, device_taken_amount
 
 __all__ = [
     "ReportedViews",
@@ -74,7 +75,7 @@ def parse_views_text(text: str | None) -> dict[str, PluginMapView]:
 
 def map_states_from_views(
     views: Mapping[str, PluginMapView],
-    manager_allocs: Mapping[str, Mapping[str, Decimal]],
+    manager_allocs: Allocation,
     known_kernels: frozenset[str],
 ) -> tuple[MapState, ...]:
     """Per-device state for the dry run (see the module docstring): :func:`map_states`
@@ -132,7 +133,7 @@ def _reported_maps(views: Mapping[str, PluginMapView]) -> tuple[_ReportedMap, ..
 
     for key, view in views.items():
         try:
-            kind = MapKind(view.kind)
+            kind = AllocationMode(view.kind)
         except ValueError:
             continue
         legacy = {
@@ -165,10 +166,10 @@ def _reported_maps(views: Mapping[str, PluginMapView]) -> tuple[_ReportedMap, ..
 
 def map_states(
     maps: Sequence[_ReportedMap],
-    manager_allocs: Mapping[str, Mapping[str, Decimal]],
+    manager_allocs: Allocation,
     known_kernels: frozenset[str],
 ) -> tuple[MapState, ...]:
-    """Each device: :func:`merge_device_ledger` of the report and the manager's kernels
+    """Each device: :func:`device_taken_amount` of the report and the manager's kernels
     (capped at the capacity); a device without reported kernels and without the
     manager's keeps its parsed state, a map with no such device its parsed map."""
     states: list[MapState] = []
@@ -184,7 +185,7 @@ def map_states(
             if device.legacy:
                 allocated = state.capacity
             else:
-                allocated = merge_device_ledger(
+                allocated = device_taken_amount(
                     device.reported,
                     # only the amounts it can attribute (a kernel it has a row for)
                     {k: v for k, v in device.kernels if k in known_kernels},
@@ -225,15 +226,13 @@ def map_states(
 _NO_AMOUNTS: Mapping[str, Decimal] = {}
 
 
-def parse_alloc(obj: Any) -> dict[str, dict[str, Decimal]]:
-    total: dict[str, dict[str, Decimal]] = {}
+def parse_alloc(obj: Any) -> Allocation:
+    total: Allocation = {}
     add_alloc(total, obj if isinstance(obj, Mapping) else {})
     return total
 
 
-def add_alloc(
-    total: dict[str, dict[str, Decimal]], alloc: Mapping[str, Mapping[str, Any]], count: int = 1
-) -> None:
+def add_alloc(total: Allocation, alloc: Mapping[str, Mapping[str, Any]], count: int = 1) -> None:
     """Adds ``alloc`` (per slot, per device) ``count`` times into ``total``."""
     for slot, per_device in (alloc or {}).items():
         bucket = total.setdefault(slot, {})

@@ -10,7 +10,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from accelshare.common import SlotTypes
 from accelshare.sched.pickers import PickerName
-from accelshare.sched.plan import SchedulerOptions, SchedulingSnapshot
+from accelshare.sched.snapshot import SchedulerOptions, SchedulingSnapshot
 
 from ...models import ScalingGroup
 from .agents import load_agents

@@ -9,7 +9,7 @@
   session waits, status events;
 * :mod:`.admission` — create: the checks and the enqueue (PENDING);
 * :mod:`.group_agents` — the scaling group's agents as admission judges a request:
-  their quanta and images, and whether one could ever hold it (:class:`EmptyLedgers`);
+  their quanta and images, and whether one could ever hold it (:class:`EmptyTrialMaps`);
 * :mod:`.lifecycle` — destroy, rename, modify (name, priority), restart;
 * :mod:`.reach` — where a running session's terminal and apps live (:class:`ProxyTarget`).
 """

@@ -61,7 +61,7 @@ from ...slots import KnownSlots
 from ...status_watch import StatusWatch
 from ..actor import Actor
 from .group_agents import (
-    EmptyLedgers,
+    EmptyTrialMaps,
     GroupAgent,
     check_some_agent_could_hold,
     check_some_agent_has,
@@ -172,7 +172,7 @@ class SessionAdmission:
         wait_for_pass: Callable[[int, float, str], Any],
         known_slots: KnownSlots,
         status_watch: StatusWatch,
-        empty_ledgers: EmptyLedgers,
+        empty_trial_maps: EmptyTrialMaps,
         default_scaling_group: str,
     ) -> None:
         self.reads = reads
@@ -184,7 +184,7 @@ class SessionAdmission:
         self.wait_for_pass = wait_for_pass
         self.known_slots = known_slots
         self.status_watch = status_watch
-        self.empty_ledgers = empty_ledgers
+        self.empty_trial_maps = empty_trial_maps
         self.default_scaling_group = default_scaling_group
 
     async def create(
@@ -256,7 +256,7 @@ class SessionAdmission:
             if not body.wait_for_agents:
                 await check_some_agent_could_hold(
                     db,
-                    self.empty_ledgers,
+                    self.empty_trial_maps,
                     agents,
                     sgroup.name,
                     resources,

@@ -3,7 +3,7 @@ quanta and images they report, and whether one of them could ever hold the sessi
 
 A request that no agent of the scaling group could run (its image) or hold even with
 nothing else running (its resources) is refused at once instead of waiting forever;
-:class:`EmptyLedgers` keeps the agents' reported maps parsed between creates.
+:class:`EmptyTrialMaps` keeps the agents' reported maps parsed between creates.
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from accelshare.common import ResourceSlot, SlotTypes, canonical_decimal
 from accelshare.sched.fit import (
-    DeviceLedger,
     MapLayouts,
+    TrialMaps,
     fits_capacity,
     format_slot_amount,
     largest_placements,
@@ -32,7 +32,7 @@ from ...models import Agent, AgentStatus
 from ...scheduler.snapshot import reported_map_states
 
 __all__ = [
-    "EmptyLedgers",
+    "EmptyTrialMaps",
     "GroupAgent",
     "check_some_agent_could_hold",
     "check_some_agent_has",
@@ -116,7 +116,7 @@ _VIEWS_CHUNK = 8  # agents whose reported maps are read at a time (13 kB each at
 
 async def check_some_agent_could_hold(
     db: AsyncSession,
-    empty_ledgers: EmptyLedgers,
+    empty_trial_maps: EmptyTrialMaps,
     agents: Sequence[GroupAgent],
     sgroup_name: str,
     requested: ResourceSlot,
@@ -142,18 +142,18 @@ async def check_some_agent_could_hold(
         # the first candidate alone (it usually fits), then a few at a time
         chunk = candidates[start : start + (1 if start == 0 else _VIEWS_CHUNK)]
         start += len(chunk)
-        ledgers = await empty_ledgers.of(db, chunk)
+        trials = await empty_trial_maps.of(db, chunk)
         for agent in chunk:
             if fits_capacity(
                 agent.available_slots,
-                ledgers[agent.id],
+                trials[agent.id],
                 requested,
                 allow_fragmentation=allow_fragmentation,
             ):
                 return
-    ledgers = await empty_ledgers.of(db, agents)
+    trials = await empty_trial_maps.of(db, agents)
     largest = largest_placements(
-        [(a.available_slots, ledgers[a.id]) for a in agents],
+        [(a.available_slots, trials[a.id]) for a in agents],
         requested,
         allow_fragmentation=allow_fragmentation,
     )
@@ -191,41 +191,41 @@ def _maps_key(agent: GroupAgent) -> tuple[Any, ...]:
     )
 
 
-class EmptyLedgers:
-    """Agents' last reported maps as :class:`DeviceLedger`\\ s, for "could an empty agent
+class EmptyTrialMaps:
+    """Agents' last reported maps as :class:`TrialMaps`\\ s, for "could an empty agent
     hold this?" at enqueue (their empty layout is what :func:`fits_capacity` judges).
     Parsing them costs milliseconds per create on large agents, and they change only
     with the agent's heartbeats: kept per agent with its
     ``views_revision`` (bumped whenever its stored maps change) and its totals and
-    plugin summary, so a ledger is reused only for the very maps it was read from.  The
-    ledgers share one :class:`MapLayouts`.  Owned by the session service (one per manager)."""
+    plugin summary, so a trial is reused only for the very maps it was read from.  The
+    trials share one :class:`MapLayouts`.  Owned by the session service (one per manager)."""
 
     def __init__(self, max_agents: int = 4096) -> None:
         self.max_agents = max_agents
         self.layouts = MapLayouts()
-        self._ledgers: dict[str, tuple[tuple[Any, ...], DeviceLedger]] = {}
+        self._trials: dict[str, tuple[tuple[Any, ...], TrialMaps]] = {}
 
-    async def of(self, db: AsyncSession, agents: Sequence[GroupAgent]) -> dict[str, DeviceLedger]:
-        """Each agent's ledger, read from the database only for agents whose maps
+    async def of(self, db: AsyncSession, agents: Sequence[GroupAgent]) -> dict[str, TrialMaps]:
+        """Each agent's trial, read from the database only for agents whose maps
         changed since they were last read here."""
-        found: dict[str, DeviceLedger] = {}
+        found: dict[str, TrialMaps] = {}
         stale: list[tuple[GroupAgent, tuple[Any, ...]]] = []
         for agent in agents:
             key = _maps_key(agent)
-            entry = self._ledgers.get(agent.id)
+            entry = self._trials.get(agent.id)
             if entry is not None and entry[0] == key:
                 found[agent.id] = entry[1]
             else:
                 stale.append((agent, key))
         if stale:
             views = await _agent_views(db, [a.id for a, _ in stale])
-            if len(self._ledgers) + len(stale) > self.max_agents:
-                self._ledgers.clear()
+            if len(self._trials) + len(stale) > self.max_agents:
+                self._trials.clear()
             for agent, key in stale:
                 states = reported_map_states(views.get(agent.id))
-                ledger = DeviceLedger(agent.id, states, self.layouts)
-                self._ledgers[agent.id] = (key, ledger)
-                found[agent.id] = ledger
+                trial = TrialMaps(agent.id, states, self.layouts)
+                self._trials[agent.id] = (key, trial)
+                found[agent.id] = trial
         return found
 
 

@@ -20,7 +20,7 @@ from ...slots import KnownSlots
 from ...status_watch import StatusWatch
 from ..actor import Actor
 from .admission import CreateResult, SessionAdmission
-from .group_agents import EmptyLedgers
+from .group_agents import EmptyTrialMaps
 from .lifecycle import SessionLifecycle
 from .reach import ProxyTarget, SessionReach
 from .reads import WAIT_POLL_S, SessionReads
@@ -51,8 +51,8 @@ class SessionService:
         self.hub = hub
         # one status query per change for every create waiting for RUNNING
         self.status_watch = StatusWatch(db, hub, poll_s=WAIT_POLL_S)
-        # agents' reported maps as ledgers, for "could an empty agent hold this?"
-        self.empty_ledgers = EmptyLedgers()
+        # agents' reported maps as trials, for "could an empty agent hold this?"
+        self.empty_trial_maps = EmptyTrialMaps()
         self.reads = SessionReads(db=db, client=client, hub=hub)
         self.admission = SessionAdmission(
             reads=self.reads,
@@ -64,7 +64,7 @@ class SessionService:
             wait_for_pass=wait_for_pass,
             known_slots=known_slots,
             status_watch=self.status_watch,
-            empty_ledgers=self.empty_ledgers,
+            empty_trial_maps=self.empty_trial_maps,
             default_scaling_group=default_scaling_group,
         )
         self.lifecycle = SessionLifecycle(

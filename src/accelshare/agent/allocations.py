@@ -1,15 +1,15 @@
-"""The agent's allocation ledger: one map per plugin plus who holds what (pure, synchronous).
+"""The agent's allocations: one allocation map per plugin plus who holds what (pure, synchronous).
 
-:class:`AllocLedger` wraps the plugins' allocation maps (:mod:`accelshare.alloc`) and
+:class:`AgentAllocations` wraps the plugins' allocation maps (:mod:`accelshare.alloc`) and
 remembers, per kernel, what it holds, so that freeing happens exactly once and the
 allocation-map views (full and compatible forms) can be served from memory::
 
-    ledger = AllocLedger({"cpu": cpu_map, "mem": mem_map, "cuda": cuda_map}, models)
-    ledger.allocate("k1", {"cpu": 1, "mem": 2**30, "cuda.shares": Decimal("0.2")})
-    ledger.allocate("k2", {"cpu": 1, "mem": 2**30, "cuda.shares": Decimal("1.2")})
-    ledger.compat_view()   # {"...2d01": "0.60", "...2d02": "0.80"}
-    ledger.allocate_planned("k3", {"cpu": 1, ...}, {"cpu": {"3": 1}, ...})  # the manager's plan
-    ledger.release("k1")   # True; a second release is a no-op (False)
+    allocations = AgentAllocations({"cpu": cpu_map, "mem": mem_map, "cuda": cuda_map}, models)
+    allocations.allocate("k1", {"cpu": 1, "mem": 2**30, "cuda.shares": Decimal("0.2")})
+    allocations.allocate("k2", {"cpu": 1, "mem": 2**30, "cuda.shares": Decimal("1.2")})
+    allocations.compat_view()   # {"...2d01": "0.60", "...2d02": "0.80"}
+    allocations.allocate_planned("k3", {"cpu": 1, ...}, {"cpu": {"3": 1}, ...})  # the manager's plan
+    allocations.release("k1")   # True; a second release is a no-op (False)
 
 Restart recovery (:meth:`restore`) clears every map and re-applies each live kernel's
 recorded allocation (``resource.txt``).  A recorded entry whose slot the current plugin
@@ -24,7 +24,7 @@ mock switched from fractional (1.0 share per GPU) to discrete::
     -> GPU1 reserved: ceil(0.5 / 1.0 * 1) = 1 whole GPU; GPU2 free
     -> view: GPU1 allocated 1, kernels {k-old: 0.5}; legacy_allocations
        {"cuda.shares": {"GPU1": "0.5"}}
-    ledger.release("k-old") -> GPU1 free again
+    allocations.release("k-old") -> GPU1 free again
 
 ``old_capacities`` (slot -> device -> capacity, as the agent last saw them) turn an old
 amount into a proportion; without it a device with any old use is reserved whole.  An
@@ -52,20 +52,20 @@ import pydantic_core
 
 from accelshare.alloc import (
     AbstractAllocMap,
+    AllocationByMap,
     FractionAllocMap,
-    KernelAllocation,
     ResourceError,
     allocate_kernel,
     allocate_planned_kernel,
     apply_kernel,
     free_kernel,
 )
-from accelshare.common import SlotTypes, canonical_decimal
+from accelshare.common import Allocation, SlotTypes, canonical_decimal
 from accelshare.protocol import AllocMapView, DeviceView, PluginMapView
 
 __all__ = [
     "COMPAT_PLUGIN_KEY",
-    "AllocLedger",
+    "AgentAllocations",
     "DeviceDetails",
     "LegacyHolding",
     "RestoreReport",
@@ -79,7 +79,6 @@ COMPAT_PLUGIN_KEY = "cuda"
 _ZERO = Decimal(0)
 _ONE = Decimal(1)
 _HUNDREDTH = Decimal("0.01")
-SlotAlloc = Mapping[str, Mapping[str, Decimal]]
 Target = tuple[str, str]  # (plugin key, device id)
 
 
@@ -88,7 +87,7 @@ def plugin_key_of(slot: str) -> str:
     return slot.split(".", 1)[0]
 
 
-def flatten_allocation(allocation: Mapping[str, SlotAlloc]) -> dict[str, dict[str, Decimal]]:
+def flatten_allocation(allocation: Mapping[str, Allocation]) -> Allocation:
     """``{key: {slot: {device: amount}}}`` -> ``{slot: {device: amount}}`` (slots are unique)."""
     return {
         slot: dict(per_device)
@@ -178,7 +177,7 @@ class _Holders:
         return b",".join(self.fragments)
 
 
-class AllocLedger:
+class AgentAllocations:
     """Allocation maps by plugin key + per-kernel holdings.  Not thread-safe: the agent
     calls it from its event loop, allocation under its asyncio lock."""
 
@@ -195,7 +194,7 @@ class AllocLedger:
             for slot, slot_type in alloc_map.slot_types.items():
                 self._slot_types[slot] = slot_type
                 self._slot_owner[slot] = key
-        self._held: dict[str, KernelAllocation] = {}
+        self._held: dict[str, AllocationByMap] = {}
         self._holders: dict[Target, _Holders] = {}
         self._legacy: dict[str, list[LegacyHolding]] = {}
         self._reserved: dict[Target, Decimal] = {}
@@ -230,14 +229,14 @@ class AllocLedger:
     def kernel_ids(self) -> list[str]:
         return sorted(set(self._held) | set(self._legacy))
 
-    def held_by_plugin(self, kernel_id: str) -> KernelAllocation:
+    def held_by_plugin(self, kernel_id: str) -> AllocationByMap:
         """What the kernel holds in the current maps: ``{key: {slot: {device: amount}}}``."""
         return {
             key: {slot: dict(per) for slot, per in per_slot.items()}
             for key, per_slot in self._held.get(kernel_id, {}).items()
         }
 
-    def recorded(self, kernel_id: str) -> dict[str, dict[str, Decimal]]:
+    def recorded(self, kernel_id: str) -> Allocation:
         """Everything the kernel holds as recorded, legacy holdings included: slot -> device."""
         result = flatten_allocation(self._held.get(kernel_id, {}))
         for holding in self._legacy.get(kernel_id, ()):
@@ -257,7 +256,7 @@ class AllocLedger:
         allocation_order: Sequence[str],
         affinity_policy: str,
         allow_fragmentation: bool = True,
-    ) -> KernelAllocation:
+    ) -> AllocationByMap:
         """Allocate ``request`` over every involved map, all or nothing (raises ResourceError)."""
         if self.holds(kernel_id):
             raise ValueError(f"kernel {kernel_id} already holds an allocation")
@@ -276,10 +275,10 @@ class AllocLedger:
         self,
         kernel_id: str,
         request: Mapping[str, Decimal],
-        plan: SlotAlloc,
+        plan: Allocation,
         *,
         allow_fragmentation: bool = True,
-    ) -> KernelAllocation:
+    ) -> AllocationByMap:
         """Take exactly ``plan`` (slot -> device -> amount, the manager's placement) for
         ``request``, all or nothing, without the placement strategy: raises
         ``PlanConflict`` when it no longer fits, another ResourceError when it is wrong
@@ -296,7 +295,7 @@ class AllocLedger:
         self._record(kernel_id, allocation)
         return allocation
 
-    def _record(self, kernel_id: str, allocation: KernelAllocation) -> None:
+    def _record(self, kernel_id: str, allocation: AllocationByMap) -> None:
         held = {key: per_slot for key, per_slot in allocation.items() if per_slot}
         if held:
             self._held[kernel_id] = held
@@ -343,7 +342,7 @@ class AllocLedger:
     # -- restart recovery -----------------------------------------------------------------
     def restore(
         self,
-        kernels: Iterable[tuple[str, SlotAlloc]],
+        kernels: Iterable[tuple[str, Allocation]],
         *,
         old_capacities: Mapping[str, Mapping[str, Decimal]] | None = None,
     ) -> RestoreReport:
@@ -407,10 +406,10 @@ class AllocLedger:
         return RestoreReport(tuple(restored), tuple(sorted(self._legacy)), tuple(messages))
 
     def _split(
-        self, recorded: SlotAlloc
-    ) -> tuple[KernelAllocation, list[tuple[str, str, Decimal]]]:
+        self, recorded: Allocation
+    ) -> tuple[AllocationByMap, list[tuple[str, str, Decimal]]]:
         """Entries the current maps hold as such (by plugin key), and the rest."""
-        direct: KernelAllocation = {}
+        direct: AllocationByMap = {}
         leftover: list[tuple[str, str, Decimal]] = []
         for slot, per_device in recorded.items():
             key = self._slot_owner.get(slot)
@@ -670,12 +669,12 @@ class AllocLedger:
             alloc_map = self._maps.get(plugin_key)
             if alloc_map is not None:
                 slots = {f"{plugin_key}.shares", f"{plugin_key}.device"}
-                ledger = alloc_map.allocations
+                allocations = alloc_map.allocations
                 for device, info in alloc_map.device_slots.items():
                     if info.slot_name not in slots:
                         continue
                     shown = device.removeprefix("GPU-")
-                    amount = ledger[info.slot_name][device]
+                    amount = allocations[info.slot_name][device]
                     total = Decimal(result[shown]) + amount if shown in result else amount
                     result[shown] = str(total.quantize(_HUNDREDTH, rounding=ROUND_HALF_UP))
             cache.compat = result
@@ -685,12 +684,12 @@ class AllocLedger:
         """Slot -> (capacity, allocated) summed over devices (for metrics)."""
         result: dict[str, tuple[Decimal, Decimal]] = {}
         for alloc_map in self._maps.values():
-            ledger = alloc_map.allocations
+            allocations = alloc_map.allocations
             for device, info in alloc_map.device_slots.items():
                 capacity, allocated = result.get(info.slot_name, (_ZERO, _ZERO))
                 result[info.slot_name] = (
                     capacity + info.amount,
-                    allocated + ledger[info.slot_name][device],
+                    allocated + allocations[info.slot_name][device],
                 )
         return result
 

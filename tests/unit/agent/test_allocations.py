@@ -1,4 +1,4 @@
-"""The agent's allocation ledger: allocate/release once, views, restore, renamed slots."""
+"""The agent's allocation allocations: allocate/release once, views, restore, renamed slots."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from accelshare.agent.ledger import AllocLedger, DeviceDetails
+from accelshare.agent.allocations import AgentAllocations, DeviceDetails
 from accelshare.alloc import (
     AbstractAllocMap,
     AllocationStrategy,
@@ -59,7 +59,7 @@ def gpu_map(devices: tuple[str, ...] = (GPU1, GPU2)) -> DiscreteAllocMap:
     )
 
 
-def ledger(cuda: AbstractAllocMap | None = None, **kw: int) -> AllocLedger:
+def allocations(cuda: AbstractAllocMap | None = None, **kw: int) -> AgentAllocations:
     maps: dict[str, AbstractAllocMap] = {
         "cpu": cpu_map(kw.get("cores", 4)),
         "mem": mem_map(kw.get("mem", 16 << 30)),
@@ -67,7 +67,7 @@ def ledger(cuda: AbstractAllocMap | None = None, **kw: int) -> AllocLedger:
     if cuda is not None:
         maps["cuda"] = cuda
     details = {("cuda", d): DeviceDetails("CUDA GPU") for d in (GPU1, GPU2)}
-    return AllocLedger(maps, details)
+    return AgentAllocations(maps, details)
 
 
 def req(cpu: int = 1, mem: int = 1 << 30, **accel: str) -> dict[str, Decimal]:
@@ -76,12 +76,12 @@ def req(cpu: int = 1, mem: int = 1 << 30, **accel: str) -> dict[str, Decimal]:
     return request
 
 
-def alloc(led: AllocLedger, kernel_id: str, request: dict[str, Decimal]) -> None:
+def alloc(led: AgentAllocations, kernel_id: str, request: dict[str, Decimal]) -> None:
     led.allocate(kernel_id, request, allocation_order=ORDER, affinity_policy="INTERLEAVED")
 
 
 def test_canonical_fgpu_example_compat_and_full_view() -> None:
-    led = ledger(fgpu_map())
+    led = allocations(fgpu_map())
     alloc(led, "k1", req(cuda_shares="0.2"))
     alloc(led, "k2", req(cuda_shares="1.2"))
     assert led.compat_view() == {GPU2: "0.80", GPU1: "0.60"}
@@ -99,25 +99,25 @@ def test_canonical_fgpu_example_compat_and_full_view() -> None:
 
 
 def test_compat_view_strips_gpu_prefix_and_counts_whole_devices() -> None:
-    led = ledger(gpu_map(("GPU-aaa", "GPU-bbb")))
+    led = allocations(gpu_map(("GPU-aaa", "GPU-bbb")))
     alloc(led, "k1", req(cuda_device="1"))
     assert led.compat_view() == {"aaa": "1.00", "bbb": "0.00"}
-    assert ledger().compat_view() == {}  # no cuda plugin
+    assert allocations().compat_view() == {}  # no cuda plugin
 
 
 def test_release_frees_exactly_once() -> None:
-    led = ledger(fgpu_map())
+    led = allocations(fgpu_map())
     empty = led.view("i-1")
     alloc(led, "k1", req(cpu=2, cuda_shares="1.5"))
     assert led.holds("k1")
     assert led.release("k1") is True
-    assert led.release("k1") is False  # second release: nothing, never a negative ledger
+    assert led.release("k1") is False  # second release: nothing, never a negative allocations
     assert led.view("i-1") == empty
     assert not led.holds("k1")
 
 
 def test_failed_second_map_rolls_back_every_map() -> None:
-    led = ledger(fgpu_map(), mem=4 << 30)
+    led = allocations(fgpu_map(), mem=4 << 30)
     before = led.view("i-1")
     with pytest.raises(InsufficientResource, match="mem"):
         alloc(led, "k1", req(mem=8 << 30, cuda_shares="0.5"))  # cuda and cpu fit, mem not
@@ -128,7 +128,7 @@ def test_failed_second_map_rolls_back_every_map() -> None:
 
 
 def test_unknown_slot_and_double_allocation_are_refused() -> None:
-    led = ledger()
+    led = allocations()
     with pytest.raises(UnsupportedResource):
         alloc(led, "k1", req(cuda_shares="0.5"))
     alloc(led, "k1", req())
@@ -137,7 +137,7 @@ def test_unknown_slot_and_double_allocation_are_refused() -> None:
 
 
 def test_view_is_cached_until_a_change() -> None:
-    led = ledger(fgpu_map())
+    led = allocations(fgpu_map())
     first = led.view("i-1")
     assert led.view("i-1") is first
     alloc(led, "k1", req(cuda_shares="0.2"))
@@ -147,7 +147,7 @@ def test_view_is_cached_until_a_change() -> None:
 
 
 def test_view_json_is_the_views_json_cached_until_a_change() -> None:
-    led = ledger(fgpu_map())
+    led = allocations(fgpu_map())
     first = led.view_json("i-1")
     assert first == led.view("i-1").model_dump_json().encode()
     assert led.view_json("i-1") is first
@@ -174,7 +174,7 @@ STEPS = st.lists(
 )
 
 
-def apply(led: AllocLedger, index: int, step: Step) -> None:
+def apply(led: AgentAllocations, index: int, step: Step) -> None:
     kind, a, b, shares = step
     if kind == "release":
         led.release("k-old" if a == 12 else f"k{a:02}")
@@ -183,10 +183,10 @@ def apply(led: AllocLedger, index: int, step: Step) -> None:
         alloc(led, f"k{index:02}", req(cpu=a, mem=b << 30, cuda_shares=shares))
 
 
-def replay(with_legacy: bool, steps: list[Step]) -> AllocLedger:
-    """A ledger (2 fractional GPUs of 2 shares, 8 cores) after ``steps``; with_legacy:
+def replay(with_legacy: bool, steps: list[Step]) -> AgentAllocations:
+    """A allocations (2 fractional GPUs of 2 shares, 8 cores) after ``steps``; with_legacy:
     started by a restart holding a renamed-slot kernel (``k-old``, 12 = its release)."""
-    led = ledger(fgpu_map("2"), cores=8)
+    led = allocations(fgpu_map("2"), cores=8)
     if with_legacy:
         led.restore(LEGACY_START, old_capacities={"cuda.device": {GPU1: D(1), GPU2: D(1)}})
     for index, step in enumerate(steps):
@@ -198,7 +198,7 @@ def replay(with_legacy: bool, steps: list[Step]) -> AllocLedger:
 @given(st.booleans(), STEPS)
 def test_incremental_views_equal_a_full_rebuild(with_legacy: bool, steps: list[Step]) -> None:
     """After every step, the view and JSON updated in place (only touched devices
-    rebuilt) equal those of a ledger that builds them from scratch, and the JSON is
+    rebuilt) equal those of a allocations that builds them from scratch, and the JSON is
     byte for byte ``model_dump_json`` of the view."""
     led = replay(with_legacy, [])
     for done in range(len(steps) + 1):
@@ -213,7 +213,7 @@ def test_incremental_views_equal_a_full_rebuild(with_legacy: bool, steps: list[S
 
 
 def test_totals_per_slot() -> None:
-    led = ledger(fgpu_map())
+    led = allocations(fgpu_map())
     alloc(led, "k1", req(cpu=2, mem=2 << 30, cuda_shares="1.2"))
     totals = led.totals()
     assert totals["cpu"] == (D(4), D(2))
@@ -232,7 +232,7 @@ def test_totals_per_slot() -> None:
 def test_restore_from_recorded_allocations_reproduces_the_view(
     requests: list[tuple[int, int, str]],
 ) -> None:
-    led = ledger(fgpu_map("2"), cores=8)
+    led = allocations(fgpu_map("2"), cores=8)
     for i, (cpu, gib, shares) in enumerate(requests):
         try:
             alloc(led, f"k{i:02}", req(cpu=cpu, mem=gib << 30, cuda_shares=shares))
@@ -240,7 +240,7 @@ def test_restore_from_recorded_allocations_reproduces_the_view(
             continue
     before = led.view("i-1")
     recorded = [(k, led.recorded(k)) for k in reversed(led.kernel_ids())]  # any order
-    again = ledger(fgpu_map("2"), cores=8)
+    again = allocations(fgpu_map("2"), cores=8)
     report = again.restore(recorded)
     assert again.view("i-1") == before
     assert report.legacy == ()
@@ -248,7 +248,7 @@ def test_restore_from_recorded_allocations_reproduces_the_view(
 
 
 def test_restore_clears_previous_state() -> None:
-    led = ledger(fgpu_map())
+    led = allocations(fgpu_map())
     alloc(led, "k1", req(cuda_shares="0.5"))
     led.restore([])
     assert led.kernel_ids() == []
@@ -259,7 +259,7 @@ def test_restore_clears_previous_state() -> None:
 
 
 def test_fractional_to_discrete_reserves_the_whole_device() -> None:
-    led = ledger(gpu_map())
+    led = allocations(gpu_map())
     report = led.restore(
         [("k-old", {"cpu": {"0": D(1)}, "cuda.shares": {GPU1: D("0.5")}})],
         old_capacities={"cuda.shares": {GPU1: D(1), GPU2: D(1)}},
@@ -285,7 +285,7 @@ def test_fractional_to_discrete_reserves_the_whole_device() -> None:
 
 
 def test_two_legacy_kernels_on_one_device_keep_it_until_both_end() -> None:
-    led = ledger(gpu_map())
+    led = allocations(gpu_map())
     led.restore(
         [
             ("k-a", {"cuda.shares": {GPU1: D("0.3")}}),
@@ -301,7 +301,7 @@ def test_two_legacy_kernels_on_one_device_keep_it_until_both_end() -> None:
 
 
 def test_discrete_to_fractional_reserves_in_proportion_rounded_up_to_the_quantum() -> None:
-    led = ledger(fgpu_map("13.5"))
+    led = allocations(fgpu_map("13.5"))
     led.restore(
         [("k-old", {"cuda.device": {GPU1: D(1)}})],
         old_capacities={"cuda.device": {GPU1: D(1), GPU2: D(1)}},
@@ -310,7 +310,7 @@ def test_discrete_to_fractional_reserves_in_proportion_rounded_up_to_the_quantum
     assert [d.allocated for d in view.devices] == ["13.5", "0"]
     assert view.legacy_allocations == {"cuda.device": {GPU1: "1"}}
 
-    led = ledger(fgpu_map("2"))
+    led = allocations(fgpu_map("2"))
     led.restore(  # 1 of an old capacity of 3 -> 2/3 of 2 shares -> 0.7 on the 0.1 grid
         [("k-old", {"cuda.device": {GPU1: D(1)}})],
         old_capacities={"cuda.device": {GPU1: D(3)}},
@@ -320,20 +320,20 @@ def test_discrete_to_fractional_reserves_in_proportion_rounded_up_to_the_quantum
 
 
 def test_same_slot_with_a_new_capacity_is_applied_as_recorded() -> None:
-    led = ledger(fgpu_map("2"))
+    led = allocations(fgpu_map("2"))
     report = led.restore([("k", {"cuda.shares": {GPU1: D("0.25")}})])
     assert report.restored == ("k",)
     assert led.compat_view()[GPU1] == "0.25"
 
 
 def test_unknown_old_capacity_reserves_the_whole_device() -> None:
-    led = ledger(fgpu_map("2"))
+    led = allocations(fgpu_map("2"))
     led.restore([("k-old", {"cuda.device": {GPU2: D(1)}})])
     assert led.compat_view() == {GPU1: "0.00", GPU2: "2.00"}
 
 
 def test_removed_plugin_keeps_the_kernel_and_its_recorded_allocation() -> None:
-    led = ledger()  # no cuda plugin any more
+    led = allocations()  # no cuda plugin any more
     report = led.restore([("k-old", {"cpu": {"1": D(1)}, "cuda.shares": {GPU1: D("0.5")}})])
     assert report.legacy == ("k-old",)
     assert led.recorded("k-old") == {"cpu": {"1": D(1)}, "cuda.shares": {GPU1: D("0.5")}}
@@ -343,7 +343,7 @@ def test_removed_plugin_keeps_the_kernel_and_its_recorded_allocation() -> None:
 
 
 def test_shrunk_capacity_keeps_the_kernel_and_reserves_what_is_left() -> None:
-    led = ledger(mem=4 << 30)
+    led = allocations(mem=4 << 30)
     report = led.restore(
         [("k-a", {"mem": {"root": D(3 << 30)}}), ("k-b", {"mem": {"root": D(3 << 30)}})]
     )
@@ -364,28 +364,28 @@ def test_restart_with_legacy_holdings_gives_the_same_view() -> None:
         ("k-new", {"cpu": {"1": D(1)}, "cuda.device": {GPU2: D(1)}}),
     ]
     old = {"cuda.shares": {GPU1: D(1), GPU2: D(1)}}
-    first, second = ledger(gpu_map()), ledger(gpu_map())
+    first, second = allocations(gpu_map()), allocations(gpu_map())
     first.restore(recorded, old_capacities=old)
     second.restore(list(reversed(recorded)), old_capacities=old)
     assert first.view("i-1") == second.view("i-1")
 
 
 def test_a_plan_is_taken_as_is_and_a_conflicting_one_changes_nothing() -> None:
-    ledger = AllocLedger({"cuda": fgpu_map(), "cpu": cpu_map(), "mem": mem_map()})
+    allocations = AgentAllocations({"cuda": fgpu_map(), "cpu": cpu_map(), "mem": mem_map()})
     request = {"cuda.shares": D("0.2"), "cpu": D(1), "mem": D(1 << 30)}
     plan = {"cuda.shares": {GPU1: D("0.2")}, "cpu": {"3": D(1)}, "mem": {"root": D(1 << 30)}}
-    ledger.allocate_planned("k1", request, plan)
-    assert ledger.recorded("k1") == plan
-    assert ledger.compat_view() == {GPU1: "0.20", GPU2: "0.00"}
-    view = ledger.view_json("i-test")
-    version = ledger.version
+    allocations.allocate_planned("k1", request, plan)
+    assert allocations.recorded("k1") == plan
+    assert allocations.compat_view() == {GPU1: "0.20", GPU2: "0.00"}
+    view = allocations.view_json("i-test")
+    version = allocations.version
     # GPU1 has 0.8 free, cpu 3 is taken: the plan no longer fits, nothing is recorded
     stale = {"cuda.shares": {GPU1: D("0.5")}, "cpu": {"3": D(1)}, "mem": {"root": D(1 << 30)}}
     with pytest.raises(PlanConflict):
-        ledger.allocate_planned("k2", {**request, "cuda.shares": D("0.5")}, stale)
-    assert not ledger.holds("k2")
-    assert (ledger.version, ledger.view_json("i-test")) == (version, view)
+        allocations.allocate_planned("k2", {**request, "cuda.shares": D("0.5")}, stale)
+    assert not allocations.holds("k2")
+    assert (allocations.version, allocations.view_json("i-test")) == (version, view)
     with pytest.raises(ValueError, match="already holds"):
-        ledger.allocate_planned("k1", request, plan)
-    assert ledger.release("k1")
-    assert ledger.compat_view() == {GPU1: "0.00", GPU2: "0.00"}
+        allocations.allocate_planned("k1", request, plan)
+    assert allocations.release("k1")
+    assert allocations.compat_view() == {GPU1: "0.00", GPU2: "0.00"}
