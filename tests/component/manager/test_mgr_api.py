@@ -59,7 +59,7 @@ VALIDATION_CASES: list[tuple[str, dict[str, Any], dict[str, Any], str, str]] = [
     ("negative", {"cpu": -1}, {}, "config.resources.cpu", "cannot be negative"),
     ("priority", {}, {"priority": 500}, "priority", "less than or equal to 100"),
     (
-        "sgroup",
+        "scaling-group",
         {},
         {"config": {"scalingGroup": "nope"}},
         "config.scalingGroup",
