@@ -77,7 +77,7 @@ OPTION_NAMES = (
     "device_mask",
     "reserved_memory",
 )
-SCOPE_PRECEDENCE = (ConfigScopes.NODE, ConfigScopes.SGROUP, ConfigScopes.GLOBAL)
+SCOPE_PRECEDENCE = (ConfigScopes.NODE, ConfigScopes.SCALING_GROUP, ConfigScopes.GLOBAL)
 
 
 def device_shares(memory_bytes: int, processors: int, unit_mem: int, unit_proc: int) -> Decimal:
@@ -289,8 +289,8 @@ def option_layer_order(
 ) -> list[tuple[ConfigScopes, str]]:
     """(scope, prefix key) pairs to read, highest precedence first (pure).
 
-    ``option_layer_order([GLOBAL, SGROUP, NODE], "cuda", ("mock",))`` ->
-    ``[(NODE, "cuda"), (NODE, "mock"), (SGROUP, "cuda"), (SGROUP, "mock"),
+    ``option_layer_order([GLOBAL, SCALING_GROUP, NODE], "cuda", ("mock",))`` ->
+    ``[(NODE, "cuda"), (NODE, "mock"), (SCALING_GROUP, "cuda"), (SCALING_GROUP, "mock"),
     (GLOBAL, "cuda"), (GLOBAL, "mock")]``; scopes the store does not have are left out.
     """
     present = set(scopes)

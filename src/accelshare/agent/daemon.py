@@ -73,7 +73,7 @@ async def start_agent_service(
     settings = load_config_store_settings(config.source_path)
     bus_settings = load_bus_settings(config.source_path)
     store = await open_config_store(
-        settings, sgroup=config.agent.scaling_group, node_id=config.agent.id
+        settings, scaling_group=config.agent.scaling_group, node_id=config.agent.id
     )
     bus = None
     if bus_settings.redis is not None:

@@ -223,6 +223,7 @@ async def delete_policy(
 
 
 # -- scaling groups -------------------------------------------------------------------------
+# ``name=`` keeps the routes' public names (their OpenAPI operation ids and summaries).
 
 
 class ScalingGroupBody(BaseModel):
@@ -239,28 +240,28 @@ class ScalingGroupBody(BaseModel):
     default_session_slots: dict[str, Any] | None = None
 
 
-@router.get("/scaling-groups")
-async def list_sgroups(_identity: SuperadminIdentity, manager: ManagerDep) -> dict[str, Any]:
-    return {"items": await manager.admin.list_sgroups()}
+@router.get("/scaling-groups", name="list_sgroups")
+async def list_scaling_groups(_identity: SuperadminIdentity, manager: ManagerDep) -> dict[str, Any]:
+    return {"items": await manager.admin.list_scaling_groups()}
 
 
-@router.post("/scaling-groups", status_code=201)
-async def create_sgroup(
+@router.post("/scaling-groups", status_code=201, name="create_sgroup")
+async def create_scaling_group(
     body: ScalingGroupBody, _identity: SuperadminIdentity, manager: ManagerDep
 ) -> dict[str, Any]:
-    return await manager.admin.create_sgroup(ScalingGroupChanges(**body.model_dump()))
+    return await manager.admin.create_scaling_group(ScalingGroupChanges(**body.model_dump()))
 
 
-@router.patch("/scaling-groups/{name}")
-async def patch_sgroup(
+@router.patch("/scaling-groups/{name}", name="patch_sgroup")
+async def patch_scaling_group(
     name: str, body: ScalingGroupBody, _identity: SuperadminIdentity, manager: ManagerDep
 ) -> dict[str, Any]:
-    return await manager.admin.patch_sgroup(name, ScalingGroupChanges(**body.model_dump()))
+    return await manager.admin.patch_scaling_group(name, ScalingGroupChanges(**body.model_dump()))
 
 
-@router.delete("/scaling-groups/{name}")
-async def delete_sgroup(
+@router.delete("/scaling-groups/{name}", name="delete_sgroup")
+async def delete_scaling_group(
     name: str, _identity: SuperadminIdentity, manager: ManagerDep
 ) -> dict[str, str]:
-    await manager.admin.delete_sgroup(name)
+    await manager.admin.delete_scaling_group(name)
     return {"result": "deleted"}

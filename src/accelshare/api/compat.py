@@ -43,7 +43,7 @@ from pydantic import BaseModel, ConfigDict, model_validator
 
 import accelshare
 from accelshare.config import ConfigScopes
-from accelshare.manager.available_sgroups import available_scaling_groups as list_available
+from accelshare.manager.available_scaling_groups import available_scaling_groups as list_available
 from accelshare.manager.runtime import Manager
 from accelshare.sched.lifecycle import FINAL_STATUSES, SessionStatus
 
@@ -273,7 +273,7 @@ async def available_scaling_groups(
     group: str, identity: CurrentIdentity, manager: ManagerDep
 ) -> dict[str, Any]:
     """Backend.AI's ``admin scaling-group get-available --group``: the scaling groups the
-    project may use (:mod:`accelshare.manager.available_sgroups`)."""
+    project may use (:mod:`accelshare.manager.available_scaling_groups`)."""
     names = await list_available(manager.db, identity, group)
     return {"scaling_groups": [{"name": n} for n in names]}
 

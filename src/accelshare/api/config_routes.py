@@ -23,14 +23,14 @@ import json
 from typing import Any
 
 from fastapi import APIRouter
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from accelshare.config import ConfigScopes, ConfigStore, ConfigStoreError, InvalidConfigInput
 from accelshare.manager.agents import slot_details
 from accelshare.manager.enums import VFolderOwnershipType
 
 from .auth import CurrentIdentity, SuperadminIdentity
-from .deps import ManagerDep
+from .deps import ManagerDep, ScalingGroupParam
 from .problems import InvalidAPIParameters, ServiceUnavailable
 
 __all__ = ["router"]
@@ -53,15 +53,20 @@ async def resource_slots(_identity: CurrentIdentity, manager: ManagerDep) -> dic
 
 @router.get("/config/resource-slots/details")
 async def resource_slot_details(
-    _identity: CurrentIdentity, manager: ManagerDep, sgroup: str | None = None
+    _identity: CurrentIdentity, manager: ManagerDep, scaling_group: ScalingGroupParam = None
 ) -> dict[str, Any]:
     known = await manager.known_slots.load()
-    agents = await manager.list_agents(scaling_group=sgroup)
+    agents = await manager.list_agents(scaling_group=scaling_group)
     return slot_details(agents, known)
 
 
 def _scoped(
-    store: ConfigStore, scope: str | None, sgroup: str | None, node: str | None, *, read: bool
+    store: ConfigStore,
+    scope: str | None,
+    scaling_group: str | None,
+    node: str | None,
+    *,
+    read: bool,
 ) -> tuple[ConfigStore, ConfigScopes]:
     raw = scope or ("merged" if read else "global")
     try:
@@ -73,9 +78,9 @@ def _scoped(
             expected="one of " + ", ".join(ConfigScopes),
             received=raw,
         ) from None
-    if sgroup or node:
+    if scaling_group or node:
         try:
-            store = store.scoped(sgroup=sgroup, node_id=node)
+            store = store.scoped(scaling_group=scaling_group, node_id=node)
         except InvalidConfigInput as e:  # e.g. node="a/b" (was a 500; docs/reliability.md)
             field = "node" if str(e).startswith("invalid node id") else "sgroup"
             raise InvalidAPIParameters(
@@ -109,11 +114,11 @@ async def get_config(
     key: str | None = None,
     prefix: str | None = None,
     scope: str | None = None,
-    sgroup: str | None = None,
+    scaling_group: ScalingGroupParam = None,
     node: str | None = None,
 ) -> dict[str, Any]:
     _one_of(key, prefix)
-    store, chosen = _scoped(manager.store, scope, sgroup, node, read=True)
+    store, chosen = _scoped(manager.store, scope, scaling_group, node, read=True)
     try:
         if key is not None:
             return {"key": key, "value": await store.get(key, scope=chosen)}
@@ -132,7 +137,7 @@ class PutConfigBody(BaseModel):
     tree: dict[str, Any] | None = None
     replace: bool = False
     scope: str | None = None
-    sgroup: str | None = None
+    scaling_group: str | None = Field(default=None, alias="sgroup")
     node: str | None = None
 
 
@@ -141,7 +146,7 @@ async def put_config(
     body: PutConfigBody, _identity: SuperadminIdentity, manager: ManagerDep
 ) -> dict[str, str]:
     _one_of(body.key, body.prefix)
-    store, chosen = _scoped(manager.store, body.scope, body.sgroup, body.node, read=False)
+    store, chosen = _scoped(manager.store, body.scope, body.scaling_group, body.node, read=False)
     try:
         if body.key is not None:
             if body.value is None:
@@ -171,11 +176,11 @@ async def delete_config(
     key: str | None = None,
     prefix: str | None = None,
     scope: str | None = None,
-    sgroup: str | None = None,
+    scaling_group: ScalingGroupParam = None,
     node: str | None = None,
 ) -> dict[str, str]:
     _one_of(key, prefix)
-    store, chosen = _scoped(manager.store, scope, sgroup, node, read=False)
+    store, chosen = _scoped(manager.store, scope, scaling_group, node, read=False)
     try:
         if key is not None:
             await store.delete(key, scope=chosen)

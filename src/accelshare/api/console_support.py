@@ -25,7 +25,7 @@ from accelshare.manager.enums import AgentStatus
 from accelshare.manager.runtime import StatsUnavailable
 
 from .auth import AdminIdentity, CurrentIdentity
-from .deps import ManagerDep
+from .deps import ManagerDep, ScalingGroupParam
 from .problems import ServiceUnavailable
 
 __all__ = ["router"]
@@ -43,9 +43,9 @@ def _decimal(value: Any) -> Decimal | None:
 
 @router.get("/config/resource-slots/limits")
 async def resource_slot_limits(
-    _identity: CurrentIdentity, manager: ManagerDep, sgroup: str | None = None
+    _identity: CurrentIdentity, manager: ManagerDep, scaling_group: ScalingGroupParam = None
 ) -> dict[str, Any]:
-    agents = await manager.list_agents(status=AgentStatus.ALIVE, scaling_group=sgroup)
+    agents = await manager.list_agents(status=AgentStatus.ALIVE, scaling_group=scaling_group)
     quanta: dict[str, Decimal] = {}
     largest: dict[str, Decimal] = {}
     for agent in agents:

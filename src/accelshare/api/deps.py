@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import Depends, Request
+from fastapi import Depends, Query, Request
 
 from accelshare.manager.runtime import Manager
 
 from .problems import ServiceUnavailable
 
-__all__ = ["ManagerDep", "get_manager"]
+__all__ = ["ManagerDep", "ScalingGroupParam", "get_manager"]
 
 
 def get_manager(request: Request) -> Manager:
@@ -21,3 +21,6 @@ def get_manager(request: Request) -> Manager:
 
 
 ManagerDep = Annotated[Manager, Depends(get_manager)]
+
+ScalingGroupParam = Annotated[str | None, Query(alias="sgroup")]
+"""A route's optional scaling group, ``?sgroup=`` on the wire (Backend.AI's name)."""

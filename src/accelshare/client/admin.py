@@ -181,16 +181,16 @@ class AdminAPI:
         """Refused (409) while agents or sessions reference the group."""
         await self._http.request("DELETE", f"/admin/scaling-groups/{quote(name)}")
 
-    # -- configuration tree (superadmin) --------------------------------------------------
+    # -- configuration tree (superadmin); scaling_group goes as ``sgroup`` on the wire ---
     async def etcd_get(
         self,
         key: str,
         *,
         scope: str | None = None,
-        sgroup: str | None = None,
+        scaling_group: str | None = None,
         node: str | None = None,
     ) -> str | None:
-        params = {"key": key, "scope": scope, "sgroup": sgroup, "node": node}
+        params = {"key": key, "scope": scope, "sgroup": scaling_group, "node": node}
         answer = await self._http.request("GET", "/admin/etcd", params=params)
         value = answer.get("value")
         return None if value is None else str(value)
@@ -200,10 +200,10 @@ class AdminAPI:
         prefix: str,
         *,
         scope: str | None = None,
-        sgroup: str | None = None,
+        scaling_group: str | None = None,
         node: str | None = None,
     ) -> dict[str, Any]:
-        params = {"prefix": prefix, "scope": scope, "sgroup": sgroup, "node": node}
+        params = {"prefix": prefix, "scope": scope, "sgroup": scaling_group, "node": node}
         answer = await self._http.request("GET", "/admin/etcd", params=params)
         return dict(answer.get("tree") or {})
 
@@ -213,10 +213,10 @@ class AdminAPI:
         value: str,
         *,
         scope: str | None = None,
-        sgroup: str | None = None,
+        scaling_group: str | None = None,
         node: str | None = None,
     ) -> None:
-        body = _given(key=key, value=value, scope=scope, sgroup=sgroup, node=node)
+        body = _given(key=key, value=value, scope=scope, sgroup=scaling_group, node=node)
         await self._http.request("PUT", "/admin/etcd", json_body=body)
 
     async def etcd_put_tree(
@@ -226,10 +226,10 @@ class AdminAPI:
         *,
         replace: bool = False,
         scope: str | None = None,
-        sgroup: str | None = None,
+        scaling_group: str | None = None,
         node: str | None = None,
     ) -> None:
-        body = _given(prefix=prefix, tree=dict(tree), scope=scope, sgroup=sgroup, node=node)
+        body = _given(prefix=prefix, tree=dict(tree), scope=scope, sgroup=scaling_group, node=node)
         body["replace"] = replace
         await self._http.request("PUT", "/admin/etcd", json_body=body)
 
@@ -239,14 +239,14 @@ class AdminAPI:
         *,
         prefix: bool = False,
         scope: str | None = None,
-        sgroup: str | None = None,
+        scaling_group: str | None = None,
         node: str | None = None,
     ) -> None:
         """Delete a key (``prefix=True``: the key, its own value and its subtree)."""
         params = {
             "prefix" if prefix else "key": key,
             "scope": scope,
-            "sgroup": sgroup,
+            "sgroup": scaling_group,
             "node": node,
         }
         await self._http.request("DELETE", "/admin/etcd", params=params)

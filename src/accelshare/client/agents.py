@@ -55,9 +55,9 @@ class ConfigAPI:
         answer = await self._http.request("GET", "/config/resource-slots")
         return {str(k): str(v) for k, v in answer.items()}
 
-    async def resource_slot_details(self, *, sgroup: str | None = None) -> dict[str, Any]:
+    async def resource_slot_details(self, *, scaling_group: str | None = None) -> dict[str, Any]:
         """UI metadata per slot (``human_readable_name``, ``display_unit``...)."""
         answer = await self._http.request(
-            "GET", "/config/resource-slots/details", params={"sgroup": sgroup}
+            "GET", "/config/resource-slots/details", params={"sgroup": scaling_group}
         )
         return dict(answer)

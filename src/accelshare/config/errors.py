@@ -12,7 +12,7 @@ Hierarchy::
           └── InvalidConfigInput          (also a ValueError) bad input from the caller
                ├── InvalidKey             an empty key path, an empty path component, ...
                ├── InvalidTree            a value put_prefix cannot store (null, list, ...)
-               └── ScopeNotConfigured     a scope without a prefix (no sgroup / node id given)
+               └── ScopeNotConfigured     a scope without a prefix (no scaling group / node id given)
     ValueError
      ├── ConfigFileError                  a settings file or environment variable is wrong
      └── ConfigKeyError                   a key of a daemon's TOML file (agent.toml,

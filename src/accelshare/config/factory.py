@@ -41,14 +41,14 @@ def build_backend(settings: ConfigStoreSettings, *, create: bool = True) -> KVBa
 async def open_config_store(
     settings: ConfigStoreSettings | None = None,
     *,
-    sgroup: str | None = None,
+    scaling_group: str | None = None,
     node_id: str | None = None,
     check: bool = True,
     create: bool = True,
 ) -> ConfigStore:
     """Open the configured store (from the environment if ``settings`` is None).
 
-    ``sgroup`` / ``node_id`` default to the settings' (agent.toml ``[agent]``).  With
+    ``scaling_group`` / ``node_id`` default to the settings' (agent.toml ``[agent]``).  With
     ``check`` one read is made right away, so that a daemon refuses to start with
     ``ConfigStoreUnavailable`` instead of failing later.  ``create=False``: an embedded
     store whose file does not exist is not made; the first read raises
@@ -61,7 +61,7 @@ async def open_config_store(
         namespace=settings.namespace,
         key_prefix=settings.key_prefix,
         scope_prefix_map=make_scope_prefix_map(
-            sgroup=sgroup if sgroup is not None else settings.sgroup,
+            scaling_group=scaling_group if scaling_group is not None else settings.scaling_group,
             node_id=node_id if node_id is not None else settings.node_id,
         ),
     )

@@ -144,7 +144,9 @@ class ConfigStoreSettings(_Model):
     etcd: EtcdSettings = EtcdSettings()
     embedded: EmbeddedSettings = EmbeddedSettings()
     key_prefix: str = "accelshare"
-    sgroup: str | None = None  # default scaling-group scope (agent.toml [agent] scaling-group)
+    scaling_group: str | None = (
+        None  # default scaling-group scope (agent.toml [agent] scaling-group)
+    )
     node_id: str | None = None  # default node scope (agent.toml [agent] id)
     source: str = "defaults"  # where the settings came from, for messages
     # which step chose the location (the embedded file or the etcd address), for messages:
@@ -240,14 +242,14 @@ def load_config_store_settings(
         )
 
     node_id = agent_raw.get("id")
-    sgroup = agent_raw.get("scaling-group")
+    scaling_group = agent_raw.get("scaling-group")
     return ConfigStoreSettings(
         backend=backend,
         etcd=etcd,
         embedded=embedded,
         key_prefix=table.key_prefix or "accelshare",
         node_id=node_id if isinstance(node_id, str) and node_id else None,
-        sgroup=sgroup if isinstance(sgroup, str) and sgroup else None,
+        scaling_group=scaling_group if isinstance(scaling_group, str) and scaling_group else None,
         source=source,
         location_source=location_source,
     )

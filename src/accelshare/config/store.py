@@ -4,9 +4,9 @@ All keys live under ``/<key_prefix>/<namespace>/`` (``/accelshare/local/`` by de
 Scopes map to key prefixes given at construction (``scope_prefix_map``), as in
 Backend.AI's ``AsyncEtcd``::
 
-    {ConfigScopes.GLOBAL: "", ConfigScopes.SGROUP: "sgroup/gpu", ConfigScopes.NODE: "nodes/agents/i-1"}
+    {ConfigScopes.GLOBAL: "", ConfigScopes.SCALING_GROUP: "sgroup/gpu", ConfigScopes.NODE: "nodes/agents/i-1"}
 
-(``make_scope_prefix_map(sgroup="gpu", node_id="i-1")`` builds it.)  A ``MERGED`` read
+(``make_scope_prefix_map(scaling_group="gpu", node_id="i-1")`` builds it.)  A ``MERGED`` read
 looks up node, then scaling group, then global; the first found wins, and for
 ``get_prefix`` the trees are deep-merged with the same precedence.  Writes and watches
 name one concrete scope (``GLOBAL`` by default).
@@ -59,18 +59,20 @@ DEFAULT_NAMESPACE = "local"
 DEFAULT_KEY_PREFIX = "accelshare"
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 # Lowest precedence first: a later scope overrides an earlier one in merged reads.
-_MERGE_ORDER = (ConfigScopes.GLOBAL, ConfigScopes.SGROUP, ConfigScopes.NODE)
+_MERGE_ORDER = (ConfigScopes.GLOBAL, ConfigScopes.SCALING_GROUP, ConfigScopes.NODE)
 # Guarded read-modify-write (replace, move) retries this often before giving up.
 _GUARD_RETRIES = 20
 
 
 def make_scope_prefix_map(
-    *, sgroup: str | None = None, node_id: str | None = None
+    *, scaling_group: str | None = None, node_id: str | None = None
 ) -> dict[ConfigScopes, str]:
     """Backend.AI's layout: global ``""``, ``sgroup/<name>``, ``nodes/agents/<id>``."""
     prefixes = {ConfigScopes.GLOBAL: ""}
-    if sgroup is not None:
-        prefixes[ConfigScopes.SGROUP] = f"sgroup/{_scope_name(sgroup, 'scaling group name')}"
+    if scaling_group is not None:
+        prefixes[ConfigScopes.SCALING_GROUP] = (
+            f"sgroup/{_scope_name(scaling_group, 'scaling group name')}"
+        )
     if node_id is not None:
         prefixes[ConfigScopes.NODE] = f"nodes/agents/{_scope_name(node_id, 'node id')}"
     return prefixes
@@ -137,20 +139,22 @@ class ConfigStore:
     def scope_prefix_map(self) -> dict[ConfigScopes, str]:
         return dict(self._scope_prefix_map)
 
-    def scoped(self, *, sgroup: str | None = None, node_id: str | None = None) -> ConfigStore:
-        """A view of the same backend with other sgroup / node scopes; closing it is a no-op."""
+    def scoped(
+        self, *, scaling_group: str | None = None, node_id: str | None = None
+    ) -> ConfigStore:
+        """A view of the same backend with other scaling-group / node scopes; closing it is a no-op."""
         return ConfigStore(
             self._backend,
             namespace=self._namespace,
             key_prefix=self._key_prefix,
-            scope_prefix_map=make_scope_prefix_map(sgroup=sgroup, node_id=node_id),
+            scope_prefix_map=make_scope_prefix_map(scaling_group=scaling_group, node_id=node_id),
             owns_backend=False,
         )
 
     # -- reads ----------------------------------------------------------------------
 
     async def get(self, key: str, *, scope: ConfigScopes = ConfigScopes.MERGED) -> str | None:
-        """The value of ``key``, or ``None``.  Merged: node, then sgroup, then global."""
+        """The value of ``key``, or ``None``.  Merged: node, then scaling group, then global."""
         path = join_key(*split_key(key))
         roots = [self._scope_root(s) for s in reversed(self._read_scopes(scope))]
         values = await asyncio.gather(*(self._backend.get(join_key(r, path)) for r in roots))
@@ -344,7 +348,7 @@ class ConfigStore:
             )
         prefix = self._scope_prefix_map.get(scope)
         if prefix is None:
-            what = "a scaling group name" if scope is ConfigScopes.SGROUP else "a node id"
+            what = "a scaling group name" if scope is ConfigScopes.SCALING_GROUP else "a node id"
             raise ScopeNotConfigured(
                 f"the {scope} scope is not configured: give {what}",
                 expected=what,

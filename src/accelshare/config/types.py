@@ -11,11 +11,11 @@ __all__ = ["ConfigScopes", "NestedDict", "WatchEvent", "WatchEventType"]
 
 
 class ConfigScopes(enum.StrEnum):
-    """Where a key lives.  ``MERGED`` is for reads only: node, then sgroup, then global."""
+    """Where a key lives.  ``MERGED`` is for reads only: node, then scaling group, then global."""
 
     MERGED = "merged"
     GLOBAL = "global"
-    SGROUP = "sgroup"
+    SCALING_GROUP = "sgroup"
     NODE = "node"
 
 

@@ -120,7 +120,7 @@ _CATALOGUE_NAMES = sa.union(sa.select(Image.ref), sa.select(ImageAlias.alias))
 
 
 async def check_known_name(
-    db: AsyncSession, name: str, *, sgroup: str, reported: Set[str], pulls: bool
+    db: AsyncSession, name: str, *, scaling_group: str, reported: Set[str], pulls: bool
 ) -> None:
     """Refuse ``name`` (which :func:`lookup` did not find) when it is neither in the
     catalogue nor among the images the scaling group's agents report (``reported``),
@@ -141,10 +141,10 @@ async def check_known_name(
     )
     raise InvalidRequest(
         f"Unknown image {name!r}: not in the image catalogue and no agent of scaling group"
-        f" {sgroup} reports it; {hint}",
+        f" {scaling_group} reports it; {hint}",
         field="image",
         expected="an image of the catalogue (GET /images) or one an agent of scaling group"
-        f" {sgroup} reports" + (f" (close: {', '.join(close)})" if close else ""),
+        f" {scaling_group} reports" + (f" (close: {', '.join(close)})" if close else ""),
         received=name,
         closeNames=close,
     )

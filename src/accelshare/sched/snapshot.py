@@ -48,7 +48,7 @@ class SchedulerOptions:
         """From ``scaling_groups.scheduler`` and ``scheduler_opts`` (Backend.AI's keys).
 
         ``store_config`` is the picker's options from the config store
-        (``config/plugins/scheduler/<picker>/``, already merged over the sgroup and
+        (``config/plugins/scheduler/<picker>/``, already merged over the scaling-group and
         global scopes by the caller): the defaults of ``scheduler_opts["config"]``,
         whose own keys win when both are set.
 

@@ -160,7 +160,7 @@ async def test_a_refused_start_says_why_with_the_daemon_log(
 @pytest.fixture
 async def store(tmp_path: Path) -> AsyncIterator[ConfigStore]:
     settings = ConfigStoreSettings(embedded=EmbeddedSettings(path=tmp_path / "store.db"))
-    opened = await open_config_store(settings, sgroup="default", node_id="i-gpu")
+    opened = await open_config_store(settings, scaling_group="default", node_id="i-gpu")
     await opened.put("config/plugins/accelerator/cuda/allocation_mode", "fractional")
     await opened.put("config/plugins/accelerator/cuda/unit_mem", str(80 * GIB))
     await opened.put("config/plugins/accelerator/cuda/unit_proc", "132")

@@ -35,7 +35,7 @@ U = "c59395cd-ac91-4cd3-a1b0-3d2568aa2d0"
 @pytest.fixture
 async def store(tmp_path: Path) -> Any:
     settings = ConfigStoreSettings(embedded=EmbeddedSettings(path=tmp_path / "store.db"))
-    opened = await open_config_store(settings, sgroup="gpu", node_id="i-node01")
+    opened = await open_config_store(settings, scaling_group="gpu", node_id="i-node01")
     yield opened
     await opened.close()
 
@@ -67,11 +67,11 @@ async def test_plugin_key_then_mock_fallback(store: ConfigStore) -> None:
     assert (await read_accelerator_options(store, "cuda")).values == {"unit_proc": "12"}
 
 
-async def test_scopes_node_over_sgroup_over_global(store: ConfigStore) -> None:
+async def test_scopes_node_over_scaling_group_over_global(store: ConfigStore) -> None:
     key = "config/plugins/accelerator/cuda/allocation_mode"
     await store.put(key, "discrete", scope=ConfigScopes.GLOBAL)
     await store.put("config/plugins/accelerator/cuda/unit_mem", "1g", scope=ConfigScopes.GLOBAL)
-    await store.put(key, "fractional", scope=ConfigScopes.SGROUP)
+    await store.put(key, "fractional", scope=ConfigScopes.SCALING_GROUP)
     raw = await read_accelerator_options(store, "cuda")
     assert raw.values == {"allocation_mode": "fractional", "unit_mem": "1g"}
     await store.put(key, "discrete", scope=ConfigScopes.NODE)
@@ -114,7 +114,7 @@ async def test_bad_store_value_stops_with_the_store_key(store: ConfigStore) -> N
     )
 
 
-G, S, N = ConfigScopes.GLOBAL, ConfigScopes.SGROUP, ConfigScopes.NODE
+G, S, N = ConfigScopes.GLOBAL, ConfigScopes.SCALING_GROUP, ConfigScopes.NODE
 PREFIX = {
     G: "config store config/plugins/accelerator",
     S: "config store sgroup/gpu/config/plugins/accelerator",

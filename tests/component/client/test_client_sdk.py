@@ -179,6 +179,8 @@ async def test_config_slots(sdk: AccelshareClient) -> None:
     }
     details = await sdk.config.resource_slot_details()
     assert details["cuda.shares"]["display_unit"] == "fGPU"
+    elsewhere = await sdk.config.resource_slot_details(scaling_group="no-such-group")
+    assert elsewhere["cuda.shares"]["display_unit"] == ""  # no agent of that group says
 
 
 @pytest.mark.parametrize(
@@ -298,6 +300,11 @@ async def test_admin_scaling_groups_and_config_tree(sdk: AccelshareClient) -> No
     assert await sdk.admin.etcd_get_prefix(key) == {"a": "1", "b": {"c": "2"}}
     await sdk.admin.etcd_delete(key, prefix=True)
     assert await sdk.admin.etcd_get(f"{key}/a") is None
+    await sdk.admin.etcd_put(key, "g", scope="sgroup", scaling_group=name)
+    assert await sdk.admin.etcd_get(key, scaling_group=name) == "g"  # merged
+    assert await sdk.admin.etcd_get(key) is None
+    await sdk.admin.etcd_delete(key, scope="sgroup", scaling_group=name)
+    assert await sdk.admin.etcd_get(key, scaling_group=name) is None
     mode = await sdk.admin.etcd_get("config/plugins/accelerator/cuda/allocation_mode")
     assert mode == "fractional"  # written by dev up before the agent started
 

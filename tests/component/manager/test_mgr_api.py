@@ -59,7 +59,7 @@ VALIDATION_CASES: list[tuple[str, dict[str, Any], dict[str, Any], str, str]] = [
     ("negative", {"cpu": -1}, {}, "config.resources.cpu", "cannot be negative"),
     ("priority", {}, {"priority": 500}, "priority", "less than or equal to 100"),
     (
-        "sgroup",
+        "scaling-group",
         {},
         {"config": {"scalingGroup": "nope"}},
         "config.scalingGroup",
@@ -500,3 +500,34 @@ async def test_backendai_routes_accelshare_lacks_answer_501_naming_the_feature(
     # the routes accelshare has are not shadowed
     assert (await cluster.admin.get("/session/nosuch/logs")).status_code == 404
     assert (await cluster.admin.post("/session/nosuch/logs")).status_code == 405
+
+
+async def test_the_scaling_group_is_sgroup_on_the_wire(cluster: Cluster) -> None:
+    """``?sgroup=`` and the ``sgroup`` body key select a scaling group (Backend.AI's
+    spelling); ``scaling_group`` is not one of /admin/etcd's keys."""
+    await cluster.add_agent("i-node01")  # in scaling group default
+    for group, unit in (("default", "fGPU"), ("nope", "")):  # from the group's agents
+        details = await cluster.admin.get(
+            "/config/resource-slots/details", params={"sgroup": group}
+        )
+        assert details.json()["cuda.shares"]["display_unit"] == unit, details.text
+        limits = await cluster.admin.get("/config/resource-slots/limits", params={"sgroup": group})
+        assert ("cuda.shares" in limits.json()) is bool(unit), limits.text
+    key = "config/plugins/scheduler/fifo/num_retries_to_skip"
+    assert (await cluster.admin.put("/admin/etcd", json={"key": key, "value": "2"})).is_success
+    scoped = {"key": key, "value": "3", "scope": "sgroup", "sgroup": "default"}
+    assert (await cluster.admin.put("/admin/etcd", json=scoped)).is_success
+    refused = await cluster.admin.put("/admin/etcd", json={**scoped, "scaling_group": "default"})
+    assert refused.status_code == 400, refused.text
+    for params, value in (({}, "2"), ({"sgroup": "default"}, "3"), ({"sgroup": "nope"}, "2")):
+        got = await cluster.admin.get("/admin/etcd", params={"key": key, **params})
+        assert got.json()["value"] == value, (params, got.text)
+    wrong = await cluster.admin.get("/admin/etcd", params={"key": key, "sgroup": "a/b"})
+    assert wrong.status_code == 400
+    assert wrong.json()["field"] == "sgroup"
+    gone = await cluster.admin.delete(
+        "/admin/etcd", params={"key": key, "scope": "sgroup", "sgroup": "default"}
+    )
+    assert gone.is_success
+    got = await cluster.admin.get("/admin/etcd", params={"key": key, "sgroup": "default"})
+    assert got.json()["value"] == "2"

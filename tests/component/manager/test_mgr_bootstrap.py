@@ -76,7 +76,7 @@ async def test_first_start_creates_defaults_and_a_superadmin(
         user = (await session.execute(sa.select(User))).scalar_one()
         keypair = (await session.execute(sa.select(Keypair))).scalar_one()
         member = (await session.execute(sa.select(GroupMember))).scalar_one()
-        sgroup = await session.get(ScalingGroup, "default")
+        scaling_group = await session.get(ScalingGroup, "default")
     assert user.role is UserRole.SUPERADMIN
     assert user.email == creds.email == "admin@accelshare.local"
     assert verify_password(creds.password, user.password_hash)
@@ -86,10 +86,10 @@ async def test_first_start_creates_defaults_and_a_superadmin(
     assert keypair.is_active
     assert keypair.is_admin
     assert member.user_id == user.id
-    assert sgroup is not None
-    assert sgroup.scheduler == "fifo"
-    assert sgroup.scheduler_opts["agent_selection_strategy"] == "dispersed"
-    assert sgroup.default_session_slots.to_json() == {"cpu": "1", "mem": "1073741824"}
+    assert scaling_group is not None
+    assert scaling_group.scheduler == "fifo"
+    assert scaling_group.scheduler_opts["agent_selection_strategy"] == "dispersed"
+    assert scaling_group.default_session_slots.to_json() == {"cpu": "1", "mem": "1073741824"}
 
     logged = caplog.text
     assert "INSERT INTO keypairs" in logged  # the SQL log was captured, without parameters

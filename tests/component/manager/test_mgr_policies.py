@@ -73,12 +73,12 @@ async def agent_of(cluster: Cluster, name: str) -> str:
 # -- scheduler options from the config store ----------------------------------------------
 
 
-async def test_fifo_options_from_the_store_sgroup_scope_over_global(frozen: Frozen) -> None:
+async def test_fifo_options_from_the_store_scaling_group_scope_over_global(frozen: Frozen) -> None:
     cluster, _ = frozen
     store = cluster.manager.store
     await store.put("config/plugins/scheduler/fifo/num_retries_to_skip", "5")
-    await store.scoped(sgroup="default").put(
-        "config/plugins/scheduler/fifo/num_retries_to_skip", "1", scope=ConfigScopes.SGROUP
+    await store.scoped(scaling_group="default").put(
+        "config/plugins/scheduler/fifo/num_retries_to_skip", "1", scope=ConfigScopes.SCALING_GROUP
     )
     await cluster.add_agent("i-node01")
     await enqueue(frozen, "hog", "1")
@@ -87,7 +87,7 @@ async def test_fifo_options_from_the_store_sgroup_scope_over_global(frozen: Froz
     await schedule(cluster)  # old fails once: retries = 1
     await enqueue(frozen, "new", "1.5")
     await end(cluster, "hog")
-    # the sgroup's 1 applies (not the global 5): old has failed once, so new goes first
+    # the scaling group's 1 applies (not the global 5): old has failed once, so new goes first
     await schedule(cluster, "new")
     assert (await cluster.session("old"))["status"] == "PENDING"
 
@@ -120,7 +120,7 @@ async def test_roundrobin_state_in_the_store(frozen: Frozen) -> None:
         json={"scheduler_opts": {"agent_selection_strategy": "roundrobin"}},
     )
     assert patched.status_code == 200, patched.text
-    key = ROUNDROBIN_KEY.format(sgroup="default")
+    key = ROUNDROBIN_KEY.format(scaling_group="default")
     await cluster.manager.store.put(key, "i-node01")
     placed = []
     for n in range(4):
@@ -292,8 +292,10 @@ async def test_running_counters_are_read_only_when_a_limit_or_drf_reads_them(
         "/admin/resource-policies/default", json={"max_concurrent_sessions": 0}
     )
     assert policy.status_code == 200, policy.text
-    sgroup = await cluster.admin.patch("/admin/scaling-groups/default", json={"scheduler": "drf"})
-    assert sgroup.status_code == 200, sgroup.text
+    scaling_group = await cluster.admin.patch(
+        "/admin/scaling-groups/default", json={"scheduler": "drf"}
+    )
+    assert scaling_group.status_code == 200, scaling_group.text
     await schedule(cluster)
     assert [s.get_amount("cuda.shares") for s in contexts[-1].occupancy_by_access_key.values()] == [
         1

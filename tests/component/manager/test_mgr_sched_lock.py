@@ -39,9 +39,9 @@ async def connect(url: str) -> asyncpg.Connection:
     return await asyncpg.connect(raw, timeout=5)
 
 
-async def waiting_for_the_lock(watcher: asyncpg.Connection, sgroup: str) -> int:
+async def waiting_for_the_lock(watcher: asyncpg.Connection, scaling_group: str) -> int:
     """How many backends of this database wait for the scaling group's advisory lock."""
-    key = advisory_key(sgroup) & 0xFFFF_FFFF_FFFF_FFFF  # pg_locks shows it as two oids
+    key = advisory_key(scaling_group) & 0xFFFF_FFFF_FFFF_FFFF  # pg_locks shows it as two oids
     count: int = await watcher.fetchval(
         "SELECT count(*) FROM pg_locks"
         " WHERE locktype = 'advisory' AND NOT granted AND objsubid = 1"

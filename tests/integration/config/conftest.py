@@ -68,11 +68,13 @@ class Harness:
             )
         return backend
 
-    def store(self, *, sgroup: str | None = "gpu", node_id: str | None = "i-1") -> ConfigStore:
+    def store(
+        self, *, scaling_group: str | None = "gpu", node_id: str | None = "i-1"
+    ) -> ConfigStore:
         return ConfigStore(
             self.backend(),
             namespace=self.namespace,
-            scope_prefix_map=make_scope_prefix_map(sgroup=sgroup, node_id=node_id),
+            scope_prefix_map=make_scope_prefix_map(scaling_group=scaling_group, node_id=node_id),
         )
 
     @property

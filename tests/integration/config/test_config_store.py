@@ -284,20 +284,20 @@ async def test_backup_and_restore_reproduce_the_tree_exactly(store: ConfigStore)
 # -- scopes -----------------------------------------------------------------------------
 
 
-async def test_merged_reads_prefer_node_then_sgroup_then_global(store: ConfigStore) -> None:
+async def test_merged_reads_prefer_node_then_scaling_group_then_global(store: ConfigStore) -> None:
     base = "config/plugins/accelerator/cuda"
     await store.put_prefix(
         base, {"allocation_mode": "discrete", "unit_mem": "1g", "unit_proc": "8"}
     )
     await store.put_prefix(
-        base, {"allocation_mode": "fractional", "unit_mem": "2g"}, scope=ConfigScopes.SGROUP
+        base, {"allocation_mode": "fractional", "unit_mem": "2g"}, scope=ConfigScopes.SCALING_GROUP
     )
     await store.put_prefix(base, {"unit_mem": "4g", "only_node": "n"}, scope=ConfigScopes.NODE)
 
     assert await store.get(f"{base}/unit_mem") == "4g"
     assert await store.get(f"{base}/allocation_mode") == "fractional"
     assert await store.get(f"{base}/unit_proc") == "8"
-    assert await store.get(f"{base}/unit_mem", scope=ConfigScopes.SGROUP) == "2g"
+    assert await store.get(f"{base}/unit_mem", scope=ConfigScopes.SCALING_GROUP) == "2g"
     assert await store.get(f"{base}/unit_mem", scope=G) == "1g"
     assert await store.get_prefix(base) == {
         "allocation_mode": "fractional",
@@ -317,14 +317,14 @@ async def test_an_empty_value_in_a_nearer_scope_still_wins(store: ConfigStore) -
 
 
 async def test_scopes_must_be_configured_and_merged_is_read_only(harness: Harness) -> None:
-    async with harness.store(sgroup=None, node_id=None) as store:
+    async with harness.store(scaling_group=None, node_id=None) as store:
         await store.put("config/x", "g")
         assert await store.get("config/x") == "g"  # merged = global only
         with pytest.raises(ScopeNotConfigured):
             await store.put("config/x", "v", scope=ConfigScopes.NODE)
         with pytest.raises(InvalidConfigInput):
             await store.put("config/x", "v", scope=ConfigScopes.MERGED)
-        view = store.scoped(sgroup="cpu", node_id="i-2")
+        view = store.scoped(scaling_group="cpu", node_id="i-2")
         await view.put("config/x", "node", scope=ConfigScopes.NODE)
         await view.close()  # a view does not close the shared backend
         assert await store.get("nodes/agents/i-2/config/x") == "node"

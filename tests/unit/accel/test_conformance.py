@@ -128,7 +128,7 @@ def expected_from_sample(
 
 async def _store(folder: Path, values: Mapping[str, str]) -> ConfigStore:
     settings = ConfigStoreSettings(embedded=EmbeddedSettings(path=folder / "store.db"))
-    store = await open_config_store(settings, sgroup="default", node_id="i-conformance")
+    store = await open_config_store(settings, scaling_group="default", node_id="i-conformance")
     for key, value in values.items():
         await store.put(key, value)
     return store

@@ -195,7 +195,7 @@ def test_every_known_option_is_accepted() -> None:
     }
 
 
-G, S, N = ConfigScopes.GLOBAL, ConfigScopes.SGROUP, ConfigScopes.NODE
+G, S, N = ConfigScopes.GLOBAL, ConfigScopes.SCALING_GROUP, ConfigScopes.NODE
 
 
 def test_layer_order_most_specific_scope_first_own_key_first_within_a_scope() -> None:

@@ -36,7 +36,7 @@ def test_an_etcd_table_selects_etcd(tmp_path: Path) -> None:
     assert settings.etcd.password is not None
     assert settings.etcd.password.get_secret_value() == "pw"
     assert "pw" not in repr(settings)
-    assert (settings.node_id, settings.sgroup) == ("i-node01", "gpu")
+    assert (settings.node_id, settings.scaling_group) == ("i-node01", "gpu")
 
 
 def test_backend_ai_style_addr_table(tmp_path: Path) -> None:

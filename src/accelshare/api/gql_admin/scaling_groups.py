@@ -35,7 +35,7 @@ from .common import (
 
 __all__ = ["ScalingGroupAssociationMutation", "ScalingGroupMutation", "ScalingGroupQuery"]
 
-_SGROUP_ASSOCIATION = (
+_SCALING_GROUP_ASSOCIATION = (
     "scaling-group association",
     "accelshare's scaling groups are not tied to domains, groups or keypairs: every"
     " active scaling group is open to every user, and a session names its own"
@@ -114,7 +114,7 @@ class ScalingGroupAssociation:
     msg: str
 
 
-def _sgroup_changes(
+def _scaling_group_changes(
     props: CreateScalingGroupInput | ModifyScalingGroupInput, name: str | None
 ) -> ScalingGroupChanges:
     not_kept("driver", props.driver, "static")
@@ -138,7 +138,7 @@ class ScalingGroupQuery:
     async def scaling_group(self, info: Info, name: str | None = None) -> ScalingGroupNode | None:
         manager, identity = context(info)
         require_admin(identity)
-        for sg in await manager.admin.list_sgroups():
+        for sg in await manager.admin.list_scaling_groups():
             if sg["name"] == name:
                 return ScalingGroupNode.from_json(sg)
         return None
@@ -151,7 +151,7 @@ class ScalingGroupQuery:
         require_admin(identity)
         return [
             ScalingGroupNode.from_json(sg)
-            for sg in await manager.admin.list_sgroups()
+            for sg in await manager.admin.list_scaling_groups()
             if (name is None or sg["name"] == name)
             and (is_active is None or sg["is_active"] == is_active)
         ]
@@ -165,7 +165,7 @@ class ScalingGroupMutation:
     ) -> CreateScalingGroup:
         manager, identity = context(info)
         require_superadmin(identity)
-        made = await manager.admin.create_sgroup(_sgroup_changes(props, name))
+        made = await manager.admin.create_scaling_group(_scaling_group_changes(props, name))
         return CreateScalingGroup(
             ok=True, msg="created", scaling_group=ScalingGroupNode.from_json(made)
         )
@@ -176,14 +176,14 @@ class ScalingGroupMutation:
     ) -> Done:
         manager, identity = context(info)
         require_superadmin(identity)
-        await manager.admin.patch_sgroup(name, _sgroup_changes(props, None))
+        await manager.admin.patch_scaling_group(name, _scaling_group_changes(props, None))
         return done(f"modify_scaling_group {name}")
 
     @strawberry.mutation
     async def delete_scaling_group(self, info: Info, name: str) -> Done:
         manager, identity = context(info)
         require_superadmin(identity)
-        await manager.admin.delete_sgroup(name)
+        await manager.admin.delete_scaling_group(name)
         return done(f"delete_scaling_group {name}")
 
 
@@ -194,53 +194,53 @@ class ScalingGroupAssociationMutation:
         self, info: Info, scaling_group: str, domain: str
     ) -> ScalingGroupAssociation:
         superadmin_manager(info)
-        raise refuse(*_SGROUP_ASSOCIATION)
+        raise refuse(*_SCALING_GROUP_ASSOCIATION)
 
     @strawberry.mutation
     async def disassociate_scaling_group_with_domain(
         self, info: Info, scaling_group: str, domain: str
     ) -> ScalingGroupAssociation:
         superadmin_manager(info)
-        raise refuse(*_SGROUP_ASSOCIATION)
+        raise refuse(*_SCALING_GROUP_ASSOCIATION)
 
     @strawberry.mutation
     async def disassociate_all_scaling_groups_with_domain(
         self, info: Info, domain: str
     ) -> ScalingGroupAssociation:
         superadmin_manager(info)
-        raise refuse(*_SGROUP_ASSOCIATION)
+        raise refuse(*_SCALING_GROUP_ASSOCIATION)
 
     @strawberry.mutation
     async def associate_scaling_group_with_user_group(
         self, info: Info, scaling_group: str, user_group: uuid.UUID
     ) -> ScalingGroupAssociation:
         superadmin_manager(info)
-        raise refuse(*_SGROUP_ASSOCIATION)
+        raise refuse(*_SCALING_GROUP_ASSOCIATION)
 
     @strawberry.mutation
     async def disassociate_scaling_group_with_user_group(
         self, info: Info, scaling_group: str, user_group: str
     ) -> ScalingGroupAssociation:
         superadmin_manager(info)
-        raise refuse(*_SGROUP_ASSOCIATION)
+        raise refuse(*_SCALING_GROUP_ASSOCIATION)
 
     @strawberry.mutation
     async def disassociate_all_scaling_groups_with_group(
         self, info: Info, user_group: uuid.UUID
     ) -> ScalingGroupAssociation:
         superadmin_manager(info)
-        raise refuse(*_SGROUP_ASSOCIATION)
+        raise refuse(*_SCALING_GROUP_ASSOCIATION)
 
     @strawberry.mutation
     async def associate_scaling_group_with_keypair(
         self, info: Info, scaling_group: str, access_key: str
     ) -> ScalingGroupAssociation:
         superadmin_manager(info)
-        raise refuse(*_SGROUP_ASSOCIATION)
+        raise refuse(*_SCALING_GROUP_ASSOCIATION)
 
     @strawberry.mutation
     async def disassociate_scaling_group_with_keypair(
         self, info: Info, scaling_group: str, access_key: str
     ) -> ScalingGroupAssociation:
         superadmin_manager(info)
-        raise refuse(*_SGROUP_ASSOCIATION)
+        raise refuse(*_SCALING_GROUP_ASSOCIATION)

@@ -29,13 +29,13 @@ admin_app = typer.Typer(
 keypair_app = typer.Typer(help="Keypairs (API credentials) of users.", no_args_is_help=True)
 user_app = typer.Typer(help="Users.", no_args_is_help=True)
 policy_app = typer.Typer(help="Keypair resource policies (quotas, limits).", no_args_is_help=True)
-sgroup_app = typer.Typer(
+scaling_group_app = typer.Typer(
     help="Scaling groups (agent pools, scheduler options).", no_args_is_help=True
 )
 admin_app.add_typer(keypair_app, name="keypair")
 admin_app.add_typer(user_app, name="user")
 admin_app.add_typer(policy_app, name="policy")
-admin_app.add_typer(sgroup_app, name="sgroup")
+admin_app.add_typer(scaling_group_app, name="sgroup")
 admin_app.add_typer(admin_image_app, name="image")
 
 T = TypeVar("T")
@@ -415,7 +415,7 @@ DefaultSlotsOption = Annotated[
 ]
 
 
-def _sgroup_fields(
+def _scaling_group_fields(
     description: str | None,
     active: bool | None,
     public: bool | None,
@@ -437,8 +437,8 @@ def _sgroup_fields(
     }
 
 
-@sgroup_app.command("list")
-def sgroup_list(as_json: JsonOption = False) -> None:
+@scaling_group_app.command("list")
+def scaling_group_list(as_json: JsonOption = False) -> None:
     """List scaling groups."""
     rows = call_api(lambda c: c.admin.list_scaling_groups())
     if as_json:
@@ -447,8 +447,8 @@ def sgroup_list(as_json: JsonOption = False) -> None:
     _table(rows, ("name", "is_active", "scheduler", "scheduler_opts", "default_session_slots"))
 
 
-@sgroup_app.command("create")
-def sgroup_create(
+@scaling_group_app.command("create")
+def scaling_group_create(
     name: Annotated[str, typer.Argument(help="Scaling group name.")],
     description: DescriptionOption = None,
     active: ActiveOption = None,
@@ -459,7 +459,7 @@ def sgroup_create(
     as_json: JsonOption = False,
 ) -> None:
     """Create a scaling group (agents join it with [agent] scaling-group)."""
-    fields = _sgroup_fields(description, active, public, scheduler, opts, default_slots)
+    fields = _scaling_group_fields(description, active, public, scheduler, opts, default_slots)
     _show(
         lambda c: c.admin.create_scaling_group(name, **fields),
         as_json,
@@ -468,8 +468,8 @@ def sgroup_create(
     )
 
 
-@sgroup_app.command("update")
-def sgroup_update(
+@scaling_group_app.command("update")
+def scaling_group_update(
     name: Annotated[str, typer.Argument(help="Scaling group name.")],
     description: DescriptionOption = None,
     active: ActiveOption = None,
@@ -480,7 +480,7 @@ def sgroup_update(
     as_json: JsonOption = False,
 ) -> None:
     """Change a scaling group (only the options given; --opt merges into its options)."""
-    fields = _sgroup_fields(description, active, public, scheduler, opts, default_slots)
+    fields = _scaling_group_fields(description, active, public, scheduler, opts, default_slots)
     _show(
         lambda c: c.admin.update_scaling_group(name, **fields),
         as_json,
@@ -489,8 +489,8 @@ def sgroup_update(
     )
 
 
-@sgroup_app.command("delete")
-def sgroup_delete(
+@scaling_group_app.command("delete")
+def scaling_group_delete(
     name: Annotated[str, typer.Argument(help="Scaling group name.")], as_json: JsonOption = False
 ) -> None:
     """Delete a scaling group (refused while agents or sessions reference it)."""

@@ -57,7 +57,7 @@ async def _load(agent_config: AgentConfig, *, use_store: bool) -> dict[str, Any]
         settings = load_config_store_settings(agent_config.source_path)
         store = await open_config_store(
             settings,
-            sgroup=agent_config.agent.scaling_group,
+            scaling_group=agent_config.agent.scaling_group,
             node_id=agent_config.agent.id,
         )
     loaded: LoadedPlugins | None = None

@@ -17,14 +17,14 @@ def slots_command(
     details: Annotated[
         bool, typer.Option("--details", help="With each slot's display name and unit.")
     ] = False,
-    sgroup: Annotated[
+    scaling_group: Annotated[
         str | None, typer.Option("--scaling-group", "-s", help="With --details: one group's.")
     ] = None,
     as_json: JsonOption = False,
 ) -> None:
     """List the resource slots sessions can ask for (-r SLOT=AMOUNT) and their types."""
     if details:
-        meta = call_api(lambda c: c.config.resource_slot_details(sgroup=sgroup))
+        meta = call_api(lambda c: c.config.resource_slot_details(scaling_group=scaling_group))
         if as_json:
             print_json(meta)
             return

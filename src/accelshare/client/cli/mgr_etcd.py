@@ -59,14 +59,14 @@ etcd_app = typer.Typer(
 
 class WriteScope(enum.StrEnum):
     GLOBAL = "global"
-    SGROUP = "sgroup"
+    SCALING_GROUP = "sgroup"
     NODE = "node"
 
 
 class ReadScope(enum.StrEnum):
     MERGED = "merged"
     GLOBAL = "global"
-    SGROUP = "sgroup"
+    SCALING_GROUP = "sgroup"
     NODE = "node"
 
 
@@ -82,7 +82,7 @@ ConfigOption = Annotated[
         dir_okay=False,
     ),
 ]
-SgroupOption = Annotated[
+ScalingGroupOption = Annotated[
     str | None, typer.Option("--sgroup", help="The scaling group of --scope sgroup / merged.")
 ]
 NodeOption = Annotated[
@@ -113,7 +113,7 @@ def _fail(message: str) -> NoReturn:
 def _run(
     config: Path | None,
     scope: str,
-    sgroup: str | None,
+    scaling_group: str | None,
     node: str | None,
     body: Callable[[ConfigStore, ConfigScopes], Awaitable[None]],
     *,
@@ -129,9 +129,9 @@ def _run(
         settings = load_config_store_settings(config)
     except ConfigFileError as e:
         _fail(str(e))
-    sgroup = sgroup if sgroup is not None else settings.sgroup
+    scaling_group = scaling_group if scaling_group is not None else settings.scaling_group
     node = node if node is not None else settings.node_id
-    if scope == "sgroup" and not sgroup:
+    if scope == "sgroup" and not scaling_group:
         _fail("--scope sgroup needs --sgroup NAME")
     if scope == "node" and not node:
         _fail("--scope node needs --node ID")
@@ -141,7 +141,9 @@ def _run(
         _warn_if_overridden(config, settings)
 
     async def main() -> None:
-        store = await open_config_store(settings, sgroup=sgroup, node_id=node, create=bool(create))
+        store = await open_config_store(
+            settings, scaling_group=scaling_group, node_id=node, create=bool(create)
+        )
         async with store:
             await body(store, ConfigScopes(scope))
 
@@ -214,7 +216,7 @@ def put(
     key: Annotated[str, typer.Argument(help="Key path, e.g. config/agent/max-container-count.")],
     value: Annotated[str, typer.Argument(help="The value (a string; may be empty).")],
     scope: WriteScopeOption = WriteScope.GLOBAL,
-    sgroup: SgroupOption = None,
+    scaling_group: ScalingGroupOption = None,
     node: NodeOption = None,
     config: ConfigOption = None,
     create: CreateOption = False,
@@ -229,7 +231,7 @@ def put(
         if as_json:
             print_json({"ok": True, "key": key, "value": value, "scope": str(scope_)})
 
-    _run(config, scope, sgroup, node, body, verbose=verbose, create=create)
+    _run(config, scope, scaling_group, node, body, verbose=verbose, create=create)
 
 
 @etcd_app.command("put-json")
@@ -243,7 +245,7 @@ def put_json(
         ),
     ] = False,
     scope: WriteScopeOption = WriteScope.GLOBAL,
-    sgroup: SgroupOption = None,
+    scaling_group: ScalingGroupOption = None,
     node: NodeOption = None,
     config: ConfigOption = None,
     create: CreateOption = False,
@@ -272,7 +274,7 @@ def put_json(
                 }
             )
 
-    _run(config, scope, sgroup, node, body, verbose=verbose, create=create)
+    _run(config, scope, scaling_group, node, body, verbose=verbose, create=create)
 
 
 @etcd_app.command()
@@ -289,7 +291,7 @@ def get(
             case_sensitive=False,
         ),
     ] = ReadScope.GLOBAL,
-    sgroup: SgroupOption = None,
+    scaling_group: ScalingGroupOption = None,
     node: NodeOption = None,
     config: ConfigOption = None,
     verbose: VerboseOption = False,
@@ -312,7 +314,7 @@ def get(
         else:
             typer.echo(value)
 
-    _run(config, scope, sgroup, node, body, verbose=verbose)
+    _run(config, scope, scaling_group, node, body, verbose=verbose)
 
 
 @etcd_app.command()
@@ -322,7 +324,7 @@ def delete(
         bool, typer.Option("--prefix", help="Delete KEY and everything under it.")
     ] = False,
     scope: WriteScopeOption = WriteScope.GLOBAL,
-    sgroup: SgroupOption = None,
+    scaling_group: ScalingGroupOption = None,
     node: NodeOption = None,
     config: ConfigOption = None,
     verbose: VerboseOption = False,
@@ -340,7 +342,7 @@ def delete(
         if as_json:
             print_json({"ok": True, "key": key, "prefix": prefix, "scope": str(scope_)})
 
-    _run(config, scope, sgroup, node, body, verbose=verbose)
+    _run(config, scope, scaling_group, node, body, verbose=verbose)
 
 
 @etcd_app.command("move-subtree")
@@ -348,7 +350,7 @@ def move_subtree(
     src: Annotated[str, typer.Argument(help="The subtree to move.")],
     dst: Annotated[str, typer.Argument(help="Where to move it.")],
     scope: WriteScopeOption = WriteScope.GLOBAL,
-    sgroup: SgroupOption = None,
+    scaling_group: ScalingGroupOption = None,
     node: NodeOption = None,
     config: ConfigOption = None,
     verbose: VerboseOption = False,
@@ -367,7 +369,7 @@ def move_subtree(
         else:
             typer.echo(f"moved {moved} key(s) from {src!r} to {dst!r}")
 
-    _run(config, scope, sgroup, node, body, verbose=verbose)
+    _run(config, scope, scaling_group, node, body, verbose=verbose)
 
 
 def _check_key(key: str, what: str = "key") -> None:

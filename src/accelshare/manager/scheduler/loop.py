@@ -69,7 +69,7 @@ __all__ = ["PassResult", "Scheduler", "advisory_key"]
 
 log = logging.getLogger(__name__)
 
-ROUNDROBIN_KEY = "resource-group-states/{sgroup}/agselector.roundrobin"
+ROUNDROBIN_KEY = "resource-group-states/{scaling_group}/agselector.roundrobin"
 PASS_GAP_MAX_S = 0.05
 """The longest rest between back-to-back passes (see ``_run_forever``)."""
 BIND_HEAD_START_S = 0.05
@@ -213,8 +213,8 @@ class Scheduler:
             known = await self.known_slots.load()  # one set for the whole round
             results: list[PassResult] = []
             groups = await self._groups_with_pending()
-            for sgroup in groups:
-                results.append(await self._pass(sgroup, known))
+            for scaling_group in groups:
+                results.append(await self._pass(scaling_group, known))
             for gone in set(self.snapshot_caches) - set(groups):  # nothing pending there
                 del self.snapshot_caches[gone]
             for gone in set(self.plan_memos) - set(groups):
@@ -332,7 +332,7 @@ class Scheduler:
             return [name for (name,) in rows]
 
     @contextlib.asynccontextmanager
-    async def _group_lock(self, sgroup: str) -> AsyncIterator[None]:
+    async def _group_lock(self, scaling_group: str) -> AsyncIterator[None]:
         """The scaling group's lock across manager replicas (PostgreSQL): a session-level
         ``pg_advisory_lock`` on a connection of its own, held across the pass's short
         transactions (snapshot, apply, failures).  The connection is discarded when the
@@ -341,7 +341,7 @@ class Scheduler:
         if self.db.dialect != "postgresql":
             yield
             return
-        key = advisory_key(sgroup)
+        key = advisory_key(scaling_group)
         conn = await self.db.engine.connect()
         try:
             await conn.execute(sa.select(sa.func.pg_advisory_lock(key)))
@@ -357,47 +357,47 @@ class Scheduler:
             finally:
                 await conn.close()
 
-    async def _pass(self, sgroup_name: str, known: Mapping[str, SlotTypes]) -> PassResult:
+    async def _pass(self, scaling_group_name: str, known: Mapping[str, SlotTypes]) -> PassResult:
         """One scaling group's pass; ``known``: the slot types read for the round."""
         started = time.perf_counter()
-        last_rr = await self.store.get(ROUNDROBIN_KEY.format(sgroup=sgroup_name))
-        store_options = await self.store_scheduler_options(sgroup_name)
-        async with self._group_lock(sgroup_name):
+        last_rr = await self.store.get(ROUNDROBIN_KEY.format(scaling_group=scaling_group_name))
+        store_options = await self.store_scheduler_options(scaling_group_name)
+        async with self._group_lock(scaling_group_name):
             async with self.db.begin() as db:
-                sgroup = await db.get(ScalingGroup, sgroup_name)
-            if sgroup is None or not sgroup.is_active:
-                return PassResult(sgroup_name, None, (), 0, frozenset())
+                scaling_group = await db.get(ScalingGroup, scaling_group_name)
+            if scaling_group is None or not scaling_group.is_active:
+                return PassResult(scaling_group_name, None, (), 0, frozenset())
             try:
                 options = SchedulerOptions.from_scaling_group(
-                    sgroup.scheduler,
-                    sgroup.scheduler_opts,
-                    store_options.get(sgroup.scheduler or "fifo"),
+                    scaling_group.scheduler,
+                    scaling_group.scheduler_opts,
+                    store_options.get(scaling_group.scheduler or "fifo"),
                 )
             except ValueError as e:
-                log.error("scaling group %s: %s; not scheduling it", sgroup_name, e)
-                return PassResult(sgroup_name, None, (), 0, frozenset())
+                log.error("scaling group %s: %s; not scheduling it", scaling_group_name, e)
+                return PassResult(scaling_group_name, None, (), 0, frozenset())
             now = self.clock()
-            cancelled = await self._cancel_timed_out(sgroup, now)
+            cancelled = await self._cancel_timed_out(scaling_group, now)
             # the snapshot in one read transaction (counters and quotas consistent with
             # it); no write lock is held while it is planned: the apply's per-agent
             # compare-and-set rejects placements on agents that changed meanwhile
             async with self.db.begin() as db:
                 loaded = await load_snapshot(
                     db,
-                    sgroup,
+                    scaling_group,
                     now=now,
                     known=known,
                     options=options,
                     last_roundrobin_agent=last_rr or None,
-                    cache=self.snapshot_caches.setdefault(sgroup_name, SnapshotCache()),
+                    cache=self.snapshot_caches.setdefault(scaling_group_name, SnapshotCache()),
                     unwritten_retries=self.explanations.unwritten,
                 )
             # pure and CPU-bound: in a worker thread, so that binds, heartbeats and the
             # API keep being served while a large pass is planned (the GIL is shared,
             # but the event loop is not frozen for seconds)
-            memo = self.plan_memos.get(sgroup_name)
+            memo = self.plan_memos.get(scaling_group_name)
             if memo is None:
-                memo = self.plan_memos[sgroup_name] = PlanMemo(layouts=self.map_layouts)
+                memo = self.plan_memos[scaling_group_name] = PlanMemo(layouts=self.map_layouts)
             placed = await asyncio.to_thread(place_pass, loaded.snapshot, memo)
             async with self.db.begin_queued_write() as db:
                 applied = await apply_plan(db, loaded, placed.placements, now)
@@ -412,32 +412,35 @@ class Scheduler:
             plan = await asyncio.to_thread(placed.explain)
             # why the others stay pending: written by the explanations' task, off the
             # pass and its lock (coalesced, in chunks; see .explanations)
-            self.explanations.add(sgroup_name, plan.failures, now)
-        self.metrics.pass_seconds.labels(sgroup_name).observe(time.perf_counter() - started)
-        self.metrics.placements.labels(sgroup_name).inc(applied.placed)
-        self.metrics.pending_left.labels(sgroup_name).inc(len(plan.failures))
+            self.explanations.add(scaling_group_name, plan.failures, now)
+        self.metrics.pass_seconds.labels(scaling_group_name).observe(time.perf_counter() - started)
+        self.metrics.placements.labels(scaling_group_name).inc(applied.placed)
+        self.metrics.pending_left.labels(scaling_group_name).inc(len(plan.failures))
         if plan.last_roundrobin_agent and plan.last_roundrobin_agent != last_rr:
             await self.store.put(
-                ROUNDROBIN_KEY.format(sgroup=sgroup_name), plan.last_roundrobin_agent
+                ROUNDROBIN_KEY.format(scaling_group=scaling_group_name), plan.last_roundrobin_agent
             )
         return PassResult(
-            sgroup_name, plan, tuple(applied.jobs), cancelled, frozenset(applied.conflicts)
+            scaling_group_name, plan, tuple(applied.jobs), cancelled, frozenset(applied.conflicts)
         )
 
-    async def store_scheduler_options(self, sgroup_name: str) -> dict[str, dict[str, str]]:
+    async def store_scheduler_options(self, scaling_group_name: str) -> dict[str, dict[str, str]]:
         """``config/plugins/scheduler/<picker>/<option>`` from the config store, the
-        sgroup scope over the global one: ``{picker: {option: value}}`` (plain strings;
-        nested subtrees are ignored).  Read once per pass, before its transaction."""
-        tree = await self.store.scoped(sgroup=sgroup_name).get_prefix(SCHEDULER_PLUGINS_PREFIX)
+        scaling group's scope (``sgroup/<name>/``) over the global one:
+        ``{picker: {option: value}}`` (plain strings; nested subtrees are ignored).
+        Read once per pass, before its transaction."""
+        tree = await self.store.scoped(scaling_group=scaling_group_name).get_prefix(
+            SCHEDULER_PLUGINS_PREFIX
+        )
         return {
             str(picker): {str(k): v for k, v in options.items() if isinstance(v, str)}
             for picker, options in tree.items()
             if isinstance(options, dict)
         }
 
-    async def _cancel_timed_out(self, sgroup: ScalingGroup, now: datetime) -> int:
+    async def _cancel_timed_out(self, scaling_group: ScalingGroup, now: datetime) -> int:
         """Cancel the group's sessions pending past ``pending_timeout`` (own transaction)."""
-        timeout = float((sgroup.scheduler_opts or {}).get("pending_timeout", 0) or 0)
+        timeout = float((scaling_group.scheduler_opts or {}).get("pending_timeout", 0) or 0)
         if timeout <= 0:
             return 0
         deadline = now - timedelta(seconds=timeout)
@@ -447,7 +450,7 @@ class Scheduler:
                     await db.execute(
                         sa.select(Session)
                         .where(
-                            Session.scaling_group == sgroup.name,
+                            Session.scaling_group == scaling_group.name,
                             Session.status == SessionStatus.PENDING,
                             Session.created_at < deadline,
                         )
@@ -461,7 +464,7 @@ class Scheduler:
                     row,
                     SessionStatus.CANCELLED,
                     reason=f"pending for more than pending_timeout ({timeout:g} s) of scaling"
-                    f" group {sgroup.name}",
+                    f" group {scaling_group.name}",
                     now=now,
                 )
         return len(rows)

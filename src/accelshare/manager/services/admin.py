@@ -223,7 +223,7 @@ def policy_json(p: KeypairResourcePolicy) -> dict[str, Any]:
     }
 
 
-def sgroup_json(sg: ScalingGroup) -> dict[str, Any]:
+def scaling_group_json(sg: ScalingGroup) -> dict[str, Any]:
     return {
         "name": sg.name,
         "description": sg.description,
@@ -347,7 +347,7 @@ def check_scheduler_opts(scheduler: str, opts: Mapping[str, Any]) -> None:
         )
 
 
-def _apply_sgroup(
+def _apply_scaling_group(
     sg: ScalingGroup, changes: ScalingGroupChanges, known: Mapping[str, SlotTypes]
 ) -> None:
     if changes.description is not None:
@@ -631,12 +631,12 @@ class AdminService:
             await db.delete(policy)
 
     # -- scaling groups ---------------------------------------------------------------------
-    async def list_sgroups(self) -> list[dict[str, Any]]:
+    async def list_scaling_groups(self) -> list[dict[str, Any]]:
         async with self.db.begin() as db:
             rows = (await db.execute(sa.select(ScalingGroup).order_by(ScalingGroup.name))).scalars()
-            return [sgroup_json(s) for s in rows]
+            return [scaling_group_json(s) for s in rows]
 
-    async def create_sgroup(self, new: ScalingGroupChanges) -> dict[str, Any]:
+    async def create_scaling_group(self, new: ScalingGroupChanges) -> dict[str, Any]:
         if not new.name:
             raise InvalidRequest("A name is needed", field="name", received=new.name)
         known = await self.known_slots.load()
@@ -654,22 +654,22 @@ class AdminService:
                 scheduler_opts={**DEFAULT_SCHEDULER_OPTS, "config": {}},
                 default_session_slots=DEFAULT_SESSION_SLOTS,
             )
-            _apply_sgroup(sg, new, known)
+            _apply_scaling_group(sg, new, known)
             db.add(sg)
-        return sgroup_json(sg)
+        return scaling_group_json(sg)
 
-    async def patch_sgroup(self, name: str, changes: ScalingGroupChanges) -> dict[str, Any]:
+    async def patch_scaling_group(self, name: str, changes: ScalingGroupChanges) -> dict[str, Any]:
         """Changes the group, then asks for a scheduling pass."""
         known = await self.known_slots.load()
         async with self.db.begin(write=True) as db:
             sg = await db.get(ScalingGroup, name)
             if sg is None:
                 raise NotFound(f"No scaling group {name!r}", field="name", received=name)
-            _apply_sgroup(sg, changes, known)
+            _apply_scaling_group(sg, changes, known)
         self.trigger()
-        return sgroup_json(sg)
+        return scaling_group_json(sg)
 
-    async def delete_sgroup(self, name: str) -> None:
+    async def delete_scaling_group(self, name: str) -> None:
         """Conflict while agents or sessions reference the group."""
         async with self.db.begin(write=True) as db:
             sg = await db.get(ScalingGroup, name)

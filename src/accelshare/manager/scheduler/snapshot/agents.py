@@ -45,7 +45,7 @@ class AgentColumns:
     views: ReportedViews
 
 
-def agent_heads(dialect: str, sgroup: str) -> sa.Select[Any]:
+def agent_heads(dialect: str, scaling_group: str) -> sa.Select[Any]:
     """The group's ALIVE, schedulable agents: id, ``views_revision``,
     ``first_contact_at`` (a row deleted and made again differs), ``occupancy_revision``,
     address and, on SQLite, the revision of their held kernels (0: never written)."""
@@ -62,7 +62,7 @@ def agent_heads(dialect: str, sgroup: str) -> sa.Select[Any]:
     if dialect == "sqlite":
         query = query.outerjoin(AgentHeldRevision, AgentHeldRevision.agent_id == Agent.id)
     return query.where(
-        Agent.scaling_group == sgroup,
+        Agent.scaling_group == scaling_group,
         Agent.status == AgentStatus.ALIVE,
         Agent.is_schedulable.is_(True),
     ).order_by(Agent.id)
@@ -105,7 +105,7 @@ async def _agent_inputs(
 
 
 async def load_agents(
-    db: AsyncSession, sgroup: str, cache: SnapshotCache, texts: Texts
+    db: AsyncSession, scaling_group: str, cache: SnapshotCache, texts: Texts
 ) -> tuple[list[AgentSnapshot], dict[str, int], dict[str, str]]:
     """The group's agents' snapshots (in id order), and each agent's
     ``occupancy_revision`` and address.  An agent's snapshot is the previous pass's
@@ -114,7 +114,7 @@ async def load_agents(
     # Every agent's revisions; its parsed columns (13 kB of heartbeat views per agent
     # of 8 GPUs and 64 cores) only when its views_revision moved: the database bumps it
     # whenever one of them changes (models.triggers), for any writer.
-    agents = list(await db.execute(agent_heads(db.get_bind().dialect.name, sgroup)))
+    agents = list(await db.execute(agent_heads(db.get_bind().dialect.name, scaling_group)))
     if not agents:
         cache.clear()
         return [], {}, {}
@@ -123,7 +123,7 @@ async def load_agents(
     # agent ids), one row per agent: the database joins each kernel's id and stored
     # texts into one string (:mod:`.held`), the cache key, parsed only when it changed
     # (not a Python row per kernel)
-    held_texts = await read_held_texts(db, sgroup, agents, cache)
+    held_texts = await read_held_texts(db, scaling_group, agents, cache)
     held = {a: texts.get_raw("held", t, Held.parse) for a, t in held_texts.items()}
     views = {a.id: inputs[a.id].views for a in agents}
     # which reported kernels the manager has a row for: those the agent holds (just
@@ -168,7 +168,7 @@ async def load_agents(
                     agent_id,
                     columns.available_slots,
                     occupied,
-                    sgroup,
+                    scaling_group,
                     runtime=columns.runtime,
                     architecture=columns.architecture,
                     images=columns.images,

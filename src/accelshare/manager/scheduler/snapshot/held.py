@@ -46,9 +46,9 @@ def _held_text(dialect: str) -> sa.ColumnElement[str]:
     return sa.func.aggregate_strings(row, _KERNEL_SEP)
 
 
-def _held_filter(sgroup: str) -> tuple[sa.ColumnElement[bool], ...]:
+def _held_filter(scaling_group: str) -> tuple[sa.ColumnElement[bool], ...]:
     return (
-        Agent.scaling_group == sgroup,
+        Agent.scaling_group == scaling_group,
         Agent.status == AgentStatus.ALIVE,
         Agent.is_schedulable.is_(True),
         Kernel.status.in_(OCCUPYING),
@@ -56,19 +56,19 @@ def _held_filter(sgroup: str) -> tuple[sa.ColumnElement[bool], ...]:
 
 
 async def read_held_texts(
-    db: AsyncSession, sgroup: str, agents: Sequence[Sequence[Any]], cache: SnapshotCache
+    db: AsyncSession, scaling_group: str, agents: Sequence[Sequence[Any]], cache: SnapshotCache
 ) -> dict[str, str]:
     """Each agent's held kernels as :func:`_held_text` (agents holding none left out),
     read again only for the agents whose held kernels changed: by their row versions on
     PostgreSQL, by their held revision on SQLite (``agents``: the rows of
     :func:`~.agents.agent_heads`)."""
     if db.get_bind().dialect.name == "postgresql":
-        return await _held_texts_by_version(db, sgroup, cache)
-    return await _held_texts_by_revision(db, sgroup, agents, cache)
+        return await _held_texts_by_version(db, scaling_group, cache)
+    return await _held_texts_by_revision(db, scaling_group, agents, cache)
 
 
 async def _held_texts_by_version(
-    db: AsyncSession, sgroup: str, cache: SnapshotCache
+    db: AsyncSession, scaling_group: str, cache: SnapshotCache
 ) -> dict[str, str]:
     """PostgreSQL: :func:`_held_text` per agent, read only for agents whose held kernels'
     row versions changed.  Every pass reads, per agent, an md5 of its held kernels'
@@ -87,7 +87,7 @@ async def _held_texts_by_version(
                 ),
             )
             .join(Agent, Agent.id == Kernel.agent_id)
-            .where(*_held_filter(sgroup))
+            .where(*_held_filter(scaling_group))
             .group_by(Kernel.agent_id)
         )
         if agent_id is not None
@@ -104,7 +104,7 @@ async def _held_texts_by_version(
                 _held_text("postgresql"),
             )
             .join(Agent, Agent.id == Kernel.agent_id)
-            .where(*_held_filter(sgroup), Kernel.agent_id.in_(chunk))
+            .where(*_held_filter(scaling_group), Kernel.agent_id.in_(chunk))
             .group_by(Kernel.agent_id)
         ):
             if agent_id is not None:
@@ -115,7 +115,7 @@ async def _held_texts_by_version(
 
 
 async def _held_texts_by_revision(
-    db: AsyncSession, sgroup: str, agents: Sequence[Sequence[Any]], cache: SnapshotCache
+    db: AsyncSession, scaling_group: str, agents: Sequence[Sequence[Any]], cache: SnapshotCache
 ) -> dict[str, str]:
     """SQLite: :func:`_held_text` per agent, read only for agents whose held revision
     (the last column of :func:`~.agents.agent_heads`; ``agent_held_revisions``, bumped by the
@@ -132,7 +132,7 @@ async def _held_texts_by_revision(
             for held_by, held_text in await db.execute(
                 sa.select(Kernel.agent_id, _held_text("sqlite"))
                 .join(Agent, Agent.id == Kernel.agent_id)
-                .where(*_held_filter(sgroup), Kernel.agent_id.in_(chunk))
+                .where(*_held_filter(scaling_group), Kernel.agent_id.in_(chunk))
                 .group_by(Kernel.agent_id)
             ):
                 if held_by is not None:

@@ -33,7 +33,7 @@ class LoadedSnapshot:
 
 async def load_snapshot(
     db: AsyncSession,
-    sgroup: ScalingGroup,
+    scaling_group: ScalingGroup,
     *,
     now: datetime,
     known: Mapping[str, SlotTypes],
@@ -49,10 +49,10 @@ async def load_snapshot(
     added to the stored ones."""
     cache = cache if cache is not None else SnapshotCache()
     texts = Texts(cache.texts)
-    agents, revisions, urls = await load_agents(db, sgroup.name, cache, texts)
+    agents, revisions, urls = await load_agents(db, scaling_group.name, cache, texts)
     pending = await load_pending(
         db,
-        sgroup,
+        scaling_group,
         cache,
         texts,
         unwritten_retries,
@@ -61,7 +61,7 @@ async def load_snapshot(
     ctx, by_key = await predicate_context(db, pending, now, known, texts, options)
     cache.texts = texts.used
     snapshot = SchedulingSnapshot(
-        scaling_group=sgroup.name,
+        scaling_group=scaling_group.name,
         now=now,
         agents=tuple(agents),
         pending=tuple(pending),

@@ -33,7 +33,7 @@ __all__ = ["load_pending"]
 
 async def load_pending(
     db: AsyncSession,
-    sgroup: ScalingGroup,
+    scaling_group: ScalingGroup,
     cache: SnapshotCache,
     texts: Texts,
     unwritten: Callable[[str], int] | None = None,
@@ -61,7 +61,7 @@ async def load_pending(
     heads = (
         await conn.execute(
             sa.select(raw(t.c.id), t.c.sched_revision, retries_column)
-            .where(t.c.scaling_group == sgroup.name, t.c.status == SessionStatus.PENDING)
+            .where(t.c.scaling_group == scaling_group.name, t.c.status == SessionStatus.PENDING)
             .order_by(t.c.created_at, t.c.id)
         )
     ).all()  # fetched at once (iterating fetches row by row through the async adapter)
@@ -96,12 +96,12 @@ async def load_pending(
         dep_rows = await conn.execute(
             sa.select(raw(SessionDependency.session_id), SessionDependency.depends_on)
             .join(t, t.c.id == SessionDependency.session_id)
-            .where(t.c.scaling_group == sgroup.name, t.c.status == SessionStatus.PENDING)
+            .where(t.c.scaling_group == scaling_group.name, t.c.status == SessionStatus.PENDING)
         )
         for sid, dep in dep_rows:
             deps.setdefault(sid, []).append(str(dep))
     default_frag = bool(
-        (sgroup.scheduler_opts or {}).get("allow_fractional_resource_fragmentation", True)
+        (scaling_group.scheduler_opts or {}).get("allow_fractional_resource_fragmentation", True)
     )
     catalogue: dict[str, ImageRequirement] = {}
     wanted = {entry[1][-1] for entry in cached_rows.values()}

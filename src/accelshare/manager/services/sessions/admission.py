@@ -239,16 +239,18 @@ class SessionAdmission:
                     received=name,
                     sessionId=str(existing.id),
                 )
-            sgroup = await self._scaling_group(db, body)
+            scaling_group = await self._scaling_group(db, body)
             group_id = await self._group(db, owner.user_id, owner.domain_name, body.group)
-            agents = await group_agents(db, sgroup.name)
-            resources = self._resources(agents, sgroup, body, known)
-            image_ref, resources = await self._image(db, body, resources, sgroup.name, agents)
+            agents = await group_agents(db, scaling_group.name)
+            resources = self._resources(agents, scaling_group, body, known)
+            image_ref, resources = await self._image(
+                db, body, resources, scaling_group.name, agents
+            )
             opts = dict(body.config.resource_opts)
             opts.setdefault(
                 "allow_fractional_resource_fragmentation",
                 bool(
-                    (sgroup.scheduler_opts or {}).get(
+                    (scaling_group.scheduler_opts or {}).get(
                         "allow_fractional_resource_fragmentation", True
                     )
                 ),
@@ -258,14 +260,14 @@ class SessionAdmission:
                     db,
                     self.empty_trial_maps,
                     agents,
-                    sgroup.name,
+                    scaling_group.name,
                     resources,
                     known,
                     allow_fragmentation=bool(opts["allow_fractional_resource_fragmentation"]),
                 )
             await self._check_limits(db, owner, resources)
             deps = await self._dependencies(db, caller, owner.access_key, body.dependencies)
-            designated = await self._designated(db, caller, body, sgroup.name)
+            designated = await self._designated(db, caller, body, scaling_group.name)
             now = self.clock()
             values: dict[str, Any] = {
                 "id": uuid.uuid4(),
@@ -291,7 +293,7 @@ class SessionAdmission:
                 ),
                 "tag": body.tag,
                 "vfolder_mounts": [m.mount.model_dump(mode="json") for m in body.mounts] or None,
-                "scaling_group": sgroup.name,
+                "scaling_group": scaling_group.name,
                 "designated_agent_id": designated,
                 "status": SessionStatus.PENDING,
                 "status_info": "enqueued",
@@ -378,8 +380,8 @@ class SessionAdmission:
 
     async def _scaling_group(self, db: AsyncSession, body: SessionRequest) -> ScalingGroup:
         name = body.config.scaling_group or self.default_scaling_group
-        sgroup = (await db.execute(_SCALING_GROUP, {"name": name})).scalar_one_or_none()
-        if sgroup is None or not sgroup.is_active:
+        scaling_group = (await db.execute(_SCALING_GROUP, {"name": name})).scalar_one_or_none()
+        if scaling_group is None or not scaling_group.is_active:
             names = list(
                 (
                     await db.execute(
@@ -393,7 +395,7 @@ class SessionAdmission:
                 expected="one of " + ", ".join(names),
                 received=name,
             )
-        allowed = (sgroup.scheduler_opts or {}).get("allowed_session_types") or [
+        allowed = (scaling_group.scheduler_opts or {}).get("allowed_session_types") or [
             "interactive",
             "batch",
         ]
@@ -412,7 +414,7 @@ class SessionAdmission:
                 expected="a command line",
                 received=body.startup_command,
             )
-        return sgroup
+        return scaling_group
 
     async def _group(
         self, db: AsyncSession, user_id: uuid.UUID, domain: str, name: str | None
@@ -446,7 +448,7 @@ class SessionAdmission:
     def _resources(
         self,
         agents: Sequence[GroupAgent],
-        sgroup: ScalingGroup,
+        scaling_group: ScalingGroup,
         body: SessionRequest,
         known: Mapping[str, SlotTypes],
     ) -> ResourceSlot:
@@ -465,7 +467,7 @@ class SessionAdmission:
         return resolve_resources(
             body.config.resources,
             known=known,
-            defaults=sgroup.default_session_slots,
+            defaults=scaling_group.default_session_slots,
             quanta=quanta,
             discrete=(discrete - fractional) - {"mem"},
         )
@@ -475,7 +477,7 @@ class SessionAdmission:
         db: AsyncSession,
         body: SessionRequest,
         resources: ResourceSlot,
-        sgroup_name: str,
+        scaling_group_name: str,
         agents: Sequence[GroupAgent],
     ) -> tuple[str, ResourceSlot]:
         """The catalogue reference the body's image stands for (an alias resolved) and
@@ -487,7 +489,7 @@ class SessionAdmission:
             await check_known_name(
                 db,
                 body.image,
-                sgroup=sgroup_name,
+                scaling_group=scaling_group_name,
                 reported={name for agent in agents for name in agent.images or ()},
                 pulls=any(agent.runtime == "docker" for agent in agents),
             )
@@ -500,7 +502,7 @@ class SessionAdmission:
             raise InvalidRequest(
                 str(e), field=f"config.{e.field}", expected=e.expected, received=e.received
             ) from None
-        check_some_agent_has(agents, rules, sgroup_name)
+        check_some_agent_has(agents, rules, scaling_group_name)
         return image.ref, resources
 
     async def _check_limits(self, db: AsyncSession, owner: _Owner, requested: ResourceSlot) -> None:
@@ -556,7 +558,7 @@ class SessionAdmission:
         return sorted(set(deps))
 
     async def _designated(
-        self, db: AsyncSession, caller: Actor, body: SessionRequest, sgroup: str
+        self, db: AsyncSession, caller: Actor, body: SessionRequest, scaling_group: str
     ) -> str | None:
         agents = body.config.agent_list
         if not agents:
@@ -574,9 +576,9 @@ class SessionAdmission:
                 received=agents,
             )
         agent = await db.get(Agent, agents[0])
-        if agent is None or agent.scaling_group != sgroup:
+        if agent is None or agent.scaling_group != scaling_group:
             raise InvalidRequest(
-                f"No agent {agents[0]!r} in scaling group {sgroup}",
+                f"No agent {agents[0]!r} in scaling group {scaling_group}",
                 field="config.agentList",
                 received=agents,
             )

@@ -51,7 +51,9 @@ _GROUP_AGENTS = (
         Agent.available_slots,
         Agent.views_revision,
     )
-    .where(Agent.scaling_group == sa.bindparam("sgroup"), Agent.status != AgentStatus.TERMINATED)
+    .where(
+        Agent.scaling_group == sa.bindparam("scaling_group"), Agent.status != AgentStatus.TERMINATED
+    )
     .order_by(Agent.id)
 )
 _AGENT_VIEWS = sa.select(Agent.id, Agent.device_allocs).where(
@@ -74,15 +76,15 @@ class GroupAgent:
     views_revision: int
 
 
-async def group_agents(db: AsyncSession, sgroup_name: str) -> list[GroupAgent]:
+async def group_agents(db: AsyncSession, scaling_group_name: str) -> list[GroupAgent]:
     """The scaling group's agents (LOST ones included, not TERMINATED), by id: one query
     for the resource quanta and the image check."""
-    rows = await db.execute(_GROUP_AGENTS, {"sgroup": sgroup_name})
+    rows = await db.execute(_GROUP_AGENTS, {"scaling_group": scaling_group_name})
     return [GroupAgent(*row) for row in rows]
 
 
 def check_some_agent_has(
-    agents: Sequence[GroupAgent], rules: ImageRequirement, sgroup_name: str
+    agents: Sequence[GroupAgent], rules: ImageRequirement, scaling_group_name: str
 ) -> None:
     """Refuse an image that no agent of the scaling group can run (by their last
     heartbeats, LOST agents included): waiting would never end.  A group without
@@ -104,7 +106,7 @@ def check_some_agent_has(
             f"; and {len(reasons) - 3} more" if len(reasons) > 3 else ""
         )
         raise InvalidRequest(
-            f"No agent in scaling group {sgroup_name} can run image {rules.ref}: {shown}",
+            f"No agent in scaling group {scaling_group_name} can run image {rules.ref}: {shown}",
             field="image",
             expected="an image some agent of the scaling group has",
             received=rules.ref,
@@ -118,7 +120,7 @@ async def check_some_agent_could_hold(
     db: AsyncSession,
     empty_trial_maps: EmptyTrialMaps,
     agents: Sequence[GroupAgent],
-    sgroup_name: str,
+    scaling_group_name: str,
     requested: ResourceSlot,
     known: Mapping[str, SlotTypes],
     *,
@@ -165,13 +167,13 @@ async def check_some_agent_could_hold(
     )
     alive = sum(a.status is AgentStatus.ALIVE for a in agents)
     raise InvalidRequest(
-        f"No agent of scaling group {sgroup_name} could hold this session, even with"
+        f"No agent of scaling group {scaling_group_name} could hold this session, even with"
         f" nothing else running (judged by its {alive} alive and {len(agents) - alive}"
         f" lost agent(s)): the most one agent can give one kernel is {most}"
         f" (requested: {asked}). Ask for less, or set waitForAgents"
         " (CLI: --wait-for-agents) to keep it queued for agents yet to join.",
         field="config.resources",
-        expected=f"at most what one agent of scaling group {sgroup_name} can hold: {most}",
+        expected=f"at most what one agent of scaling group {scaling_group_name} can hold: {most}",
         received=requested.to_json(),
         error="NoAgentCouldHold",
         largest={s: canonical_decimal(v) for s, v in largest.items()},
