@@ -110,7 +110,7 @@ def gpu_alloc_map_string(raw: Mapping[str, Any]) -> str:
 
 
 def views_of(agent: Agent) -> dict[str, PluginMapView]:
-    return parse_views(agent.device_allocs)
+    return parse_views(agent.map_views)
 
 
 def slot_details(agents: list[Agent], known: Mapping[str, Any]) -> dict[str, Any]:

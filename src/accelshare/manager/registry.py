@@ -285,7 +285,7 @@ class AgentRegistry:
             out.changed = True
         if (
             agent.available_slots != available
-            or agent.device_allocs != views
+            or agent.map_views != views
             or agent.address != hb.rpc_url
             or agent.scaling_group != hb.scaling_group
             or (agent.images or []) != hb.images
@@ -298,7 +298,7 @@ class AgentRegistry:
         agent.architecture = hb.architecture
         agent.version = hb.version
         agent.available_slots = available
-        agent.device_allocs = views
+        agent.map_views = views
         agent.slot_metadata = dict(hb.slot_metadata)
         agent.quanta = _quanta(hb)
         agent.compute_plugins = _plugins_summary(hb)
@@ -403,7 +403,7 @@ class AgentRegistry:
         kernels = await session_kernels(db, row.id)
         for kernel in kernels:
             if kernel.id == kernel_id and allocations:
-                kernel.device_allocs = allocations
+                kernel.allocation = allocations
             if kernel.id == kernel_id and service_ports:
                 kernel.service_ports = service_ports
         await walk_forward(

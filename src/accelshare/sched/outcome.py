@@ -49,8 +49,8 @@ class Assignment:
     passed_predicates: tuple[PredicateResult, ...] = ()
 
     @property
-    def device_allocs(self) -> Allocation:
-        """``{slot: {device: amount}}`` (the kernel row's form)."""
+    def kernel_allocation(self) -> Allocation:
+        """``{slot: {device: amount}}``: the kernel's allocation (``kernels.allocation``)."""
         return device_allocation(self.allocation)
 
 

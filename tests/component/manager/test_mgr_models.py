@@ -55,7 +55,7 @@ async def add_agent(db: Database, agent_id: str = "i-node01") -> None:
                 available_slots=ResourceSlot({"cpu": 8, "mem": 16 << 30, "cuda.shares": 2}),
                 occupied_slots=ResourceSlot(),
                 quanta={"cuda.shares": "0.1"},
-                device_allocs={"cuda.shares": {"gpu0": {"capacity": "1", "allocated": "0"}}},
+                map_views={"cuda.shares": {"gpu0": {"capacity": "1", "allocated": "0"}}},
                 first_contact_at=T0,
                 last_heartbeat_at=T0,
             )
@@ -160,7 +160,7 @@ async def test_lifecycle_with_history_kernels_and_dependencies(db: Database) -> 
                 image=row.image,
                 requested_slots=REQUEST,
                 occupied_slots=REQUEST,
-                device_allocs={"cuda.shares": {"gpu0": "0.2"}},
+                allocation={"cuda.shares": {"gpu0": "0.2"}},
                 status=new,
             )
         )
@@ -178,7 +178,7 @@ async def test_lifecycle_with_history_kernels_and_dependencies(db: Database) -> 
         (None, SessionStatus.PENDING),
         (SessionStatus.PENDING, SessionStatus.SCHEDULED),
     ]
-    assert kernel.device_allocs == {"cuda.shares": {"gpu0": "0.2"}}
+    assert kernel.allocation == {"cuda.shares": {"gpu0": "0.2"}}
     async with db.begin(write=True) as session:
         await session.execute(sa.delete(Session).where(Session.id == second))
         await session.execute(sa.delete(Session).where(Session.id == first))

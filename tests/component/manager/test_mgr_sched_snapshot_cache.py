@@ -101,12 +101,12 @@ async def test_unchanged_rows_are_reused_and_changed_ones_reread(
     async with cluster.manager.db.begin(write=True) as db:
         row = await db.get(Agent, "i-node01")
         assert row is not None
-        views = {k: dict(v) for k, v in row.device_allocs.items()}
+        views = {k: dict(v) for k, v in row.map_views.items()}
         key = next(iter(views))
         devices = [dict(d) for d in views[key]["devices"]]
         devices[0]["allocated"] = devices[0]["capacity"]  # a device taken outside
         views[key] = {**views[key], "devices": devices}
-        row.device_allocs = views
+        row.map_views = views
         row.available_slots = ResourceSlot({**row.available_slots, "cpu": 3})
     await cluster.manager.scheduler.run_once()
     [(_, agent)] = cache.agents.values()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from decimal import Decimal
 from typing import Any
 
 import pytest
@@ -13,8 +14,23 @@ from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 from sqlalchemy.engine import Connection
 
+from accelshare.common import ResourceSlot
+from accelshare.manager.bootstrap import bootstrap
+from accelshare.manager.config import ManagerConfig
 from accelshare.manager.db import Database
-from accelshare.manager.models import Base, Domain, User, email_matches
+from accelshare.manager.models import (
+    Agent,
+    AgentHeldRevision,
+    AgentStatus,
+    Base,
+    Domain,
+    Group,
+    Kernel,
+    Keypair,
+    Session,
+    User,
+    email_matches,
+)
 from accelshare.manager.models.triggers import KERNEL_HELD
 from accelshare.manager.schema import (
     SchemaError,
@@ -125,8 +141,8 @@ async def _views_revisions(database: Database) -> list[int]:
         db.add(Agent(id="i-rev", status="ALIVE", scaling_group="default", address="http://a"))
     seen: list[int] = []
     changes: list[dict[str, Any]] = [
-        {"device_allocs": {"cuda": {"devices": []}}},  # a parsed column changed: +1
-        {"device_allocs": {"cuda": {"devices": []}}},  # the same value again: unchanged
+        {"map_views": {"cuda": {"devices": []}}},  # a parsed column changed: +1
+        {"map_views": {"cuda": {"devices": []}}},  # the same value again: unchanged
         {"last_heartbeat_at": sa.func.now(), "occupancy_revision": 7},  # not parsed
         {"images": ["python"], "runtime": "docker"},  # two at once: +1
         {"available_slots": {"cpu": "4"}},  # +1
@@ -257,3 +273,118 @@ async def test_the_email_migration_refuses_clashes_and_names_them(database: Data
     assert (await upgrade_schema(database)).is_current
     with pytest.raises(sa.exc.IntegrityError):
         await _add_users(database, "USERA@X.ORG")
+
+
+def _before_0012(table: sa.Table, renamed: str) -> sa.Table:
+    """``table`` as revision 0011 left it (0012 renamed its ``device_allocs`` to ``renamed``)."""
+    columns = []
+    for column in table.columns:
+        copy = column._copy()
+        if column.name == renamed:
+            copy.name = copy.key = "device_allocs"
+        columns.append(copy)
+    return sa.Table(table.name, sa.MetaData(), *columns)
+
+
+AGENTS_0011 = _before_0012(Agent.__table__, "map_views")
+KERNELS_0011 = _before_0012(Kernel.__table__, "allocation")
+VIEWS = {"cuda": {"devices": [{"device_id": "gpu0", "capacity": "1", "allocated": "0.2"}]}}
+ALLOCATION = {"cuda.shares": {"gpu0": "0.2"}}
+
+
+async def _revisions(database: Database, agent_id: str) -> tuple[int, int]:
+    """The agent's views revision and (SQLite; 0 on PostgreSQL) held revision."""
+    async with database.connect() as conn:
+        views = (
+            await conn.execute(sa.select(Agent.views_revision).where(Agent.id == agent_id))
+        ).scalar_one()
+        held = (
+            await conn.execute(
+                sa.select(AgentHeldRevision.revision).where(AgentHeldRevision.agent_id == agent_id)
+            )
+        ).scalar_one_or_none()
+    return views, held or 0
+
+
+async def _write(database: Database, statement: sa.Executable) -> None:
+    async with database.connect(write=True) as conn:
+        await conn.execute(statement)
+
+
+async def test_0012_renames_the_columns_keeping_values_and_triggers(
+    database: Database, manager_config: ManagerConfig
+) -> None:
+    """An agent's heartbeat views and a kernel's allocation written at 0011 come through
+    the rename (and back, on a downgrade) unchanged, and the revision triggers over
+    those columns keep counting under either name."""
+    await upgrade_schema(database, "0011")
+    await bootstrap(database, manager_config)
+    sqlite = database.dialect == "sqlite"
+    async with database.connect(write=True) as conn:
+        user_id = (await conn.execute(sa.select(User.id))).scalar_one()
+        group_id = (await conn.execute(sa.select(Group.id))).scalar_one()
+        access_key = (await conn.execute(sa.select(Keypair.access_key))).scalar_one()
+        await conn.execute(
+            sa.insert(AGENTS_0011).values(
+                id="i-old",
+                status=AgentStatus.ALIVE,
+                scaling_group="default",
+                address="tcp://127.0.0.1:6001",
+                device_allocs=VIEWS,
+            )
+        )
+        session_id = uuid.uuid4()
+        await conn.execute(
+            sa.insert(Session).values(
+                id=session_id,
+                name="s1",
+                access_key=access_key,
+                user_id=user_id,
+                group_id=group_id,
+                domain_name="default",
+                image="python",
+                scaling_group="default",
+                requested_slots=ResourceSlot({"cuda.shares": Decimal("0.2")}),
+            )
+        )
+        await conn.execute(
+            sa.insert(KERNELS_0011).values(
+                id=uuid.uuid4(),
+                session_id=session_id,
+                agent_id="i-old",
+                image="python",
+                requested_slots=ResourceSlot({"cuda.shares": Decimal("0.2")}),
+                device_allocs=ALLOCATION,
+            )
+        )
+    views_0, held_0 = await _revisions(database, "i-old")
+    assert held_0 == (1 if sqlite else 0)  # the kernel's insert
+
+    assert (await upgrade_schema(database)).is_current
+    async with database.connect() as conn:
+        assert (await conn.execute(sa.select(Agent.map_views))).scalar_one() == VIEWS
+        assert (await conn.execute(sa.select(Kernel.allocation))).scalar_one() == ALLOCATION
+    assert await _revisions(database, "i-old") == (views_0, held_0)  # the rename wrote nothing
+    await _write(database, sa.update(Agent).values(map_views={}))
+    await _write(database, sa.update(Agent).values(map_views={}))  # the same value: unchanged
+    await _write(database, sa.update(Kernel).values(allocation={"cuda.shares": {"gpu0": "0.3"}}))
+    assert await _revisions(database, "i-old") == (views_0 + 1, held_0 + (1 if sqlite else 0))
+    assert await schema_diff(database) == []
+
+    def down(connection: Connection) -> None:
+        cfg = alembic_config()
+        cfg.attributes["connection"] = connection
+        command.downgrade(cfg, "0011")
+
+    async with database.connect(write=True) as conn:
+        await conn.run_sync(down)
+    assert (await get_schema_state(database)).current == "0011"
+    async with database.connect() as conn:
+        assert (await conn.execute(sa.select(AGENTS_0011.c.device_allocs))).scalar_one() == {}
+        assert (await conn.execute(sa.select(KERNELS_0011.c.device_allocs))).scalar_one() == {
+            "cuda.shares": {"gpu0": "0.3"}
+        }
+    await _write(database, sa.update(AGENTS_0011).values(device_allocs=VIEWS))
+    await _write(database, sa.update(KERNELS_0011).values(device_allocs=ALLOCATION))
+    assert await _revisions(database, "i-old") == (views_0 + 2, held_0 + (2 if sqlite else 0))
+    assert (await upgrade_schema(database)).is_current

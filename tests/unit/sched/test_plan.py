@@ -79,7 +79,7 @@ def test_canonical_placement_recorded_in_the_assignment() -> None:
         session("big", age_s=1, requested_slots=gpu_req("1.2")),
     ]
     plan = plan_pass(snap([gpu_agent("i-node01", 0, 0)], pending))
-    allocs = {a.session_id: a.device_allocs["cuda.shares"] for a in plan.assignments}
+    allocs = {a.session_id: a.kernel_allocation["cuda.shares"] for a in plan.assignments}
     assert allocs == {"small": {"GPU2": D("0.2")}, "big": {"GPU1": D("0.6"), "GPU2": D("0.6")}}
 
 
@@ -426,11 +426,11 @@ def test_plan_never_overcommits(snapshot: SchedulingSnapshot) -> None:
         for a in assigned:
             total = total + a.requested_slots
             # each placement adds up exactly to the request, on the quantum grid
-            for slot, per_device in a.device_allocs.items():
+            for slot, per_device in a.kernel_allocation.items():
                 assert sum(per_device.values()) == a.requested_slots[slot]
                 assert all(v % D("0.1") == 0 for v in per_device.values())
         assert total <= agent.state.available_slots
-        used = sum_allocations([a.device_allocs for a in assigned])
+        used = sum_allocations([a.kernel_allocation for a in assigned])
         for m in agent.maps:
             for device in m.devices:
                 taken = used.get(device.slot_name, {}).get(device.device_id, D(0))

@@ -72,7 +72,7 @@ def test_agents_whose_devices_refuse_are_skipped() -> None:
         session("s1", requested_slots=slots(cpu=1, cuda_shares="0.8"), allow_fragmentation=False)
     ]
     plan = plan_pass(SchedulingSnapshot("default", T0, tuple(agents), tuple(pending)))
-    assert [(a.agent_id, a.device_allocs["cuda.shares"]) for a in plan.assignments] == [
+    assert [(a.agent_id, a.kernel_allocation["cuda.shares"]) for a in plan.assignments] == [
         ("a1", {"GPU1": D("0.8")})
     ]
 

@@ -4,13 +4,13 @@ An agent row is the manager's copy of what the agent last reported:
 
 * ``available_slots`` — total capacity per slot; ``occupied_slots`` — what the manager
   has reserved for resource-occupying kernels (the manager's own accounting);
-* ``device_allocs`` — the per-device allocation snapshot the agent reports (its alloc
-  maps' capacity and allocated amounts per device and slot, as the ``alloc`` package
-  serialises them), used for the dry-run fit before binding;
+* ``map_views`` — the alloc-map views the agent reports in its heartbeat (one
+  ``PluginMapView`` per allocation map: capacity and allocated amounts per device and
+  slot, and which kernels hold them), used for the dry-run fit before binding;
 * ``slot_metadata`` (UI metadata and slot types per slot) and ``quanta`` (slot ->
   decimal string) for request validation at enqueue;
 * ``views_revision`` — bumped by a database trigger whenever ``available_slots``,
-  ``runtime``, ``architecture``, ``images`` or ``device_allocs`` change
+  ``runtime``, ``architecture``, ``images`` or ``map_views`` change
   (:mod:`.triggers`): the scheduler re-reads those only for agents whose revision moved;
 * ``occupancy_revision`` — bumped on every reservation/release.  Reservations are a
   compare-and-set: ``UPDATE agents SET occupied_slots=:new, occupancy_revision=:rev+1
@@ -109,7 +109,8 @@ class Agent(Base):
     views_revision: Mapped[int] = mapped_column(
         sa.BigInteger(), default=0, server_default=sa.text("0")
     )
-    device_allocs: Mapped[dict[str, Any]] = mapped_column(JSONDocument, default=dict)
+    # plugin key -> PluginMapView (the heartbeat's alloc_maps, as JSON)
+    map_views: Mapped[dict[str, Any]] = mapped_column(JSONDocument, default=dict)
     slot_metadata: Mapped[dict[str, Any]] = mapped_column(JSONDocument, default=dict)
     quanta: Mapped[dict[str, str]] = mapped_column(JSONDocument, default=dict)
     is_schedulable: Mapped[bool] = mapped_column(default=True)

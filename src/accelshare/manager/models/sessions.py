@@ -134,8 +134,9 @@ class Kernel(Base):
     image: Mapped[str] = mapped_column(sa.String(512))
     requested_slots: Mapped[ResourceSlot] = mapped_column(ResourceSlotJSON())
     occupied_slots: Mapped[ResourceSlot] = mapped_column(ResourceSlotJSON(), default=ResourceSlot)
-    # {slot: {device_id: "amount"}} as granted by the agent's alloc maps
-    device_allocs: Mapped[dict[str, dict[str, str]]] = mapped_column(JSONDocument, default=dict)
+    # the kernel's allocation, {slot: {device_id: "amount"}}, as planned by the scheduler
+    # and then granted by the agent's alloc maps
+    allocation: Mapped[dict[str, dict[str, str]]] = mapped_column(JSONDocument, default=dict)
     status: Mapped[SessionStatus] = mapped_column(
         str_enum(SessionStatus), default=SessionStatus.PENDING
     )

@@ -1,11 +1,12 @@
-"""Database triggers the models rely on (created by ``create_all`` and by migrations 0005
-and 0006).
+"""Database triggers the models rely on (created by ``create_all`` and by the migrations:
+0005, 0006 and 0007 made them, 0012 made those of ``agents`` and ``kernels`` again over the
+renamed columns).
 
 Two revisions the scheduler's snapshot keys its caches by, bumped by the database
 whenever an UPDATE changes one of the columns they stand for:
 
 * ``agents.views_revision``: ``available_slots``, ``runtime``, ``architecture``,
-  ``images``, ``device_allocs`` (what the snapshot parses of an agent: 13 kB of
+  ``images``, ``map_views`` (what the snapshot parses of an agent: 13 kB of
   heartbeat views for an agent of 8 GPUs and 64 cores);
 * ``sessions.sched_revision``: the columns the snapshot reads of a pending session
   (its request, owner, times, priority, options, image; set at enqueue and, today,
@@ -19,7 +20,7 @@ on PostgreSQL ``BEFORE UPDATE OF <columns>`` likewise.
 
 A third, SQLite only (:data:`KERNEL_HELD`): ``agent_held_revisions.revision`` of an
 agent, bumped whenever a kernel row on it (before or after the write) is inserted,
-deleted, or changes its id, agent, status, occupied slots or device allocations — what
+deleted, or changes its id, agent, status, occupied slots or allocation — what
 the snapshot's per-agent *held kernels* text is made of, so that text is read only for
 agents whose revision moved.  It writes a row of its own small table (not the agent's
 13 kB row, which SQLite would rewrite whole), and SQLite has one writer at a time, so
@@ -98,7 +99,7 @@ class RevisionTrigger:
 AGENT_VIEWS = RevisionTrigger(
     "agents",
     "views_revision",
-    ("available_slots", "runtime", "architecture", "images", "device_allocs"),
+    ("available_slots", "runtime", "architecture", "images", "map_views"),
 )
 SESSION_SCHED = RevisionTrigger(
     "sessions",
@@ -183,5 +184,5 @@ class HeldRevisionTriggers:
 KERNEL_HELD = HeldRevisionTriggers(
     "kernels",
     "agent_held_revisions",
-    ("id", "agent_id", "status", "occupied_slots", "device_allocs"),
+    ("id", "agent_id", "status", "occupied_slots", "allocation"),
 )

@@ -59,7 +59,7 @@ class BindJob:
     kernel_id: uuid.UUID
     agent_id: str  # RPCs go to its current address (agents.address), read at each call
     # the planned per-device placement (slot -> device -> canonical decimal, the kernel
-    # row's device_allocs): the create request carries it and the agent takes it as is
+    # row's allocation): the create request carries it and the agent takes it as is
     plan: Mapping[str, Mapping[str, str]] | None = field(default=None, compare=False)
 
 
@@ -76,10 +76,10 @@ class AppliedPlan:
 _CHUNK = 500  # rows per IN list / VALUES list (SQLite and asyncpg bind-parameter limits)
 
 
-def _device_allocs_json(assignment: Assignment) -> dict[str, dict[str, str]]:
+def _allocation_json(assignment: Assignment) -> dict[str, dict[str, str]]:
     return {
         slot: {device: canonical_decimal(amount) for device, amount in per_device.items()}
-        for slot, per_device in assignment.device_allocs.items()
+        for slot, per_device in assignment.kernel_allocation.items()
     }
 
 
@@ -188,7 +188,7 @@ async def apply_plan(
             image, requested, data = pending[a.session_id]
             sid = uuid.UUID(a.session_id)
             kernel_id = uuid.uuid4()
-            planned = _device_allocs_json(a)
+            planned = _allocation_json(a)
             kernel_rows.append(
                 {
                     "id": kernel_id,
@@ -200,7 +200,7 @@ async def apply_plan(
                     "image": image,
                     "requested_slots": requested,
                     "occupied_slots": a.requested_slots,
-                    "device_allocs": planned,
+                    "allocation": planned,
                     "status": SessionStatus.SCHEDULED,
                     "status_info": info,
                     "status_data": {},

@@ -269,7 +269,7 @@ class Scheduler:
         CREATING (the agent's create is idempotent by kernel id).  Returns how many."""
         async with self.db.begin() as db:
             rows = await db.execute(
-                sa.select(Session.id, Kernel.id, Kernel.agent_id, Kernel.device_allocs)
+                sa.select(Session.id, Kernel.id, Kernel.agent_id, Kernel.allocation)
                 .join(Kernel, Kernel.session_id == Session.id)
                 .where(Session.status.in_(sorted(BINDABLE)))
                 .order_by(Session.scheduled_at, Session.id)
@@ -293,7 +293,7 @@ class Scheduler:
         cutoff = self.clock() - older_than
         async with self.db.begin() as db:
             rows = await db.execute(
-                sa.select(Session.id, Kernel.id, Kernel.agent_id, Kernel.device_allocs)
+                sa.select(Session.id, Kernel.id, Kernel.agent_id, Kernel.allocation)
                 .join(Kernel, Kernel.session_id == Session.id)
                 .where(Session.status.in_(sorted(BINDABLE)), Session.status_changed_at < cutoff)
                 .order_by(Session.scheduled_at, Session.id)

@@ -10,13 +10,21 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-from accelshare.manager.models.triggers import AGENT_VIEWS
+from accelshare.manager.models.triggers import RevisionTrigger
 
 # revision identifiers, used by Alembic.
 revision: str = "0005"
 down_revision: str | Sequence[str] | None = "0004"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
+
+# the trigger as this revision made it (0012 renamed ``device_allocs`` to ``map_views``
+# and made it again)
+AGENT_VIEWS = RevisionTrigger(
+    "agents",
+    "views_revision",
+    ("available_slots", "runtime", "architecture", "images", "device_allocs"),
+)
 
 
 def upgrade() -> None:

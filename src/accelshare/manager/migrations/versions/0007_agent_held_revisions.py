@@ -10,13 +10,21 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-from accelshare.manager.models.triggers import KERNEL_HELD
+from accelshare.manager.models.triggers import HeldRevisionTriggers
 
 # revision identifiers, used by Alembic.
 revision: str = "0007"
 down_revision: str | Sequence[str] | None = "0006"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
+
+# the triggers as this revision made them (0012 renamed ``device_allocs`` to
+# ``allocation`` and made them again)
+KERNEL_HELD = HeldRevisionTriggers(
+    "kernels",
+    "agent_held_revisions",
+    ("id", "agent_id", "status", "occupied_slots", "device_allocs"),
+)
 
 
 def upgrade() -> None:

@@ -1,7 +1,7 @@
 """Binding: create each SCHEDULED session's kernel on its agent, outside the scheduling lock.
 
 The create request carries the plan: the per-device placement the pass chose (the
-kernel row's ``device_allocs``) with the requested slots as exact decimals, and the
+kernel row's ``allocation``) with the requested slots as exact decimals, and the
 agent takes exactly that placement after checking it against its maps (an agent that
 ignores the field, an older one, places the request itself; its answer is recorded).
 So the order in which creates reach an agent does not matter: binds run concurrently,

@@ -405,7 +405,7 @@ class Binder:
         for kernel in kernels:
             if kernel.id == job.kernel_id:
                 if report.allocations:
-                    kernel.device_allocs = allocations_json(report)
+                    kernel.allocation = allocations_json(report)
                 kernel.container_id = report.container_id or kernel.container_id
                 if report.service_ports:
                     kernel.service_ports = [m.model_dump(mode="json") for m in report.service_ports]

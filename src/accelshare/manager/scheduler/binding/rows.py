@@ -26,7 +26,7 @@ KERNEL_REPORT_UPDATE = (
     sa.update(_KERNELS)
     .where(_KERNELS.c.id == sa.bindparam("b_id"))
     .values(
-        device_allocs=sa.bindparam("b_allocs", type_=_KERNELS.c.device_allocs.type),
+        allocation=sa.bindparam("b_allocs", type_=_KERNELS.c.allocation.type),
         container_id=sa.bindparam("b_container"),
         service_ports=sa.bindparam("b_ports", type_=_KERNELS.c.service_ports.type),
     )
@@ -38,7 +38,7 @@ def kernel_columns(kernel: sa.Row[Any], report: KernelReport) -> dict[str, Any]:
     (its allocation, container id and service ports), else what the row has."""
     return {
         "b_id": kernel.id,
-        "b_allocs": allocations_json(report) if report.allocations else kernel.device_allocs,
+        "b_allocs": allocations_json(report) if report.allocations else kernel.allocation,
         "b_container": report.container_id or kernel.container_id,
         "b_ports": (
             [m.model_dump(mode="json") for m in report.service_ports]
@@ -65,8 +65,7 @@ _SESSION_COLUMNS = [
     )
 ]
 _KERNEL_COLUMNS = [
-    _KERNELS.c[name]
-    for name in ("id", "session_id", "device_allocs", "container_id", "service_ports")
+    _KERNELS.c[name] for name in ("id", "session_id", "allocation", "container_id", "service_ports")
 ]
 _AGENT_COLUMNS = [_AGENTS.c[name] for name in ("id", "address", "runtime", "images")]
 # what the accept step reads: a session's status, an agent's address (the session's

@@ -87,7 +87,7 @@ async def _agent_inputs(
                 Agent.runtime,
                 Agent.architecture,
                 json_text(Agent.images),
-                json_text(Agent.device_allocs),
+                json_text(Agent.map_views),
             ).where(Agent.id.in_(stale[start : start + 500]))
         )
         for agent_id, revision, first_contact, slots, runtime, arch, images, views in rows:

@@ -1,7 +1,7 @@
 """An agent's per-device maps as the scheduler's pass sees them.
 
 An agent's last heartbeat stores one ``PluginMapView`` per allocation map
-(``agents.device_allocs``).  A device counts, by
+(``agents.map_views``).  A device counts, by
 :func:`~accelshare.sched.fit.device_taken_amount`, what the manager's own kernels hold
 there (planned placements of kernels the agent has not created yet included) plus what
 the agent reports for kernels the manager has no row for (and legacy holdings: a device
@@ -38,10 +38,10 @@ __all__ = [
 _ZERO = Decimal(0)
 
 
-def parse_views(device_allocs: Mapping[str, Any] | None) -> dict[str, PluginMapView]:
-    """The stored heartbeat views (``agents.device_allocs``); broken entries are skipped."""
+def parse_views(map_views: Mapping[str, Any] | None) -> dict[str, PluginMapView]:
+    """The stored heartbeat views (``agents.map_views``); broken entries are skipped."""
     views: dict[str, PluginMapView] = {}
-    for key, raw in (device_allocs or {}).items():
+    for key, raw in (map_views or {}).items():
         try:
             views[key] = PluginMapView.model_validate(raw)
         except ValidationError:
@@ -49,11 +49,11 @@ def parse_views(device_allocs: Mapping[str, Any] | None) -> dict[str, PluginMapV
     return views
 
 
-def reported_map_states(device_allocs: Mapping[str, Any] | None) -> tuple[MapState, ...]:
-    """An agent's maps as its last heartbeat reported them (``agents.device_allocs``),
+def reported_map_states(map_views: Mapping[str, Any] | None) -> tuple[MapState, ...]:
+    """An agent's maps as its last heartbeat reported them (``agents.map_views``),
     as the scheduler's pass reads them: what the enqueue judges "could an empty agent
     hold this?" by (:func:`accelshare.sched.fit.largest_placements`)."""
-    return tuple(m.alone for m in _reported_maps(parse_views(device_allocs)))
+    return tuple(m.alone for m in _reported_maps(parse_views(map_views)))
 
 
 _VIEWS = TypeAdapter(dict[str, PluginMapView])
@@ -109,7 +109,7 @@ class ReportedViews:
 
     @classmethod
     def parse(cls, text: str | None) -> ReportedViews:
-        """Of the stored text of ``agents.device_allocs``."""
+        """Of the stored text of ``agents.map_views``."""
         views = parse_views_text(text)
         return cls(
             views,

@@ -39,7 +39,7 @@ def _held_text(dialect: str) -> sa.ColumnElement[str]:
         + _FIELD_SEP
         + sa.func.coalesce(json_text(Kernel.occupied_slots), "null")
         + _FIELD_SEP
-        + sa.func.coalesce(json_text(Kernel.device_allocs), "null")
+        + sa.func.coalesce(json_text(Kernel.allocation), "null")
     )
     if dialect == "postgresql":
         return sa.func.string_agg(row, aggregate_order_by(sa.literal(_KERNEL_SEP), Kernel.id))

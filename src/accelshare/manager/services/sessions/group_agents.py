@@ -56,7 +56,7 @@ _GROUP_AGENTS = (
     )
     .order_by(Agent.id)
 )
-_AGENT_VIEWS = sa.select(Agent.id, Agent.device_allocs).where(
+_AGENT_VIEWS = sa.select(Agent.id, Agent.map_views).where(
     Agent.id.in_(sa.bindparam("ids", expanding=True))
 )
 
@@ -233,4 +233,4 @@ class EmptyTrialMaps:
 
 async def _agent_views(db: AsyncSession, ids: Sequence[str]) -> dict[str, dict[str, Any]]:
     rows = await db.execute(_AGENT_VIEWS, {"ids": list(ids)})
-    return {row.id: row.device_allocs for row in rows}
+    return {row.id: row.map_views for row in rows}

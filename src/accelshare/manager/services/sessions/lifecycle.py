@@ -327,7 +327,7 @@ class SessionLifecycle:
     ) -> dict[str, Any]:
         """Backend.AI's ``session restart``: each kernel of a RUNNING session destroyed on
         its agent and created again with the same allocation (the same devices and
-        amounts: the kernel row's ``device_allocs`` sent as the create's plan).  The
+        amounts: the kernel row's ``allocation`` sent as the create's plan).  The
         session keeps its id, name, status (RUNNING) and resources; each kernel gets a new
         id (a new kernel row, the old one removed first, so the old kernel's exit event
         and heartbeats refer to no kernel of the session and cannot end it).  The history
@@ -377,7 +377,7 @@ class SessionLifecycle:
                     new_id=uuid.uuid4(),
                     agent_url=addresses[old.agent_id],
                 )
-                job = BindJob(row.id, swap.new_id, old.agent_id, plan=old.device_allocs or None)
+                job = BindJob(row.id, swap.new_id, old.agent_id, plan=old.allocation or None)
                 swap.request = kernel_request(job, row)
                 swaps.append(swap)
                 await db.delete(old)
@@ -427,7 +427,7 @@ class SessionLifecycle:
                     if got is None:
                         continue
                     if got.allocations:
-                        kernel.device_allocs = allocations_json(got)
+                        kernel.allocation = allocations_json(got)
                     kernel.container_id = got.container_id
                     kernel.service_ports = [m.model_dump(mode="json") for m in got.service_ports]
                 row.status_data = {

@@ -144,7 +144,7 @@ def session_json(
                 "agentId": k.agent_id,
                 "status": k.status.value,
                 "containerId": k.container_id,
-                "deviceAllocs": k.device_allocs or {},
+                "deviceAllocs": k.allocation or {},
                 "occupiedSlots": k.occupied_slots.to_json(),
             }
             for k in kernels
