@@ -17,6 +17,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -669,7 +670,11 @@ async def test_the_command_starts_with_no_signal_ignored_or_blocked(
     info, log = await run_to_exit(runtime, spec((script,)))
     assert info.exit is not None, log
     found = fields(log)
-    assert (int(found["SigIgn"], 16), int(found["SigBlk"], 16)) == (0, 0), log
+    # glibc reserves signals 32 and 33 for itself (no sigaction can set them): whatever
+    # a parent left there is out of reach and out of the test
+    settable = sum(1 << (s - 1) for s in signal.valid_signals() if 0 < s <= 64)
+    ignored, blocked = int(found["SigIgn"], 16), int(found["SigBlk"], 16)
+    assert (ignored & settable, blocked & settable) == (0, 0), log
 
 
 async def test_a_command_killed_by_a_signal_is_recorded_as_such(
