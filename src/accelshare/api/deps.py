@@ -10,7 +10,7 @@ from accelshare.manager.runtime import Manager
 
 from .problems import ServiceUnavailable
 
-__all__ = ["ManagerDep", "ScalingGroupParam", "get_manager"]
+__all__ = ["ManagerDep", "ScalingGroupParam", "get_manager", "manager_dependency"]
 
 
 def get_manager(request: Request) -> Manager:
@@ -20,7 +20,14 @@ def get_manager(request: Request) -> Manager:
     return manager
 
 
-ManagerDep = Annotated[Manager, Depends(get_manager)]
+async def manager_dependency(request: Request) -> Manager:
+    """:func:`get_manager` as a route dependency.  A coroutine: FastAPI runs a plain
+    function dependency in its thread pool (a thread hop, its locks and wake-ups, on
+    every request), a coroutine on the event loop at once."""
+    return get_manager(request)
+
+
+ManagerDep = Annotated[Manager, Depends(manager_dependency)]
 
 ScalingGroupParam = Annotated[str | None, Query(alias="sgroup")]
 """A route's optional scaling group, ``?sgroup=`` on the wire (Backend.AI's name)."""

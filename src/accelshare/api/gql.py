@@ -80,7 +80,7 @@ from .compat_gql import (
     session_statuses,
     user_email,
 )
-from .deps import get_manager
+from .deps import manager_dependency
 from .gql_admin import AdminMutation, AdminQuery
 from .gql_admin.common import check_page
 from .gql_limits import GraphQLLimits, LimitExceeded, check_document
@@ -811,7 +811,7 @@ async def _check_cost(request: Request, identity: Identity) -> None:
 async def _get_context(
     request: Request,
     identity: Annotated[Identity, Depends(current_identity)],
-    manager: Annotated[Manager, Depends(get_manager)],
+    manager: Annotated[Manager, Depends(manager_dependency)],
 ) -> dict[str, Any]:
     await _check_cost(request, identity)
     return {"identity": identity, "manager": manager}

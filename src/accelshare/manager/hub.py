@@ -10,6 +10,13 @@ a timeout so that changes made by *another* manager replica are seen too::
 Listeners (:meth:`ChangeHub.add_listener`) hear every publish; the Redis bus link uses
 one to tell the other replicas, and publishes their notices here with ``remote=True``
 (so they are not sent back out).
+
+``version`` counts every publish; ``status_version`` only those that may have changed
+a session's status: all but the ones made with ``statuses=False`` (a session enqueued,
+PENDING from its first commit).  A waiter for a session's status
+(:class:`~accelshare.manager.status_watch.StatusWatch`) that read ``status_version``
+before the session's row was committed knows, while the counter has not moved, that
+nothing published a change of it since.
 """
 
 from __future__ import annotations
@@ -33,6 +40,7 @@ class ChangeHub:
         self._event = asyncio.Event()
         self._listeners: list[ChangeListener] = []
         self.version = 0
+        self.status_version = 0
 
     def add_listener(self, listener: ChangeListener) -> None:
         self._listeners.append(listener)
@@ -41,10 +49,14 @@ class ChangeHub:
         with contextlib.suppress(ValueError):
             self._listeners.remove(listener)
 
-    def publish(self, *, remote: bool = False) -> None:
+    def publish(self, *, remote: bool = False, statuses: bool = True) -> None:
         """Wake every current waiter (callable from sync code on the event loop);
-        ``remote``: the change happened on another replica."""
+        ``remote``: the change happened on another replica; ``statuses=False``: no
+        existing session's status changed (a session was enqueued); a remote change
+        always counts as a status change."""
         self.version += 1
+        if statuses or remote:
+            self.status_version += 1
         event, self._event = self._event, asyncio.Event()
         event.set()
         for listener in self._listeners:

@@ -81,3 +81,70 @@ async def test_timeout_unknown_session_and_poll_without_publish(
     assert await waiter is SessionStatus.RUNNING  # the timer found it
     assert watch._waiters == {}
     await watch.close()
+
+
+def count_queries(watch: StatusWatch) -> list[int]:
+    """A one-element list counting ``watch``'s status queries."""
+    count = [0]
+    real_check = watch._check_all
+
+    async def counted() -> None:
+        count[0] += 1
+        await real_check()
+
+    watch._check_all = counted  # type: ignore[method-assign]
+    return count
+
+
+async def test_a_waiter_whose_status_is_known_costs_no_query_until_a_status_changes(
+    db: Database,
+    manager_config: ManagerConfig,
+) -> None:
+    hub = ChangeHub()
+    watch = StatusWatch(db, hub, poll_s=30.0)  # no timer: only publishes wake it
+    queries = count_queries(watch)
+    session_id = await add_session(db)  # PENDING
+    known_at = hub.status_version
+    waiter = asyncio.create_task(
+        watch.wait_for(session_id, up_or_ended, 10.0, unchanged_since=known_at)
+    )
+    await asyncio.sleep(0.05)
+    assert queries[0] == 0  # registered without a query
+    other = await add_session(db, name="other")
+    hub.publish(statuses=False)  # another session enqueued: no status changed
+    await asyncio.sleep(0.05)
+    assert queries[0] == 0
+    assert not waiter.done()
+    assert hub.status_version == known_at
+    await set_status(db, session_id, SessionStatus.RUNNING)
+    hub.publish()
+    assert await asyncio.wait_for(waiter, 5.0) is SessionStatus.RUNNING
+    assert queries[0] == 1
+    # a remote publish always counts as a status change
+    waiter = asyncio.create_task(
+        watch.wait_for(other, up_or_ended, 10.0, unchanged_since=hub.status_version)
+    )
+    await asyncio.sleep(0.05)
+    await set_status(db, other, SessionStatus.CANCELLED)
+    hub.publish(remote=True, statuses=False)
+    assert await asyncio.wait_for(waiter, 5.0) is SessionStatus.CANCELLED
+    await watch.close()
+
+
+async def test_a_status_published_before_the_waiter_came_is_read_at_once(
+    db: Database,
+    manager_config: ManagerConfig,
+) -> None:
+    hub = ChangeHub()
+    watch = StatusWatch(db, hub, poll_s=30.0)  # no timer: only publishes wake it
+    queries = count_queries(watch)
+    session_id = await add_session(db)
+    known_at = hub.status_version  # read before the change below
+    await set_status(db, session_id, SessionStatus.RUNNING)
+    hub.publish()  # nobody waits yet: this wakes nothing
+    got = await asyncio.wait_for(
+        watch.wait_for(session_id, up_or_ended, 10.0, unchanged_since=known_at), 5.0
+    )
+    assert got is SessionStatus.RUNNING  # found by the waiter's own query
+    assert queries[0] == 1
+    await watch.close()

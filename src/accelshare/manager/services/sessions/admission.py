@@ -114,6 +114,8 @@ class _Owner:
 class _Enqueued:
     id: uuid.UUID
     name: str
+    status_version: int
+    """The hub's ``status_version`` before the PENDING row was committed."""
 
 
 # The enqueue's statements, prebuilt: a statement built per call (and its cache key,
@@ -210,9 +212,11 @@ class SessionAdmission:
         log.info("session %s (%s) enqueued by %s", row.id, row.name, caller.email)
         passes_before = self.passes()
         self.trigger()
-        self.hub.publish()
+        self.hub.publish(statuses=False)  # a new session: no status changed
         if not body.enqueue_only:
-            await self._wait_after_create(row.id, passes_before, body.max_wait_seconds)
+            await self._wait_after_create(
+                row.id, passes_before, body.max_wait_seconds, row.status_version
+            )
         result = await self.reads.current_json(row.id)
         return CreateResult(create_answer(result, created=True), True)
 
@@ -332,18 +336,24 @@ class SessionAdmission:
                     _INSERT_DEPENDENCY,
                     [{"session_id": values["id"], "depends_on": dep} for dep in deps],
                 )
-        return _Enqueued(values["id"], name)
+            # read before the commit: whatever changes the new session afterwards
+            # publishes after it, and moves the counter
+            status_version = self.hub.status_version
+        return _Enqueued(values["id"], name, status_version)
 
     async def _wait_after_create(
-        self, session_id: uuid.UUID, passes_before: int, max_wait_s: int
+        self, session_id: uuid.UUID, passes_before: int, max_wait_s: int, status_version: int
     ) -> None:
         """Without ``maxWaitSeconds``: until the first pass gave its verdict (a few
         seconds at most), so the answer carries the PENDING reason.  With it: until the
-        session is RUNNING or ended, at most that long."""
+        session is RUNNING or ended, at most that long (PENDING as of ``status_version``:
+        no query until a status changes)."""
         if max_wait_s <= 0:
             await self.wait_for_pass(passes_before, 5.0, str(session_id))
             return
-        await self.status_watch.wait_for(session_id, _is_up_or_ended, max_wait_s)
+        await self.status_watch.wait_for(
+            session_id, _is_up_or_ended, max_wait_s, unchanged_since=status_version
+        )
 
     async def _owner(self, db: AsyncSession, caller: Actor, owner_key: str | None) -> _Owner:
         key = owner_key or caller.access_key
