@@ -10,7 +10,9 @@ to the fork server and the status read) and, when the bench runs in a cgroup of 
 (the fork server's job that becomes the kernel's supervisor, the kernel's process before
 its exec), bwrap, ``setpriv`` and the kernel's own command (``sleep``).
 Outside such a cgroup only the agent's part is printed (the others are reparented to
-init: no rusage of this process counts them).
+init: no rusage of this process counts them).  The scratch dirs go under ``TMPDIR``: the
+agent's part is mostly their new folders and files, so compare runs on the same disk
+(the same ``TMPDIR``), alternating.
 
 Run as root for the sandbox:
 ``mkdir /sys/fs/cgroup/cpuacct/ksb && echo $$ > /sys/fs/cgroup/cpuacct/ksb/cgroup.procs``,

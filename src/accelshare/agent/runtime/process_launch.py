@@ -240,9 +240,10 @@ class KernelLauncher:
         environment's work dir when it lies in the scratch dir) is given to the kernel's
         user."""
         assert self._sandbox is not None
-        inside = cwd.resolve()
-        work = scratch.work_dir.resolve()
-        if inside.is_relative_to(scratch.root.resolve()) and not inside.is_relative_to(work):
+        root = scratch.root.resolve()
+        work = root / scratch.work_dir.name  # (made by prepare(): a folder, no link)
+        inside = work if cwd == scratch.work_dir else cwd.resolve()
+        if inside.is_relative_to(root) and not inside.is_relative_to(work):
             # the kernel would get its own state/ (launch.json, read by the agent as root)
             raise ValueError(
                 f"environment {environment.name!r}: a sandboxed kernel's work-dir must lie in"
@@ -252,8 +253,8 @@ class KernelLauncher:
         if os.geteuid() == 0:
             # (a work dir of the environment's outside the scratch dir is the operator's:
             # left as it is)
-            for folder in {scratch.work_dir, cwd}:
-                if folder.resolve().is_relative_to(scratch.root.resolve()):
+            for folder in {work, inside}:
+                if folder.is_relative_to(root):
                     os.chown(folder, uid, gid)
         folders = _prepare_folders(spec.folder_mounts, scratch.work_dir, uid, gid)
         resolv_conf = self._resolv_conf if self._sandbox.network == "outbound" else None

@@ -354,8 +354,9 @@ def sandbox_record(
             bind("ro", path)
     bind("ro", config_dir)
     bind("rw", work_dir)
-    resolved_cwd = cwd.resolve()
-    if not resolved_cwd.is_relative_to(work_dir.resolve()):
+    resolved_work = work_dir.resolve()
+    resolved_cwd = resolved_work if cwd == work_dir else cwd.resolve()
+    if not resolved_cwd.is_relative_to(resolved_work):
         bind("rw", resolved_cwd)  # an environment's work-dir outside the scratch dir
     for mount in mounts:
         bind("ro" if mount.read_only else "rw", mount.source, mount.target)
@@ -366,7 +367,7 @@ def sandbox_record(
         inside = folder_target(folder, work_dir)
         if folder.work_relative() is None:
             check_target(folder.name, folder.kernel_path, own)
-        elif not inside.resolve().is_relative_to(work_dir.resolve()):
+        elif not inside.resolve().is_relative_to(resolved_work):
             raise MountRefused(folder.name, f"{inside} leads out of the work folder")
         bind("ro" if folder.read_only else "rw", folder.host_path, inside)
     devices = [(d.host_path, d.container_path) for d in device_nodes]
@@ -399,8 +400,7 @@ def sandbox_record(
     root_shown = False  # a bind so far holds the scratch root (a ro_path above it)
     for mode, host, target in binds:
         # (paths compared as normalized strings: this runs for every create)
-        target_path = PurePosixPath(target)
-        target_text = str(target_path)
+        target_text = str(PurePosixPath(target))
         if root is not None and mode != "dev":
             if _within(root_text, target_text):
                 root_shown = True
@@ -411,8 +411,7 @@ def sandbox_record(
                 root_shown = False
         # bwrap would create a missing parent with the host folder's mode (/root: 0700,
         # then nothing below it is reachable for the kernel's user): make them 0755.
-        for parent in reversed(target_path.parents[:-1]):
-            parent_text = str(parent)
+        for parent_text in _parents(target_text):
             if parent_text not in made and not _under_system(parent_text):
                 made.add(parent_text)
                 args += ["--dir", parent_text]
@@ -427,16 +426,24 @@ def sandbox_record(
     args += ["--hostname", _hostname(kernel_id), "--chdir", str(resolved_cwd)]
     args += list(config.extra_args)
     return {
-        "bwrap": shutil.which(config.bwrap) or config.bwrap,
+        "bwrap": _program(config.bwrap),
         "uid": uid,
         "gid": gid,
         "userns": os.geteuid() != 0,  # see _identity_args
         "args": args,
         "command_prefix": _command_prefix(config),
         "network": config.network,
-        "slirp4netns": shutil.which(config.slirp4netns) or config.slirp4netns,
+        "slirp4netns": _program(config.slirp4netns),
         "seccomp": None if config.syscall_filter is None else str(config.syscall_filter),
     }
+
+
+@functools.lru_cache(maxsize=16)
+def _program(name: str) -> str:
+    """Where ``PATH`` finds a program (``name`` itself when it does not): looked up once
+    per agent, as :func:`interpreter_paths` does (a create must not search ``PATH``
+    again; a program moved while the agent runs needs an agent restart)."""
+    return shutil.which(name) or name
 
 
 def folder_target(folder: FolderMount, work_dir: Path) -> Path:
@@ -464,6 +471,22 @@ def _within(path: str, base: str) -> bool:
     if base == "/":
         return path.startswith("/") and not path.startswith("//")
     return path == base or path.startswith(base if base.endswith("/") else f"{base}/")
+
+
+def _parents(path: str) -> list[str]:
+    """The folders above ``path`` (absolute, in normal form), outermost first, the root
+    left out: ``reversed(PurePosixPath(path).parents[:-1])`` without path objects.
+
+    >>> _parents("/a/b/c"), _parents("/a"), _parents("//a/b")
+    (['/a', '/a/b'], [], ['//a'])
+    """
+    found: list[str] = []
+    index = path.find("/", 1)
+    while index != -1:
+        if index > 1:  # (POSIX's "//" root: a root of its own)
+            found.append(path[:index])
+        index = path.find("/", index + 1)
+    return found
 
 
 def _under_system(path: Path | str) -> bool:
