@@ -301,3 +301,33 @@ async def test_the_kernel_gets_its_limits_and_default_signals_from_the_helper(
     assert ignored_mask & ~0x180000000 == 0, log  # (32, 33: glibc's own, left as they are)
     assert str((1 << 30) // 1024) in log, log
     assert resource.getrlimit(resource.RLIMIT_DATA)  # (the agent's own are untouched)
+
+
+async def test_the_agent_builds_the_helper_at_start_and_starts_kernels_with_it(
+    agent_toml: Callable[..., Path],
+    scratch_root: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The real build at start (conftest's agents take the session's helper): into the
+    scratch root, root's and 0755, and given to the runtime (and, as root, its sandbox)."""
+    from accelshare.agent import service_runtime
+    from accelshare.agent.runtime import exec_helper
+    from accelshare.config.agent_file import load_agent_config
+
+    monkeypatch.setattr(service_runtime, "prepare_exec_helper", exec_helper.prepare_exec_helper)
+    config = load_agent_config(agent_toml())
+    with caplog.at_level("INFO"):
+        runtime, _ = await service_runtime.make_runtime(config, scratch_root)
+    try:
+        assert isinstance(runtime, ProcessRuntime)
+        built = runtime.config.exec_helper
+        assert built is not None
+        assert built.parent == scratch_root / HELPER_DIR
+        assert stat.S_IMODE(built.parent.stat().st_mode) == 0o755
+        assert built.parent.stat().st_uid == os.geteuid()
+        if runtime.sandbox is not None and os.geteuid() == 0:
+            assert runtime.sandbox.exec_helper == built
+        assert f"kernel exec: exec helper {built}" in caplog.text
+    finally:
+        await runtime.close()
