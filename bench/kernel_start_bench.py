@@ -8,7 +8,9 @@ agent's part: the launch record, the scratch dir and its files, the cgroups, the
 to the fork server and the status read) and, when the bench runs in a cgroup of its own
 (cgroup v1 ``cpuacct`` or v2), of that cgroup: this process plus the launcher's processes
 (the fork server's job that becomes the kernel's supervisor, the kernel's process before
-its exec), bwrap, ``setpriv`` and the kernel's own command (``sleep``).
+its exec: the exec helper, or a forked Python process), bwrap, the user change (the
+exec helper's ``drop``, or ``setpriv``) and the kernel's own command (``sleep``).
+The exec helper is built as the agent builds it (``--exec-helper off``: the Python way).
 Outside such a cgroup only the agent's part is printed (the others are reparented to
 init: no rusage of this process counts them).  The scratch dirs go under ``TMPDIR``: the
 agent's part is mostly their new folders and files, so compare runs on the same disk
@@ -34,6 +36,7 @@ from pathlib import Path
 
 from accelshare.agent.runtime import ProcessRuntime, ProcessRuntimeConfig
 from accelshare.agent.runtime.base import KernelSpec
+from accelshare.agent.runtime.exec_helper import prepare_exec_helper
 from accelshare.agent.runtime.sandbox import SandboxConfig, probe, write_syscall_filter
 
 
@@ -55,10 +58,16 @@ def own_cgroup_usage() -> Callable[[], float] | None:
 
 
 async def one_round(
-    root: Path, sandbox: SandboxConfig | None, kernels: int, usage: Callable[[], float] | None
+    root: Path,
+    sandbox: SandboxConfig | None,
+    kernels: int,
+    usage: Callable[[], float] | None,
+    exec_helper: Path | None,
 ) -> dict[str, float]:
     runtime = ProcessRuntime(
-        ProcessRuntimeConfig(scratch_root=root, sandbox=sandbox, fork_server=True)
+        ProcessRuntimeConfig(
+            scratch_root=root, sandbox=sandbox, fork_server=True, exec_helper=exec_helper
+        )
     )
     # warm-up: the fork server, the first kernel's imports and caches
     warm = await runtime.create_kernel(KernelSpec(f"w-{uuid.uuid4().hex[:10]}", "shell", ""))
@@ -89,6 +98,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--kernels", type=int, default=100, help="kernels per round")
     parser.add_argument("--rounds", type=int, default=3, help="rounds of each kind")
+    parser.add_argument(
+        "--exec-helper",
+        choices=("auto", "off"),
+        default="auto",
+        help="start kernels with the exec helper where it builds (auto), or the Python way",
+    )
     args = parser.parse_args()
     usage = own_cgroup_usage()
     if usage is None:
@@ -98,7 +113,9 @@ def main() -> None:
         base = Path(tmp)
         syscall_filter = base / "seccomp.bpf"
         write_syscall_filter(syscall_filter)
-        sandbox = SandboxConfig(syscall_filter=syscall_filter)
+        helper = prepare_exec_helper(base).path if args.exec_helper == "auto" else None
+        print(f"kernel exec: {'exec helper ' + str(helper) if helper else 'python fork'}")
+        sandbox = SandboxConfig(syscall_filter=syscall_filter, exec_helper=helper)
         why_not = probe(sandbox)
         if why_not is not None:
             print(f"no sandbox here ({why_not}): unsandboxed rounds only", file=sys.stderr)
@@ -109,7 +126,9 @@ def main() -> None:
                     continue
                 root = base / f"{kind}-{n}"
                 config = sandbox if kind == "sandboxed" else None
-                results[kind].append(asyncio.run(one_round(root, config, args.kernels, usage)))
+                results[kind].append(
+                    asyncio.run(one_round(root, config, args.kernels, usage, helper))
+                )
     print(f"CPU per kernel, median of {args.rounds} rounds of {args.kernels} kernels (ms):")
     for kind, rounds in results.items():
         if not rounds:

@@ -9,6 +9,7 @@ user's sessions at a time.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import os
 from pathlib import Path
@@ -25,6 +26,7 @@ from .runtime import (
     RuntimeUnavailable,
     default_environments,
 )
+from .runtime.exec_helper import prepare_exec_helper
 from .runtime.sandbox import SandboxConfig, hidden_defaults, write_syscall_filter
 from .runtime.sandbox import probe as probe_sandbox
 from .stats import rpc_url_of
@@ -73,7 +75,9 @@ async def make_runtime(config: AgentConfig, scratch_root: Path) -> tuple[KernelR
             )
         )
         return docker, None
-    sandbox, unsandboxed = await sandbox_config(config, scratch_root)
+    # The kernels' exec helper (compiled once per source; None: the Python way, logged)
+    helper = (await asyncio.to_thread(prepare_exec_helper, scratch_root)).path
+    sandbox, unsandboxed = await sandbox_config(config, scratch_root, exec_helper=helper)
     publish_host = "127.0.0.1"
     if sandbox is not None:
         try:
@@ -92,16 +96,19 @@ async def make_runtime(config: AgentConfig, scratch_root: Path) -> tuple[KernelR
             stop_grace_s=container.stop_grace_s,
             prespawn_launchers=container.prespawn_launchers,
             fork_server=container.launcher_fork_server,
+            exec_helper=helper,
         )
     )
     return runtime, unsandboxed
 
 
 async def sandbox_config(
-    config: AgentConfig, scratch_root: Path
+    config: AgentConfig, scratch_root: Path, *, exec_helper: Path | None = None
 ) -> tuple[SandboxConfig | None, str | None]:
     """The process runtime's sandbox (``[container] sandbox``), or None and why: then
-    the agent says loudly that sessions are not isolated and holds one user's only."""
+    the agent says loudly that sessions are not isolated and holds one user's only.
+    ``exec_helper``: the kernels change user with it rather than setpriv; a sandbox
+    that cannot run it falls back to setpriv (logged)."""
     container = config.container
     if container.sandbox == "off":
         why = "[container] sandbox = 'off'"
@@ -130,9 +137,19 @@ async def sandbox_config(
             ro_paths=tuple(container.sandbox_ro_paths),
             hidden=hidden_defaults(p for p in hidden if p is not None),
             syscall_filter=syscall_filter,
+            exec_helper=exec_helper,
         )
         if problem is None:
             problem = await asyncio.to_thread(probe_sandbox, sandbox)
+            if problem is not None and exec_helper is not None:
+                without = dataclasses.replace(sandbox, exec_helper=None)
+                if await asyncio.to_thread(probe_sandbox, without) is None:
+                    log.warning(
+                        "kernel exec: the exec helper cannot change user in a sandbox (%s);"
+                        " kernels change user with setpriv",
+                        problem,
+                    )
+                    sandbox, problem = without, None
         if problem is None:
             uid, gid = sandbox.effective_ids()
             log.info(

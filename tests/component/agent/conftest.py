@@ -19,13 +19,16 @@ from typing import Any
 import httpx
 import pytest
 
+from accelshare.agent import service_runtime
 from accelshare.agent.daemon import start_agent_service
 from accelshare.agent.rpc import create_rpc_app
 from accelshare.agent.runtime import ProcessRuntime, ProcessRuntimeConfig, ResourceLimits
 from accelshare.agent.runtime.cgroups import CgroupLayout, CgroupManager
+from accelshare.agent.runtime.exec_helper import ExecHelperState, build_exec_helper
 from accelshare.agent.runtime.sandbox import SandboxConfig
 from accelshare.agent.runtime.sandbox import probe as probe_sandbox
 from accelshare.agent.service import AgentService
+from accelshare.cbuild import BuildFailed
 from accelshare.config import open_config_store
 from accelshare.config.agent_file import load_agent_config
 from accelshare.config.settings import load_config_store_settings
@@ -89,14 +92,70 @@ def sandbox_support() -> str | None:
     return probe_sandbox(SandboxConfig())
 
 
+@pytest.fixture(scope="session")
+def exec_helper_build(tmp_path_factory: pytest.TempPathFactory) -> Path | str:
+    """The kernels' exec helper, built once for the session; why not (a string) where
+    this machine cannot build it."""
+    try:
+        return build_exec_helper(tmp_path_factory.mktemp("exec-helper"))
+    except BuildFailed as e:
+        return str(e)
+
+
+@pytest.fixture(autouse=True)
+def _session_exec_helper(monkeypatch: pytest.MonkeyPatch, exec_helper_build: Path | str) -> None:
+    """Agents started in-process take the session's exec helper instead of compiling one
+    into each test's scratch root (~0.3 s of CPU each); the build at agent start is
+    test_exec_helper.py's."""
+    state = (
+        ExecHelperState(path=exec_helper_build)
+        if isinstance(exec_helper_build, Path)
+        else ExecHelperState(reason=exec_helper_build)
+    )
+
+    def prepared(scratch_root: Path, **_: Any) -> ExecHelperState:
+        return state
+
+    monkeypatch.setattr(service_runtime, "prepare_exec_helper", prepared)
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """A module with ``BOTH_KERNEL_EXECS = True`` runs each test that starts kernels
+    (through ``kernel_exec``) both ways: with the exec helper and the Python way."""
+    if getattr(metafunc.module, "BOTH_KERNEL_EXECS", False) and (
+        "kernel_exec" in metafunc.fixturenames
+    ):
+        metafunc.parametrize("kernel_exec", ["helper", "python"], indirect=True)
+
+
+@pytest.fixture
+def kernel_exec(request: pytest.FixtureRequest, exec_helper_build: Path | str) -> Path | None:
+    """The exec helper the runtimes of ``make_runtime`` start kernels with (None: a
+    forked Python process), as the agent does: the helper where it builds.  A test
+    asks for one way with ``@pytest.mark.parametrize("kernel_exec", ["helper",
+    "python"], indirect=True)``, a module for both with ``BOTH_KERNEL_EXECS = True``
+    ("helper" skips where it cannot be built)."""
+    way = getattr(request, "param", None)
+    if way == "python":
+        return None
+    if isinstance(exec_helper_build, str):
+        if way == "helper":
+            pytest.skip(f"no exec helper: {exec_helper_build}")
+        return None
+    return exec_helper_build
+
+
 @pytest.fixture
 def scratch_root(tmp_path: Path) -> Path:
     return tmp_path / "scratch"
 
 
 @pytest.fixture
-async def make_runtime(scratch_root: Path) -> AsyncIterator[RuntimeFactory]:
-    """Build runtimes on one scratch root (a second one = the agent after a restart).
+async def make_runtime(
+    scratch_root: Path, kernel_exec: Path | None
+) -> AsyncIterator[RuntimeFactory]:
+    """Build runtimes on one scratch root (a second one = the agent after a restart),
+    starting kernels with ``kernel_exec`` unless told otherwise (``exec_helper=``).
 
     At the end every kernel left on the scratch root is destroyed and cleaned up, so
     no process or cgroup outlives the test.
@@ -107,6 +166,7 @@ async def make_runtime(scratch_root: Path) -> AsyncIterator[RuntimeFactory]:
             "scratch_root": scratch_root,
             "stop_grace_s": 2.0,
             "cgroup_parent": "accelshare-test",
+            "exec_helper": kernel_exec,
         }
         settings.update(overrides)
         return ProcessRuntime(ProcessRuntimeConfig(**settings), cgroups=cgroups)

@@ -30,6 +30,9 @@ from accelshare.agent.runtime.cgroups import CgroupVersion
 from accelshare.agent.runtime.procfs import read_environ, read_stat
 from accelshare.agent.runtime.sandbox import SandboxConfig
 
+#: Kernels start both ways: the exec helper and a forked Python process (conftest.py).
+BOTH_KERNEL_EXECS = True
+
 RuntimeFactory = Callable[..., ProcessRuntime]
 Eventually = Callable[..., Awaitable[Any]]
 

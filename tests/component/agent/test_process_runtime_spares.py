@@ -17,6 +17,9 @@ from accelshare.agent.runtime import (
 )
 from accelshare.agent.runtime.procfs import is_same_process
 
+#: Kernels start both ways: the exec helper and a forked Python process (conftest.py).
+BOTH_KERNEL_EXECS = True
+
 RuntimeFactory = Callable[..., ProcessRuntime]
 Eventually = Callable[..., Awaitable[Any]]
 

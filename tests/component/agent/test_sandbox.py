@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import ipaddress
 import itertools
 import json
@@ -51,6 +52,10 @@ from accelshare.agent.runtime.terminal import ProcessTerminal
 RuntimeFactory = Callable[..., ProcessRuntime]
 SandboxedFactory = Callable[..., ProcessRuntime]
 Eventually = Callable[..., Awaitable[Any]]
+
+#: Every sandbox test runs both ways: kernels started and changed to their user by the
+#: exec helper, and by a forked Python process and setpriv (conftest.py).
+BOTH_KERNEL_EXECS = True
 
 RESOURCE_TXT = "SLOTS={}\nCPU_SHARES=0:1\n"
 #: What a kernel's user is (the configured one when the agent is root, else the agent's).
@@ -133,17 +138,20 @@ async def port_open(host: str, port: int) -> bool:
 
 @pytest.fixture
 async def sandboxed(
-    make_runtime: RuntimeFactory, sandbox_support: str | None
+    make_runtime: RuntimeFactory, sandbox_support: str | None, kernel_exec: Path | None
 ) -> AsyncIterator[SandboxedFactory]:
     """``sandboxed(SandboxConfig(...), **runtime_overrides)``: a sandboxing runtime on the
-    test's scratch root; skips where this host cannot sandbox.  Every runtime made is
-    closed at the end (its port relays stop) before ``make_runtime`` destroys kernels."""
+    test's scratch root; skips where this host cannot sandbox.  Its kernels start and
+    change user with ``kernel_exec`` (the exec helper; None: Python and setpriv).  Every
+    runtime made is closed at the end (its port relays stop) before ``make_runtime``
+    destroys kernels."""
     if sandbox_support is not None:
         pytest.skip(sandbox_support)
     made: list[ProcessRuntime] = []
 
     def factory(config: SandboxConfig | None = None, **overrides: Any) -> ProcessRuntime:
-        runtime = make_runtime(sandbox=config or SandboxConfig(), **overrides)
+        config = dataclasses.replace(config or SandboxConfig(), exec_helper=kernel_exec)
+        runtime = make_runtime(sandbox=config, **overrides)
         made.append(runtime)
         return runtime
 
@@ -943,3 +951,90 @@ async def test_a_filter_file_that_is_missing_fails_the_probe(tmp_path: Path) -> 
     problem = probe(SandboxConfig(syscall_filter=tmp_path / "absent.bpf"))
     assert problem is not None
     assert "absent.bpf" in problem
+
+
+# -- the exec helper's user change ----------------------------------------------------------
+
+STATUS_LINES = (
+    "Uid",
+    "Gid",
+    "Groups",
+    "CapInh",
+    "CapPrm",
+    "CapEff",
+    "CapBnd",
+    "CapAmb",
+    "NoNewPrivs",
+    "Seccomp",
+)
+REGAIN_SCRIPT = r"""
+grep -E '^(Uid|Gid|Groups|CapInh|CapPrm|CapEff|CapBnd|CapAmb|NoNewPrivs|Seccomp):' /proc/self/status
+python3 -c 'import os; os.setresuid(0, 0, 0)' 2>/dev/null; echo setresuid=$?
+python3 -c 'import os; os.setgroups([0])' 2>/dev/null; echo setgroups=$?
+"""
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="a user change needs a root agent")
+async def test_the_exec_helper_drops_to_the_same_state_as_setpriv(
+    make_runtime: RuntimeFactory,
+    sandbox_support: str | None,
+    exec_helper_build: Path | str,
+    tmp_path: Path,
+) -> None:
+    """The helper's ``drop`` ends where ``setpriv --reuid --regid --clear-groups
+    --inh-caps=-all --bounding-set=-all`` does: the same ids, groups, capability sets,
+    no-new-privileges and seccomp mode, and no way back to root."""
+    if sandbox_support is not None:
+        pytest.skip(sandbox_support)
+    if isinstance(exec_helper_build, str):
+        pytest.skip(exec_helper_build)
+    bpf = tmp_path / "filter" / "seccomp.bpf"
+    try:
+        write_syscall_filter(bpf)
+    except OSError:
+        bpf = None  # type: ignore[assignment]
+    states: dict[str, dict[str, str]] = {}
+    for way, helper in (("setpriv", None), ("helper", exec_helper_build)):
+        config = SandboxConfig(syscall_filter=bpf, exec_helper=helper)
+        runtime = make_runtime(sandbox=config, exec_helper=helper)
+        try:
+            kernel = spec((REGAIN_SCRIPT,))
+            info, log = await run_to_exit(runtime, kernel)
+            launch = json.loads(
+                (runtime.scratch_root / kernel.kernel_id / "state" / "launch.json").read_text()
+            )
+        finally:
+            await runtime.close()
+        prefix = launch["sandbox"]["command_prefix"]
+        assert prefix[0] == (str(helper) if helper else "/usr/bin/setpriv"), prefix
+        assert launch["exec_helper"] == (str(helper) if helper else None)
+        assert info.exit is not None, log
+        assert info.exit.exit_code == 0, log
+        status = {
+            key: " ".join(value.split())
+            for key, _, value in (line.partition(":") for line in log.splitlines())
+            if key in STATUS_LINES
+        }
+        assert set(status) == set(STATUS_LINES), log
+        assert status["Uid"] == " ".join([str(KERNEL_UID)] * 4), log
+        assert int(status["CapBnd"], 16) == 0, log
+        found = fields(log)
+        assert found["setresuid"] != "0", log
+        assert found["setgroups"] != "0", log
+        states[way] = status
+    assert states["helper"] == states["setpriv"]
+
+
+def test_the_exec_helper_is_bound_after_the_scratch_root_is_masked(tmp_path: Path) -> None:
+    helper = tmp_path / ".exec-helper" / "accelshare-exec-0123"
+    helper.parent.mkdir()
+    helper.write_text("")
+    config = SandboxConfig(ro_paths=(tmp_path.parent,), exec_helper=helper)
+    args = _record(tmp_path, config, "/bin/sh", scratch_root=tmp_path)
+    if os.geteuid() != 0:  # no user change: nothing of the helper's in the sandbox
+        assert str(helper) not in args
+        return
+    mask = _index(args, "--tmpfs", str(tmp_path))
+    bound = _index(args, "--ro-bind", str(helper), str(helper))
+    assert mask < _index(args, "--dir", str(helper.parent)) < bound
+    assert _index(args, "--bind", str(tmp_path / "k" / "work"), str(tmp_path / "k" / "work"))

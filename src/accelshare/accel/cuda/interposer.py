@@ -10,7 +10,7 @@ GPU, the limit read from ``CUDA_MPS_PINNED_DEVICE_MEM_LIMIT`` as MPS reads it.  
 source says how calls reach it (``dlsym`` and ``cuGetProcAddress`` are wrapped: the CUDA
 runtime gets every driver function through them).
 
-The library is built with ``cc`` (``$CC`` when set) into
+The library is built (:mod:`accelshare.cbuild`) with ``cc`` (``$CC`` when set) into
 ``<mps-dir>/shim/libaccelshare-cuda-shim-<hash>.so``, the hash of the source and the
 flags: an agent rebuilds it only when they change, and an older one is left in place
 for the kernels that still name it.  It is written under a temporary name and renamed,
@@ -21,16 +21,12 @@ line, kernels run without it (their *total* stays the GPU's) and ``agent info`` 
 
 from __future__ import annotations
 
-import contextlib
-import hashlib
 import logging
-import os
-import shlex
-import shutil
-import subprocess
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+
+from accelshare.cbuild import BUILD_TIMEOUT_S, BuildFailed, build, build_name, find_compiler
 
 __all__ = [
     "CFLAGS",
@@ -62,11 +58,10 @@ CFLAGS = (
     "-Wall",
 )
 LIBS = ("-ldl",)
-_BUILD_TIMEOUT_S = 120.0
-_OUTPUT_TAIL = 400
+_BUILD_TIMEOUT_S = BUILD_TIMEOUT_S
 
 
-class ShimUnavailable(RuntimeError):
+class ShimUnavailable(BuildFailed):
     """The interposer cannot be built (no compiler, a failed compile); ``str()`` says why."""
 
 
@@ -92,18 +87,7 @@ class ShimState:
 
 def shim_file_name(source: bytes) -> str:
     """``libaccelshare-cuda-shim-<16 hex digits>.so``: the hash of ``source`` and the flags."""
-    digest = hashlib.sha256(source)
-    digest.update(" ".join((*CFLAGS, *LIBS)).encode())
-    return f"{SHIM_PREFIX}{digest.hexdigest()[:16]}.so"
-
-
-def find_compiler(env: Mapping[str, str] | None = None) -> list[str] | None:
-    """The C compiler's argv: ``$CC`` (split as a shell would) or ``cc``; None when its
-    program is not found."""
-    environ = os.environ if env is None else env
-    argv = shlex.split(environ.get("CC", "")) or ["cc"]
-    found = shutil.which(argv[0], path=environ.get("PATH", os.defpath))
-    return [found, *argv[1:]] if found is not None else None
+    return build_name(SHIM_PREFIX, ".so", source, (*CFLAGS, *LIBS))
 
 
 def build_shim(
@@ -114,49 +98,20 @@ def build_shim(
     timeout_s: float = _BUILD_TIMEOUT_S,
 ) -> Path:
     """The interposer in ``folder``, compiled unless a build of the same source and flags
-    is there already (I/O, blocking); :class:`ShimUnavailable` naming why it cannot be."""
+    is there already (I/O, blocking; :func:`accelshare.cbuild.build`);
+    :class:`ShimUnavailable` naming why it cannot be."""
     try:
-        text = source.read_bytes()
-    except OSError as e:
-        raise ShimUnavailable(f"its source {source} cannot be read ({e})") from e
-    target = folder / shim_file_name(text)
-    if target.is_file():
-        return target
-    compiler = find_compiler(env)
-    if compiler is None:
-        name = (env if env is not None else os.environ).get("CC") or "cc"
-        raise ShimUnavailable(f"no C compiler: {name!r} was not found (install gcc, or set CC)")
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-        folder.chmod(0o755)  # kernels of other users load it
-    except OSError as e:
-        raise ShimUnavailable(f"its folder {folder} cannot be made ({e})") from e
-    partial = folder / f".{target.name}.{os.getpid()}.tmp"
-    argv = [*compiler, *CFLAGS, "-o", str(partial), str(source), *LIBS]
-    try:
-        done = subprocess.run(
-            argv,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            timeout=timeout_s,
-            check=False,
-            env=dict(env) if env is not None else None,
+        return build(
+            source,
+            folder,
+            prefix=SHIM_PREFIX,
+            suffix=".so",
+            variants=[(CFLAGS, LIBS)],
+            env=env,
+            timeout_s=timeout_s,
         )
-        if done.returncode != 0:
-            output = done.stdout.decode(errors="replace").strip()
-            tail = output[-_OUTPUT_TAIL:] if output else "no output"
-            raise ShimUnavailable(f"{shlex.join(argv)} exited with {done.returncode}: {tail}")
-        partial.chmod(0o755)
-        os.replace(partial, target)
-    except subprocess.TimeoutExpired as e:
-        raise ShimUnavailable(f"{compiler[0]} took more than {timeout_s:g} s") from e
-    except OSError as e:
-        raise ShimUnavailable(f"{compiler[0]} could not build it ({e})") from e
-    finally:
-        with contextlib.suppress(OSError):
-            partial.unlink()
-    return target
+    except BuildFailed as e:
+        raise ShimUnavailable(str(e)) from e
 
 
 def prepare_shim(folder: Path, *, env: Mapping[str, str] | None = None) -> ShimState:

@@ -9,12 +9,16 @@ on stdin (one line; EOF without one: exit quietly), moves its own output to the 
    agent's child: it survives the agent and is reaped by init, and the agent never
    blocks on it (a fork server's job is the supervisor itself: see below);
 2. ``setsid()``: its own session, away from the agent's terminal and signals;
-3. forks the kernel process, which ``setsid()``s (own session and process group, so
+3. starts the kernel process, which ``setsid()``s (own session and process group, so
    the runtime can signal the whole group), writes its pid into every cgroup
    ``cgroup.procs`` listed (it joins its cgroups *before* it execs the command, so
    no byte of the command runs unlimited), applies rlimits and CPU affinity
    (:func:`enter_kernel_limits`, shared with ``_terminal_exec.py``), sends
-   stdout/stderr to the kernel log, and execs the command;
+   stdout/stderr to the kernel log, and execs the command.  With an exec helper
+   (``launch.json``'s ``exec_helper``, a small static C program the agent builds:
+   exec_helper.py) the supervisor starts it with ``posix_spawn`` and it does all that
+   before its exec, with no Python in the kernel's process (:func:`_spawn_kernel`); without one the
+   supervisor forks a Python child that does it (:func:`_exec_kernel`);
    A sandboxed kernel (``launch.json`` has a ``sandbox`` record, see sandbox.py) execs
    bubblewrap instead; bwrap reports the sandbox's pid (its init) through an info pipe,
    and for outbound networking waits on a block pipe until slirp4netns has set the
@@ -115,17 +119,31 @@ def enter_kernel_limits(cfg: dict[str, Any]) -> None:
 _SESSION_OPTION = "--new-session"
 
 
-def sandbox_argv(cfg: dict[str, Any], info_fd: int, block_fd: int | None) -> list[str]:
-    """bwrap's command line for a sandboxed kernel (``cfg["sandbox"]``, see sandbox.py)."""
+def sandbox_argv(
+    cfg: dict[str, Any], info_fd: int, block_fd: int | None, filter_fd: int | None = None
+) -> list[str]:
+    """bwrap's command line for a sandboxed kernel (``cfg["sandbox"]``, see sandbox.py).
+    The syscall filter's file is opened here (inheritable) unless ``filter_fd`` is given
+    (:func:`open_filter`)."""
     sandbox = cfg["sandbox"]
     argv = [sandbox["bwrap"], *sandbox["args"], "--info-fd", str(info_fd)]
     if block_fd is not None:
         argv += ["--block-fd", str(block_fd)]
-    if sandbox.get("seccomp"):
-        filter_fd = os.open(sandbox["seccomp"], os.O_RDONLY)  # (inherited by bwrap only)
-        os.set_inheritable(filter_fd, True)
+    if filter_fd is None:
+        filter_fd = open_filter(cfg)
+    if filter_fd is not None:
         argv += ["--seccomp", str(filter_fd)]
     return [*argv, "--", *sandbox["command_prefix"], *cfg["argv"]]
+
+
+def open_filter(cfg: dict[str, Any]) -> int | None:
+    """The sandbox's syscall filter file opened for bwrap (inheritable), if it has one."""
+    path = (cfg.get("sandbox") or {}).get("seccomp")
+    if not path:
+        return None
+    filter_fd = os.open(path, os.O_RDONLY)  # (inherited by bwrap only)
+    os.set_inheritable(filter_fd, True)
+    return filter_fd
 
 
 def _exec_kernel(
@@ -154,6 +172,73 @@ def _exec_kernel(
             os.write(err_w, f"{type(e).__name__}: {e}".encode(errors="replace"))
         finally:
             os._exit(127)
+
+
+def _spawn_kernel(
+    cfg: dict[str, Any], err_w: int, info_fd: int | None = None, block_fd: int | None = None
+) -> int:
+    """The kernel's process through the exec helper (``cfg["exec_helper"]``, see
+    exec_helper.py): what :func:`_exec_kernel` does in a forked child, done by a small
+    static program started with ``posix_spawn`` (no copy of this interpreter's pages),
+    in a session of its own with every signal's default and none blocked.  The helper
+    runs as the agent's user (root) before its exec: it gets an empty environment, and
+    the kernel's comes through a pipe (a ``LD_PRELOAD`` of the kernel's never reaches
+    it).  Returns the kernel's pid; a failure of the helper's comes back through
+    ``err_w`` as from :func:`_exec_kernel`, one before the spawn is raised here."""
+    helper = cfg["exec_helper"]
+    environ = b"".join(_env_entry(key, value) for key, value in cfg["env"].items())
+    keep = [fd for fd in (info_fd, block_fd) if fd is not None]
+    argv = cfg["argv"]
+    filter_fd = None
+    env_r, env_w = os.pipe()
+    try:
+        if cfg.get("sandbox") and info_fd is not None:
+            filter_fd = open_filter(cfg)
+            if filter_fd is not None:
+                keep.append(filter_fd)
+            argv = sandbox_argv(cfg, info_fd, block_fd, filter_fd)
+        command = [helper, "enter", str(err_w), str(env_r)]
+        for procs_file in cfg.get("procs_files", []):
+            command += ["--procs", procs_file]
+        for name, soft, hard in cfg.get("rlimits", []):
+            command += ["--rlimit", str(name), str(int(soft)), str(int(hard))]
+        if cfg.get("cpu_affinity"):
+            command += ["--cpus", ",".join(str(int(cpu)) for cpu in cfg["cpu_affinity"])]
+        for fd in keep:
+            command += ["--keep-fd", str(fd)]
+        command += ["--log", cfg["log_file"], "--cwd", cfg["cwd"], "--", *argv]
+        for fd in (err_w, env_r, *keep):
+            os.set_inheritable(fd, True)
+        pid = os.posix_spawn(
+            helper,
+            command,
+            {},
+            setsid=True,
+            setsigdef=signal.valid_signals() - {signal.SIGKILL, signal.SIGSTOP},
+            setsigmask=(),
+        )
+        os.set_inheritable(err_w, False)
+        os.close(env_r)
+        env_r = -1
+        with contextlib.suppress(OSError):  # a helper that died early says why on err_w
+            view = memoryview(environ)
+            while view:
+                view = view[os.write(env_w, view) :]
+    finally:
+        for opened in (env_r, env_w, filter_fd):
+            if opened is not None and opened >= 0:
+                os.close(opened)
+    return pid
+
+
+def _env_entry(key: str, value: str) -> bytes:
+    """``KEY=VALUE`` and a NUL byte, refused as ``os.execve`` refuses it."""
+    name, text = os.fsencode(key), os.fsencode(value)
+    if not name or b"=" in name:
+        raise ValueError("illegal environment variable name")
+    if b"\0" in name or b"\0" in text:
+        raise ValueError("embedded null byte")
+    return name + b"=" + text + b"\0"
 
 
 def default_signals() -> None:
@@ -261,16 +346,27 @@ def supervise(cfg: dict[str, Any], status_fd: int) -> int:
     err_r, err_w = os.pipe()  # both ends close-on-exec: EOF means the exec succeeded
     info_r, info_w = os.pipe() if sandboxed else (-1, -1)
     block_r, block_w = os.pipe() if outbound else (-1, -1)
-    kernel_pid = os.fork()
-    if kernel_pid == 0:
-        os.close(err_r)
-        if sandboxed:
-            os.close(info_r)
-            os.set_inheritable(info_w, True)
-        if outbound:
-            os.close(block_w)
-            os.set_inheritable(block_r, True)
-        _exec_kernel(cfg, err_w, info_w if sandboxed else None, block_r if outbound else None)
+    if cfg.get("exec_helper"):
+        try:
+            kernel_pid = _spawn_kernel(
+                cfg, err_w, info_w if sandboxed else None, block_r if outbound else None
+            )
+        except Exception as e:  # nothing started
+            for fd in (err_r, err_w, info_r, info_w, block_r, block_w):
+                if fd >= 0:
+                    os.close(fd)
+            return _fail_start(cfg, status_fd, f"{type(e).__name__}: {e}")
+    else:
+        kernel_pid = os.fork()
+        if kernel_pid == 0:
+            os.close(err_r)
+            if sandboxed:
+                os.close(info_r)
+                os.set_inheritable(info_w, True)
+            if outbound:
+                os.close(block_w)
+                os.set_inheritable(block_r, True)
+            _exec_kernel(cfg, err_w, info_w if sandboxed else None, block_r if outbound else None)
     os.close(err_w)
     for fd in (info_w, block_r):
         if fd >= 0:

@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import shutil
 import signal
 import time
@@ -99,7 +100,7 @@ class ProcessRuntime:
             runtime_name=self.name,
         )
         log.info(
-            "process runtime: scratch root %s, limits via %s%s",
+            "process runtime: scratch root %s, limits via %s%s, kernel exec: %s",
             self._root,
             limits_via,
             (
@@ -108,6 +109,7 @@ class ProcessRuntime:
                 if self._sandbox
                 else ", not sandboxed"
             ),
+            self.kernel_exec,
         )
 
     def _usable_cgroups(self, cgroups: CgroupManager | None) -> tuple[CgroupManager | None, str]:
@@ -158,6 +160,17 @@ class ProcessRuntime:
     @property
     def sandbox(self) -> SandboxConfig | None:
         return self._sandbox
+
+    @property
+    def kernel_exec(self) -> str:
+        """How kernels start, in words: the exec helper (and, sandboxed as root, its
+        ``drop`` or ``setpriv``) or a forked Python process."""
+        helper = self.config.exec_helper
+        how = f"exec helper {helper}" if helper is not None else "python fork"
+        if self._sandbox is not None and os.geteuid() == 0:
+            drop = self._sandbox.exec_helper
+            how += ", user change by " + ("the exec helper" if drop is not None else "setpriv")
+        return how
 
     @property
     def node_shared_dir(self) -> Path:

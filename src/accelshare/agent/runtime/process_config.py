@@ -42,6 +42,10 @@ class ProcessRuntimeConfig:
       the host's network itself and publishes nothing.
     * ``passthrough_env``: the agent's own variables a kernel inherits (nothing else
       leaks from the agent's environment).
+    * ``exec_helper``: the agent's exec helper (:mod:`.exec_helper`): the supervisor
+      starts each kernel's process with it (``posix_spawn``, no Python in the kernel's
+      process); None: a forked Python child.  (A sandbox's ``drop`` is
+      :attr:`SandboxConfig.exec_helper`.)
     """
 
     scratch_root: Path
@@ -69,3 +73,4 @@ class ProcessRuntimeConfig:
     # instead of starting an interpreter (~1 ms instead of 10-25 ms of CPU).  Spare
     # launchers are not started while it serves; a fresh launcher is the fallback.
     fork_server: bool = False
+    exec_helper: Path | None = None

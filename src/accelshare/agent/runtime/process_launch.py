@@ -225,6 +225,7 @@ class KernelLauncher:
             "cgroup": cgroup.to_json() if cgroup else None,
             "limits_applied": applied,
             "sandbox": sandbox,
+            "exec_helper": str(self.config.exec_helper) if self.config.exec_helper else None,
             "published_ports": [list(p) for p in spec.published_ports] if sandbox else [],
             "created_at": time.time(),
         }

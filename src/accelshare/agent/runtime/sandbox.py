@@ -88,6 +88,9 @@ class SandboxConfig:
       configuration and secret files).
     * ``syscall_filter``: the compiled seccomp filter (:func:`write_syscall_filter`) every
       process of the sandbox, and its terminals, runs under.
+    * ``exec_helper``: the agent's exec helper (:mod:`.exec_helper`); a root agent's
+      kernels change user with its ``drop`` mode (the file bound read-only at its own
+      path) instead of ``setpriv``.  None: ``setpriv``.
     """
 
     uid: int = 1000
@@ -102,6 +105,7 @@ class SandboxConfig:
     # A seccomp filter (SYSCALL_FILTER) on every process of the sandbox: a file the agent
     # writes once (write_syscall_filter); None: no filter.
     syscall_filter: Path | None = None
+    exec_helper: Path | None = None
 
     def effective_ids(self) -> tuple[int, int]:
         """The uid/gid kernels really run as: the configured ones when the agent is root,
@@ -123,7 +127,8 @@ def probe(config: SandboxConfig, *, timeout_s: float = 10.0) -> str | None:
             f"bubblewrap ({config.bwrap!r}) is not installed (Debian/Ubuntu: apt-get install"
             " bubblewrap)"
         )
-    if os.geteuid() == 0 and not os.access(config.setpriv, os.X_OK):
+    helper = _drop_helper(config)
+    if os.geteuid() == 0 and helper is None and not os.access(config.setpriv, os.X_OK):
         return f"{config.setpriv} (util-linux) is not there"
     if config.network == "outbound" and shutil.which(config.slirp4netns) is None:
         return (
@@ -136,6 +141,7 @@ def probe(config: SandboxConfig, *, timeout_s: float = 10.0) -> str | None:
         *_NAMESPACE_ARGS,
         *SESSION_ARGS,
         *_system_args(),
+        *([] if helper is None else ["--ro-bind", helper, helper]),
         "--proc",
         "/proc",
         "--dev",
@@ -224,13 +230,25 @@ def _identity_args() -> list[str]:
     return ["--unshare-user", "--disable-userns"]
 
 
+def _drop_helper(config: SandboxConfig) -> str | None:
+    """The exec helper that changes a root agent's kernels to their user (None: setpriv
+    does, or the agent is not root and nothing does)."""
+    if os.geteuid() != 0 or config.exec_helper is None:
+        return None
+    return str(config.exec_helper)
+
+
 def _command_prefix(config: SandboxConfig) -> list[str]:
-    """What runs inside before the kernel's argv: as root, ``setpriv`` to the kernel's
-    user with no capabilities left; nothing otherwise (the user namespace maps the
-    agent's own uid, and bwrap has dropped every capability)."""
+    """What runs inside before the kernel's argv: as root, the exec helper's ``drop``
+    mode (or ``setpriv``) to the kernel's user with no capabilities left, in no
+    supplementary group; nothing otherwise (the user namespace maps the agent's own
+    uid, and bwrap has dropped every capability)."""
     if os.geteuid() != 0:
         return []
     uid, gid = config.effective_ids()
+    helper = _drop_helper(config)
+    if helper is not None:
+        return [helper, "drop", str(uid), str(gid), "--"]
     return [
         config.setpriv,
         f"--reuid={uid}",
@@ -353,6 +371,9 @@ def sandbox_record(
         if path.exists():
             bind("ro", path)
     bind("ro", config_dir)
+    helper = _drop_helper(config)
+    if helper is not None:
+        bind("ro", helper)  # (after the ro_paths: the scratch root is hidden first)
     bind("rw", work_dir)
     resolved_work = work_dir.resolve()
     resolved_cwd = resolved_work if cwd == work_dir else cwd.resolve()

@@ -1,0 +1,333 @@
+"""The kernels' exec helper (runtime/exec_helper.py, exec_helper/accelshare_exec.c): its
+build (static first, a dynamic fallback, cached by source), its ``enter`` mode driven
+directly, and through the process runtime (the ``drop`` mode is compared with setpriv
+in test_sandbox.py)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import resource
+import signal
+import stat
+import struct
+import subprocess
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from accelshare.agent.runtime import KernelSpec, KernelStartFailed, ProcessRuntime
+from accelshare.agent.runtime.exec_helper import (
+    HELPER_DIR,
+    build_exec_helper,
+    prepare_exec_helper,
+)
+from accelshare.cbuild import BuildFailed, find_compiler
+
+RuntimeFactory = Callable[..., ProcessRuntime]
+
+pytestmark = pytest.mark.skipif(find_compiler() is None, reason="no C compiler (cc / $CC)")
+
+
+@pytest.fixture
+def helper(exec_helper_build: Path | str) -> Path:
+    if isinstance(exec_helper_build, str):
+        pytest.skip(exec_helper_build)
+    return exec_helper_build
+
+
+def enter(
+    helper: Path,
+    tmp_path: Path,
+    command: list[str],
+    *options: str,
+    env: bytes = b"PATH=/usr/bin:/bin\0",
+    keep: tuple[int, ...] = (),
+) -> tuple[str, int, str]:
+    """Run ``helper enter`` as the supervisor does: (its error report, its exit code,
+    the log)."""
+    err_r, err_w = os.pipe()
+    env_r, env_w = os.pipe()
+    log = tmp_path / "kernel.log"
+    argv = [str(helper), "enter", str(err_w), str(env_r), *options]
+    argv += ["--log", str(log), "--cwd", str(tmp_path), "--", *command]
+    for fd in (err_w, env_r, *keep):
+        os.set_inheritable(fd, True)
+    pid = os.posix_spawn(str(helper), argv, {}, setsid=True)
+    os.close(err_w)
+    os.close(env_r)
+    with contextlib.suppress(BrokenPipeError):
+        os.write(env_w, env)
+    os.close(env_w)
+    with os.fdopen(err_r, "rb") as errors:
+        error = errors.read().decode()
+    _, status = os.waitpid(pid, 0)
+    return error, os.waitstatus_to_exitcode(status), log.read_text() if log.exists() else ""
+
+
+def has_interpreter(program: Path) -> bool:
+    """Whether an ELF program is dynamically linked (has a ``PT_INTERP`` header)."""
+    data = program.read_bytes()
+    assert data[:4] == b"\x7fELF"
+    assert data[4] == 2  # (64-bit)
+    byte_order = "<" if data[5] == 1 else ">"
+    (phoff,) = struct.unpack_from(f"{byte_order}Q", data, 0x20)
+    phentsize, phnum = struct.unpack_from(f"{byte_order}HH", data, 0x36)
+    kinds = [
+        struct.unpack_from(f"{byte_order}I", data, phoff + i * phentsize)[0] for i in range(phnum)
+    ]
+    return 3 in kinds  # PT_INTERP
+
+
+def static_linking_works(tmp_path: Path) -> bool:
+    compiler = find_compiler()
+    assert compiler is not None
+    source = tmp_path / "s.c"
+    source.write_text("int main(void) { return 0; }\n")
+    done = subprocess.run(
+        [*compiler, "-static", "-o", str(tmp_path / "s"), str(source)],
+        capture_output=True,
+        check=False,
+    )
+    return done.returncode == 0
+
+
+def test_the_helper_is_static_where_the_c_library_allows_and_cached(tmp_path: Path) -> None:
+    folder = tmp_path / "helpers"
+    built = build_exec_helper(folder)
+    mode = built.stat().st_mode
+    assert stat.S_IMODE(mode) == 0o755
+    assert stat.S_IMODE(folder.stat().st_mode) == 0o755
+    assert has_interpreter(built) == (not static_linking_works(tmp_path))
+    # the same source again: no compiler needed
+    assert build_exec_helper(folder, env={**os.environ, "CC": "/bin/false"}) == built
+
+
+def test_a_c_library_without_static_linking_gets_a_dynamic_helper(tmp_path: Path) -> None:
+    compiler = find_compiler()
+    assert compiler is not None
+    wrapper = tmp_path / "cc-no-static"
+    wrapper.write_text(
+        "#!/bin/sh\n"
+        'for a in "$@"; do [ "$a" = -static ] && { echo "cannot find -lc" >&2; exit 1; }; done\n'
+        f'exec {compiler[0]} "$@"\n'
+    )
+    wrapper.chmod(0o755)
+    built = build_exec_helper(tmp_path / "helpers", env={**os.environ, "CC": str(wrapper)})
+    assert has_interpreter(built)
+    error, code, _ = enter(built, tmp_path, ["true"])
+    assert (error, code) == ("", 0)
+    # neither builds: the static build's reason, and the Python way at agent start
+    failing = {**os.environ, "CC": "/bin/false"}
+    with pytest.raises(BuildFailed, match=r"/bin/false -static .* exited with 1"):
+        build_exec_helper(tmp_path / "none", env=failing)
+    state = prepare_exec_helper(tmp_path / "root", env={**os.environ, "CC": "no-such-cc"})
+    assert state.path is None
+    assert "no C compiler: 'no-such-cc'" in state.reason
+    assert state.status.startswith("python fork and setpriv (no exec helper: no C compiler")
+    ready = prepare_exec_helper(tmp_path / "root")
+    assert ready.path is not None
+    assert ready.path.parent == tmp_path / "root" / HELPER_DIR
+    assert ready.status == f"exec helper {ready.path}"
+
+
+def test_enter_applies_the_kernels_limits_output_and_cwd(helper: Path, tmp_path: Path) -> None:
+    procs = [tmp_path / "procs-a", tmp_path / "procs-b"]  # (cgroup.procs stand-ins)
+    for file in procs:
+        file.write_text("")
+    kept_r, kept_w = os.pipe()
+    leaked = os.open("/dev/null", os.O_RDONLY)  # inheritable, not kept: closed
+    os.set_inheritable(leaked, True)
+    cpu = sorted(os.sched_getaffinity(0))[0]
+    script = (
+        "echo pid=$$ cwd=$(pwd) foo=$FOO; ulimit -d; ulimit -n; "
+        "grep Cpus_allowed_list /proc/self/status; ls /proc/$$/fd | tr '\\n' ,"
+    )
+    try:
+        error, code, log = enter(
+            helper,
+            tmp_path,
+            ["sh", "-c", script],
+            *("--procs", str(procs[0]), "--procs", str(procs[1])),
+            *("--rlimit", "RLIMIT_DATA", str(512 << 20), str(512 << 20)),
+            *("--rlimit", "RLIMIT_NOFILE", "64", "64"),
+            *("--cpus", str(cpu), "--keep-fd", str(kept_w)),
+            env=b"PATH=/usr/bin:/bin\0FOO=bar baz\0",
+            keep=(kept_w,),
+        )
+    finally:
+        for fd in (kept_r, kept_w, leaked):
+            os.close(fd)
+    assert (error, code) == ("", 0), log
+    pid = log.split("pid=")[1].split()[0]
+    assert [file.read_text() for file in procs] == [pid, pid]
+    assert f"cwd={tmp_path} foo=bar baz" in log
+    assert "524288\n64\n" in log  # KiB, files
+    assert f"Cpus_allowed_list:\t{cpu}\n" in log
+    fds = {int(fd) for fd in log.strip().rsplit("\n", 1)[-1].split(",") if fd}
+    assert fds - {3} == {0, 1, 2, kept_w}, log  # (3: ls's own listing)
+
+
+@pytest.mark.parametrize(
+    ("command", "options", "expected"),
+    [
+        (
+            ["nosuchcmd"],
+            (),
+            "FileNotFoundError: [Errno 2] No such file or directory: '/bin/nosuchcmd'",
+        ),
+        (
+            ["/no/such/program"],
+            (),
+            "FileNotFoundError: [Errno 2] No such file or directory: '/no/such/program'",
+        ),
+        (["{tmp}/data.txt"], (), "PermissionError: [Errno 13] Permission denied: '{tmp}/data.txt'"),
+        (
+            ["true"],
+            ("--rlimit", "RLIMIT_DATA", "12x", "1"),
+            "ValueError: accelshare-exec: bad rlimit value",
+        ),
+        (
+            ["true"],
+            ("--rlimit", "RLIMIT_NOPE", "1", "1"),
+            "AttributeError: module 'resource' has no attribute 'RLIMIT_NOPE'",
+        ),
+        (["true"], ("--cpus", "0,,-1"), "ValueError: accelshare-exec: bad CPU number"),
+        (
+            ["true"],
+            ("--procs", "/no/such/cgroup.procs"),
+            "FileNotFoundError: [Errno 2] No such file or directory: '/no/such/cgroup.procs'",
+        ),
+        (
+            ["true"],
+            ("--bogus",),
+            "ValueError: accelshare-exec: unknown option, or one without its value",
+        ),
+    ],
+)
+def test_enter_reports_each_failure_as_python_would(
+    helper: Path, tmp_path: Path, command: list[str], options: tuple[str, ...], expected: str
+) -> None:
+    (tmp_path / "data.txt").write_text("not a program\n")  # (mode 0644)
+    command = [part.replace("{tmp}", str(tmp_path)) for part in command]
+    error, code, _ = enter(helper, tmp_path, command, *options)
+    assert (error, code) == (expected.replace("{tmp}", str(tmp_path)), 127)
+
+
+def test_enter_refuses_a_malformed_environment(helper: Path, tmp_path: Path) -> None:
+    error, code, _ = enter(helper, tmp_path, ["true"], env=b"PATH=/bin\0no-nul")
+    assert (error, code) == (
+        "ValueError: the kernel's environment does not end with a NUL byte",
+        127,
+    )
+    error, code, _ = enter(helper, tmp_path, ["true"], env=b"=x\0")
+    assert (error, code) == ("ValueError: illegal environment variable name", 127)
+
+
+def kernel(command: tuple[str, ...], **kwargs: Any) -> KernelSpec:
+    return KernelSpec(
+        f"xh-{uuid.uuid4().hex[:10]}", "shell", "SLOTS={}\n", command=command, **kwargs
+    )
+
+
+async def test_a_kernels_ld_preload_never_runs_in_the_helper(
+    make_runtime: RuntimeFactory, helper: Path, tmp_path: Path
+) -> None:
+    """The helper runs as the agent's user before its exec: the kernel's environment is
+    only passed on, never its own (a ``LD_PRELOAD`` there would run as root)."""
+    compiler = find_compiler()
+    assert compiler is not None
+    marker = tmp_path / "loaded-into"
+    source = tmp_path / "mark.c"
+    source.write_text(
+        "#include <stdio.h>\n#include <unistd.h>\n"
+        "__attribute__((constructor)) static void mark(void) {\n"
+        '  char exe[4096]; ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);\n'
+        f'  FILE *f = fopen("{marker}", "a"); if (!f || n < 0) return; exe[n] = 0;\n'
+        '  fprintf(f, "%s\\n", exe); fclose(f);\n}\n'
+    )
+    library = tmp_path / "libmark.so"
+    subprocess.run([*compiler, "-shared", "-fPIC", "-o", str(library), str(source)], check=True)
+    runtime = make_runtime(exec_helper=helper)
+    spec = kernel(("true",), env={"LD_PRELOAD": str(library)})
+    await runtime.create_kernel(spec)
+    info = await runtime.wait_exit(spec.kernel_id, timeout_s=15)
+    assert info.exit is not None
+    assert info.exit.exit_code == 0
+    loaded = marker.read_text().split()
+    assert loaded, "the kernel's own command loads its LD_PRELOAD"
+    assert str(helper) not in loaded
+    assert not any(Path(exe).name.startswith("accelshare-exec") for exe in loaded)
+
+
+async def test_a_helper_that_is_gone_fails_the_start_with_its_reason(
+    make_runtime: RuntimeFactory, tmp_path: Path
+) -> None:
+    runtime = make_runtime(exec_helper=tmp_path / "gone" / "accelshare-exec-0")
+    with pytest.raises(KernelStartFailed, match=r"FileNotFoundError: .*accelshare-exec-0"):
+        await runtime.create_kernel(kernel(("true",)))
+
+
+async def test_the_kernel_gets_its_limits_and_default_signals_from_the_helper(
+    make_runtime: RuntimeFactory, helper: Path
+) -> None:
+    """What _exec_kernel gives the Python way, the helper gives: a session of its own,
+    rlimits, every signal's default (even one the agent ignores), nothing blocked."""
+    ignored = signal.signal(signal.SIGUSR1, signal.SIG_IGN)
+    try:
+        runtime = make_runtime(exec_helper=helper, use_cgroups=False)
+        from accelshare.agent.runtime import ResourceLimits
+
+        spec = kernel(
+            (
+                "echo sid=$(ps -o sid= -p $$) pid=$$; grep -E 'Sig(Ign|Blk)' /proc/self/status; ulimit -d",
+            ),
+            limits=ResourceLimits(mem_bytes=1 << 30),
+        )
+        await runtime.create_kernel(spec)
+        info = await runtime.wait_exit(spec.kernel_id, timeout_s=15)
+        log = await runtime.get_logs(spec.kernel_id)
+    finally:
+        signal.signal(signal.SIGUSR1, ignored)
+    assert info.exit is not None
+    assert info.exit.exit_code == 0, log
+    sid, pid = (part.split("=")[1] for part in log.split()[:2])
+    assert sid == pid, log
+    assert "SigBlk:\t0000000000000000" in log, log
+    ignored_mask = int(log.split("SigIgn:\t")[1].split()[0], 16)
+    assert ignored_mask & ~0x180000000 == 0, log  # (32, 33: glibc's own, left as they are)
+    assert str((1 << 30) // 1024) in log, log
+    assert resource.getrlimit(resource.RLIMIT_DATA)  # (the agent's own are untouched)
+
+
+async def test_the_agent_builds_the_helper_at_start_and_starts_kernels_with_it(
+    agent_toml: Callable[..., Path],
+    scratch_root: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The real build at start (conftest's agents take the session's helper): into the
+    scratch root, root's and 0755, and given to the runtime (and, as root, its sandbox)."""
+    from accelshare.agent import service_runtime
+    from accelshare.agent.runtime import exec_helper
+    from accelshare.config.agent_file import load_agent_config
+
+    monkeypatch.setattr(service_runtime, "prepare_exec_helper", exec_helper.prepare_exec_helper)
+    config = load_agent_config(agent_toml())
+    with caplog.at_level("INFO"):
+        runtime, _ = await service_runtime.make_runtime(config, scratch_root)
+    try:
+        assert isinstance(runtime, ProcessRuntime)
+        built = runtime.config.exec_helper
+        assert built is not None
+        assert built.parent == scratch_root / HELPER_DIR
+        assert stat.S_IMODE(built.parent.stat().st_mode) == 0o755
+        assert built.parent.stat().st_uid == os.geteuid()
+        if runtime.sandbox is not None and os.geteuid() == 0:
+            assert runtime.sandbox.exec_helper == built
+        assert f"kernel exec: exec helper {built}" in caplog.text
+    finally:
+        await runtime.close()
