@@ -37,9 +37,41 @@ async def _create(agent: Any, kernel_id: str, environ: dict[str, str]) -> dict[s
     return dict(response.json())
 
 
-def _kernel_environ(pid: int) -> dict[str, str]:
-    raw = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+def _environ(pid: int) -> dict[str, str]:
+    try:
+        raw = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    except OSError:  # (gone meanwhile)
+        return {}
     return dict(item.decode().split("=", 1) for item in raw if b"=" in item)
+
+
+def _children(pid: int) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            if int(stat.rpartition(")")[2].split()[1]) == pid:
+                found.append(int(entry.name))
+    return found
+
+
+async def _kernel_environ(pid: int) -> dict[str, str]:
+    """The environment of the kernel's command: the kernel process ``pid`` or, in a
+    sandbox, a process under it (bwrap and the sandbox's init carry only a fixed one and
+    the agent's marks: nothing of the session's)."""
+    for _ in range(500):
+        level = [pid]
+        while level:
+            for candidate in level:
+                env = _environ(candidate)
+                if "HOME" in env:
+                    return env
+            level = [child for parent in level for child in _children(parent)]
+        await asyncio.sleep(0.02)
+    raise AssertionError(f"no process under {pid} has the kernel's environment")
 
 
 def _assert_told(
@@ -73,7 +105,7 @@ async def test_ports_from_the_range_kept_over_a_restart_freed_on_destroy(
         {"name": "lab", "protocol": "http", "container_port": 8889, "host_port": low},
         {"name": "web", "protocol": "http", "container_port": 8888, "host_port": low + 1},
     ]
-    env = _kernel_environ(int(report["container_id"]))
+    env = await _kernel_environ(int(report["container_id"]))
     relayed = first.service.runtime.publishes_ports
     assert relayed is (sandbox == "auto" and first.service.runtime.sandbox is not None)
     _assert_told(env, relayed, declared, [low, low + 1])
@@ -123,7 +155,7 @@ async def test_a_create_answered_before_the_start_reports_the_host_ports(
             break
         await asyncio.sleep(0.05)
     assert listed["status"] == "RUNNING", listed
-    env = _kernel_environ(int(listed["container_id"]))
+    env = await _kernel_environ(int(listed["container_id"]))
     _assert_told(
         env, agent.service.runtime.publishes_ports, {"BACKENDAI_SERVICE_PORT_WEB": "8888"}, [low]
     )

@@ -227,6 +227,58 @@ def test_enter_refuses_a_malformed_environment(helper: Path, tmp_path: Path) -> 
     assert (error, code) == ("ValueError: illegal environment variable name", 127)
 
 
+def apply_env(helper: Path, command: list[str], env: bytes) -> tuple[int, str, str]:
+    """``helper env FD -- COMMAND`` with ``env`` in a memfd, its own environment holding
+    only a PATH that leads nowhere: (exit code, stdout, stderr)."""
+    fd = os.memfd_create("env")
+    try:
+        os.write(fd, env)
+        os.lseek(fd, 0, os.SEEK_SET)
+        done = subprocess.run(
+            [str(helper), "env", str(fd), "--", *command],
+            env={"PATH": "/nowhere"},
+            pass_fds=(fd,),
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+    finally:
+        os.close(fd)
+    return done.returncode, done.stdout, done.stderr
+
+
+def test_env_mode_runs_the_command_with_the_given_environment(helper: Path) -> None:
+    """The ``env`` mode (inside a sandbox, once the kernel's user is in place): the
+    command gets exactly the environment read from the descriptor, is looked up on its
+    PATH, and does not inherit the descriptor."""
+    code, out, err = apply_env(
+        helper,
+        ["sh", "-c", 'echo "foo=$FOO path=$PATH"; ls /proc/self/fd | tr "\\n" ,'],
+        b"PATH=/usr/bin:/bin\0FOO=bar baz\0",
+    )
+    assert (code, err) == (0, ""), out
+    assert "foo=bar baz path=/usr/bin:/bin" in out
+    assert set(out.splitlines()[-1].strip(",").split(",")) == {"0", "1", "2", "3"}, out
+
+
+def test_env_mode_exits_as_setpriv_and_env_do(helper: Path, tmp_path: Path) -> None:
+    """127 with the error when the program is not there, 126 when it cannot run."""
+    code, _, err = apply_env(helper, ["nosuchcmd"], b"PATH=/bin\0")
+    assert code == 127
+    assert err == (
+        "accelshare-exec: FileNotFoundError: [Errno 2] No such file or directory:"
+        " '/bin/nosuchcmd'\n"
+    )
+    data = tmp_path / "data.txt"
+    data.write_text("not a program\n")
+    code, _, err = apply_env(helper, [str(data)], b"PATH=/bin\0")
+    assert code == 126
+    assert "PermissionError: [Errno 13] Permission denied" in err
+    code, _, err = apply_env(helper, ["true"], b"PATH=/bin\0no-nul")
+    assert code == 127
+    assert "does not end with a NUL byte" in err
+
+
 def kernel(command: tuple[str, ...], **kwargs: Any) -> KernelSpec:
     return KernelSpec(
         f"xh-{uuid.uuid4().hex[:10]}", "shell", "SLOTS={}\n", command=command, **kwargs

@@ -20,7 +20,9 @@ on stdin (one line; EOF without one: exit quietly), moves its own output to the 
    before its exec, with no Python in the kernel's process (:func:`_spawn_kernel`); without one the
    supervisor forks a Python child that does it (:func:`_exec_kernel`);
    A sandboxed kernel (``launch.json`` has a ``sandbox`` record, see sandbox.py) execs
-   bubblewrap instead; bwrap reports the sandbox's pid (its init) through an info pipe,
+   bubblewrap instead, with a fixed environment (:data:`PRIVILEGED_ENV`): the kernel's
+   goes in a memfd to the sandbox's command prefix, which applies it once the kernel's
+   user is in place (:func:`env_file`); bwrap reports the sandbox's pid (its init) through an info pipe,
    and for outbound networking waits on a block pipe until slirp4netns has set the
    network up.  The init and the command under it get a session and process group of
    their own (``--new-session``): a destroy signals that group (process_stop.py), not
@@ -118,13 +120,90 @@ def enter_kernel_limits(cfg: dict[str, Any]) -> None:
 #: process group of their own (see sandbox.py, ``SESSION_ARGS``).
 _SESSION_OPTION = "--new-session"
 
+#: The environment of every program that runs outside a sandbox or before the kernel's
+#: user is in place inside it (bwrap, setpriv, nsenter, the exec helper's ``drop``),
+#: with the agent's marks (:func:`privileged_env`): the kernel's environment is the
+#: session's (a ``LD_PRELOAD`` in it would run the session's code in them, as root), so
+#: it reaches only the program that applies it once the kernel's user is in place
+#: (:data:`ENV_APPLIER`, the helper's ``drop`` and ``env`` modes), through a
+#: descriptor (:func:`env_file`).
+PRIVILEGED_ENV = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"}
+#: The agent's marks on a kernel's processes (base.py: ``KERNEL_ID_ENV``,
+#: ``RESOURCE_TXT_ENV``; ports.py: ``PUBLISHED_PORTS_ENV``), which the agent sets last
+#: in the kernel's environment (no session chooses them) and finds its kernels' processes
+#: by (procfs.py): bwrap and the sandbox's init carry them too (:func:`privileged_env`).
+MARK_VARS = (
+    "ACCELSHARE_KERNEL_ID",
+    "BACKENDAI_KERNEL_ID",
+    "ACCELSHARE_RESOURCE_TXT",
+    "ACCELSHARE_PUBLISHED_PORTS",
+)
+#: In a sandbox record's ``command_prefix`` and ``env_program`` (sandbox.py): stands for
+#: the descriptor of the kernel's environment (:func:`env_file`), filled in at exec.
+ENV_FD_ARG = "{env_fd}"
+#: ``python -I -S -c ENV_APPLIER FD -- PROGRAM ARG...``: the kernel's environment from
+#: FD (``KEY=VALUE`` entries, each ended by a NUL byte), then PROGRAM with it, looked up
+#: on its PATH; SIGPIPE and SIGXFSZ back to their default (Python ignores them, and an
+#: ignored signal survives exec).  A failure is reported as the exec helper reports it
+#: (exit code 127 when PROGRAM is not there, else 126).  Where no exec helper could be
+#: built: after setpriv (sandbox.py), or nsenter (a terminal).
+ENV_APPLIER = """\
+import os, signal, sys
+signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+signal.signal(signal.SIGXFSZ, signal.SIG_DFL)
+with open(int(sys.argv[1]), "rb") as f:
+    env = dict(e.split(b"=", 1) for e in f.read().split(b"\\0")[:-1])
+argv = sys.argv[3:]
+try:
+    os.execvpe(argv[0], argv, env)
+except OSError as e:
+    if isinstance(e.filename, bytes):  # (os.execvpe's PATH search names it so)
+        e.filename = os.fsdecode(e.filename)
+    sys.stderr.write(f"accelshare-exec: {type(e).__name__}: {e}\\n")
+    sys.exit(127 if isinstance(e, FileNotFoundError) else 126)
+"""
+
+
+def privileged_env(env: dict[str, str]) -> dict[str, str]:
+    """The environment of a kernel's privileged programs: :data:`PRIVILEGED_ENV` and the
+    agent's :data:`MARK_VARS` of the kernel's environment ``env``, nothing else of it."""
+    return {**PRIVILEGED_ENV, **{key: env[key] for key in MARK_VARS if key in env}}
+
+
+def env_file(env: dict[str, str]) -> int:
+    """A new descriptor (inheritable, not on disk: a memfd) holding ``env`` as
+    ``KEY=VALUE`` entries each ended by a NUL byte, read from its start; ``ValueError``
+    for a name or value ``os.execve`` would refuse."""
+    data = b"".join(_env_entry(key, value) for key, value in env.items())
+    fd = os.memfd_create("accelshare-env")
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+        os.lseek(fd, 0, os.SEEK_SET)
+        os.set_inheritable(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def fill_env_fd(argv: list[str], env_fd: int) -> list[str]:
+    """``argv`` with :data:`ENV_FD_ARG` replaced by ``env_fd``."""
+    return [str(env_fd) if arg == ENV_FD_ARG else arg for arg in argv]
+
 
 def sandbox_argv(
-    cfg: dict[str, Any], info_fd: int, block_fd: int | None, filter_fd: int | None = None
+    cfg: dict[str, Any],
+    info_fd: int,
+    block_fd: int | None,
+    env_fd: int,
+    filter_fd: int | None = None,
 ) -> list[str]:
-    """bwrap's command line for a sandboxed kernel (``cfg["sandbox"]``, see sandbox.py).
-    The syscall filter's file is opened here (inheritable) unless ``filter_fd`` is given
-    (:func:`open_filter`)."""
+    """bwrap's command line for a sandboxed kernel (``cfg["sandbox"]``, see sandbox.py):
+    its command prefix reads the kernel's environment from ``env_fd``
+    (:func:`env_file`).  The syscall filter's file is opened here (inheritable) unless
+    ``filter_fd`` is given (:func:`open_filter`)."""
     sandbox = cfg["sandbox"]
     argv = [sandbox["bwrap"], *sandbox["args"], "--info-fd", str(info_fd)]
     if block_fd is not None:
@@ -133,7 +212,7 @@ def sandbox_argv(
         filter_fd = open_filter(cfg)
     if filter_fd is not None:
         argv += ["--seccomp", str(filter_fd)]
-    return [*argv, "--", *sandbox["command_prefix"], *cfg["argv"]]
+    return [*argv, "--", *fill_env_fd(sandbox["command_prefix"], env_fd), *cfg["argv"]]
 
 
 def open_filter(cfg: dict[str, Any]) -> int | None:
@@ -163,10 +242,13 @@ def _exec_kernel(
         # background (nohup, a shell's `&`) inherits more.  The command starts with
         # every default, as bwrap passes them on to it.
         default_signals()
-        argv = cfg["argv"]
+        argv, env = cfg["argv"], cfg["env"]
         if cfg.get("sandbox") and info_fd is not None:
-            argv = sandbox_argv(cfg, info_fd, block_fd)
-        os.execvpe(argv[0], argv, cfg["env"])
+            # bwrap (and setpriv after it) get a fixed environment; the kernel's is
+            # read inside the sandbox once the kernel's user is in place
+            argv = sandbox_argv(cfg, info_fd, block_fd, env_file(env))
+            env = privileged_env(env)
+        os.execvpe(argv[0], argv, env)
     except BaseException as e:  # report anything, then die without running atexit handlers
         try:
             os.write(err_w, f"{type(e).__name__}: {e}".encode(errors="replace"))
@@ -182,21 +264,27 @@ def _spawn_kernel(
     static program started with ``posix_spawn`` (no copy of this interpreter's pages),
     in a session of its own with every signal's default and none blocked.  The helper
     runs as the agent's user (root) before its exec: it gets an empty environment, and
-    the kernel's comes through a pipe (a ``LD_PRELOAD`` of the kernel's never reaches
-    it).  Returns the kernel's pid; a failure of the helper's comes back through
-    ``err_w`` as from :func:`_exec_kernel`, one before the spawn is raised here."""
+    the environment it execs with comes through a pipe (a ``LD_PRELOAD`` of the
+    kernel's never reaches it): the kernel's, or for a sandbox :func:`privileged_env`
+    (bwrap's), the kernel's then read inside the sandbox from a descriptor kept for it
+    (:func:`env_file`).  Returns the kernel's pid; a failure of the helper's comes back
+    through ``err_w`` as from :func:`_exec_kernel`, one before the spawn is raised
+    here."""
     helper = cfg["exec_helper"]
-    environ = b"".join(_env_entry(key, value) for key, value in cfg["env"].items())
     keep = [fd for fd in (info_fd, block_fd) if fd is not None]
-    argv = cfg["argv"]
-    filter_fd = None
+    argv, env = cfg["argv"], cfg["env"]
+    filter_fd = kernel_env_fd = None
     env_r, env_w = os.pipe()
     try:
         if cfg.get("sandbox") and info_fd is not None:
+            kernel_env_fd = env_file(env)
+            keep.append(kernel_env_fd)
+            env = privileged_env(env)
             filter_fd = open_filter(cfg)
             if filter_fd is not None:
                 keep.append(filter_fd)
-            argv = sandbox_argv(cfg, info_fd, block_fd, filter_fd)
+            argv = sandbox_argv(cfg, info_fd, block_fd, kernel_env_fd, filter_fd)
+        environ = b"".join(_env_entry(key, value) for key, value in env.items())
         command = [helper, "enter", str(err_w), str(env_r)]
         for procs_file in cfg.get("procs_files", []):
             command += ["--procs", procs_file]
@@ -225,7 +313,7 @@ def _spawn_kernel(
             while view:
                 view = view[os.write(env_w, view) :]
     finally:
-        for opened in (env_r, env_w, filter_fd):
+        for opened in (env_r, env_w, filter_fd, kernel_env_fd):
             if opened is not None and opened >= 0:
                 os.close(opened)
     return pid

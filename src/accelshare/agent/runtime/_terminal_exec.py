@@ -14,8 +14,11 @@ sandbox.py) it sets no-new-privileges, loads the sandbox's syscall filter and ex
 namespaces, its root and working folder, as the kernel's user, which execs the shell;
 otherwise it execs the shell in the kernel's cwd.  Either way the shell gets the
 kernel's environment (so the plugins' tools, such as the mock ``nvidia-smi`` in
-``config/bin``, are on PATH) and ``TERM=xterm-256color``.  Any failure is written
-to stderr (the terminal) and the exit code is 127.
+``config/bin``, are on PATH) and ``TERM=xterm-256color``; nsenter itself (root, or the
+agent's user, outside the sandbox) gets a fixed one, and the kernel's comes through a
+descriptor to the sandbox record's ``env_program``, which applies it inside as the
+kernel's user.  Any failure is written to stderr (the terminal) and the exit code is
+127.
 
 ``_terminal_exec.py LAUNCH --run NSPID|- ARGV...`` (:mod:`.execs`, the execute API)
 starts ``ARGV`` the same way (``-``: the kernel has no sandbox) on the pipes it was
@@ -72,11 +75,14 @@ def load_syscall_filter(libc: ctypes.CDLL, path: str) -> None:
         raise OSError(ctypes.get_errno(), "prctl(PR_SET_SECCOMP)")
 
 
-def nsenter_argv(sandbox: dict[str, object], pid: int, cwd: str, command: list[str]) -> list[str]:
+def nsenter_argv(
+    sandbox: dict[str, object], pid: int, cwd: str, env_program: list[str], command: list[str]
+) -> list[str]:
     """``nsenter`` into a sandboxed kernel (sandbox.py): all its namespaces, its root and
     the working folder, as the kernel's user (root agent: ``--setuid``; otherwise the
     sandbox's user namespace maps the agent's own uid, kept as it is), running
-    ``command``."""
+    ``env_program`` (which applies the kernel's environment: nsenter itself runs with
+    the launcher's ``privileged_env``), which runs ``command`` in ``cwd``."""
     argv = [
         "/usr/bin/nsenter" if os.path.exists("/usr/bin/nsenter") else "nsenter",
         f"--target={pid}",
@@ -95,7 +101,7 @@ def nsenter_argv(sandbox: dict[str, object], pid: int, cwd: str, command: list[s
         argv += ["--user", "--preserve-credentials"]
     else:
         argv += [f"--setuid={sandbox['uid']}", f"--setgid={sandbox['gid']}"]
-    return [*argv, "--", "/usr/bin/env", f"--chdir={cwd}", *command]
+    return [*argv, "--", *env_program, "/usr/bin/env", f"--chdir={cwd}", *command]
 
 
 def main(argv: list[str]) -> int:
@@ -130,8 +136,17 @@ def main(argv: list[str]) -> int:
                 raise OSError(ctypes.get_errno(), "prctl(PR_SET_NO_NEW_PRIVS)")
             if sandbox.get("seccomp"):
                 load_syscall_filter(libc, sandbox["seccomp"])
-            argv = nsenter_argv(sandbox, namespace_pid, cfg["cwd"], command)
-            os.execvpe(argv[0], argv, env)
+            # nsenter runs as root (or the agent's user) outside the sandbox: the
+            # kernel's environment (the session's) reaches only the program that
+            # applies it as the kernel's user, inside (sandbox.py, _env_program)
+            env_program = sandbox.get("env_program") or [
+                *(sys.executable, "-I", "-S", "-c", launcher.ENV_APPLIER),
+                *(launcher.ENV_FD_ARG, "--"),
+            ]
+            env_fd = launcher.env_file(env)
+            env_program = launcher.fill_env_fd(env_program, env_fd)
+            argv = nsenter_argv(sandbox, namespace_pid, cfg["cwd"], env_program, command)
+            os.execvpe(argv[0], argv, launcher.privileged_env(env))
         if namespace_pid is not None:
             raise ValueError("a sandbox pid was given for a kernel without a sandbox")
         os.chdir(cfg["cwd"])

@@ -15,7 +15,12 @@ change it.  It has two modes (the C source says exactly what each does):
 * ``drop``: inside a sandbox started by a root agent, the change to the kernel's user
   (:func:`.sandbox._command_prefix`): the same end state as ``setpriv --reuid
   --regid --clear-groups --inh-caps=-all --bounding-set=-all``, without setpriv's
-  dynamic linking and libcap-ng.  The sandbox binds the file read-only at its own path.
+  dynamic linking and libcap-ng.  It runs with bwrap's fixed environment and reads the
+  kernel's from a descriptor, applied only after the change of user: a dynamic build
+  loads nothing a session names either.  The sandbox binds the file read-only at its
+  own path.
+* ``env``: the kernel's environment from a descriptor, then the command, with no change
+  of user (a sandbox of an agent that is not root; a terminal, after nsenter).
 
 No compiler, or a failed build: the agent logs one line and kernels start the Python
 way (a forked child, setpriv); the process runtime says which at start (``kernel exec``

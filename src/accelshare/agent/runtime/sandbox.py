@@ -49,6 +49,7 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any, Literal
 
+from ._launcher import ENV_APPLIER, ENV_FD_ARG, env_file, fill_env_fd
 from .folder_mounts import FolderMount, MountRefused, check_target
 
 __all__ = [
@@ -88,9 +89,11 @@ class SandboxConfig:
       configuration and secret files).
     * ``syscall_filter``: the compiled seccomp filter (:func:`write_syscall_filter`) every
       process of the sandbox, and its terminals, runs under.
-    * ``exec_helper``: the agent's exec helper (:mod:`.exec_helper`); a root agent's
-      kernels change user with its ``drop`` mode (the file bound read-only at its own
-      path) instead of ``setpriv``.  None: ``setpriv``.
+    * ``exec_helper``: the agent's exec helper (:mod:`.exec_helper`), bound read-only at
+      its own path: a root agent's kernels change user with its ``drop`` mode instead of
+      ``setpriv``, and it applies the kernel's environment after the change of user (its
+      ``env`` mode for an agent that is not root).  None: ``setpriv`` and the agent's
+      interpreter (``_launcher.ENV_APPLIER``).
     """
 
     uid: int = 1000
@@ -127,7 +130,7 @@ def probe(config: SandboxConfig, *, timeout_s: float = 10.0) -> str | None:
             f"bubblewrap ({config.bwrap!r}) is not installed (Debian/Ubuntu: apt-get install"
             " bubblewrap)"
         )
-    helper = _drop_helper(config)
+    helper = _sandbox_helper(config)
     if os.geteuid() == 0 and helper is None and not os.access(config.setpriv, os.X_OK):
         return f"{config.setpriv} (util-linux) is not there"
     if config.network == "outbound" and shutil.which(config.slirp4netns) is None:
@@ -141,7 +144,7 @@ def probe(config: SandboxConfig, *, timeout_s: float = 10.0) -> str | None:
         *_NAMESPACE_ARGS,
         *SESSION_ARGS,
         *_system_args(),
-        *([] if helper is None else ["--ro-bind", helper, helper]),
+        *_probe_binds(helper),
         "--proc",
         "/proc",
         "--dev",
@@ -157,17 +160,19 @@ def probe(config: SandboxConfig, *, timeout_s: float = 10.0) -> str | None:
         except OSError as e:
             return f"the syscall filter {config.syscall_filter} cannot be read: {e}"
         argv[1:1] = ["--seccomp", str(filter_fd)]
+    env_fd = env_file({"PATH": "/usr/bin:/bin"})  # (the command prefix applies it)
     try:
         done = subprocess.run(
-            argv,
+            fill_env_fd(argv, env_fd),
             capture_output=True,
             timeout=timeout_s,
             check=False,
-            pass_fds=() if filter_fd is None else (filter_fd,),
+            pass_fds=(env_fd,) if filter_fd is None else (env_fd, filter_fd),
         )
     except (OSError, subprocess.SubprocessError) as e:
         return f"bubblewrap could not run: {e}"
     finally:
+        os.close(env_fd)
         if filter_fd is not None:
             os.close(filter_fd)
     if done.returncode != 0:
@@ -181,6 +186,23 @@ def probe(config: SandboxConfig, *, timeout_s: float = 10.0) -> str | None:
             " kernel.unprivileged_userns_clone=1, user.max_user_namespaces > 0)"
         )
     return None
+
+
+def _probe_binds(helper: str | None) -> list[str]:
+    """What the probe's command prefix needs bound: the exec helper, else the agent's
+    interpreter (:data:`ENV_APPLIER`), each under folders made 0755 as in
+    :func:`sandbox_record`."""
+    paths = [helper] if helper is not None else [str(p) for p in interpreter_paths(sys.executable)]
+    args: list[str] = []
+    made: set[str] = set()
+    for path in paths:
+        for parent in _parents(path):
+            if parent not in made and not _under_system(parent):
+                made.add(parent)
+                args += ["--dir", parent]
+        args += ["--ro-bind", path, path]
+        made.add(path)
+    return args
 
 
 #: What the sandbox's syscall filter refuses, and with which error (everything else is
@@ -230,25 +252,40 @@ def _identity_args() -> list[str]:
     return ["--unshare-user", "--disable-userns"]
 
 
-def _drop_helper(config: SandboxConfig) -> str | None:
-    """The exec helper that changes a root agent's kernels to their user (None: setpriv
-    does, or the agent is not root and nothing does)."""
-    if os.geteuid() != 0 or config.exec_helper is None:
-        return None
-    return str(config.exec_helper)
+def _sandbox_helper(config: SandboxConfig) -> str | None:
+    """The exec helper, bound read-only into every sandbox at its own path: it changes a
+    root agent's kernels to their user and applies the kernel's environment (None:
+    setpriv and :data:`ENV_APPLIER` do)."""
+    return None if config.exec_helper is None else str(config.exec_helper)
+
+
+def _env_program(config: SandboxConfig) -> list[str]:
+    """What applies the kernel's environment inside the sandbox (or a terminal's, after
+    nsenter) once the kernel's user is in place, then execs the command: the exec
+    helper's ``env`` mode, else the agent's interpreter (bound into every sandbox)
+    running :data:`ENV_APPLIER`.  It reads the environment from the descriptor that
+    :data:`ENV_FD_ARG` stands for (``_launcher.env_file``)."""
+    helper = _sandbox_helper(config)
+    if helper is not None:
+        return [helper, "env", ENV_FD_ARG, "--"]
+    return [sys.executable, "-I", "-S", "-c", ENV_APPLIER, ENV_FD_ARG, "--"]
 
 
 def _command_prefix(config: SandboxConfig) -> list[str]:
-    """What runs inside before the kernel's argv: as root, the exec helper's ``drop``
-    mode (or ``setpriv``) to the kernel's user with no capabilities left, in no
-    supplementary group; nothing otherwise (the user namespace maps the agent's own
-    uid, and bwrap has dropped every capability)."""
+    """What runs inside before the kernel's argv.  Root: the exec helper's ``drop``
+    mode, else ``setpriv`` then :func:`_env_program`, to the kernel's user with no
+    capabilities left, in no supplementary group.  Not root: :func:`_env_program` (the
+    user namespace maps the agent's own uid, and bwrap has dropped every capability).
+    bwrap runs with a fixed environment of its own (``_launcher.PRIVILEGED_ENV``), and
+    so does what it starts before the kernel's user is in place: the kernel's (the
+    session's: a ``LD_PRELOAD`` in it would load the session's code into bwrap, setpriv
+    or a dynamically linked helper) is applied only after the change of user."""
     if os.geteuid() != 0:
-        return []
+        return _env_program(config)
     uid, gid = config.effective_ids()
-    helper = _drop_helper(config)
+    helper = _sandbox_helper(config)
     if helper is not None:
-        return [helper, "drop", str(uid), str(gid), "--"]
+        return [helper, "drop", str(uid), str(gid), ENV_FD_ARG, "--"]
     return [
         config.setpriv,
         f"--reuid={uid}",
@@ -257,6 +294,7 @@ def _command_prefix(config: SandboxConfig) -> list[str]:
         "--inh-caps=-all",
         "--bounding-set=-all",
         "--",
+        *_env_program(config),
     ]
 
 
@@ -371,7 +409,7 @@ def sandbox_record(
         if path.exists():
             bind("ro", path)
     bind("ro", config_dir)
-    helper = _drop_helper(config)
+    helper = _sandbox_helper(config)
     if helper is not None:
         bind("ro", helper)  # (after the ro_paths: the scratch root is hidden first)
     bind("rw", work_dir)
@@ -453,6 +491,7 @@ def sandbox_record(
         "userns": os.geteuid() != 0,  # see _identity_args
         "args": args,
         "command_prefix": _command_prefix(config),
+        "env_program": _env_program(config),
         "network": config.network,
         "slirp4netns": _program(config.slirp4netns),
         "seccomp": None if config.syscall_filter is None else str(config.syscall_filter),

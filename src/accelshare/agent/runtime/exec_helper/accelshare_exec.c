@@ -19,13 +19,24 @@
  *     is written to ERR_FD (close-on-exec: EOF tells the supervisor the exec succeeded)
  *     as Python's "TypeName: message", and the helper exits 127.
  *
- *   accelshare-exec drop UID GID -- PROGRAM ARG...
+ *   accelshare-exec drop UID GID ENV_FD -- PROGRAM ARG...
  *
- *     Inside a sandbox started by root (sandbox.py): drops to UID/GID for good, as
- *     setpriv --reuid=UID --regid=GID --clear-groups --inh-caps=-all --bounding-set=-all
- *     does: no supplementary groups, no capabilities in any set (bounding, ambient,
- *     inheritable, permitted, effective), then execvp(PROGRAM).  Failures go to stderr
- *     (the kernel's log); the exit code is 126, or 127 when PROGRAM is not found.
+ *     Inside a sandbox started by root (sandbox.py): reads the kernel's environment
+ *     from ENV_FD (as enter does; its own is bwrap's fixed one), drops to UID/GID for
+ *     good, as setpriv --reuid=UID --regid=GID --clear-groups --inh-caps=-all
+ *     --bounding-set=-all does: no supplementary groups, no capabilities in any set
+ *     (bounding, ambient, inheritable, permitted, effective), and only then execs
+ *     PROGRAM with the kernel's environment, looked up on its PATH as enter does.
+ *     Nothing of the kernel's environment is in this process's own: a dynamically
+ *     linked build (no static C library) loads nothing a session names.  Failures go
+ *     to stderr (the kernel's log); the exit code is 126, or 127 when PROGRAM is not
+ *     found.
+ *
+ *   accelshare-exec env ENV_FD -- PROGRAM ARG...
+ *
+ *     The same without a change of user (a sandbox of an agent that is not root, a
+ *     terminal nsenter has already moved to the kernel's user): the kernel's
+ *     environment from ENV_FD, then PROGRAM with it.
  */
 #define _GNU_SOURCE
 #include <dirent.h>
@@ -295,13 +306,22 @@ static void close_others(const int *keep, int keep_count) {
     closedir(dir);
 }
 
+/* The exit code of a failed exec: enter mode always 127 (the supervisor reads the
+ * error from ERR_FD); drop and env modes 127 when the program is not there, else 126
+ * (as setpriv and env(1) say it). */
+static int exec_code(int e) {
+    if (err_fd >= 0)
+        return 127;
+    return e == ENOENT ? 127 : 126;
+}
+
 /* execve PROGRAM, searched on the kernel environment's PATH as os.execvpe does: the
  * first error other than "not found" wins, else the last one. */
 static void exec_search(char **argv, char **env) {
     const char *file = argv[0];
     if (strchr(file, '/') != NULL) {
         execve(file, argv, env);
-        fail_os(127, errno, file);
+        fail_os(exec_code(errno), errno, file);
     }
     const char *path = env_get(env, "PATH");
     if (path == NULL)
@@ -335,8 +355,8 @@ static void exec_search(char **argv, char **env) {
         dir = end;
     }
     if (saved != 0)
-        fail_os(127, saved, saved_name);
-    fail_os(127, last, last_name[0] ? last_name : file);
+        fail_os(exec_code(saved), saved, saved_name);
+    fail_os(exec_code(last), last, last_name[0] ? last_name : file);
 }
 
 static int enter(int argc, char **argv) {
@@ -421,10 +441,11 @@ static int enter(int argc, char **argv) {
 }
 
 static int drop(int argc, char **argv) {
-    if (argc < 6 || strcmp(argv[4], "--") != 0 || argv[5][0] == '\0')
-        usage("drop UID GID -- PROGRAM ARG...");
+    if (argc < 7 || strcmp(argv[5], "--") != 0 || argv[6][0] == '\0')
+        usage("drop UID GID ENV_FD -- PROGRAM ARG...");
     uid_t uid = (uid_t)parse_number(argv[2], 0, 0xfffffffeLL, "bad UID");
     gid_t gid = (gid_t)parse_number(argv[3], 0, 0xfffffffeLL, "bad GID");
+    char **env = read_environment(parse_fd(argv[4]));
     if (prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) != 0 && errno != EINVAL)
         fail_os(126, errno, NULL);
     for (int cap = 0; cap < 64; cap++) {
@@ -449,8 +470,14 @@ static int drop(int argc, char **argv) {
     if (uid != 0 && (getresuid(&r, &e, &s) != 0 || r != uid || e != uid || s != uid ||
                      setresuid(0, 0, 0) == 0))
         fail(126, "PermissionError", "the user did not change for good");
-    execvp(argv[5], argv + 5);
-    fail_os(errno == ENOENT ? 127 : 126, errno, argv[5]);
+    exec_search(argv + 6, env);
+    return 126;
+}
+
+static int apply_env(int argc, char **argv) {
+    if (argc < 5 || strcmp(argv[3], "--") != 0 || argv[4][0] == '\0')
+        usage("env ENV_FD -- PROGRAM ARG...");
+    exec_search(argv + 4, read_environment(parse_fd(argv[2])));
     return 126;
 }
 
@@ -459,6 +486,8 @@ int main(int argc, char **argv) {
         return enter(argc, argv);
     if (argc >= 2 && strcmp(argv[1], "drop") == 0)
         return drop(argc, argv);
-    usage("the mode is 'enter' or 'drop'");
+    if (argc >= 2 && strcmp(argv[1], "env") == 0)
+        return apply_env(argc, argv);
+    usage("the mode is 'enter', 'drop' or 'env'");
     return 127;
 }
