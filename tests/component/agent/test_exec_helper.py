@@ -335,7 +335,7 @@ async def test_the_kernel_gets_its_limits_and_default_signals_from_the_helper(
 
         spec = kernel(
             (
-                "echo sid=$(ps -o sid= -p $$) pid=$$; grep -E 'Sig(Ign|Blk)' /proc/self/status; ulimit -d",
+                "echo sid=$(ps -o sid= -p $$ | tr -d ' ') pid=$$; grep -E 'Sig(Ign|Blk)' /proc/self/status; ulimit -d",
             ),
             limits=ResourceLimits(mem_bytes=1 << 30),
         )
