@@ -46,7 +46,9 @@ its launch file (output to ``logs/launcher.log``) from step 2: that child is the
 kernel's supervisor, already detached from the agent (the server is not the agent), so
 it skips step 1's fork.  The server reaps its supervisors as they end; it exits when the
 agent closes its end (or dies), and the supervisors still running are then re-parented
-to init like those of step 1.  A fork is far cheaper than starting an interpreter per
+to init like those of step 1.  A launch record that names the exec helper gets no forked
+child: the server ``posix_spawn``s the helper's ``supervise`` mode, a supervisor in C
+that does steps 2-5 as :func:`supervise` does (:func:`spawn_supervisor`).  A fork is far cheaper than starting an interpreter per
 create, and each fork less saves the copy of the interpreter's pages a forked Python
 process makes as it runs.
 """

@@ -2,7 +2,7 @@
  * accelshare-exec: how a process-runtime kernel's command is started, without Python.
  *
  * Built by the agent at start (accelshare/agent/runtime/exec_helper.py), statically
- * where the C library allows.  One binary, two modes:
+ * where the C library allows.  One binary, four modes:
  *
  *   accelshare-exec enter ERR_FD ENV_FD [--procs FILE]... [--rlimit NAME SOFT HARD]...
  *                   [--cpus N,N,...] [--keep-fd N]... --log FILE --cwd DIR -- PROGRAM ARG...
@@ -18,6 +18,31 @@
  *     looking it up on that environment's PATH as Python's os.execvpe does.  Any failure
  *     is written to ERR_FD (close-on-exec: EOF tells the supervisor the exec succeeded)
  *     as Python's "TypeName: message", and the helper exits 127.
+ *
+ *   accelshare-exec supervise STATUS_FD ENV_FD --launch FILE --proc-file FILE
+ *                   --exit-file FILE [--bwrap N [--session-group] [--outbound SLIRP4NETNS]]
+ *                   [enter's options] -- PROGRAM ARG...
+ *
+ *     The kernel's supervisor, started by the launcher's fork server with posix_spawn
+ *     (its own session, every signal's default, a fixed environment, its output to the
+ *     kernel's launcher.log): what _launcher.py's supervise() does.  It forks the
+ *     kernel's process, which goes on as enter does (setsid first; ENV_FD holds the
+ *     environment it execs with), its failure read back from a close-on-exec pipe.
+ *     With --bwrap N the command's first N words are bwrap and its options: the helper
+ *     inserts --info-fd (and, with --outbound, --block-fd) after them, reads the
+ *     sandbox's pid from bwrap's info ("child-pid": N), and with --outbound starts
+ *     SLIRP4NETNS in the kernel's cgroups (--enable-sandbox --enable-seccomp as root,
+ *     --userns-path otherwise; ready within 10 s or the start fails) and then releases
+ *     bwrap.  It writes the proc file (pids, start times, the sandbox's pid and start
+ *     time, "sandbox_group" with --session-group), reports {"ok": true, ...} on
+ *     STATUS_FD, ignores SIGTERM/SIGINT/SIGHUP, waits for the kernel, kills what is left
+ *     of its process group (and the sandbox's init if its start time still matches),
+ *     stops slirp4netns and writes the exit file (bwrap's 128 + N read as signal N).  A
+ *     failed start writes the exit file ("failed" and the error) and reports
+ *     {"ok": false, "error": ...}; the helper then exits 1.  Both files are written
+ *     through a temporary file and a rename; strings are JSON-escaped.  --launch only
+ *     names the kernel's launch.json in its command line (the agent finds its kernels'
+ *     supervisors by it).
  *
  *   accelshare-exec drop UID GID ENV_FD -- PROGRAM ARG...
  *
