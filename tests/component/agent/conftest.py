@@ -156,6 +156,9 @@ async def make_runtime(
 ) -> AsyncIterator[RuntimeFactory]:
     """Build runtimes on one scratch root (a second one = the agent after a restart),
     starting kernels with ``kernel_exec`` unless told otherwise (``exec_helper=``).
+    With the exec helper a runtime starts kernels as the agent does by default: through
+    the launcher's fork server, whose supervisors are the helper's (``supervise``);
+    ``fork_server=False`` gives the Python supervisor the helper's ``enter`` runs under.
 
     At the end every kernel left on the scratch root is destroyed and cleaned up, so
     no process or cgroup outlives the test.
@@ -167,12 +170,13 @@ async def make_runtime(
             "stop_grace_s": 2.0,
             "cgroup_parent": "accelshare-test",
             "exec_helper": kernel_exec,
+            "fork_server": kernel_exec is not None,
         }
         settings.update(overrides)
         return ProcessRuntime(ProcessRuntimeConfig(**settings), cgroups=cgroups)
 
     yield factory
-    cleaner = factory()
+    cleaner = factory(fork_server=False)
     for info in await cleaner.scan_kernels():
         with contextlib.suppress(Exception):
             await cleaner.destroy_kernel(info.kernel_id, grace_s=0)

@@ -6,6 +6,7 @@ in test_sandbox.py)."""
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import resource
 import signal
@@ -381,5 +382,139 @@ async def test_the_agent_builds_the_helper_at_start_and_starts_kernels_with_it(
         if runtime.sandbox is not None and os.geteuid() == 0:
             assert runtime.sandbox.exec_helper == built
         assert f"kernel exec: exec helper {built}" in caplog.text
+    finally:
+        await runtime.close()
+
+
+# -- supervise mode (the fork server's supervisors) ----------------------------------------
+
+
+def supervise(
+    helper: Path, tmp_path: Path, command: list[str], *options: str
+) -> tuple[int, dict[str, Any], Path]:
+    """Start ``helper supervise`` as the fork server does (without a launch file): (its
+    pid, its status report, the state folder with proc.json / exit.json)."""
+    state = tmp_path / "state"
+    state.mkdir(exist_ok=True)
+    status_r, status_w = os.pipe()
+    env_fd = os.memfd_create("env")
+    os.write(env_fd, b"PATH=/usr/bin:/bin\0")
+    os.lseek(env_fd, 0, os.SEEK_SET)
+    argv = [str(helper), "supervise", str(status_w), str(env_fd)]
+    argv += ["--proc-file", str(state / "proc.json"), "--exit-file", str(state / "exit.json")]
+    argv += [*options, "--log", str(tmp_path / "kernel.log"), "--cwd", str(tmp_path)]
+    argv += ["--", *command]
+    for fd in (status_w, env_fd):
+        os.set_inheritable(fd, True)
+    pid = os.posix_spawn(str(helper), argv, {}, setsid=True)
+    os.close(status_w)
+    os.close(env_fd)
+    with os.fdopen(status_r, "rb") as status:
+        report = json.loads(status.read().decode())
+    return pid, report, state
+
+
+def finished(pid: int, state: Path) -> dict[str, Any]:
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    record: dict[str, Any] = json.loads((state / "exit.json").read_text(encoding="utf-8"))
+    return record
+
+
+def test_supervise_records_the_kernel_as_the_python_supervisor_does(
+    helper: Path, tmp_path: Path
+) -> None:
+    pid, report, state = supervise(helper, tmp_path, ["sh", "-c", "echo hi; exit 3"])
+    kernel_pid = report["kernel_pid"]
+    assert report == {"ok": True, "supervisor_pid": pid, "kernel_pid": kernel_pid}
+    proc = json.loads((state / "proc.json").read_text())
+    assert sorted(proc) == [
+        "kernel_pid",
+        "kernel_start",
+        "started_at",
+        "supervisor_pid",
+        "supervisor_start",
+    ]
+    assert (proc["supervisor_pid"], proc["kernel_pid"]) == (pid, kernel_pid)
+    assert isinstance(proc["supervisor_start"], int)
+    assert isinstance(proc["kernel_start"], int | None)  # (it may be gone already)
+    assert isinstance(proc["started_at"], float)
+    record = finished(pid, state)
+    assert {k: v for k, v in record.items() if k != "finished_at"} == {
+        "reason": "exited",
+        "exit_code": 3,
+        "signal": None,
+    }
+    assert record["finished_at"] >= proc["started_at"]
+    assert (tmp_path / "kernel.log").read_text() == "hi\n"
+    assert not list(state.glob("*.tmp"))
+
+
+def test_supervise_stays_through_term_and_records_a_killed_kernel(
+    helper: Path, tmp_path: Path
+) -> None:
+    pid, report, state = supervise(helper, tmp_path, ["sleep", "30"])
+    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        os.kill(pid, signum)  # ignored: it stays to record the exit code
+    os.kill(report["kernel_pid"], signal.SIGTERM)
+    record = finished(pid, state)
+    assert (record["reason"], record["exit_code"], record["signal"]) == ("killed", 143, 15)
+
+
+def test_supervise_reports_a_failed_exec_in_json_that_reads_back(
+    helper: Path, tmp_path: Path
+) -> None:
+    """The error text (quotes, a line break, bytes that are not UTF-8) is JSON-escaped in
+    the status report and exit.json alike."""
+    program = os.fsdecode(b'/no/such "dir"\n\xff\xc3/prog')
+    pid, report, state = supervise(helper, tmp_path, [program])
+    assert report["ok"] is False
+    assert report["error"].startswith("FileNotFoundError: [Errno 2] No such file or directory:")
+    assert '/no/such "dir"\n\ufffd\ufffd/prog' in report["error"]
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 1
+    record = json.loads((state / "exit.json").read_text(encoding="utf-8"))
+    assert record["reason"] == "failed"
+    assert record["exit_code"] is None
+    assert record["error"] == report["error"]
+
+
+def test_supervise_reports_a_bad_option_of_the_kernels_as_a_failed_start(
+    helper: Path, tmp_path: Path
+) -> None:
+    pid, report, state = supervise(helper, tmp_path, ["true"], "--rlimit", "RLIMIT_NO", "1", "1")
+    assert report == {
+        "ok": False,
+        "error": "AttributeError: module 'resource' has no attribute 'RLIMIT_NO'",
+    }
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 1
+    assert json.loads((state / "exit.json").read_text())["error"] == report["error"]
+
+
+async def test_the_fork_servers_supervisor_is_the_helper(
+    make_runtime: RuntimeFactory, helper: Path
+) -> None:
+    """With the fork server and the helper, the kernel's supervisor is the helper's
+    ``supervise`` (no Python process per kernel), named by its launch file (procfs.py)."""
+    from accelshare.agent.runtime.procfs import find_marked_processes
+
+    runtime = make_runtime(exec_helper=helper, fork_server=True)
+    try:
+        spec = kernel(("sleep 30",))
+        info = await runtime.create_kernel(spec)
+        proc = json.loads((info.scratch_dir / "state" / "proc.json").read_text())
+        supervisor = proc["supervisor_pid"]
+        assert os.readlink(f"/proc/{supervisor}/exe") == str(helper)
+        cmdline = Path(f"/proc/{supervisor}/cmdline").read_bytes().split(b"\0")
+        assert cmdline[1] == b"supervise"
+        assert os.getsid(supervisor) == supervisor
+        environ = Path(f"/proc/{supervisor}/environ").read_bytes()
+        assert environ == b"PATH=/usr/sbin:/usr/bin:/sbin:/bin\0"
+        assert supervisor in find_marked_processes(runtime.scratch_root)[spec.kernel_id]
+        await runtime.destroy_kernel(spec.kernel_id, grace_s=0)
+        done = await runtime.wait_exit(spec.kernel_id, timeout_s=10)
+        assert done.exit is not None
+        assert done.exit.reason.value in ("killed", "destroyed")
     finally:
         await runtime.close()

@@ -31,7 +31,7 @@ def kernel(command: tuple[str, ...] | None = None) -> KernelSpec:
 async def test_spares_start_kernels_and_are_replaced(
     make_runtime: RuntimeFactory, eventually: Eventually
 ) -> None:
-    runtime = make_runtime(prespawn_launchers=2)
+    runtime = make_runtime(fork_server=False, prespawn_launchers=2)
     spares = [p.pid for p, _ in runtime._launcher.spares]
     assert len(spares) == 2
     first = await runtime.create_kernel(kernel(("echo out-$0; echo err-$0 >&2; exit 4",)))
@@ -54,7 +54,7 @@ async def test_spares_start_kernels_and_are_replaced(
 
 
 async def test_a_dead_spare_is_skipped(make_runtime: RuntimeFactory) -> None:
-    runtime = make_runtime(prespawn_launchers=1)
+    runtime = make_runtime(fork_server=False, prespawn_launchers=1)
     process, _ = runtime._launcher.spares[0]
     process.kill()
     process.wait()
@@ -67,7 +67,7 @@ async def test_a_dead_spare_is_skipped(make_runtime: RuntimeFactory) -> None:
 
 async def test_a_failing_start_through_a_spare_is_reported(make_runtime: RuntimeFactory) -> None:
     broken = ProcessEnvironment("broken", ("/nonexistent/x",), idle_command=("/nonexistent/y",))
-    runtime = make_runtime(prespawn_launchers=1, environments={"broken": broken})
+    runtime = make_runtime(fork_server=False, prespawn_launchers=1, environments={"broken": broken})
     kernel_id = f"w-{uuid.uuid4().hex[:10]}"
     with pytest.raises(KernelStartFailed, match="FileNotFoundError"):
         await runtime.create_kernel(KernelSpec(kernel_id, "broken", "SLOTS={}\n"))

@@ -46,7 +46,9 @@ its launch file (output to ``logs/launcher.log``) from step 2: that child is the
 kernel's supervisor, already detached from the agent (the server is not the agent), so
 it skips step 1's fork.  The server reaps its supervisors as they end; it exits when the
 agent closes its end (or dies), and the supervisors still running are then re-parented
-to init like those of step 1.  A fork is far cheaper than starting an interpreter per
+to init like those of step 1.  A launch record that names the exec helper gets no forked
+child: the server ``posix_spawn``s the helper's ``supervise`` mode, a supervisor in C
+that does steps 2-5 as :func:`supervise` does (:func:`spawn_supervisor`).  A fork is far cheaper than starting an interpreter per
 create, and each fork less saves the copy of the interpreter's pages a forked Python
 process makes as it runs.
 """
@@ -174,7 +176,11 @@ def env_file(env: dict[str, str]) -> int:
     """A new descriptor (inheritable, not on disk: a memfd) holding ``env`` as
     ``KEY=VALUE`` entries each ended by a NUL byte, read from its start; ``ValueError``
     for a name or value ``os.execve`` would refuse."""
-    data = b"".join(_env_entry(key, value) for key, value in env.items())
+    return _memfd(b"".join(_env_entry(key, value) for key, value in env.items()))
+
+
+def _memfd(data: bytes) -> int:
+    """A new inheritable memfd holding ``data``, read from its start."""
     fd = os.memfd_create("accelshare-env")
     try:
         view = memoryview(data)
@@ -285,16 +291,8 @@ def _spawn_kernel(
                 keep.append(filter_fd)
             argv = sandbox_argv(cfg, info_fd, block_fd, kernel_env_fd, filter_fd)
         environ = b"".join(_env_entry(key, value) for key, value in env.items())
-        command = [helper, "enter", str(err_w), str(env_r)]
-        for procs_file in cfg.get("procs_files", []):
-            command += ["--procs", procs_file]
-        for name, soft, hard in cfg.get("rlimits", []):
-            command += ["--rlimit", str(name), str(int(soft)), str(int(hard))]
-        if cfg.get("cpu_affinity"):
-            command += ["--cpus", ",".join(str(int(cpu)) for cpu in cfg["cpu_affinity"])]
-        for fd in keep:
-            command += ["--keep-fd", str(fd)]
-        command += ["--log", cfg["log_file"], "--cwd", cfg["cwd"], "--", *argv]
+        command = [helper, "enter", str(err_w), str(env_r), *_helper_options(cfg, keep)]
+        command += ["--", *argv]
         for fd in (err_w, env_r, *keep):
             os.set_inheritable(fd, True)
         pid = os.posix_spawn(
@@ -317,6 +315,96 @@ def _spawn_kernel(
             if opened is not None and opened >= 0:
                 os.close(opened)
     return pid
+
+
+def _helper_options(cfg: dict[str, Any], keep: list[int]) -> list[str]:
+    """The exec helper's options for the kernel's process (its ``enter`` mode's, also
+    taken by ``supervise``): cgroups, rlimits, CPU affinity, the descriptors ``keep``
+    passed on to the command, the log and the cwd."""
+    options = []
+    for procs_file in cfg.get("procs_files", []):
+        options += ["--procs", procs_file]
+    for name, soft, hard in cfg.get("rlimits", []):
+        options += ["--rlimit", str(name), str(int(soft)), str(int(hard))]
+    if cfg.get("cpu_affinity"):
+        options += ["--cpus", ",".join(str(int(cpu)) for cpu in cfg["cpu_affinity"])]
+    for fd in keep:
+        options += ["--keep-fd", str(fd)]
+    return [*options, "--log", cfg["log_file"], "--cwd", cfg["cwd"]]
+
+
+def spawn_supervisor(cfg: dict[str, Any], launch_file: str, status_fd: int) -> int:
+    """The kernel's supervisor in C (fork-server mode with an exec helper): the helper's
+    ``supervise`` mode, started with ``posix_spawn`` in a session of its own, with every
+    signal's default and none blocked, :data:`PRIVILEGED_ENV` as its environment, stdin
+    from /dev/null and its output to the kernel's ``logs/launcher.log``.  It does what
+    :func:`supervise` does (steps 3-5; the helper's source says exactly how), the
+    kernel's process being a fork of its own that goes on as ``enter`` does.  The
+    environment the kernel's process execs with (the kernel's, or bwrap's
+    :func:`privileged_env`) comes in a memfd, so does the kernel's own for a sandbox
+    (:func:`env_file`, read inside it).  Returns the supervisor's pid; raises (nothing
+    started) when it cannot be started: the caller then fails the start."""
+    helper = cfg["exec_helper"]
+    argv, env = cfg["argv"], cfg["env"]
+    sandbox = cfg.get("sandbox")
+    opened: list[int] = []
+    try:
+        keep: list[int] = []
+        command = [helper, "supervise", str(status_fd)]
+        options = [
+            "--launch",
+            launch_file,
+            "--proc-file",
+            cfg["proc_file"],
+            "--exit-file",
+            cfg["exit_file"],
+        ]
+        if sandbox:
+            kernel_env_fd = env_file(env)
+            opened.append(kernel_env_fd)
+            keep.append(kernel_env_fd)
+            env = privileged_env(env)
+            bwrap = [sandbox["bwrap"], *sandbox["args"]]
+            filter_fd = open_filter(cfg)
+            if filter_fd is not None:
+                opened.append(filter_fd)
+                keep.append(filter_fd)
+                bwrap += ["--seccomp", str(filter_fd)]
+            argv = [*bwrap, "--", *fill_env_fd(sandbox["command_prefix"], kernel_env_fd), *argv]
+            options += ["--bwrap", str(len(bwrap))]
+            if _SESSION_OPTION in sandbox["args"]:
+                options.append("--session-group")
+            if sandbox.get("network") == "outbound":
+                options += ["--outbound", sandbox["slirp4netns"]]
+        exec_env_fd = _memfd(b"".join(_env_entry(key, value) for key, value in env.items()))
+        opened.append(exec_env_fd)
+        command += [str(exec_env_fd), *options, *_helper_options(cfg, keep), "--", *argv]
+        launcher_log = os.path.join(
+            os.path.dirname(os.path.dirname(launch_file)), "logs", "launcher.log"
+        )
+        os.set_inheritable(status_fd, True)
+        return os.posix_spawn(
+            helper,
+            command,
+            PRIVILEGED_ENV,
+            file_actions=[
+                (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
+                (
+                    os.POSIX_SPAWN_OPEN,
+                    1,
+                    launcher_log,
+                    os.O_WRONLY | os.O_CREAT | os.O_APPEND,
+                    0o644,
+                ),
+                (os.POSIX_SPAWN_DUP2, 1, 2),
+            ],
+            setsid=True,
+            setsigdef=signal.valid_signals() - {signal.SIGKILL, signal.SIGSTOP},
+            setsigmask=(),
+        )
+    finally:
+        for fd in opened:
+            os.close(fd)
 
 
 def _env_entry(key: str, value: str) -> bytes:
@@ -603,6 +691,9 @@ def serve(control_fd: int) -> int:
                 os.close(fd)
             continue
         status_fd = fds[0]
+        if _spawned(message, status_fd):
+            os.close(status_fd)
+            continue
         if os.fork() == 0:
             code = 1
             try:
@@ -618,6 +709,30 @@ def serve(control_fd: int) -> int:
             finally:
                 os._exit(code)
         os.close(status_fd)
+
+
+def _spawned(message: bytes, status_fd: int) -> bool:
+    """Fork-server mode: a launch whose record names an exec helper gets the C
+    supervisor (:func:`spawn_supervisor`); True when it is done with (started, or its
+    failure recorded and reported), False for the forked Python supervisor (no helper,
+    or a launch file the server cannot read: the fork reports that as it always has)."""
+    try:
+        launch_file = message.decode()
+        cfg = _read_launch(launch_file)
+    except Exception:
+        return False
+    if not isinstance(cfg, dict) or not cfg.get("exec_helper"):
+        return False
+    try:
+        spawn_supervisor(cfg, launch_file, status_fd)
+    except Exception as e:  # nothing started
+        report_fd = os.dup(status_fd)  # (the caller closes status_fd)
+        try:
+            _fail_start(cfg, report_fd, f"{type(e).__name__}: {e}")
+        except Exception:  # (the agent reads EOF: a failed start)
+            traceback.print_exc()
+            os.close(report_fd)
+    return True
 
 
 def main(argv: list[str]) -> int:

@@ -5,13 +5,18 @@ start (:mod:`accelshare.cbuild`: ``cc``, or ``$CC``; statically where the C libr
 allows, else dynamically) into ``<scratch root>/.exec-helper/accelshare-exec-<hash>``,
 the hash of the source and the flags: an agent rebuilds it only when they change.  The
 folder and the file are the agent's (root's), mode 0755: kernels may run it, never
-change it.  It has two modes (the C source says exactly what each does):
+change it.  Its modes (the C source says exactly what each does):
 
 * ``enter``: the kernel's process.  The supervisor (``_launcher.py``) starts it with
   ``posix_spawn`` (no copy of the interpreter's pages, no Python run in the kernel's
   process) instead of forking a Python child: it joins the kernel's cgroups, sets its
   rlimits and CPU affinity, its stdin, log and cwd, and execs the command (or bwrap).
   It gets an empty environment of its own: the kernel's comes through a pipe.
+* ``supervise``: the kernel's supervisor, started by the launcher's fork server with
+  ``posix_spawn`` when the launch record names the helper
+  (``_launcher.spawn_supervisor``): what ``_launcher.supervise`` does, in C, its kernel's
+  process a fork of its own that goes on as ``enter``.  It gets a fixed environment
+  (``PATH`` only) and everything else as arguments and descriptors.
 * ``drop``: inside a sandbox started by a root agent, the change to the kernel's user
   (:func:`.sandbox._command_prefix`): the same end state as ``setpriv --reuid
   --regid --clear-groups --inh-caps=-all --bounding-set=-all``, without setpriv's

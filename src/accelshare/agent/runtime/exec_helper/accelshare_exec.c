@@ -2,7 +2,7 @@
  * accelshare-exec: how a process-runtime kernel's command is started, without Python.
  *
  * Built by the agent at start (accelshare/agent/runtime/exec_helper.py), statically
- * where the C library allows.  One binary, two modes:
+ * where the C library allows.  One binary, four modes:
  *
  *   accelshare-exec enter ERR_FD ENV_FD [--procs FILE]... [--rlimit NAME SOFT HARD]...
  *                   [--cpus N,N,...] [--keep-fd N]... --log FILE --cwd DIR -- PROGRAM ARG...
@@ -18,6 +18,31 @@
  *     looking it up on that environment's PATH as Python's os.execvpe does.  Any failure
  *     is written to ERR_FD (close-on-exec: EOF tells the supervisor the exec succeeded)
  *     as Python's "TypeName: message", and the helper exits 127.
+ *
+ *   accelshare-exec supervise STATUS_FD ENV_FD --launch FILE --proc-file FILE
+ *                   --exit-file FILE [--bwrap N [--session-group] [--outbound SLIRP4NETNS]]
+ *                   [enter's options] -- PROGRAM ARG...
+ *
+ *     The kernel's supervisor, started by the launcher's fork server with posix_spawn
+ *     (its own session, every signal's default, a fixed environment, its output to the
+ *     kernel's launcher.log): what _launcher.py's supervise() does.  It forks the
+ *     kernel's process, which goes on as enter does (setsid first; ENV_FD holds the
+ *     environment it execs with), its failure read back from a close-on-exec pipe.
+ *     With --bwrap N the command's first N words are bwrap and its options: the helper
+ *     inserts --info-fd (and, with --outbound, --block-fd) after them, reads the
+ *     sandbox's pid from bwrap's info ("child-pid": N), and with --outbound starts
+ *     SLIRP4NETNS in the kernel's cgroups (--enable-sandbox --enable-seccomp as root,
+ *     --userns-path otherwise; ready within 10 s or the start fails) and then releases
+ *     bwrap.  It writes the proc file (pids, start times, the sandbox's pid and start
+ *     time, "sandbox_group" with --session-group), reports {"ok": true, ...} on
+ *     STATUS_FD, ignores SIGTERM/SIGINT/SIGHUP, waits for the kernel, kills what is left
+ *     of its process group (and the sandbox's init if its start time still matches),
+ *     stops slirp4netns and writes the exit file (bwrap's 128 + N read as signal N).  A
+ *     failed start writes the exit file ("failed" and the error) and reports
+ *     {"ok": false, "error": ...}; the helper then exits 1.  Both files are written
+ *     through a temporary file and a rename; strings are JSON-escaped.  --launch only
+ *     names the kernel's launch.json in its command line (the agent finds its kernels'
+ *     supervisors by it).
  *
  *   accelshare-exec drop UID GID ENV_FD -- PROGRAM ARG...
  *
@@ -44,6 +69,8 @@
 #include <fcntl.h>
 #include <grp.h>
 #include <limits.h>
+#include <poll.h>
+#include <signal.h>
 #include <linux/capability.h>
 #include <sched.h>
 #include <stdarg.h>
@@ -54,6 +81,8 @@
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #ifndef PR_CAP_AMBIENT
@@ -64,6 +93,9 @@
 #define MAX_LIST 256
 
 static int err_fd = -1;
+/* supervise mode, in the supervisor: its failures end the start (exit.json, status). */
+static const char *failing_exit_file = NULL;
+static int fail_start(const char *exit_file, const char *error, size_t len);
 
 /* Python's exception class for an errno (PEP 3151). */
 static const char *error_type(int e) {
@@ -109,6 +141,9 @@ static void fail(int code, const char *type, const char *format, ...) {
     va_end(args);
     if (err_fd >= 0) {
         write_all(err_fd, message, strlen(message));
+    } else if (failing_exit_file != NULL) {
+        fail_start(failing_exit_file, message, strlen(message));
+        _exit(1);
     } else {
         write_all(2, "accelshare-exec: ", 17);
         write_all(2, message, strlen(message));
@@ -359,6 +394,83 @@ static void exec_search(char **argv, char **env) {
     fail_os(exec_code(last), last, last_name[0] ? last_name : file);
 }
 
+/* The kernel's limits and how it is started: enter's options (also supervise's). */
+struct kernel_options {
+    const char *procs[MAX_LIST], *log_file, *cwd, *cpus;
+    int procs_count, keep[MAX_LIST + 2], keep_count;
+    int resources[MAX_LIST], limit_count;
+    rlim_t soft[MAX_LIST], hard[MAX_LIST];
+};
+
+/* One of enter's options at argv[*i] (its values consumed): 1, or 0 when it is none. */
+static int kernel_option(struct kernel_options *o, int argc, char **argv, int *i) {
+    const char *option = argv[*i];
+    int left = argc - *i - 1;
+    if (strcmp(option, "--procs") == 0 && left >= 1) {
+        if (o->procs_count == MAX_LIST)
+            usage("too many --procs");
+        o->procs[o->procs_count++] = argv[++*i];
+    } else if (strcmp(option, "--rlimit") == 0 && left >= 3) {
+        if (o->limit_count == MAX_LIST)
+            usage("too many --rlimit");
+        o->resources[o->limit_count] = limit_resource(argv[*i + 1]);
+        o->soft[o->limit_count] = limit_value(argv[*i + 2]);
+        o->hard[o->limit_count] = limit_value(argv[*i + 3]);
+        o->limit_count++;
+        *i += 3;
+    } else if (strcmp(option, "--cpus") == 0 && left >= 1) {
+        o->cpus = argv[++*i];
+    } else if (strcmp(option, "--keep-fd") == 0 && left >= 1) {
+        if (o->keep_count >= MAX_LIST)
+            usage("too many --keep-fd");
+        o->keep[o->keep_count++] = parse_fd(argv[++*i]);
+    } else if (strcmp(option, "--log") == 0 && left >= 1) {
+        o->log_file = argv[++*i];
+    } else if (strcmp(option, "--cwd") == 0 && left >= 1) {
+        o->cwd = argv[++*i];
+    } else {
+        return 0;
+    }
+    return 1;
+}
+
+/* Join the kernel's cgroups, set its rlimits and CPU affinity (the kernel's process and
+ * the sandbox's slirp4netns); a failure is fail()ed. */
+static void enter_limits(const struct kernel_options *o) {
+    for (int k = 0; k < o->procs_count; k++)
+        write_pid(o->procs[k]);
+    for (int k = 0; k < o->limit_count; k++) {
+        struct rlimit limit = {o->soft[k], o->hard[k]};
+        if (setrlimit(o->resources[k], &limit) != 0) {
+            if (errno == EPERM)
+                fail(127, "ValueError", "not allowed to raise maximum limit");
+            if (errno == EINVAL)
+                fail(127, "ValueError", "current limit exceeds maximum limit");
+            fail_os(127, errno, NULL);
+        }
+    }
+    if (o->cpus != NULL)
+        set_affinity(o->cpus);
+}
+
+/* The kernel's process from its environment on env_fd to the exec of command. */
+static void enter_kernel(const struct kernel_options *o, int env_fd, char **command) {
+    char **env = read_environment(env_fd);
+    enter_limits(o);
+    int stdin_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+    if (stdin_fd < 0)
+        fail_os(127, errno, "/dev/null");
+    int log_fd = open(o->log_file, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    if (log_fd < 0)
+        fail_os(127, errno, o->log_file);
+    if (dup2(stdin_fd, 0) < 0 || dup2(log_fd, 1) < 0 || dup2(log_fd, 2) < 0)
+        fail_os(127, errno, NULL);
+    if (chdir(o->cwd) != 0)
+        fail_os(127, errno, o->cwd);
+    close_others(o->keep, o->keep_count);
+    exec_search(command, env);
+}
+
 static int enter(int argc, char **argv) {
     if (argc < 4)
         usage("enter ERR_FD ENV_FD ... -- PROGRAM ARG...");
@@ -369,74 +481,21 @@ static int enter(int argc, char **argv) {
         fail_os(127, e, NULL);
     }
     int env_fd = parse_fd(argv[3]);
-    const char *procs[MAX_LIST], *log_file = NULL, *cwd = NULL, *cpus = NULL;
-    int procs_count = 0, keep[MAX_LIST], keep_count = 0;
-    int resources[MAX_LIST], limit_count = 0;
-    rlim_t soft[MAX_LIST], hard[MAX_LIST];
+    static struct kernel_options o;
     int i = 4;
     for (; i < argc; i++) {
-        const char *option = argv[i];
-        int left = argc - i - 1;
-        if (strcmp(option, "--") == 0) {
+        if (strcmp(argv[i], "--") == 0) {
             i++;
             break;
-        } else if (strcmp(option, "--procs") == 0 && left >= 1) {
-            if (procs_count == MAX_LIST)
-                usage("too many --procs");
-            procs[procs_count++] = argv[++i];
-        } else if (strcmp(option, "--rlimit") == 0 && left >= 3) {
-            if (limit_count == MAX_LIST)
-                usage("too many --rlimit");
-            resources[limit_count] = limit_resource(argv[i + 1]);
-            soft[limit_count] = limit_value(argv[i + 2]);
-            hard[limit_count] = limit_value(argv[i + 3]);
-            limit_count++;
-            i += 3;
-        } else if (strcmp(option, "--cpus") == 0 && left >= 1) {
-            cpus = argv[++i];
-        } else if (strcmp(option, "--keep-fd") == 0 && left >= 1) {
-            if (keep_count == MAX_LIST)
-                usage("too many --keep-fd");
-            keep[keep_count++] = parse_fd(argv[++i]);
-        } else if (strcmp(option, "--log") == 0 && left >= 1) {
-            log_file = argv[++i];
-        } else if (strcmp(option, "--cwd") == 0 && left >= 1) {
-            cwd = argv[++i];
-        } else {
-            usage("unknown option, or one without its value");
         }
+        if (!kernel_option(&o, argc, argv, &i))
+            usage("unknown option, or one without its value");
     }
-    if (log_file == NULL || cwd == NULL)
+    if (o.log_file == NULL || o.cwd == NULL)
         usage("--log and --cwd are required");
     if (i >= argc || argv[i][0] == '\0')
         usage("no PROGRAM after --");
-    char **env = read_environment(env_fd);
-    for (int k = 0; k < procs_count; k++)
-        write_pid(procs[k]);
-    for (int k = 0; k < limit_count; k++) {
-        struct rlimit limit = {soft[k], hard[k]};
-        if (setrlimit(resources[k], &limit) != 0) {
-            if (errno == EPERM)
-                fail(127, "ValueError", "not allowed to raise maximum limit");
-            if (errno == EINVAL)
-                fail(127, "ValueError", "current limit exceeds maximum limit");
-            fail_os(127, errno, NULL);
-        }
-    }
-    if (cpus != NULL)
-        set_affinity(cpus);
-    int stdin_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
-    if (stdin_fd < 0)
-        fail_os(127, errno, "/dev/null");
-    int log_fd = open(log_file, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-    if (log_fd < 0)
-        fail_os(127, errno, log_file);
-    if (dup2(stdin_fd, 0) < 0 || dup2(log_fd, 1) < 0 || dup2(log_fd, 2) < 0)
-        fail_os(127, errno, NULL);
-    if (chdir(cwd) != 0)
-        fail_os(127, errno, cwd);
-    close_others(keep, keep_count);
-    exec_search(argv + i, env);
+    enter_kernel(&o, env_fd, argv + i);
     return 127;
 }
 
@@ -481,6 +540,599 @@ static int apply_env(int argc, char **argv) {
     return 126;
 }
 
+/* -- supervise mode ------------------------------------------------------------------ */
+
+/* A growing text buffer (JSON records, error texts); out of memory ends the process. */
+struct text {
+    char *data;
+    size_t len, cap;
+};
+
+static void text_add(struct text *t, const char *data, size_t len) {
+    if (t->len + len + 1 > t->cap) {
+        size_t cap = t->cap ? t->cap : 256;
+        while (cap < t->len + len + 1)
+            cap *= 2;
+        char *grown = realloc(t->data, cap);
+        if (grown == NULL)
+            _exit(1);
+        t->data = grown;
+        t->cap = cap;
+    }
+    memcpy(t->data + t->len, data, len);
+    t->len += len;
+    t->data[t->len] = '\0';
+}
+
+static void text_str(struct text *t, const char *s) { text_add(t, s, strlen(s)); }
+
+static void text_printf(struct text *t, const char *format, ...) {
+    char buf[512];
+    va_list args;
+    va_start(args, format);
+    int n = vsnprintf(buf, sizeof buf, format, args);
+    va_end(args);
+    if (n > 0)
+        text_add(t, buf, (size_t)n < sizeof buf ? (size_t)n : sizeof buf - 1);
+}
+
+/* The length of the valid UTF-8 sequence at s (at most left bytes), 0 if there is none. */
+static size_t utf8_sequence(const unsigned char *s, size_t left) {
+    unsigned char c = s[0];
+    size_t n;
+    unsigned int low = 0x80, high = 0xbf; /* the second byte's range */
+    if (c < 0x80)
+        return 1;
+    if (c >= 0xc2 && c <= 0xdf)
+        n = 2;
+    else if (c >= 0xe0 && c <= 0xef) {
+        n = 3;
+        if (c == 0xe0)
+            low = 0xa0;
+        if (c == 0xed)
+            high = 0x9f; /* (no surrogates) */
+    } else if (c >= 0xf0 && c <= 0xf4) {
+        n = 4;
+        if (c == 0xf0)
+            low = 0x90;
+        if (c == 0xf4)
+            high = 0x8f;
+    } else
+        return 0;
+    if (left < n || s[1] < low || s[1] > high)
+        return 0;
+    for (size_t k = 2; k < n; k++)
+        if (s[k] < 0x80 || s[k] > 0xbf)
+            return 0;
+    return n;
+}
+
+/* data as a JSON string: escaped, each byte that is not UTF-8 read as U+FFFD (as
+ * Python's decode(errors="replace") reads it). */
+static void text_json_string(struct text *t, const char *data, size_t len) {
+    const unsigned char *s = (const unsigned char *)data;
+    text_add(t, "\"", 1);
+    for (size_t i = 0; i < len;) {
+        unsigned char c = s[i];
+        if (c == '"' || c == '\\') {
+            char escaped[2] = {'\\', (char)c};
+            text_add(t, escaped, 2);
+            i++;
+        } else if (c < 0x20 || c == 0x7f) {
+            text_printf(t, "\\u%04x", c);
+            i++;
+        } else {
+            size_t n = utf8_sequence(s + i, len - i);
+            if (n == 0) {
+                text_str(t, "\\ufffd");
+                i++;
+            } else {
+                text_add(t, data + i, n);
+                i += n;
+            }
+        }
+    }
+    text_add(t, "\"", 1);
+}
+
+static double now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* A process's start time (clock ticks after boot: /proc/PID/stat's 22nd field), -1 when
+ * it cannot be read (written as null). */
+static long long start_ticks(pid_t pid) {
+    char path[64], buf[4096];
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return -1;
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n <= 0)
+        return -1;
+    buf[n] = '\0';
+    char *p = strrchr(buf, ')');
+    if (p == NULL)
+        return -1;
+    p++;
+    for (int field = 0; field < 20; field++) { /* fields 3 .. 22 after the name */
+        while (*p == ' ')
+            p++;
+        if (*p == '\0')
+            return -1;
+        if (field == 19) {
+            char *end;
+            errno = 0;
+            long long ticks = strtoll(p, &end, 10);
+            return errno == 0 && end != p && (*end == ' ' || *end == '\n' || *end == '\0')
+                       ? ticks
+                       : -1;
+        }
+        while (*p != ' ' && *p != '\0')
+            p++;
+    }
+    return -1;
+}
+
+static void text_ticks(struct text *t, long long ticks) {
+    if (ticks < 0)
+        text_str(t, "null");
+    else
+        text_printf(t, "%lld", ticks);
+}
+
+/* Write text to path through a temporary file and a rename (as _launcher.py does). */
+static void write_atomic(const char *path, const struct text *t) {
+    struct text tmp = {0};
+    text_printf(&tmp, "%s", ""); /* (allocated) */
+    text_str(&tmp, path);
+    text_printf(&tmp, ".%d.tmp", (int)getpid());
+    int fd = open(tmp.data, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
+    int ok = fd >= 0;
+    if (ok) {
+        size_t done = 0;
+        while (done < t->len) {
+            ssize_t n = write(fd, t->data + done, t->len - done);
+            if (n < 0 && errno == EINTR)
+                continue;
+            if (n <= 0) {
+                ok = 0;
+                break;
+            }
+            done += (size_t)n;
+        }
+        if (close(fd) != 0)
+            ok = 0;
+    }
+    if (!ok || rename(tmp.data, path) != 0) {
+        int e = errno;
+        dprintf(2, "accelshare-exec supervise: cannot write %s: %s\n", path, strerror(e));
+        unlink(tmp.data);
+    }
+    free(tmp.data);
+}
+
+static int status_fd = -1;
+
+/* The one status line to the agent (whose pipe may be gone: proc.json / exit.json tell
+ * the next agent), then the status pipe is closed. */
+static void report(const struct text *t) {
+    if (status_fd < 0)
+        return;
+    write_all(status_fd, t->data, t->len);
+    close(status_fd);
+    status_fd = -1;
+}
+
+/* A start that failed: exit.json says why, so does the status line; exit code 1. */
+static int fail_start(const char *exit_file, const char *error, size_t len) {
+    struct text record = {0}, status = {0};
+    text_str(&record, "{\"error\": ");
+    text_json_string(&record, error, len);
+    text_printf(&record, ", \"exit_code\": null, \"finished_at\": %.6f, \"reason\": \"failed\"}\n",
+                now());
+    write_atomic(exit_file, &record);
+    text_str(&status, "{\"ok\": false, \"error\": ");
+    text_json_string(&status, error, len);
+    text_str(&status, "}\n");
+    report(&status);
+    free(record.data);
+    free(status.data);
+    return 1;
+}
+
+/* "[Errno N] text", as Python's str() of an OSError words it. */
+static void text_os_error(struct text *t, int e) { text_printf(t, "[Errno %d] %s", e, strerror(e)); }
+
+/* Everything from fd up to EOF (fd is closed). */
+static void read_all(int fd, struct text *t) {
+    char buf[65536];
+    text_add(t, "", 0);
+    for (;;) {
+        ssize_t n = read(fd, buf, sizeof buf);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            break;
+        text_add(t, buf, (size_t)n);
+    }
+    close(fd);
+}
+
+static int wait_for(pid_t pid) {
+    int status = 0;
+    while (waitpid(pid, &status, 0) < 0) {
+        if (errno != EINTR)
+            return -1;
+    }
+    return status;
+}
+
+/* Python's os.waitstatus_to_exitcode: the exit code, or -N for a kill by signal N. */
+static int exit_code_of(int status) {
+    if (WIFSIGNALED(status))
+        return -WTERMSIG(status);
+    return WEXITSTATUS(status);
+}
+
+/* The sandbox's pid from bwrap's --info-fd JSON ("child-pid": N), 0 without one. */
+static pid_t sandbox_pid_of(const char *info) {
+    const char *key = strstr(info, "\"child-pid\"");
+    if (key == NULL)
+        return 0;
+    const char *p = key + strlen("\"child-pid\"");
+    while (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r')
+        p++;
+    if (*p++ != ':')
+        return 0;
+    while (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r')
+        p++;
+    if (*p < '1' || *p > '9')
+        return 0;
+    char *end;
+    errno = 0;
+    long long pid = strtoll(p, &end, 10);
+    if (errno != 0 || pid <= 0 || pid > INT_MAX ||
+        !(*end == ',' || *end == '}' || *end == ' ' || *end == '\n' || *end == '\r' || *end == '\t'))
+        return 0;
+    return (pid_t)pid;
+}
+
+/* The end of the kernel's log (its last 600 bytes, surrounding white space stripped). */
+static void log_tail(const char *path, struct text *t) {
+    char buf[600];
+    text_add(t, "", 0);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return;
+    off_t end = lseek(fd, 0, SEEK_END);
+    ssize_t n = -1;
+    if (end >= 0 && lseek(fd, end > (off_t)sizeof buf ? end - (off_t)sizeof buf : 0, SEEK_SET) >= 0)
+        n = read(fd, buf, sizeof buf);
+    close(fd);
+    if (n <= 0)
+        return;
+    size_t from = 0, to = (size_t)n;
+#define BLANK(c) ((c) == ' ' || ((c) >= '\t' && (c) <= '\r') || ((c) >= 0x1c && (c) <= 0x1f))
+    while (from < to && BLANK(buf[from]))
+        from++;
+    while (to > from && BLANK(buf[to - 1]))
+        to--;
+#undef BLANK
+    text_add(t, buf + from, to - from);
+}
+
+/* Every signal's default disposition and none blocked (a child before its exec). */
+static void default_signals(void) {
+    struct sigaction dfl;
+    memset(&dfl, 0, sizeof dfl);
+    dfl.sa_handler = SIG_DFL;
+    for (int signum = 1; signum < NSIG; signum++)
+        if (signum != SIGKILL && signum != SIGSTOP)
+            sigaction(signum, &dfl, NULL);
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, NULL);
+}
+
+#define NETWORK_READY_S 10
+
+/* Outbound networking for the sandbox (_launcher.py's _start_network): slirp4netns in
+ * the kernel's cgroups attached to the sandbox's network namespace.  Returns its pid
+ * and sets *exit_w (closing it ends slirp4netns), or 0 with the reason in why. */
+static pid_t start_network(const char *slirp, pid_t sandbox_pid, const struct kernel_options *o,
+                           int *exit_w, struct text *why) {
+    int ready[2], ends[2];
+    if (pipe2(ready, O_CLOEXEC) != 0) {
+        text_os_error(why, errno);
+        return 0;
+    }
+    if (pipe2(ends, O_CLOEXEC) != 0) {
+        text_os_error(why, errno);
+        close(ready[0]);
+        close(ready[1]);
+        return 0;
+    }
+    char ready_arg[48], exit_arg[48], pid_arg[24], userns_arg[64];
+    snprintf(ready_arg, sizeof ready_arg, "--ready-fd=%d", ready[1]);
+    snprintf(exit_arg, sizeof exit_arg, "--exit-fd=%d", ends[0]);
+    snprintf(pid_arg, sizeof pid_arg, "%d", (int)sandbox_pid);
+    snprintf(userns_arg, sizeof userns_arg, "--userns-path=/proc/%d/ns/user", (int)sandbox_pid);
+    const char *argv[12];
+    int argc = 0;
+    argv[argc++] = slirp;
+    argv[argc++] = "--configure";
+    argv[argc++] = "--mtu=65520";
+    argv[argc++] = "--disable-host-loopback";
+    argv[argc++] = ready_arg;
+    argv[argc++] = exit_arg;
+    if (geteuid() == 0) {
+        argv[argc++] = "--enable-sandbox";
+        argv[argc++] = "--enable-seccomp";
+    } else {
+        argv[argc++] = userns_arg;
+    }
+    argv[argc++] = pid_arg;
+    argv[argc++] = "tap0";
+    argv[argc] = NULL;
+    pid_t pid = fork();
+    if (pid < 0) {
+        text_os_error(why, errno);
+        close(ready[0]);
+        close(ready[1]);
+        close(ends[0]);
+        close(ends[1]);
+        return 0;
+    }
+    if (pid == 0) {
+        failing_exit_file = NULL; /* (a failure here: to the launcher log, exit 127) */
+        default_signals();
+        if (fcntl(ready[1], F_SETFD, 0) != 0 || fcntl(ends[0], F_SETFD, 0) != 0)
+            _exit(127);
+        enter_limits(o); /* (a failure: to the launcher log, exit 127) */
+        execv(slirp, (char **)argv);
+        _exit(127);
+    }
+    close(ready[1]);
+    close(ends[0]);
+    char buf[16];
+    ssize_t n = 0;
+    double deadline = now() + NETWORK_READY_S;
+    for (;;) {
+        double left = deadline - now();
+        if (left <= 0)
+            break;
+        struct pollfd wait_ready = {ready[0], POLLIN, 0};
+        int polled = poll(&wait_ready, 1, (int)(left * 1000) + 1);
+        if (polled < 0 && errno == EINTR)
+            continue;
+        if (polled > 0) {
+            do
+                n = read(ready[0], buf, sizeof buf);
+            while (n < 0 && errno == EINTR);
+        }
+        break;
+    }
+    close(ready[0]);
+    if (n <= 0) {
+        close(ends[1]);
+        kill(pid, SIGKILL);
+        wait_for(pid);
+        text_printf(why, "slirp4netns did not set up the sandbox's network within %d s",
+                    NETWORK_READY_S);
+        return 0;
+    }
+    *exit_w = ends[1];
+    return pid;
+}
+
+/*
+ * supervise STATUS_FD ENV_FD --launch FILE --proc-file FILE --exit-file FILE
+ *           [--bwrap N [--session-group] [--outbound SLIRP4NETNS]] [enter's options]
+ *           -- PROGRAM ARG...
+ */
+static int supervise(int argc, char **argv) {
+    if (argc < 4)
+        usage("supervise STATUS_FD ENV_FD ... -- PROGRAM ARG...");
+    status_fd = parse_fd(argv[2]);
+    for (int k = 4; k + 1 < argc && strcmp(argv[k], "--") != 0; k++)
+        if (strcmp(argv[k], "--exit-file") == 0)
+            failing_exit_file = argv[k + 1];
+    int env_fd = parse_fd(argv[3]);
+    static struct kernel_options o;
+    const char *proc_file = NULL, *exit_file = NULL, *slirp = NULL;
+    int bwrap_words = 0, session_group = 0;
+    int i = 4;
+    for (; i < argc; i++) {
+        const char *option = argv[i];
+        int left = argc - i - 1;
+        if (strcmp(option, "--") == 0) {
+            i++;
+            break;
+        } else if (strcmp(option, "--launch") == 0 && left >= 1) {
+            i++; /* (names the kernel in this process's command line: procfs.py) */
+        } else if (strcmp(option, "--proc-file") == 0 && left >= 1) {
+            proc_file = argv[++i];
+        } else if (strcmp(option, "--exit-file") == 0 && left >= 1) {
+            exit_file = argv[++i];
+        } else if (strcmp(option, "--bwrap") == 0 && left >= 1) {
+            bwrap_words = (int)parse_number(argv[++i], 1, INT_MAX, "bad --bwrap count");
+        } else if (strcmp(option, "--session-group") == 0) {
+            session_group = 1;
+        } else if (strcmp(option, "--outbound") == 0 && left >= 1) {
+            slirp = argv[++i];
+        } else if (!kernel_option(&o, argc, argv, &i)) {
+            usage("unknown option, or one without its value");
+        }
+    }
+    if (o.log_file == NULL || o.cwd == NULL || proc_file == NULL || exit_file == NULL)
+        usage("--log, --cwd, --proc-file and --exit-file are required");
+    if (i >= argc || argv[i][0] == '\0')
+        usage("no PROGRAM after --");
+    char **command = argv + i;
+    int command_count = argc - i;
+    if (bwrap_words > command_count)
+        usage("--bwrap counts more words than the command has");
+    if (slirp != NULL && bwrap_words == 0)
+        usage("--outbound without --bwrap");
+    int sandboxed = bwrap_words > 0, outbound = slirp != NULL;
+    /* (descriptors for the kernel's process only: the kept ones lose it there) */
+    fcntl(status_fd, F_SETFD, FD_CLOEXEC);
+    fcntl(env_fd, F_SETFD, FD_CLOEXEC);
+    for (int k = 0; k < o.keep_count; k++)
+        fcntl(o.keep[k], F_SETFD, FD_CLOEXEC);
+
+    int err[2] = {-1, -1}, info[2] = {-1, -1}, block[2] = {-1, -1};
+    struct text why = {0};
+    if (pipe2(err, O_CLOEXEC) != 0 || (sandboxed && pipe2(info, O_CLOEXEC) != 0) ||
+        (outbound && pipe2(block, O_CLOEXEC) != 0)) {
+        text_str(&why, error_type(errno));
+        text_str(&why, ": ");
+        text_os_error(&why, errno);
+        return fail_start(exit_file, why.data, why.len);
+    }
+    /* bwrap's command line: its info (and block) descriptor after its own options */
+    char info_arg[24], block_arg[24];
+    char **kernel_argv = command;
+    if (sandboxed) {
+        kernel_argv = calloc((size_t)command_count + 5, sizeof *kernel_argv);
+        if (kernel_argv == NULL)
+            _exit(1);
+        int k = 0;
+        for (int w = 0; w < bwrap_words; w++)
+            kernel_argv[k++] = command[w];
+        snprintf(info_arg, sizeof info_arg, "%d", info[1]);
+        kernel_argv[k++] = "--info-fd";
+        kernel_argv[k++] = info_arg;
+        if (outbound) {
+            snprintf(block_arg, sizeof block_arg, "%d", block[0]);
+            kernel_argv[k++] = "--block-fd";
+            kernel_argv[k++] = block_arg;
+        }
+        for (int w = bwrap_words; w < command_count; w++)
+            kernel_argv[k++] = command[w];
+        kernel_argv[k] = NULL;
+        o.keep[o.keep_count++] = info[1];
+        if (outbound)
+            o.keep[o.keep_count++] = block[0];
+    }
+    pid_t kernel_pid = fork();
+    if (kernel_pid < 0) {
+        int e = errno;
+        text_str(&why, error_type(e));
+        text_str(&why, ": ");
+        text_os_error(&why, e);
+        return fail_start(exit_file, why.data, why.len);
+    }
+    if (kernel_pid == 0) { /* the kernel's process: what enter does */
+        close(err[0]);
+        err_fd = err[1];
+        if (setsid() < 0)
+            fail_os(127, errno, NULL);
+        enter_kernel(&o, env_fd, kernel_argv);
+        _exit(127);
+    }
+    close(err[1]);
+    close(env_fd);
+    if (sandboxed)
+        close(info[1]);
+    if (outbound)
+        close(block[0]);
+    for (int k = 0; k < o.keep_count; k++)
+        if (o.keep[k] != info[1] && o.keep[k] != block[0])
+            close(o.keep[k]);
+    struct sigaction ignore;
+    memset(&ignore, 0, sizeof ignore);
+    ignore.sa_handler = SIG_IGN;
+    sigaction(SIGTERM, &ignore, NULL); /* stay to record the exit code */
+    sigaction(SIGINT, &ignore, NULL);
+    sigaction(SIGHUP, &ignore, NULL);
+
+    struct text error = {0};
+    read_all(err[0], &error);
+    if (error.len > 0) {
+        wait_for(kernel_pid);
+        return fail_start(exit_file, error.data, error.len);
+    }
+    pid_t sandbox_pid = 0, network_pid = 0;
+    int network_exit = -1;
+    if (sandboxed) {
+        struct text info_text = {0};
+        read_all(info[0], &info_text);
+        sandbox_pid = sandbox_pid_of(info_text.data);
+        if (sandbox_pid == 0) {
+            int status = wait_for(kernel_pid);
+            struct text tail = {0};
+            log_tail(o.log_file, &tail);
+            text_str(&why, "the sandbox could not be set up: ");
+            if (tail.len > 0)
+                text_add(&why, tail.data, tail.len);
+            else
+                text_printf(&why, "exit code %d", exit_code_of(status));
+            return fail_start(exit_file, why.data, why.len);
+        }
+        if (outbound) {
+            struct text reason = {0};
+            network_pid = start_network(slirp, sandbox_pid, &o, &network_exit, &reason);
+            if (network_pid == 0) {
+                killpg(kernel_pid, SIGKILL);
+                wait_for(kernel_pid);
+                text_str(&why, "the sandbox's network: ");
+                text_add(&why, reason.data, reason.len);
+                return fail_start(exit_file, why.data, why.len);
+            }
+            write_all(block[1], "1", 1); /* the command may start now */
+            close(block[1]);
+        }
+    }
+    pid_t supervisor_pid = getpid();
+    long long sandbox_start = sandbox_pid ? start_ticks(sandbox_pid) : -1;
+    struct text proc = {0};
+    text_printf(&proc, "{\"kernel_pid\": %d, \"kernel_start\": ", (int)kernel_pid);
+    text_ticks(&proc, start_ticks(kernel_pid));
+    if (sandbox_pid) {
+        if (session_group)
+            text_str(&proc, ", \"sandbox_group\": true");
+        text_printf(&proc, ", \"sandbox_pid\": %d, \"sandbox_start\": ", (int)sandbox_pid);
+        text_ticks(&proc, sandbox_start);
+    }
+    text_printf(&proc, ", \"started_at\": %.6f, \"supervisor_pid\": %d, \"supervisor_start\": ",
+                now(), (int)supervisor_pid);
+    text_ticks(&proc, start_ticks(supervisor_pid));
+    text_str(&proc, "}\n");
+    write_atomic(proc_file, &proc);
+    struct text status = {0};
+    text_printf(&status, "{\"ok\": true, \"supervisor_pid\": %d, \"kernel_pid\": %d}\n",
+                (int)supervisor_pid, (int)kernel_pid);
+    report(&status);
+
+    int code = exit_code_of(wait_for(kernel_pid));
+    int killed_by = code < 0 ? -code : 0;
+    if (sandboxed && killed_by == 0 && code > 128 && code <= 128 + 64)
+        killed_by = code - 128; /* bwrap exits 128 + N when a signal N killed the command */
+    killpg(kernel_pid, SIGKILL); /* the kernel has ended: so has what it left in its group */
+    if (sandbox_pid && sandbox_start >= 0 && start_ticks(sandbox_pid) == sandbox_start)
+        kill(sandbox_pid, SIGKILL); /* the init: its end ends the whole PID namespace */
+    if (network_pid) {
+        close(network_exit); /* slirp4netns ends with its exit fd */
+        wait_for(network_pid);
+    }
+    struct text record = {0};
+    if (killed_by)
+        text_printf(&record, "{\"exit_code\": %d, \"finished_at\": %.6f, \"reason\": \"killed\","
+                             " \"signal\": %d}\n",
+                    128 + killed_by, now(), killed_by);
+    else
+        text_printf(&record, "{\"exit_code\": %d, \"finished_at\": %.6f, \"reason\": \"exited\","
+                             " \"signal\": null}\n",
+                    code, now());
+    write_atomic(exit_file, &record);
+    return 0;
+}
+
 int main(int argc, char **argv) {
     if (argc >= 2 && strcmp(argv[1], "enter") == 0)
         return enter(argc, argv);
@@ -488,6 +1140,8 @@ int main(int argc, char **argv) {
         return drop(argc, argv);
     if (argc >= 2 && strcmp(argv[1], "env") == 0)
         return apply_env(argc, argv);
-    usage("the mode is 'enter', 'drop' or 'env'");
+    if (argc >= 2 && strcmp(argv[1], "supervise") == 0)
+        return supervise(argc, argv);
+    usage("the mode is 'enter', 'supervise', 'drop' or 'env'");
     return 127;
 }
