@@ -198,13 +198,14 @@ class SessionAdmission:
     ) -> CreateResult:
         """Enqueue (PENDING), trigger a pass, wait as the body asks; the answer's body.
 
-        The resources are parsed against ``known``, the known slot types (read once, now,
-        when not given), so a heartbeat adding a slot meanwhile does not change what this
-        request sees."""
+        The resources are parsed against ``known``, the known slot types (when not given,
+        :meth:`KnownSlots.cached <accelshare.manager.slots.KnownSlots.cached>`'s, read
+        again when it lacks a slot the body names), so a heartbeat adding a slot meanwhile
+        does not change what this request sees."""
         if self.maintenance is not None:
             await self.maintenance.refuse_if_frozen()
         if known is None:
-            known = await self.known_slots.load()
+            known = await self.known_slots.cached(body.config.resources)
         enqueued = await self._enqueue(caller, body, known)
         if isinstance(enqueued, CreateResult):  # reuseIfExists found a live session
             return enqueued
