@@ -11,16 +11,19 @@ heartbeat adds a slot meanwhile::
 
 The scheduling round (:meth:`Scheduler.run_once
 <accelshare.manager.scheduler.loop.Scheduler.run_once>`) reads it once for all its
-scaling groups; :meth:`SessionService.create
-<accelshare.manager.services.sessions.SessionService.create>` takes the caller's set or reads one
-for the enqueue; the admin service reads one per call.
+scaling groups; the admin service reads one per call.  :meth:`SessionService.create
+<accelshare.manager.services.sessions.SessionService.create>` takes the caller's set or
+:meth:`KnownSlots.cached`'s: the set only grows, so the one this process last read
+(or grew itself) serves every request whose slots it names; a request naming a slot
+outside it reads the store again, once, so a slot another manager added is accepted
+without a restart, and a slot still unknown after that read is refused.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from types import MappingProxyType
 
 from accelshare.common import INTRINSIC_SLOTS, SlotTypes
@@ -42,6 +45,17 @@ class KnownSlots:
         self.store = store
         self._stored: dict[str, SlotTypes] = {}  # what this process knows is in the store
         self._lock = asyncio.Lock()
+        # the last set read or grown by this process (replaced, never changed: callers
+        # keep the snapshot they got)
+        self._snapshot: Mapping[str, SlotTypes] | None = None
+
+    async def cached(self, wanted: Iterable[str] = ()) -> Mapping[str, SlotTypes]:
+        """The set this process last read or grew; :meth:`load` when it has read none
+        yet or when it lacks a slot of ``wanted`` (a request's slots)."""
+        snapshot = self._snapshot
+        if snapshot is None or any(slot not in snapshot for slot in wanted):
+            return await self.load()
+        return snapshot
 
     async def load(self) -> Mapping[str, SlotTypes]:
         """A fresh, immutable copy: intrinsic slots first, then the stored ones."""
@@ -60,7 +74,9 @@ class KnownSlots:
                     ", ".join(SlotTypes),
                 )
         self._stored.update({k: v for k, v in types.items() if k not in _INTRINSIC})
-        return MappingProxyType(types)
+        snapshot = MappingProxyType(types)
+        self._snapshot = snapshot
+        return snapshot
 
     async def add(self, reported: Mapping[str, SlotTypes]) -> list[str]:
         """Record slots not known yet (a heartbeat's); returns the newly added names.
@@ -83,5 +99,6 @@ class KnownSlots:
                     RESOURCE_SLOTS_PREFIX, {slot: t.value for slot, t in missing.items()}
                 )
                 self._stored.update(missing)
+                self._snapshot = MappingProxyType({**current, **missing})
                 log.info("new slot types: %s", ", ".join(f"{s}={t}" for s, t in missing.items()))
             return sorted(missing)

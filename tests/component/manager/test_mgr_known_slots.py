@@ -130,6 +130,51 @@ async def test_a_request_keeps_the_set_it_read_when_a_heartbeat_adds_a_slot(
     assert after.status_code == 201, after.text
 
 
+async def test_creates_keep_the_set_and_read_again_for_a_slot_outside_it(
+    quiet: Cluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Creates naming known slots do not read the store; a slot another manager wrote
+    into it is accepted by the next create naming it (one read), without a restart; a
+    slot still unknown after that read is refused as before."""
+    cluster = quiet
+    await cluster.add_agent("i-cuda")
+    store = cluster.manager.known_slots.store
+    get_prefix = store.get_prefix
+    reads: list[str] = []
+
+    async def counted(prefix: str, **kwargs: Any) -> Any:
+        if prefix == RESOURCE_SLOTS_PREFIX:
+            reads.append(prefix)
+        return await get_prefix(prefix, **kwargs)
+
+    monkeypatch.setattr(store, "get_prefix", counted)
+    for resources in ({"cpu": 1}, {"cuda.shares": "0.5"}, {}):
+        ok = await cluster.create(resources, enqueueOnly=True)
+        assert ok.status_code == 201, ok.text
+    assert reads == []
+
+    # another manager records a slot its agent reported: straight into the store
+    await store.put_prefix(RESOURCE_SLOTS_PREFIX, {"rocm.device": "count"})
+    waiting = await cluster.create({"rocm.device": 1}, enqueueOnly=True, waitForAgents=True)
+    assert waiting.status_code == 201, waiting.text
+    assert waiting.json()["session"]["requestedSlots"]["rocm.device"] == "1"
+    assert len(reads) == 1
+    again = await cluster.create({"rocm.device": 1}, enqueueOnly=True, waitForAgents=True)
+    assert again.status_code == 201, again.text
+    assert len(reads) == 1  # now in the kept set
+
+    for _ in range(2):  # never reported: refused each time, after one read each
+        refused = await cluster.create({"cpu": 1, "npu.device": 1})
+        assert refused.status_code == 400, refused.text
+        problem = refused.json()
+        assert problem["field"] == "config.resources.npu.device"
+        assert problem["detail"].startswith(
+            "Unknown requested resource slot: npu.device (slots known in this cluster:"
+            " cpu, mem, cuda.shares, rocm.device)"
+        )
+    assert len(reads) == 3
+
+
 async def test_a_loaded_set_is_a_snapshot(cluster: Cluster) -> None:
     """What :meth:`KnownSlots.load` returns does not change when a heartbeat adds a slot
     (the request or round that read it keeps its view); the next load sees the slot."""

@@ -301,3 +301,117 @@ async def test_a_restart_the_agent_refuses_ends_the_session(cluster: Cluster) ->
     assert [h["to"] for h in body["statusHistory"]][-2:] == ["ERROR", "TERMINATED"]
     assert set(agent.compat_alloc_map().values()) == {"0.00"}
     assert agent.kernels == {}
+
+
+async def test_a_create_answers_the_session_as_get_shows_it(cluster: Cluster) -> None:
+    """The create answer's ``session`` (read as Core rows after the wait) is the same
+    JSON as ``GET /session/{id}`` (the ORM read): with kernels and history once RUNNING,
+    with its dependencies, and without kernels while PENDING."""
+    await cluster.add_agent("i-node01")
+    running = await cluster.create(
+        {"cuda.shares": "0.2"},
+        name="shown",
+        tag="t",
+        type="batch",
+        startupCommand="sleep 100",
+        maxWaitSeconds=10,
+        config={"resources": {"cuda.shares": "0.2"}, "environ": {"A": "1"}},
+    )
+    assert running.status_code == 201, running.text
+    answer = running.json()["session"]
+    assert answer["status"] == "RUNNING"
+    assert answer["kernels"]
+    assert len(answer["statusHistory"]) >= 4
+    shown = await cluster.session("shown")
+    # the agent's STARTED event may make the session RUNNING (and answer the create)
+    # before the bind records the kernel's container id: then the answer has none yet
+    (kernel,) = answer["kernels"]
+    assert kernel["containerId"] in (None, shown["kernels"][0]["containerId"])
+    kernel["containerId"] = shown["kernels"][0]["containerId"]
+    assert answer == shown
+
+    dependent = await cluster.create(
+        {"cpu": "1"}, name="after", dependencies=["shown"], enqueueOnly=True
+    )
+    assert dependent.status_code == 201, dependent.text
+    answer = dependent.json()["session"]
+    assert answer["dependencies"] == [running.json()["sessionId"]]
+    assert "kernels" not in answer
+    assert answer == await cluster.session("after")
+
+    alone = await cluster.create({"cpu": "1"}, name="alone", startsAt="1h")
+    assert alone.status_code == 201, alone.text
+    answer = alone.json()["session"]
+    assert answer["status"] == "PENDING"
+    assert answer["dependencies"] == []
+    assert answer == await cluster.session("alone")
+
+
+async def test_a_create_charges_the_group_asked_for_and_reads_the_owner_each_time(
+    cluster: Cluster,
+) -> None:
+    """The enqueue's owner read (keypair, user, groups, scaling group in one query):
+    the oldest group of the user's domain by default, a group by name or id, a group
+    of another domain is not the user's; a keypair deactivated is refused at once and
+    accepted again once reactivated (nothing is kept between requests)."""
+    import uuid
+
+    import sqlalchemy as sa
+
+    from accelshare.manager.models import Domain, Group, GroupMember, Keypair, ScalingGroup
+
+    await cluster.add_agent("i-node01")
+    me = (await cluster.admin.get("/whoami")).json()
+    user_id = uuid.UUID(me["user_id"])
+    first = await cluster.create({"cpu": "1"}, startsAt="1h")
+    assert first.status_code == 201, first.text
+    oldest = first.json()["session"]["groupId"]
+    newer_id, elsewhere_id = uuid.uuid4(), uuid.uuid4()
+    async with cluster.manager.db.begin(write=True) as db:
+        db.add(Domain(name="d2"))
+        await db.flush()
+        db.add(Group(id=newer_id, name="g-new", domain_name=me["domain"]))
+        db.add(Group(id=elsewhere_id, name="elsewhere", domain_name="d2"))
+        await db.flush()
+        db.add(GroupMember(group_id=newer_id, user_id=user_id))
+        db.add(GroupMember(group_id=elsewhere_id, user_id=user_id))
+
+    default = await cluster.create({"cpu": "1"}, startsAt="1h")
+    assert default.json()["session"]["groupId"] == oldest
+    for ref in ("g-new", str(newer_id)):
+        named = await cluster.create({"cpu": "1"}, startsAt="1h", group=ref)
+        assert named.status_code == 201, named.text
+        assert named.json()["session"]["groupId"] == str(newer_id)
+    other = await cluster.create({"cpu": "1"}, startsAt="1h", group="elsewhere")
+    assert other.status_code == 400, other.text
+    assert other.json()["detail"] == "You are not a member of the group 'elsewhere'"
+    assert "elsewhere" not in other.json()["expected"]
+    assert "g-new" in other.json()["expected"]
+
+    _, keypair = await make_user(cluster, "owned@example.com")
+    key = keypair["access_key"]
+    owned = await cluster.create({"cpu": "1"}, startsAt="1h", owner_access_key=key)
+    assert owned.status_code == 201, owned.text
+    assert owned.json()["session"]["accessKey"] == key
+    for active in (False, True):
+        async with cluster.manager.db.begin(write=True) as db:
+            await db.execute(
+                sa.update(Keypair).where(Keypair.access_key == key).values(is_active=active)
+            )
+        again = await cluster.create({"cpu": "1"}, startsAt="1h", owner_access_key=key)
+        if active:
+            assert again.status_code == 201, again.text
+        else:
+            assert again.status_code == 400, again.text
+            assert again.json()["detail"] == f"The keypair {key} is inactive"
+    unknown = await cluster.create({"cpu": "1"}, startsAt="1h", owner_access_key="AKNOPE")
+    assert unknown.status_code == 404, unknown.text
+    assert unknown.json()["detail"] == "Unknown access key 'AKNOPE'"
+
+    async with cluster.manager.db.begin(write=True) as db:
+        await db.execute(
+            sa.update(ScalingGroup).where(ScalingGroup.name == "default").values(is_active=False)
+        )
+    off = await cluster.create({"cpu": "1"}, startsAt="1h")
+    assert off.status_code == 400, off.text
+    assert off.json()["detail"].startswith("Unknown scaling group 'default' (available:")

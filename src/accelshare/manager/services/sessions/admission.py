@@ -108,6 +108,20 @@ class _Owner:
     domain_name: str
     resource_policy: str
     limits: KeypairLimits | None  # None: the keypair's policy does not exist
+    groups: list[tuple[uuid.UUID, str]]
+    """The user's groups in its domain (id, name), the oldest first."""
+    scaling_group: _ScalingGroup | None
+    """The scaling group asked for (read with the owner), ``None`` when there is none."""
+
+
+@dataclass(frozen=True, slots=True)
+class _ScalingGroup:
+    """What the enqueue needs of the session's scaling group."""
+
+    name: str
+    is_active: bool
+    scheduler_opts: dict[str, Any] | None
+    default_session_slots: ResourceSlot
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,12 +130,17 @@ class _Enqueued:
     name: str
     status_version: int
     """The hub's ``status_version`` before the PENDING row was committed."""
+    dependencies: list[uuid.UUID]
 
 
 # The enqueue's statements, prebuilt: a statement built per call (and its cache key,
 # computed per call) cost about as much on SQLite as running it.
-# The keypair, its user and its resource policy's enqueue limits (columns only: the ORM
-# entities decoded every column, the users' quotas too):
+# In one query (columns only: the ORM entities decoded every column, the users' quotas
+# too): the keypair, its user, its resource policy's enqueue limits, the user's groups in
+# its domain (a row each, the oldest first; one row of NULLs without any) and the scaling
+# group asked for (NULLs when there is none).  Read per request: a keypair or user
+# deactivated is refused at once.
+_MEMBERSHIPS = sa.join(GroupMember, Group, Group.id == GroupMember.group_id)
 _OWNER = (
     sa.select(
         Keypair.is_active,
@@ -132,18 +151,21 @@ _OWNER = (
         KeypairResourcePolicy.max_concurrent_sessions,
         KeypairResourcePolicy.max_pending_session_count,
         KeypairResourcePolicy.max_pending_session_resource_slots,
+        Group.id,
+        Group.name,
+        ScalingGroup.name,
+        ScalingGroup.is_active,
+        ScalingGroup.scheduler_opts,
+        ScalingGroup.default_session_slots,
     )
     .join(User, User.id == Keypair.user_id)
     .outerjoin(KeypairResourcePolicy, KeypairResourcePolicy.name == Keypair.resource_policy)
-    .where(Keypair.access_key == sa.bindparam("access_key"))
-)
-_SCALING_GROUP = sa.select(ScalingGroup).where(ScalingGroup.name == sa.bindparam("name"))
-_MEMBER_GROUPS = (
-    sa.select(Group.id, Group.name)
-    .join(GroupMember, GroupMember.group_id == Group.id)
-    .where(
-        GroupMember.user_id == sa.bindparam("user_id"), Group.domain_name == sa.bindparam("domain")
+    .outerjoin(
+        _MEMBERSHIPS,
+        sa.and_(GroupMember.user_id == User.id, Group.domain_name == User.domain_name),
     )
+    .outerjoin(ScalingGroup, ScalingGroup.name == sa.bindparam("scaling_group"))
+    .where(Keypair.access_key == sa.bindparam("access_key"))
     .order_by(Group.created_at, Group.name)
 )
 _INSERT_SESSION = sa.insert(cast(sa.Table, Session.__table__))
@@ -198,13 +220,14 @@ class SessionAdmission:
     ) -> CreateResult:
         """Enqueue (PENDING), trigger a pass, wait as the body asks; the answer's body.
 
-        The resources are parsed against ``known``, the known slot types (read once, now,
-        when not given), so a heartbeat adding a slot meanwhile does not change what this
-        request sees."""
+        The resources are parsed against ``known``, the known slot types (when not given,
+        :meth:`KnownSlots.cached <accelshare.manager.slots.KnownSlots.cached>`'s, read
+        again when it lacks a slot the body names), so a heartbeat adding a slot meanwhile
+        does not change what this request sees."""
         if self.maintenance is not None:
             await self.maintenance.refuse_if_frozen()
         if known is None:
-            known = await self.known_slots.load()
+            known = await self.known_slots.cached(body.config.resources)
         enqueued = await self._enqueue(caller, body, known)
         if isinstance(enqueued, CreateResult):  # reuseIfExists found a live session
             return enqueued
@@ -217,7 +240,10 @@ class SessionAdmission:
             await self._wait_after_create(
                 row.id, passes_before, body.max_wait_seconds, row.status_version
             )
-        result = await self.reads.current_json(row.id)
+        # no dependencies made: none to read (only the enqueue adds them)
+        result = await self.reads.current_json(
+            row.id, dependencies=None if row.dependencies else ()
+        )
         return CreateResult(create_answer(result, created=True), True)
 
     async def _enqueue(
@@ -226,7 +252,8 @@ class SessionAdmission:
         """The enqueue transaction: the new PENDING session, or the live session of that
         name when ``reuseIfExists`` finds one."""
         async with self.db.begin(write=True) as db:
-            owner = await self._owner(db, caller, body.owner_access_key)
+            scaling_group_name = body.config.scaling_group or self.default_scaling_group
+            owner = await self._owner(db, caller, body.owner_access_key, scaling_group_name)
             if self.db.dialect == "postgresql":
                 await lock_owner(db, owner.access_key)
             name = body.name or _generated_name()
@@ -243,8 +270,10 @@ class SessionAdmission:
                     received=name,
                     sessionId=str(existing.id),
                 )
-            scaling_group = await self._scaling_group(db, body)
-            group_id = await self._group(db, owner.user_id, owner.domain_name, body.group)
+            scaling_group = await self._scaling_group(
+                db, body, scaling_group_name, owner.scaling_group
+            )
+            group_id = await self._group(db, owner, body.group)
             agents = await group_agents(db, scaling_group.name)
             resources = self._resources(agents, scaling_group, body, known)
             image_ref, resources = await self._image(
@@ -339,7 +368,7 @@ class SessionAdmission:
             # read before the commit: whatever changes the new session afterwards
             # publishes after it, and moves the counter
             status_version = self.hub.status_version
-        return _Enqueued(values["id"], name, status_version)
+        return _Enqueued(values["id"], name, status_version, deps)
 
     async def _wait_after_create(
         self, session_id: uuid.UUID, passes_before: int, max_wait_s: int, status_version: int
@@ -355,7 +384,9 @@ class SessionAdmission:
             session_id, _is_up_or_ended, max_wait_s, unchanged_since=status_version
         )
 
-    async def _owner(self, db: AsyncSession, caller: Actor, owner_key: str | None) -> _Owner:
+    async def _owner(
+        self, db: AsyncSession, caller: Actor, owner_key: str | None, scaling_group: str
+    ) -> _Owner:
         key = owner_key or caller.access_key
         if owner_key and owner_key != caller.access_key and caller.role is UserRole.USER:
             raise NotFound(
@@ -364,10 +395,12 @@ class SessionAdmission:
                 expected="your own access key (only admins act for others)",
                 received=owner_key,
             )
-        # one query: the keypair, its user and its resource policy's enqueue limits
-        row = (await db.execute(_OWNER, {"access_key": key})).first()
-        if row is None:
+        # one query: the keypair, its user, its resource policy's enqueue limits, the
+        # user's groups and the scaling group
+        rows = (await db.execute(_OWNER, {"access_key": key, "scaling_group": scaling_group})).all()
+        if not rows:
             raise NotFound(f"Unknown access key {key!r}", field="owner_access_key", received=key)
+        row = rows[0]
         is_active, policy_name, user_id, domain_name, found_policy = row[:5]
         if caller.role is UserRole.ADMIN and domain_name != caller.domain_name:
             raise NotFound(
@@ -386,11 +419,17 @@ class SessionAdmission:
                 max_pending_session_resource_slots=row[7],
             )
         )
-        return _Owner(key, user_id, domain_name, policy_name, limits)
+        groups = [(r[8], r[9]) for r in rows if r[8] is not None]
+        found_group = None if row[10] is None else _ScalingGroup(row[10], row[11], row[12], row[13])
+        return _Owner(key, user_id, domain_name, policy_name, limits, groups, found_group)
 
-    async def _scaling_group(self, db: AsyncSession, body: SessionRequest) -> ScalingGroup:
-        name = body.config.scaling_group or self.default_scaling_group
-        scaling_group = (await db.execute(_SCALING_GROUP, {"name": name})).scalar_one_or_none()
+    async def _scaling_group(
+        self,
+        db: AsyncSession,
+        body: SessionRequest,
+        name: str,
+        scaling_group: _ScalingGroup | None,
+    ) -> _ScalingGroup:
         if scaling_group is None or not scaling_group.is_active:
             names = list(
                 (
@@ -426,10 +465,8 @@ class SessionAdmission:
             )
         return scaling_group
 
-    async def _group(
-        self, db: AsyncSession, user_id: uuid.UUID, domain: str, name: str | None
-    ) -> uuid.UUID:
-        rows = list(await db.execute(_MEMBER_GROUPS, {"user_id": user_id, "domain": domain}))
+    async def _group(self, db: AsyncSession, owner: _Owner, name: str | None) -> uuid.UUID:
+        rows, domain = owner.groups, owner.domain_name
         if name is not None:
             for gid, gname in rows:
                 if gname == name or str(gid) == name:
@@ -458,7 +495,7 @@ class SessionAdmission:
     def _resources(
         self,
         agents: Sequence[GroupAgent],
-        scaling_group: ScalingGroup,
+        scaling_group: _ScalingGroup,
         body: SessionRequest,
         known: Mapping[str, SlotTypes],
     ) -> ResourceSlot:

@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import AsyncIterator, Iterable
-from typing import Any
+from collections.abc import AsyncIterator, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any, cast
 
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from accelshare.common import ResourceSlot
 from accelshare.sched.explain import explain
 from accelshare.sched.lifecycle import FINAL_STATUSES, SessionStatus
 
@@ -24,11 +26,13 @@ from ...db import Database
 from ...errors import NotFound, Unavailable
 from ...hub import ChangeHub
 from ...list_specs import SESSIONS
-from ...models import Session, SessionDependency, SessionStatusHistory
+from ...models import Kernel, Session, SessionDependency, SessionStatusHistory
 from ...querylang.compile_sql import filter_clause, order_clauses
 from ...transitions import agent_addresses, session_kernels
 from ..actor import Actor
 from .views import (
+    HistoryFields,
+    KernelFields,
     iso,
     owner_emails,
     reported_ports_of,
@@ -62,6 +66,48 @@ _HISTORY_TIMES = (
 _DEPENDENCIES = sa.select(SessionDependency.depends_on).where(
     SessionDependency.session_id == sa.bindparam("session_id")
 )
+# A session's answer in Core rows (no ORM objects): the session with its kernels in one
+# statement (one row per kernel, or one with NULL kernel columns), its history in another
+_SESSIONS = cast(sa.Table, Session.__table__)
+_KERNELS = cast(sa.Table, Kernel.__table__)
+_KERNEL_FIELDS = (
+    "id",
+    "agent_id",
+    "status",
+    "container_id",
+    "allocation",
+    "occupied_slots",
+    "service_ports",
+)
+_SESSION_WITH_KERNELS = (
+    sa.select(_SESSIONS, *(_KERNELS.c[f].label(f"kernel_{f}") for f in _KERNEL_FIELDS))
+    .select_from(_SESSIONS.outerjoin(_KERNELS, _KERNELS.c.session_id == _SESSIONS.c.id))
+    .where(_SESSIONS.c.id == sa.bindparam("id"))
+    .order_by(_KERNELS.c.cluster_idx)
+)
+_HISTORY_ROWS = (
+    sa.select(
+        SessionStatusHistory.from_status,
+        SessionStatusHistory.to_status,
+        SessionStatusHistory.reason,
+        SessionStatusHistory.changed_at,
+    )
+    .where(SessionStatusHistory.session_id == sa.bindparam("session_id"))
+    .order_by(SessionStatusHistory.id)
+)
+
+
+@dataclass(frozen=True, slots=True)
+class _KernelRow:
+    id: uuid.UUID
+    agent_id: str | None
+    status: SessionStatus
+    container_id: str | None
+    allocation: dict[str, dict[str, str]]
+    occupied_slots: ResourceSlot
+    service_ports: list[Any]
+
+
 _LIVE_BY_NAME = (
     sa.select(Session)
     .where(
@@ -141,11 +187,41 @@ class SessionReads:
         deps = list((await db.execute(_DEPENDENCIES, {"session_id": row.id})).scalars())
         return session_json(row, kernels, history, deps)
 
-    async def current_json(self, session_id: uuid.UUID) -> dict[str, Any]:
-        """:meth:`full_json` of the session as it is now, in a transaction of its own."""
-        async with self.db.begin() as db:
-            fresh = (await db.execute(_SESSION_BY_ID, {"id": session_id})).scalar_one()
-            return await self.full_json(db, fresh)
+    async def current_json(
+        self, session_id: uuid.UUID, *, dependencies: Sequence[uuid.UUID] | None = None
+    ) -> dict[str, Any]:
+        """:meth:`full_json` of the session as it is now, in a transaction of its own.
+
+        Read as Core rows (no ORM objects, the kernels joined to the session); the
+        dependencies are read unless given (a create that made none: only the enqueue
+        adds dependencies)."""
+        async with self.db.connect() as conn:
+            rows = (await conn.execute(_SESSION_WITH_KERNELS, {"id": session_id})).all()
+            if not rows:
+                raise NotFound(
+                    f"No session {session_id}", field="session", received=str(session_id)
+                )
+            history = cast(
+                list[HistoryFields],
+                (await conn.execute(_HISTORY_ROWS, {"session_id": session_id})).all(),
+            )
+            if dependencies is None:
+                params = {"session_id": session_id}
+                dependencies = list((await conn.execute(_DEPENDENCIES, params)).scalars())
+        kernels: list[KernelFields] = [
+            _KernelRow(
+                r.kernel_id,
+                r.kernel_agent_id,
+                r.kernel_status,
+                r.kernel_container_id,
+                r.kernel_allocation,
+                r.kernel_occupied_slots,
+                r.kernel_service_ports,
+            )
+            for r in rows
+            if r.kernel_id is not None
+        ]
+        return session_json(cast(Session, rows[0]), kernels, history, dependencies)
 
     async def list_sessions(
         self,

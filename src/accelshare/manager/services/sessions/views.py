@@ -10,16 +10,21 @@ from __future__ import annotations
 import uuid
 from collections.abc import Mapping, Sequence
 from datetime import datetime
-from typing import Any
+from typing import Any, Protocol
 
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from ...models import Kernel, Session, SessionStatusHistory, User, UserRole
+from accelshare.common import ResourceSlot
+from accelshare.sched.lifecycle import SessionStatus
+
+from ...models import Kernel, Session, User, UserRole
 from ..actor import Actor
 from .spec import app_services
 
 __all__ = [
+    "HistoryFields",
+    "KernelFields",
     "create_answer",
     "iso",
     "owner_emails",
@@ -28,6 +33,40 @@ __all__ = [
     "visibility_filter",
     "visible",
 ]
+
+
+class KernelFields(Protocol):
+    """What :func:`session_json` reads of a kernel (a :class:`~...models.Kernel`, or a
+    row of those columns)."""
+
+    @property
+    def id(self) -> uuid.UUID: ...
+    @property
+    def agent_id(self) -> str | None: ...
+    @property
+    def status(self) -> SessionStatus: ...
+    @property
+    def container_id(self) -> str | None: ...
+    @property
+    def allocation(self) -> dict[str, dict[str, str]]: ...
+    @property
+    def occupied_slots(self) -> ResourceSlot: ...
+    @property
+    def service_ports(self) -> list[Any]: ...
+
+
+class HistoryFields(Protocol):
+    """What :func:`session_json` reads of a status change (a
+    :class:`~...models.SessionStatusHistory`, or a row of those columns)."""
+
+    @property
+    def from_status(self) -> SessionStatus | None: ...
+    @property
+    def to_status(self) -> SessionStatus: ...
+    @property
+    def reason(self) -> str | None: ...
+    @property
+    def changed_at(self) -> datetime: ...
 
 
 def visible(caller: Actor, row: Session) -> bool:
@@ -52,7 +91,7 @@ def iso(value: datetime | None) -> str | None:
     return value.isoformat() if value is not None else None
 
 
-def _reported_ports(kernels: Sequence[Kernel]) -> list[Any] | None:
+def _reported_ports(kernels: Sequence[KernelFields]) -> list[Any] | None:
     """The app ports of the first kernel its agent reported them for (the one
     ``GET /session/{id}/apps`` and the proxy use), ``None`` if none did."""
     return next((k.service_ports for k in kernels if k.service_ports), None)
@@ -88,13 +127,16 @@ async def owner_emails(db: AsyncSession, rows: Sequence[Session]) -> dict[uuid.U
 
 def session_json(
     row: Session,
-    kernels: Sequence[Kernel] = (),
-    history: Sequence[SessionStatusHistory] = (),
+    kernels: Sequence[KernelFields] = (),
+    history: Sequence[HistoryFields] = (),
     dependencies: Sequence[uuid.UUID] = (),
     *,
     reported_ports: Sequence[Any] | None = None,
 ) -> dict[str, Any]:
     """The REST shape of a session (Backend.AI's names where it has them).
+
+    ``row`` is a :class:`~...models.Session` or a Core row of the ``sessions`` columns
+    (the same attributes).
 
     ``servicePorts`` carry each app's ``hostPort`` from the kernels (or, for lists,
     ``reported_ports``: the kernels' ports fetched in one query)."""
