@@ -34,7 +34,6 @@ from .runtime import KernelRuntimeError
 from .scratch import is_valid_kernel_id
 from .service_exits import KernelExits
 from .service_parts import AgentParts
-from .state_files import write_kernel_meta
 
 __all__ = ["KernelCreates"]
 
@@ -217,8 +216,17 @@ class KernelCreates:
                 allocations.slot_types,
                 host_cpus=self._host_cpus,
             )
-            if published:
-                spec = dataclasses.replace(spec, published_ports=published)
+            # The runtime keeps the agent's record with the kernel's state files, written
+            # as it prepares the scratch dir: a restarted agent finds it with the kernel.
+            meta = {
+                "session_id": request.session_id,
+                "image": request.image,
+                "owner_access_key": request.owner_access_key,
+                "labels": dict(request.labels),
+                "created_at": record.created_at,
+                "service_ports": [m.model_dump(mode="json") for m in record.service_ports],
+            }
+            spec = dataclasses.replace(spec, published_ports=published, agent_meta=meta)
             info = await self._parts.runtime.create_kernel(spec)
         except Exception as e:  # the runtime's errors, and any bug: never leak the allocation
             if not isinstance(e, KernelRuntimeError | ValueError | OSError):
@@ -228,17 +236,6 @@ class KernelCreates:
                 self._parts.ports.release(kernel_id)
             await self._cleanup_failed(kernel_id)
             return self._fail(record, f"{type(e).__name__}: {e}")
-        if info.scratch_dir is not None:
-            meta = {
-                "session_id": request.session_id,
-                "image": request.image,
-                "owner_access_key": request.owner_access_key,
-                "labels": dict(request.labels),
-                "created_at": record.created_at,
-                "service_ports": [m.model_dump(mode="json") for m in record.service_ports],
-            }
-            with contextlib.suppress(OSError):
-                await asyncio.to_thread(write_kernel_meta, info.scratch_dir, meta)
         record.mark_running(cid=info.cid, pids=info.pids, at=time.time())
         log.info("kernel %s: running (%s %s)", kernel_id, info.runtime, info.cid)
         self._parts.emit(record, KernelEventType.STARTED)

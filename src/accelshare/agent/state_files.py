@@ -8,8 +8,14 @@
     <scratch-root>/.accelshare-agent/events.json   kernel events not yet delivered when the
                                                    agent stopped cleanly (read and removed
                                                    by the next agent)
-    <scratch-root>/<kernel_id>/state/agent.json    session id, image, requested slots,
-                                                   owner, labels, created_at of the kernel
+    <scratch-root>/<kernel_id>/state/agent.json    session id, image, owner, labels,
+                                                   created_at, app ports of the kernel
+                                                   (:attr:`KernelSpec.agent_meta`)
+
+The kernel's meta file is written by the runtime as it prepares the kernel's scratch dir
+(:attr:`~accelshare.agent.runtime.base.KernelSpec.agent_meta`): the docker runtime writes
+``state/agent.json``, the process runtime keeps it as ``agent`` in ``state/launch.json``
+(one file less per start); :func:`read_kernel_meta` reads either.
 
 The folder name starts with a dot, which no kernel id may (so runtimes never take it for a
 kernel).  Everything is written atomically; unreadable files read as empty.
@@ -45,7 +51,6 @@ __all__ = [
     "read_kernel_meta",
     "save_pending_events",
     "write_device_history",
-    "write_kernel_meta",
 ]
 
 log = logging.getLogger(__name__)
@@ -128,16 +133,17 @@ def write_device_history(
     atomic_write_text(path, json.dumps({"slots": merged}, indent=1, sort_keys=True) + "\n")
 
 
-def write_kernel_meta(scratch_dir: Path, meta: Mapping[str, Any]) -> None:
-    state = scratch_dir / "state"
-    state.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(state / KERNEL_META, json.dumps(dict(meta), sort_keys=True) + "\n")
-
-
 def read_kernel_meta(scratch_dir: Path | None) -> dict[str, Any]:
+    """The agent's record of the kernel: ``state/agent.json``, else the ``agent`` object of
+    ``state/launch.json`` (the process runtime's); {} when neither has one."""
     if scratch_dir is None:
         return {}
-    return read_json(scratch_dir / "state" / KERNEL_META) or {}
+    state = scratch_dir / "state"
+    meta = read_json(state / KERNEL_META)
+    if meta is None:
+        embedded = (read_json(state / "launch.json") or {}).get("agent")
+        meta = embedded if isinstance(embedded, dict) else None
+    return meta or {}
 
 
 def _events_path(scratch_root: Path) -> Path:

@@ -16,6 +16,8 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from accelshare.agent.recovery import discover_kernels
 from accelshare.agent.resource_txt import ResourceTxt, render_resource_txt
 from accelshare.agent.runtime import (
@@ -27,6 +29,8 @@ from accelshare.agent.runtime import (
 )
 from accelshare.agent.runtime.cgroups import KernelCgroup
 from accelshare.agent.runtime.procfs import is_same_process, read_stat
+from accelshare.agent.scratch import ScratchDir
+from accelshare.agent.state_files import read_kernel_meta
 from accelshare.common import ResourceSlot, SlotTypes
 
 RuntimeFactory = Callable[..., ProcessRuntime]
@@ -184,6 +188,52 @@ async def test_cid_written_after_a_crash_between_start_and_cid(
     report = await discover_kernels(make_runtime(), SLOT_TYPES)
     assert [k.info.cid for k in report.live] == [info.cid]
     assert path.read_text() == f"CPU_SHARES=0:1\nCID={info.cid}\n"
+
+
+@pytest.mark.parametrize("left", ["resource.txt only", "launch.json created, not written"])
+async def test_a_start_cut_short_between_its_files_is_a_failed_kernel(
+    make_runtime: RuntimeFactory, scratch_root: Path, left: str
+) -> None:
+    """The agent writes a new kernel's files in place, one after the other (no temporary
+    file + rename): one that dies in between leaves a scratch dir without a whole launch
+    record, which a restarted agent reports as a failed start, never as a live kernel."""
+    kernel_id = new_kernel_id()
+    scratch = ScratchDir(scratch_root, kernel_id)
+    assert scratch.prepare()
+    scratch.write_resource_txt(resource_txt(allocation("0", 1, {GPU1: "0.5"})), new=True)
+    if left != "resource.txt only":
+        scratch.launch_file.touch()  # O_EXCL create done, the write never came
+    runtime = make_runtime()
+    report = await discover_kernels(runtime, SLOT_TYPES)
+    assert report.live == ()
+    assert [i.kernel_id for i in report.exited] == [kernel_id]
+    assert report.exited[0].exit is not None
+    assert report.exited[0].exit.reason is ExitReason.FAILED
+    assert report.total_allocations() == {}
+    await runtime.cleanup_kernel(kernel_id)
+    assert not scratch.exists()
+
+
+async def test_the_agents_record_of_a_kernel_is_kept_in_its_launch_record(
+    make_runtime: RuntimeFactory, scratch_root: Path
+) -> None:
+    """The process runtime keeps ``agent_meta`` in launch.json (no agent.json of its own);
+    an agent.json (written by the docker runtime, or an older agent) is read first."""
+    runtime = make_runtime()
+    kernel_id = new_kernel_id()
+    meta = {"session_id": "s-1", "owner_access_key": "AK", "labels": {"a": "b"}}
+    info = await runtime.create_kernel(
+        KernelSpec(kernel_id, "shell", "CPU_SHARES=0:1\n", agent_meta=meta)
+    )
+    assert info.scratch_dir is not None
+    assert not (info.scratch_dir / "state" / "agent.json").exists()
+    assert read_kernel_meta(info.scratch_dir) == meta
+    report = await discover_kernels(make_runtime(), SLOT_TYPES)  # the restarted agent
+    [live] = report.live
+    assert read_kernel_meta(live.info.scratch_dir) == meta
+    (info.scratch_dir / "state" / "agent.json").write_text('{"session_id": "older"}')
+    assert read_kernel_meta(info.scratch_dir) == {"session_id": "older"}
+    assert read_kernel_meta(None) == {}
 
 
 async def test_a_recycled_pid_is_not_mistaken_for_the_kernel(

@@ -130,6 +130,34 @@ def test_v1_limits_are_written_under_the_agents_own_cgroup(tmp_path: Path) -> No
     assert KernelCgroup.from_json(cgroup.to_json()) == cgroup
 
 
+def test_v1_values_a_new_group_has_anyway_are_not_written(tmp_path: Path) -> None:
+    """One core: cpu.shares stays the new group's 1024 (not written); the quota is for the
+    100 ms period every new group starts with; memsw is looked for once per manager."""
+    manager = CgroupManager(v1_tree(tmp_path))
+    memory = tmp_path / "memory" / "agent" / "accelshare"
+    memory.mkdir()
+    first = manager.create("k1", ResourceLimits(cpu_count=Decimal(1), mem_bytes=1 << 30))
+    assert first is not None
+    cpu = tmp_path / "cpu" / "agent" / "accelshare" / "k1"
+    assert (cpu / "cpu.cfs_quota_us").read_text() == "100000"
+    assert not (cpu / "cpu.shares").exists()
+    assert first.applied["cpu"] == "cgroup-v1 cpu.cfs_quota_us=100000/100000"
+    assert not (memory / "k1" / "memory.memsw.limit_in_bytes").exists()  # no swap accounting
+    # (a real host's memsw file comes with every group or with none: the first one decides)
+    (memory / "k2").mkdir()
+    (memory / "k2" / "memory.memsw.limit_in_bytes").write_text("")
+    second = manager.create("k2", ResourceLimits(cpu_count=Decimal(2), mem_bytes=1 << 30))
+    assert second is not None
+    assert (memory / "k2" / "memory.memsw.limit_in_bytes").read_text() == ""
+    cpu2 = tmp_path / "cpu" / "agent" / "accelshare" / "k2"
+    assert (cpu2 / "cpu.shares").read_text() == "2048"
+    with_swap = CgroupManager(manager.layout)
+    (memory / "k3").mkdir()
+    (memory / "k3" / "memory.memsw.limit_in_bytes").write_text("")
+    assert with_swap.create("k3", ResourceLimits(mem_bytes=1 << 20)) is not None
+    assert (memory / "k3" / "memory.memsw.limit_in_bytes").read_text() == str(1 << 20)
+
+
 def test_v1_absolute_parent_and_missing_controllers(tmp_path: Path) -> None:
     layout = v1_tree(tmp_path)
     layout = CgroupLayout(

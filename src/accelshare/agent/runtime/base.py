@@ -152,6 +152,11 @@ class KernelSpec:
       as symlinks in its work dir and refuses the others.
     * ``ipc_host``: the host's IPC namespace (MPS clients need it): docker's ``IpcMode``;
       a sandboxed process kernel then keeps the host's IPC namespace.
+    * ``agent_meta``: the agent's record of the kernel (session id, image, owner, labels,
+      created_at, app ports), kept with the kernel's state for a restarted agent
+      (:func:`accelshare.agent.state_files.read_kernel_meta`): the process runtime puts it
+      in ``state/launch.json`` (``agent``), docker writes ``state/agent.json``; empty:
+      nothing is kept.
     """
 
     kernel_id: str
@@ -169,6 +174,7 @@ class KernelSpec:
     startup_command: str | None = None
     published_ports: tuple[tuple[int, int], ...] = ()
     ipc_host: bool = False
+    agent_meta: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.command is not None and self.startup_command is not None:

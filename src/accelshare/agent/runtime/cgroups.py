@@ -59,7 +59,8 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 CONTROLLERS = ("memory", "cpu", "cpuset", "pids")
-_CPU_PERIOD_US = 100_000
+_CPU_PERIOD_US = 100_000  # also the kernel's default cfs period of a new group
+_DEFAULT_CPU_SHARES = 1024  # cpu.shares of a new v1 group
 _MIN_CPU_QUOTA_US = 1_000
 
 
@@ -217,16 +218,28 @@ class KernelCgroup:
 
 
 def _write(path: Path, value: str) -> None:
+    """One write of ``value`` (cgroupfs takes a value per write; no buffered file object:
+    three syscalls, not seven)."""
     try:
-        with path.open("w") as f:
-            f.write(value)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+        try:
+            os.write(fd, value.encode())
+        finally:
+            os.close(fd)
     except OSError as e:
         raise CgroupError(e.errno, f"cannot write {value!r} to {path}: {e.strerror}") from e
 
 
 def _read(path: Path) -> str:
     try:
-        return path.read_text()
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            chunks = []
+            while chunk := os.read(fd, 65536):
+                chunks.append(chunk)
+        finally:
+            os.close(fd)
+        return b"".join(chunks).decode(errors="replace")
     except OSError:
         return ""
 
@@ -259,6 +272,9 @@ class CgroupManager:
         # so a host that refuses delegation (seen: EOPNOTSUPP in a Firecracker VM's
         # cgroup v2) logs its warning once, not on every kernel start
         self._refused_v2: set[tuple[Path, str]] = set()
+        # v1: whether memory cgroups have memory.memsw.limit_in_bytes (swap accounting is
+        # a boot-time setting: looked up once)
+        self._memsw: bool | None = None
 
     @property
     def version(self) -> CgroupVersion | None:
@@ -339,13 +355,17 @@ class CgroupManager:
         layout = self.layout
         wanted = ["memory", "cpu", "pids"] + (["cpuset"] if limits.cpuset_cpus else [])
         dirs: dict[str, Path] = {}
+        mems = ""
         for controller in wanted:
             mount = layout.v1_mounts.get(controller)
             if mount is None:
                 continue
             parent = self._parent_dir(mount, layout.v1_self.get(controller, "/"))
-            if controller == "cpuset" and not self._prepare_v1_cpuset_parent(parent):
-                continue
+            if controller == "cpuset":
+                parent_mems = self._prepare_v1_cpuset_parent(parent)
+                if parent_mems is None:
+                    continue
+                mems = parent_mems
             directory = parent / kernel_id
             if self._make_dir(directory):
                 dirs[controller] = directory
@@ -353,47 +373,59 @@ class CgroupManager:
             return None
         cgroup = KernelCgroup(CgroupVersion.V1, dirs)
         try:
-            applied = self._apply_v1(cgroup, limits)
+            applied = self._apply_v1(cgroup, limits, mems)
         except CgroupError:
             self.remove(cgroup)
             raise
         return KernelCgroup(CgroupVersion.V1, dirs, applied)
 
-    def _prepare_v1_cpuset_parent(self, parent: Path) -> bool:
-        """A v1 cpuset group starts with empty cpus/mems: copy them from the level above."""
+    def _prepare_v1_cpuset_parent(self, parent: Path) -> str | None:
+        """A v1 cpuset group starts with empty cpus/mems: copy them from the level above.
+
+        The parent's ``cpuset.mems`` (what each kernel's group gets), None when the parent
+        cannot be used.
+        """
         if not self._make_dir(parent):
-            return False
+            return None
+        values: dict[str, str] = {}
         try:
             for name in ("cpuset.cpus", "cpuset.mems"):
-                if not _read(parent / name).strip():
-                    _write(parent / name, _read(parent.parent / name).strip())
+                values[name] = _read(parent / name).strip()
+                if not values[name]:
+                    values[name] = _read(parent.parent / name).strip()
+                    _write(parent / name, values[name])
         except CgroupError as e:
             log.warning("cannot prepare cpuset parent %s (%s); not using it", parent, e)
-            return False
-        return True
+            return None
+        return values["cpuset.mems"]
 
-    def _apply_v1(self, cgroup: KernelCgroup, limits: ResourceLimits) -> dict[str, str]:
+    def _apply_v1(self, cgroup: KernelCgroup, limits: ResourceLimits, mems: str) -> dict[str, str]:
+        """Write the limits (``mems``: the cpuset parent's ``cpuset.mems``).  A value a new
+        group has anyway is not written: ``cpu.shares`` 1024 (one core), and the CFS
+        period, 100 ms in every new group (only the quota is written)."""
         applied: dict[str, str] = {}
         dirs = cgroup.dirs
         if limits.mem_bytes is not None and "memory" in dirs:
             memory = dirs["memory"]
             _write(memory / "memory.limit_in_bytes", str(limits.mem_bytes))
-            if (memory / "memory.memsw.limit_in_bytes").exists():
+            if self._memsw is None:
+                self._memsw = (memory / "memory.memsw.limit_in_bytes").exists()
+            if self._memsw:
                 _write(memory / "memory.memsw.limit_in_bytes", str(limits.mem_bytes))
             applied["memory"] = f"cgroup-v1 memory.limit_in_bytes={limits.mem_bytes}"
         if limits.cpu_count is not None and "cpu" in dirs:
             cpu = dirs["cpu"]
-            period_text = _read(cpu / "cpu.cfs_period_us").strip()
-            period = int(period_text) if period_text.isdigit() else _CPU_PERIOD_US
-            quota = _cpu_quota_us(limits.cpu_count, period)
+            quota = _cpu_quota_us(limits.cpu_count, _CPU_PERIOD_US)
             _write(cpu / "cpu.cfs_quota_us", str(quota))
-            _write(cpu / "cpu.shares", str(max(2, int(limits.cpu_count * 1024))))
-            applied["cpu"] = f"cgroup-v1 cpu.cfs_quota_us={quota}/{period}"
+            shares = max(2, int(limits.cpu_count * 1024))
+            if shares != _DEFAULT_CPU_SHARES:
+                _write(cpu / "cpu.shares", str(shares))
+            applied["cpu"] = f"cgroup-v1 cpu.cfs_quota_us={quota}/{_CPU_PERIOD_US}"
         if limits.cpuset_cpus and "cpuset" in dirs:
             cpuset = dirs["cpuset"]
             cpus = _cpu_list(limits.cpuset_cpus)
             _write(cpuset / "cpuset.cpus", cpus)
-            _write(cpuset / "cpuset.mems", _read(cpuset.parent / "cpuset.mems").strip())
+            _write(cpuset / "cpuset.mems", mems)
             applied["cpuset"] = f"cgroup-v1 cpuset.cpus={cpus}"
         if limits.pids_max is not None and "pids" in dirs:
             _write(dirs["pids"] / "pids.max", str(limits.pids_max))

@@ -464,16 +464,18 @@ class DockerRuntime:
                 log.error("kernel %s: failed to start: %s", kernel_id, error)
                 raise KernelStartFailed(kernel_id, error) from e
             container_id = str(data["Id"])
-            await asyncio.to_thread(self._write_cid, scratch, container_id)
+            await asyncio.to_thread(self._write_cid, scratch, container_id, spec.resource_txt)
             log.info("kernel %s: running as container %s", kernel_id, container_id[:12])
             return self._info_from_inspect(kernel_id, scratch, data)
 
     def _prepare(self, scratch: ScratchDir, spec: KernelSpec) -> None:
         # The plugins' files land under /home/config; the image's PATH is its own (no
         # config/bin on it: the mock nvidia-smi's wrapper names a host interpreter).
-        scratch.prepare()
-        scratch.write_resource_txt(spec.resource_txt)
-        scratch.write_config_files(spec.config_files)
+        new = scratch.prepare()
+        scratch.write_resource_txt(spec.resource_txt, new=new)
+        scratch.write_config_files(spec.config_files, new=new)
+        if spec.agent_meta:
+            scratch.write_json(scratch.meta_file, dict(spec.agent_meta), new=new)
         uid, gid = self.config.kernel_uid, self.config.kernel_gid
         give_work_dir(scratch.work_dir, uid, gid)
         for folder in spec.folder_mounts:
@@ -489,8 +491,13 @@ class DockerRuntime:
                         os.chown(made, uid, gid)
 
     @staticmethod
-    def _write_cid(scratch: ScratchDir, container_id: str) -> None:
-        with contextlib.suppress(OSError):
+    def _write_cid(scratch: ScratchDir, container_id: str, written: str | None = None) -> None:
+        """Add ``CID=``: to the file as this agent wrote it (``written``: appended), or to
+        the file as it is (a kernel found by the scan)."""
+        with contextlib.suppress(OSError, UnicodeDecodeError):
+            if written is not None:
+                scratch.add_container_id(written, container_id)
+                return
             text = scratch.read_resource_txt()
             updated = with_container_id(text, container_id)
             if updated != text:

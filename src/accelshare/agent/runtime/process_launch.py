@@ -43,7 +43,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ..resource_txt import with_container_id
 from ..scratch import ScratchDir, read_json
 from .base import (
     BACKENDAI_KERNEL_ID_ENV,
@@ -105,6 +104,9 @@ class KernelLauncher:
         self._cgroup_ops = cgroup_ops
         self._runtime_name = runtime_name
         self._sandbox = config.sandbox
+        # The scratch root with its symlinks resolved (on the first sandboxed start, then
+        # kept: resolving costs a lstat per path component)
+        self._real_root: Path | None = None
         # Outbound sandboxes' /etc/resolv.conf: one file for all (bound read-only).
         self._resolv_conf = self._root / ".sandbox" / "resolv.conf"
         if self._sandbox is not None and self._sandbox.network == "outbound":
@@ -139,13 +141,15 @@ class KernelLauncher:
         log.info("kernel %s: preparing scratch dir %s", kernel_id, scratch.root)
         cgroup: KernelCgroup | None = None
         try:
-            scratch.prepare()
-            scratch.write_resource_txt(spec.resource_txt)
-            scratch.write_config_files(spec.config_files)
+            # A directory made here holds nothing yet: its files are created in place
+            # (new=...), no temporary file and rename each (see scratch.py).
+            new = scratch.prepare()
+            scratch.write_resource_txt(spec.resource_txt, new=new)
+            scratch.write_config_files(spec.config_files, new=new)
             if self._cgroups is not None:
                 cgroup = self._cgroups.create(kernel_id, spec.limits)
             launch = self._launch_record(spec, environment, scratch, cgroup)
-            scratch.write_json(scratch.launch_file, launch)
+            scratch.write_json(scratch.launch_file, launch, new=new)
             log.info(
                 "kernel %s: starting %s (limits: %s)",
                 kernel_id,
@@ -164,7 +168,7 @@ class KernelLauncher:
             self._fail(scratch, cgroup, error)
             raise KernelStartFailed(kernel_id, error)
         kernel_pid = int(status["kernel_pid"])
-        scratch.write_resource_txt(with_container_id(scratch.read_resource_txt(), str(kernel_pid)))
+        scratch.add_container_id(spec.resource_txt, str(kernel_pid))
         log.debug("kernel %s: running as pid %d", kernel_id, kernel_pid)  # (the service logs it)
         return KernelInfo(
             kernel_id=kernel_id,
@@ -228,6 +232,8 @@ class KernelLauncher:
             "exec_helper": str(self.config.exec_helper) if self.config.exec_helper else None,
             "published_ports": [list(p) for p in spec.published_ports] if sandbox else [],
             "created_at": time.time(),
+            # the agent's record of the kernel (state_files.read_kernel_meta)
+            "agent": dict(spec.agent_meta),
         }
 
     def _sandbox_record(
@@ -241,7 +247,12 @@ class KernelLauncher:
         environment's work dir when it lies in the scratch dir) is given to the kernel's
         user."""
         assert self._sandbox is not None
-        root = scratch.root.resolve()
+        if scratch.root.parent != self._root:
+            root = scratch.root.resolve()
+        else:
+            if self._real_root is None:
+                self._real_root = self._root.resolve(strict=True)
+            root = self._real_root / scratch.kernel_id  # (made by prepare(): no link)
         work = root / scratch.work_dir.name  # (made by prepare(): a folder, no link)
         inside = work if cwd == scratch.work_dir else cwd.resolve()
         if inside.is_relative_to(root) and not inside.is_relative_to(work):
