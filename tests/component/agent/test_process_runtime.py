@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import json
 import os
 import re
 import signal
@@ -325,6 +327,39 @@ async def test_cgroup_limits_are_applied(
     assert destroyed.exit is not None
     assert not destroyed.exit.oom_killed
     assert not any(d.exists() for d in checked)  # removed with the kernel
+
+
+async def test_a_stray_still_exiting_at_the_collection_leaves_no_cgroup(
+    runtime: ProcessRuntime, cgroup_support: dict[str, str | None]
+) -> None:
+    """A process that left the kernel's process group (``setsid``) is only SIGKILLed by
+    the collection's sweep of the cgroup, and may still be exiting when the cgroup is
+    removed: the removal is tried again until it is gone, so a kernel whose scratch dir
+    is kept (``keep-scratch``, no ``cleanup_kernel``) leaves no cgroup behind."""
+    if cgroup_support["pids"] is not None:
+        pytest.skip(f"needs a writable pids cgroup: {cgroup_support['pids']}")
+    strays = []
+    for _ in range(5):
+        kernel = spec(("setsid sleep 300 & exec sleep 300",))
+        info = await runtime.create_kernel(kernel)
+        assert info.cid is not None
+        paths = cgroup_paths(int(info.cid))
+        assert runtime.cgroups is not None
+        layout = runtime.cgroups.layout
+        if layout.version is CgroupVersion.V1:
+            directory = layout.v1_mounts["pids"] / paths["pids"].lstrip("/")
+        else:
+            assert layout.v2_mount is not None
+            directory = layout.v2_mount / paths["unified"].lstrip("/")
+        assert directory.name == kernel.kernel_id
+        await asyncio.sleep(0.2)  # (the stray has left the group)
+        strays += [int(p) for p in (directory / "cgroup.procs").read_text().split()]
+        destroyed = await runtime.destroy_kernel(kernel.kernel_id, grace_s=1)
+        assert destroyed.exit is not None
+        assert not directory.exists(), "the kernel's cgroup outlived it"
+        record = json.loads((destroyed.scratch_dir / "state" / "exit.json").read_text())
+        assert record["cgroup_left"] is False
+    assert len(strays) >= 10  # the command and its stray, each time
 
 
 async def test_memory_hog_is_oom_killed(

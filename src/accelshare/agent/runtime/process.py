@@ -246,11 +246,23 @@ class ProcessRuntime:
             info = await self.get_kernel(kernel_id)
             if not info.is_running:
                 await self._relays.stop(kernel_id)
+                await self._remove_left_cgroup(kernel_id)
                 return info
             remaining = None if deadline is None else deadline - time.monotonic()
             if remaining is not None and remaining <= 0:
                 raise TimeoutError(f"kernel {kernel_id} still running after {timeout_s} s")
             await self._states.wait_supervisor(kernel_id, remaining)
+
+    async def _remove_left_cgroup(self, kernel_id: str) -> None:
+        """The cgroup of a kernel that has just exited, once its last processes are gone
+        (they may still be exiting when the exit is collected); given up after
+        ``kill_timeout_s``, when ``cleanup_kernel`` or the next look tries again."""
+        deadline = time.monotonic() + self.config.kill_timeout_s
+        while not self._states.remove_left_cgroup(kernel_id):
+            if time.monotonic() >= deadline:
+                log.warning("kernel %s: its cgroup is still busy; left for later", kernel_id)
+                return
+            await asyncio.sleep(self.config.poll_interval_s)
 
     async def destroy_kernel(self, kernel_id: str, *, grace_s: float | None = None) -> KernelInfo:
         grace = self.config.stop_grace_s if grace_s is None else grace_s

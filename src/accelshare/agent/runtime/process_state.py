@@ -229,15 +229,33 @@ class KernelStates:
                 self._remove_cgroup(scratch, cgroup, record)
             return exit_
 
+    def remove_left_cgroup(self, kernel_id: str) -> bool:
+        """One more try at the cgroup of an exited, collected kernel that was still busy
+        at its collection (``cgroup_left``: its last processes were still exiting); True
+        when none is left.  The caller retries while it is False (``wait_exit``), so that
+        a kernel whose scratch dir is kept (``keep-scratch``) leaves no cgroup behind."""
+        scratch = self.scratch(kernel_id)
+        record = read_json(scratch.exit_file)
+        if not record or not record.get("collected") or not record.get("cgroup_left"):
+            return True
+        launch = read_json(scratch.launch_file) or {}
+        cgroup = KernelCgroup.from_json(launch["cgroup"]) if launch.get("cgroup") else None
+        if cgroup is None:
+            return True
+        with self._collect_lock:
+            return self._remove_cgroup(scratch, cgroup, record)
+
     def _remove_cgroup(
         self, scratch: ScratchDir, cgroup: KernelCgroup, record: dict[str, Any]
-    ) -> None:
+    ) -> bool:
         """Kill strays that left the process group, then remove the cgroup; a busy one is
         retried at the next look (``cgroup_left`` stays set) or by ``cleanup_kernel``."""
         self._cgroup_ops.kill_all(cgroup)
-        if self._cgroup_ops.remove(cgroup):
-            with contextlib.suppress(OSError):
-                scratch.write_json(scratch.exit_file, {**record, "cgroup_left": False})
+        if not self._cgroup_ops.remove(cgroup):
+            return False
+        with contextlib.suppress(OSError):
+            scratch.write_json(scratch.exit_file, {**record, "cgroup_left": False})
+        return True
 
     async def wait_supervisor(self, kernel_id: str, timeout_s: float | None) -> None:
         """Sleep until the supervisor (or, if it is gone, the kernel process) ends, or timeout.
