@@ -6,10 +6,10 @@ alternate sandboxed (bubblewrap, the default where the host can) and unsandboxed
 two see the same machine.  Per kernel start it prints the CPU of this process (the
 agent's part: the launch record, the scratch dir and its files, the cgroups, the hand-off
 to the fork server and the status read) and, when the bench runs in a cgroup of its own
-(cgroup v1 ``cpuacct`` or v2), of that cgroup: this process plus the launcher's processes
-(the fork server's job that becomes the kernel's supervisor, the kernel's process before
-its exec: the exec helper, or a forked Python process), bwrap, the user change (the
-exec helper's ``drop``, or ``setpriv``) and the kernel's own command (``sleep``).
+(cgroup v1 ``cpuacct`` or v2), of that cgroup: this process plus the kernel's supervisor
+(the exec helper's ``supervise``, spawned by the fork server, or without the helper a
+forked Python process), the kernel's process before its exec, bwrap, the user change
+(the exec helper's ``drop``, or ``setpriv``) and the kernel's own command (``sleep``).
 The exec helper is built as the agent builds it (``--exec-helper off``: the Python way).
 Outside such a cgroup only the agent's part is printed (the others are reparented to
 init: no rusage of this process counts them).  The scratch dirs go under ``TMPDIR``: the
