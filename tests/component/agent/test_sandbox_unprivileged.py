@@ -332,6 +332,21 @@ def test_the_session_environment_reaches_the_kernel_and_loads_only_inside(
     assert not agent_home.host_marks.exists(), agent_home.host_marks.read_text()
 
 
+def capabilities(output: str) -> dict[str, int]:
+    """The capability sets a process printed (``grep Cap /proc/self/status``)."""
+    lines = [line.split(":") for line in output.splitlines() if line.startswith("Cap")]
+    return {name: int(value, 16) for name, value in lines}
+
+
+#: No capability in any set but the bounding one (the user namespace's own).
+NO_CAPABILITIES = {"CapInh": 0, "CapPrm": 0, "CapEff": 0, "CapAmb": 0}
+
+
+def test_kernels_hold_no_capability(report: dict[str, Any]) -> None:
+    log = report["inspect"]["log"]
+    assert capabilities(log) == NO_CAPABILITIES, log
+
+
 def test_an_exit_code_is_recorded(report: dict[str, Any]) -> None:
     inspect = report["inspect"]
     assert inspect["exit"] == {"reason": "exited", "code": 7}, inspect["log"]
@@ -356,14 +371,8 @@ def test_the_execute_api_runs_in_the_sandbox_as_the_agents_uid(
     assert seen["uid"] == str(agent_home.uid), done["output"]
     assert seen["ns_pid"] == fields(report["running"]["log"])["ns_pid"], done["output"]
     assert seen["marker"] == "from-the-session", done["output"]
-    # no capability left, in any set but the bounding one (the user namespace's own)
-    caps = dict(line.split(":") for line in done["output"].splitlines() if line.startswith("Cap"))
-    assert {name: int(value, 16) for name, value in caps.items()} == {
-        "CapInh": 0,
-        "CapPrm": 0,
-        "CapEff": 0,
-        "CapAmb": 0,
-    }, done["output"]
+    # (nsenter's capabilities in bwrap's user namespace are gone)
+    assert capabilities(done["output"]) == NO_CAPABILITIES, done["output"]
 
 
 def test_a_terminal_runs_in_the_sandbox_as_the_agents_uid(

@@ -45,6 +45,7 @@ echo "scratch=$(ls -A "$SCRATCH_ROOT" 2>/dev/null | tr '\n' ' ')"
 echo "ifaces=$(tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' ' | sort | tr '\n' ',')"
 echo "marker=$MARKER"
 echo "preload=$LD_PRELOAD"
+grep -E '^Cap(Inh|Prm|Eff|Amb):' /proc/self/status
 exit 7
 """
 
