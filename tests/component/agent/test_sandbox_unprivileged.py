@@ -22,11 +22,13 @@ user here.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
 import shlex
 import shutil
+import signal
 import stat
 import subprocess
 import sys
@@ -172,6 +174,24 @@ def agent_home() -> Iterator[AgentHome]:
         shutil.rmtree(root, ignore_errors=True)
 
 
+def _kill_processes_of(uid: int) -> None:
+    """SIGKILL whatever still runs as ``uid`` (the test's own user: nothing else runs as
+    it), should a failed agent have left a kernel behind."""
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            status = (entry / "status").read_text()
+        except (FileNotFoundError, ProcessLookupError):
+            continue
+        uids = next(
+            (line.split()[1:] for line in status.splitlines() if line.startswith("Uid:")), []
+        )
+        if str(uid) in uids:  # (a /proc folder's owner is root for a non-dumpable process)
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(int(entry.name), signal.SIGKILL)
+
+
 def _userns_refused(uid: int) -> str | None:
     """Why ``uid`` may not create a user namespace here (None: it may)."""
     done = subprocess.run(
@@ -236,7 +256,10 @@ def report(
     if wrapper:
         script = f"{wrapper} && exec {shlex.join(agent)}"
         agent = ["unshare", "--mount", "--propagation", "private", "--", "sh", "-c", script]
-    done = subprocess.run(agent, capture_output=True, check=False, timeout=120)
+    try:
+        done = subprocess.run(agent, capture_output=True, check=False, timeout=120)
+    finally:
+        _kill_processes_of(agent_home.uid)
     stderr = done.stderr.decode(errors="replace")
     assert done.returncode == 0, f"the unprivileged agent failed ({done.returncode}): {stderr}"
     found: dict[str, Any] = json.loads(done.stdout)

@@ -12,6 +12,7 @@ kernel may see).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import sys
@@ -171,9 +172,13 @@ async def main(settings: dict[str, Any]) -> dict[str, Any]:
         while (left := [pid for pid in left if alive(pid)]) and time.monotonic() < deadline:
             await asyncio.sleep(0.02)
         report["destroyed"]["alive"] = left
-        for kernel_id in (first, running):
-            await runtime.cleanup_kernel(kernel_id)
     finally:
+        # every kernel ended and removed, also after a failure (nothing outlives the test)
+        for kernel in await runtime.scan_kernels():
+            with contextlib.suppress(Exception):
+                await runtime.destroy_kernel(kernel.kernel_id, grace_s=0)
+            with contextlib.suppress(Exception):
+                await runtime.cleanup_kernel(kernel.kernel_id)
         await runtime.close()
     return report
 
