@@ -7,8 +7,9 @@ inside by the exec helper's ``env`` mode (or the agent's interpreter), and termi
 and commands of the execute API enter the sandbox with nsenter as that same user.
 
 Each test here reads the report of ``unprivileged_agent.py``: a process runtime started
-(once per way of starting kernels: the exec helper with the fork server, a forked
-Python process) as a dedicated unprivileged user, with a scratch root and a secret file
+(once per way of starting kernels, the exec helper with the fork server or a forked
+Python process, and per sandbox network, "none" or "outbound") as a dedicated
+unprivileged user, with a scratch root and a secret file
 of its own, which starts kernels and records what they saw.  Where the interpreter lies
 under a folder that user cannot enter (a pyenv Python under ``/root``), the agent runs
 in a mount namespace of its own in which a tmpfs covers that folder and only the
