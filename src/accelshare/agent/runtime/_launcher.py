@@ -56,6 +56,7 @@ process makes as it runs.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
 import resource
@@ -456,13 +457,28 @@ def _log_tail(path: str, limit: int = 600) -> str:
         return ""
 
 
+#: ioctl on a namespace file: a descriptor of the user namespace that owns it.
+NS_GET_USERNS = 0xB701
+
+
+def _netns_owner(sandbox_pid: int) -> int:
+    """A descriptor of the user namespace owning the sandbox's network namespace."""
+    net_fd = os.open(f"/proc/{sandbox_pid}/ns/net", os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        return fcntl.ioctl(net_fd, NS_GET_USERNS)
+    except OSError as e:
+        raise OSError(e.errno, f"the sandbox's user namespace: {e.strerror}") from e
+    finally:
+        os.close(net_fd)
+
+
 def _start_network(cfg: dict[str, Any], sandbox_pid: int) -> tuple[int, int]:
     """Outbound networking for a sandbox: slirp4netns in the kernel's cgroups, attached
     to the sandbox's network namespace (it reaches other hosts, never the host's
     loopback).  An agent that is root owns the namespace: slirp4netns then runs in a
     sandbox of its own with its capabilities dropped (``--enable-sandbox``) and a
-    syscall filter; otherwise it runs as the agent's user and enters the sandbox's user
-    namespace first.  Returns ``(pid, exit_fd)``: closing ``exit_fd`` ends it.  Raises
+    syscall filter; otherwise it runs as the agent's user and enters the user namespace
+    that owns the sandbox's network namespace first.  Returns ``(pid, exit_fd)``: closing ``exit_fd`` ends it.  Raises
     ``OSError`` when it does not report ready within 10 s."""
     sandbox = cfg["sandbox"]
     ready_r, ready_w = os.pipe()
@@ -475,10 +491,23 @@ def _start_network(cfg: dict[str, Any], sandbox_pid: int) -> tuple[int, int]:
         f"--ready-fd={ready_w}",
         f"--exit-fd={exit_r}",
     ]
+    userns_fd = None
     if os.geteuid() == 0:
         argv += ["--enable-sandbox", "--enable-seccomp"]
     else:
-        argv += [f"--userns-path=/proc/{sandbox_pid}/ns/user"]
+        # the user namespace that owns the sandbox's network namespace, through a
+        # descriptor (/proc/self/fd/N in slirp4netns), not /proc/PID/ns/user: with
+        # --disable-userns bwrap's init moves on into a nested one while it sets the
+        # sandbox up, in which the network namespace cannot be entered
+        try:
+            userns_fd = _netns_owner(sandbox_pid)
+        except OSError:
+            os.close(ready_r)
+            os.close(ready_w)
+            os.close(exit_r)
+            os.close(exit_w)
+            raise
+        argv += [f"--userns-path=/proc/self/fd/{userns_fd}"]
     argv += [str(sandbox_pid), "tap0"]
     pid = os.fork()
     if pid == 0:
@@ -487,12 +516,16 @@ def _start_network(cfg: dict[str, Any], sandbox_pid: int) -> tuple[int, int]:
             os.close(exit_w)
             os.set_inheritable(ready_w, True)
             os.set_inheritable(exit_r, True)
+            if userns_fd is not None:
+                os.set_inheritable(userns_fd, True)
             enter_kernel_limits(cfg)
             os.execv(argv[0], argv)
         finally:
             os._exit(127)
     os.close(ready_w)
     os.close(exit_r)
+    if userns_fd is not None:
+        os.close(userns_fd)
     try:
         ready = select.select([ready_r], [], [], 10.0)[0] and os.read(ready_r, 16)
     finally:

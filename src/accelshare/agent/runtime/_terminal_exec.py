@@ -56,6 +56,16 @@ def load_launcher() -> ModuleType:
 PR_SET_NO_NEW_PRIVS = 38
 PR_SET_SECCOMP = 22
 SECCOMP_MODE_FILTER = 2
+PR_CAP_AMBIENT = 47
+PR_CAP_AMBIENT_RAISE = 2
+CLONE_NEWUSER = 0x10000000
+NS_GET_USERNS = 0xB701  # ioctl on a namespace file: its owning user namespace (a new fd)
+CAP_SYS_CHROOT = 18
+CAP_SYS_ADMIN = 21
+#: What nsenter needs in the user namespace owning the sandbox's namespaces: entering
+#: them (setns) and its root (``--root``: chroot).
+NSENTER_CAPS = (CAP_SYS_ADMIN, CAP_SYS_CHROOT)
+_LINUX_CAPABILITY_VERSION_3 = 0x20080522
 
 
 class _SockFprog(ctypes.Structure):
@@ -73,6 +83,59 @@ def load_syscall_filter(libc: ctypes.CDLL, path: str) -> None:
     fprog = _SockFprog(len(program) // 8, program)
     if libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(fprog), 0, 0) != 0:
         raise OSError(ctypes.get_errno(), "prctl(PR_SET_SECCOMP)")
+
+
+class _CapHeader(ctypes.Structure):
+    _fields_ = (("version", ctypes.c_uint32), ("pid", ctypes.c_int))
+
+
+class _CapData(ctypes.Structure):
+    _fields_ = (
+        ("effective", ctypes.c_uint32),
+        ("permitted", ctypes.c_uint32),
+        ("inheritable", ctypes.c_uint32),
+    )
+
+
+def enter_owner_userns(libc: ctypes.CDLL, pid: int) -> bool:
+    """Before nsenter, for a sandbox of an agent that is not root: bwrap's
+    ``--disable-userns`` runs the kernel in a user namespace nested in the one that owns
+    the sandbox's other namespaces (mount, PID, network ...), and capabilities in the
+    nested one give no right to enter those: nsenter ``--user`` alone fails
+    ("reassociate to namespace 'ns/cgroup' failed").  So this process enters the owning
+    user namespace first (its creator, the agent's user, holds every capability there),
+    and keeps only :data:`NSENTER_CAPS` across the exec of nsenter (ambient), which then
+    enters the other namespaces (its first pass, without ``--user``) and the kernel's
+    own user namespace last: entering it clears the ambient set, and what nsenter
+    execs there runs as the agent's uid (not 0 inside) with no capability left.
+
+    False (nothing done) when the kernel's user namespace is the owner itself."""
+    user_fd = os.open(f"/proc/{pid}/ns/user", os.O_RDONLY | os.O_CLOEXEC)
+    mnt_fd = os.open(f"/proc/{pid}/ns/mnt", os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        owner_fd = fcntl.ioctl(mnt_fd, NS_GET_USERNS)
+        try:
+            if os.fstat(owner_fd).st_ino == os.fstat(user_fd).st_ino:
+                return False
+            if libc.setns(owner_fd, CLONE_NEWUSER) != 0:
+                raise OSError(ctypes.get_errno(), "setns(the sandbox's owning user namespace)")
+        finally:
+            os.close(owner_fd)
+    finally:
+        os.close(user_fd)
+        os.close(mnt_fd)
+    header = _CapHeader(_LINUX_CAPABILITY_VERSION_3, 0)
+    data = (_CapData * 2)()
+    if libc.capget(ctypes.byref(header), data) != 0:
+        raise OSError(ctypes.get_errno(), "capget")
+    for cap in NSENTER_CAPS:  # (all below 32: the first word)
+        data[0].inheritable |= 1 << cap
+    if libc.capset(ctypes.byref(header), data) != 0:
+        raise OSError(ctypes.get_errno(), "capset")
+    for cap in NSENTER_CAPS:
+        if libc.prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_RAISE, cap, 0, 0) != 0:
+            raise OSError(ctypes.get_errno(), f"prctl(PR_CAP_AMBIENT_RAISE, {cap})")
+    return True
 
 
 def nsenter_argv(
@@ -143,6 +206,8 @@ def main(argv: list[str]) -> int:
                 *(sys.executable, "-I", "-S", "-c", launcher.ENV_APPLIER),
                 *(launcher.ENV_FD_ARG, "--"),
             ]
+            if sandbox.get("userns"):
+                enter_owner_userns(libc, namespace_pid)
             env_fd = launcher.env_file(env)
             env_program = launcher.fill_env_fd(env_program, env_fd)
             argv = nsenter_argv(sandbox, namespace_pid, cfg["cwd"], env_program, command)

@@ -77,6 +77,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
@@ -84,6 +85,10 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+
+#ifndef NS_GET_USERNS
+#define NS_GET_USERNS _IO(0xb7, 0x1) /* <linux/nsfs.h>: a namespace's owning user namespace */
+#endif
 
 #ifndef PR_CAP_AMBIENT
 #define PR_CAP_AMBIENT 47
@@ -856,11 +861,35 @@ static pid_t start_network(const char *slirp, pid_t sandbox_pid, const struct ke
         close(ready[1]);
         return 0;
     }
+    /* Not root: slirp4netns joins the user namespace that owns the sandbox's network
+     * namespace, named by a descriptor of it (/proc/self/fd/N in slirp4netns), never
+     * /proc/PID/ns/user: with --disable-userns bwrap's init moves on into a nested user
+     * namespace while it sets the sandbox up, in which the network namespace cannot be
+     * entered. */
+    int userns_fd = -1;
+    if (geteuid() != 0) {
+        char net_path[64];
+        snprintf(net_path, sizeof net_path, "/proc/%d/ns/net", (int)sandbox_pid);
+        int net_fd = open(net_path, O_RDONLY | O_CLOEXEC), error = errno;
+        if (net_fd >= 0) {
+            userns_fd = ioctl(net_fd, NS_GET_USERNS);
+            error = errno;
+            close(net_fd);
+        }
+        if (userns_fd < 0) {
+            text_printf(why, "the sandbox's user namespace: %s", strerror(error));
+            close(ready[0]);
+            close(ready[1]);
+            close(ends[0]);
+            close(ends[1]);
+            return 0;
+        }
+    }
     char ready_arg[48], exit_arg[48], pid_arg[24], userns_arg[64];
     snprintf(ready_arg, sizeof ready_arg, "--ready-fd=%d", ready[1]);
     snprintf(exit_arg, sizeof exit_arg, "--exit-fd=%d", ends[0]);
     snprintf(pid_arg, sizeof pid_arg, "%d", (int)sandbox_pid);
-    snprintf(userns_arg, sizeof userns_arg, "--userns-path=/proc/%d/ns/user", (int)sandbox_pid);
+    snprintf(userns_arg, sizeof userns_arg, "--userns-path=/proc/self/fd/%d", userns_fd);
     const char *argv[12];
     int argc = 0;
     argv[argc++] = slirp;
@@ -885,6 +914,8 @@ static pid_t start_network(const char *slirp, pid_t sandbox_pid, const struct ke
         close(ready[1]);
         close(ends[0]);
         close(ends[1]);
+        if (userns_fd >= 0)
+            close(userns_fd);
         return 0;
     }
     if (pid == 0) {
@@ -892,12 +923,16 @@ static pid_t start_network(const char *slirp, pid_t sandbox_pid, const struct ke
         default_signals();
         if (fcntl(ready[1], F_SETFD, 0) != 0 || fcntl(ends[0], F_SETFD, 0) != 0)
             _exit(127);
+        if (userns_fd >= 0 && fcntl(userns_fd, F_SETFD, 0) != 0)
+            _exit(127);
         enter_limits(o); /* (a failure: to the launcher log, exit 127) */
         execv(slirp, (char **)argv);
         _exit(127);
     }
     close(ready[1]);
     close(ends[0]);
+    if (userns_fd >= 0)
+        close(userns_fd);
     char buf[16];
     ssize_t n = 0;
     double deadline = now() + NETWORK_READY_S;
