@@ -10,6 +10,7 @@ import json
 import os
 import resource
 import signal
+import socket
 import stat
 import struct
 import subprocess
@@ -278,6 +279,57 @@ def test_env_mode_exits_as_setpriv_and_env_do(helper: Path, tmp_path: Path) -> N
     code, _, err = apply_env(helper, ["true"], b"PATH=/bin\0no-nul")
     assert code == 127
     assert "does not end with a NUL byte" in err
+
+
+def socket_mode(helper: Path, net: str, user: str) -> tuple[int, bytes, list[int], str]:
+    """``socket NETNS_FD USERNS_FD SOCK_FD`` on the files ``net`` and ``user``: its exit
+    code, what it sent, the descriptors it sent, its stderr."""
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    net_fd, user_fd = os.open(net, os.O_RDONLY), os.open(user, os.O_RDONLY)
+    try:
+        fds = (net_fd, user_fd, theirs.fileno())
+        done = subprocess.run(
+            [str(helper), "socket", *map(str, fds)],
+            pass_fds=fds,
+            capture_output=True,
+            timeout=10,
+            check=False,
+        )
+        theirs.close()
+        data, got, _, _ = socket.recv_fds(ours, 4096, 4)
+        return done.returncode, data, got, done.stderr.decode()
+    finally:
+        ours.close()
+        theirs.close()
+        os.close(net_fd)
+        os.close(user_fd)
+
+
+def test_socket_mode_sends_a_socket_of_the_namespace_or_its_error(
+    helper: Path, tmp_path: Path
+) -> None:
+    """The ``socket`` mode (an agent that is not root relaying app ports): an unconnected
+    TCP socket of the network namespace comes back over the unix socket; a failure comes
+    back as Python's "TypeName: message" instead."""
+    if os.geteuid() != 0:
+        pytest.skip("entering a network namespace needs CAP_SYS_ADMIN")
+    code, data, fds, err = socket_mode(helper, "/proc/self/ns/net", "/proc/self/ns/user")
+    assert (code, data, err, len(fds)) == (0, b"\0", "", 1)
+    with socket.socket(fileno=fds[0]) as made:
+        assert (made.family, made.type) == (socket.AF_INET, socket.SOCK_STREAM)
+        assert made.getsockname() == ("0.0.0.0", 0)  # (not bound, not connected)
+    not_a_namespace = tmp_path / "file"
+    not_a_namespace.write_text("")
+    code, data, fds, _ = socket_mode(helper, "/proc/self/ns/net", str(not_a_namespace))
+    assert (code, fds) == (1, [])
+    assert data == (
+        b"OSError: [Errno 22] Invalid argument (entering the user namespace that owns it)"
+    )
+    code, data, fds, _ = socket_mode(helper, str(not_a_namespace), "/proc/self/ns/user")
+    assert (code, fds, data) == (1, [], b"OSError: [Errno 22] Invalid argument (entering it)")
+    done = subprocess.run([str(helper), "socket", "3"], capture_output=True, check=False)
+    assert done.returncode == 127
+    assert b"ValueError: accelshare-exec: socket NETNS_FD USERNS_FD SOCK_FD" in done.stderr
 
 
 def kernel(command: tuple[str, ...], **kwargs: Any) -> KernelSpec:

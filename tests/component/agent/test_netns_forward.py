@@ -155,10 +155,16 @@ async def forwards() -> AsyncIterator[list[NetnsForwarder]]:
 
 
 async def _start(
-    forwards: list[NetnsForwarder], netns: Namespace, *pairs: tuple[int, int], **kwargs: int
+    forwards: list[NetnsForwarder],
+    netns: Namespace,
+    *pairs: tuple[int, int],
+    max_connections: int = netns_forward.DEFAULT_MAX_CONNECTIONS,
 ) -> NetnsForwarder:
     forwarder = await NetnsForwarder.start(
-        netns_path=netns.path, listen_host="127.0.0.1", ports=pairs, **kwargs
+        netns_path=netns.path,
+        listen_host="127.0.0.1",
+        ports=pairs,
+        max_connections=max_connections,
     )
     forwards.append(forwarder)
     return forwarder
@@ -445,3 +451,78 @@ async def test_a_helper_thread_that_cannot_come_back_is_retired(
                 assert await asyncio.get_running_loop().sock_recv(sock, 4) == b"back"
     finally:
         os.close(ns_fd)
+
+
+@pytest.fixture(params=["helper", "interpreter"])
+def spawned_way(
+    request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch, exec_helper_build: Path | str
+) -> str | None:
+    """The way of an agent that is not root: each socket made by a spawned process (the
+    exec helper's ``socket`` mode, or the agent's interpreter), the helper thread never
+    used.  Returns the exec helper to pass (None: the interpreter)."""
+    monkeypatch.setattr(netns_forward, "_thread_way_allowed", lambda: False)
+    if request.param == "interpreter":
+        return None
+    if isinstance(exec_helper_build, str):
+        pytest.skip(f"no exec helper: {exec_helper_build}")
+    return str(exec_helper_build)
+
+
+async def test_a_spawned_process_makes_the_sockets_where_the_thread_may_not(
+    netns: Namespace, forwards: list[NetnsForwarder], spawned_way: str | None
+) -> None:
+    before = _net_ns_of_this_thread()
+    fds = _open_fds()
+    forwarder = await NetnsForwarder.start(
+        netns_path=netns.path,
+        listen_host="127.0.0.1",
+        ports=[(netns.http_port, 0), (netns.echo_port, 0)],
+        exec_helper=spawned_way,
+    )
+    assert forwarder._maker is not None  # (not the helper thread's way)
+    http_port, echo_port = forwarder.host_ports
+    async with httpx.AsyncClient(timeout=TIMEOUT) as client:
+        for path in ("/", "/lab"):
+            response = await client.get(f"http://127.0.0.1:{http_port}{path}")
+            assert response.status_code == 200
+            assert response.text == f"inside the namespace {path}"
+    await asyncio.gather(*(_echo_round_trip(echo_port, b"x" * n) for n in range(1, 9)))
+    assert _net_ns_of_this_thread() == before
+    # nothing of it stays open: no namespace fd, no socket
+    await forwarder.close()
+    assert _open_fds() == fds
+
+
+async def test_a_spawned_process_that_fails_is_a_clear_error(
+    netns: Namespace, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(netns_forward, "_thread_way_allowed", lambda: False)
+    fds = _open_fds()
+    # a "helper" that enters nothing and reports EPERM as the real one words it
+    refusing = tmp_path / "refusing"
+    refusing.write_text(
+        f"#!{sys.executable}\nimport os, sys\n"
+        "os.write(int(sys.argv[4]), b'PermissionError: [Errno 1] Operation not permitted"
+        " (entering it)')\nsys.exit(1)\n"
+    )
+    refusing.chmod(0o755)
+    with pytest.raises(
+        PermissionError,
+        match=r"^\[Errno 1\] cannot create a socket in network namespace /proc/\d+/ns/net:"
+        r" Operation not permitted \(entering it\)",
+    ):
+        await NetnsForwarder.start(
+            netns_path=netns.path,
+            listen_host="127.0.0.1",
+            ports=[(netns.http_port, 0)],
+            exec_helper=str(refusing),
+        )
+    # one that sends neither a socket nor an error
+    with pytest.raises(OSError, match=r"exec helper \S+/true sent no socket: and no error"):
+        await NetnsForwarder.start(
+            netns_path=netns.path,
+            listen_host="127.0.0.1",
+            ports=[(netns.http_port, 0)],
+            exec_helper=shutil.which("true") or "/bin/true",
+        )
+    assert _open_fds() == fds

@@ -404,3 +404,17 @@ def test_a_terminal_runs_in_the_sandbox_as_the_agents_uid(
 ) -> None:
     ns_pid = fields(report["running"]["log"])["ns_pid"]
     assert f"<42>{agent_home.uid}:{ns_pid}" in report["terminal"], report["terminal"]
+
+
+def test_app_ports_are_relayed_into_the_sandbox(
+    report: dict[str, Any], agent_home: AgentHome
+) -> None:
+    # The agent may not enter the sandbox's network namespace from a thread of its own:
+    # a spawned process (the exec helper's socket mode, or the agent's interpreter)
+    # enters the user namespace that owns it first and hands the socket back.
+    app = report["app"]
+    assert "error" not in app, app["error"]
+    word, uid, net_ns = app["reply"].split(" ")
+    assert (word, uid) == ("pong", str(agent_home.uid)), app
+    # (answered from inside: the kernel's own network namespace, not the agent's)
+    assert net_ns not in {HOST_NS["net"], report["ns"]["net"]}, app

@@ -1,7 +1,8 @@
 """A process runtime run by an agent that is not root: started by
 test_sandbox_unprivileged.py as a dedicated unprivileged user, it sandboxes kernels
 (bubblewrap in a user namespace mapping only that user) and prints what they saw, one
-JSON object on stdout.
+JSON object on stdout; the last kernel serves an app port that the agent relays, and
+what it answers through the relay is reported too.
 
 ``python unprivileged_agent.py SETTINGS`` where SETTINGS (JSON) holds ``scratch_root``,
 ``exec_helper`` (a path or null: the Python way), ``preload`` (a library for
@@ -15,13 +16,20 @@ import asyncio
 import contextlib
 import json
 import os
+import socket
 import sys
 import time
 import uuid
 from pathlib import Path
 from typing import Any
 
-from accelshare.agent.runtime import KernelInfo, KernelSpec, ProcessRuntime, ProcessRuntimeConfig
+from accelshare.agent.runtime import (
+    KernelInfo,
+    KernelSpec,
+    KernelStartFailed,
+    ProcessRuntime,
+    ProcessRuntimeConfig,
+)
 from accelshare.agent.runtime.sandbox import SandboxConfig
 from accelshare.agent.runtime.sandbox import probe as probe_sandbox
 
@@ -61,13 +69,34 @@ EXEC = (
 )
 
 
-def spec(kernel_id: str, command: str, env: dict[str, str]) -> KernelSpec:
+#: The port an app listens on inside its sandbox (the relay's target).
+APP_PORT = 8080
+
+#: A kernel's app: answers each connection with its uid and network namespace.
+APP = r"""
+import os, socket
+server = socket.create_server(("127.0.0.1", int(os.environ["APP_PORT"])))
+print("listening", flush=True)
+while True:
+    conn, _ = server.accept()
+    with conn:
+        conn.sendall(f"pong {os.getuid()} {os.readlink('/proc/self/ns/net')}".encode())
+"""
+
+
+def spec(
+    kernel_id: str,
+    command: str,
+    env: dict[str, str],
+    published_ports: tuple[tuple[int, int], ...] = (),
+) -> KernelSpec:
     return KernelSpec(
         kernel_id=kernel_id,
         image="shell",
         resource_txt=RESOURCE_TXT,
         command=(command,),
         env=env,
+        published_ports=published_ports,
     )
 
 
@@ -172,6 +201,8 @@ async def main(settings: dict[str, Any]) -> dict[str, Any]:
         while (left := [pid for pid in left if alive(pid)]) and time.monotonic() < deadline:
             await asyncio.sleep(0.02)
         report["destroyed"]["alive"] = left
+        # 3. a kernel that declares an app port: the agent relays it into the sandbox
+        report["app"] = await app_reply(runtime, scratch_root)
     finally:
         # every kernel ended and removed, also after a failure (nothing outlives the test)
         for kernel in await runtime.scan_kernels():
@@ -181,6 +212,31 @@ async def main(settings: dict[str, Any]) -> dict[str, Any]:
                 await runtime.cleanup_kernel(kernel.kernel_id)
         await runtime.close()
     return report
+
+
+async def app_reply(runtime: ProcessRuntime, scratch_root: Path) -> dict[str, Any]:
+    """What an app inside a kernel answers through the agent's relay of its port (or
+    why the kernel could not start)."""
+    with socket.socket() as probe:  # a host port that is free now
+        probe.bind(("127.0.0.1", 0))
+        host_port = int(probe.getsockname()[1])
+    kernel_id = f"unpriv-{uuid.uuid4().hex[:8]}"
+    env = {"APP_PORT": str(APP_PORT), "APP": APP, "PY": sys.executable}
+    try:
+        await runtime.create_kernel(
+            spec(kernel_id, 'exec "$PY" -I -c "$APP"', env, ((APP_PORT, host_port),))
+        )
+    except KernelStartFailed as e:
+        return {"error": str(e)}
+    log_file = scratch_root / kernel_id / "logs" / "kernel.log"
+    async with asyncio.timeout(15):
+        while "listening" not in (log_file.read_text() if log_file.exists() else ""):
+            await asyncio.sleep(0.02)
+        reader, writer = await asyncio.open_connection("127.0.0.1", host_port)
+        reply = await reader.read()
+        writer.close()
+    await runtime.destroy_kernel(kernel_id, grace_s=0)
+    return {"reply": reply.decode(errors="replace"), "log": log_file.read_text()}
 
 
 def marks_file(scratch_root: Path, kernel_id: str) -> Path:

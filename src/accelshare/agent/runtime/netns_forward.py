@@ -22,6 +22,19 @@ namespace: it gets the new, unconnected socket back and connects it with
 queued on it fails) and a fresh thread takes over; Python 3.12+'s ``os.setns`` is used
 when present, ``setns(2)`` through ctypes otherwise.
 
+*An agent that is not root.*  Entering a network namespace takes ``CAP_SYS_ADMIN`` over
+the user namespace that owns it; an agent that is not root holds that only inside that
+user namespace (the one bubblewrap made for the sandbox), and a multithreaded process
+cannot enter a user namespace.  So where the agent is not root (or the helper thread is
+refused, ``EPERM``) each socket is made by a short single-threaded process instead,
+started with ``posix_spawn``: it enters the owning user namespace (``NS_GET_USERNS`` on
+the namespace's fd, got once at start), then the network namespace, creates the
+unconnected socket and sends it back over a unix socket (``SCM_RIGHTS``); the agent
+connects it as above.  That process is the exec helper's ``socket`` mode where the
+agent has the helper (~1 ms a connection), else the agent's interpreter (``python -I -S
+-c``, setns through ctypes; ~20 ms a connection).  Its failure comes back as text over
+the same unix socket (``OSError`` with its errno here).
+
 *A namespace, not a pid.*  The namespace file (``/proc/<pid>/ns/net`` or a bind mount
 of one) is opened once, in :meth:`NetnsForwarder.start`, and checked to be a network
 namespace (``NS_GET_NSTYPE``) that we may enter (one trial socket).  Every connection
@@ -54,7 +67,10 @@ import fcntl
 import functools
 import logging
 import os
+import re
+import signal
 import socket
+import sys
 import threading
 from collections.abc import Callable, Sequence
 
@@ -69,7 +85,9 @@ _CHUNK = 64 * 1024
 _CLOSE_GRACE = 5.0  # seconds a finished relay waits for its buffered bytes to go out
 
 CLONE_NEWNET = 0x40000000
+_NS_GET_USERNS = 0xB701  # _IO(0xb7, 0x1), Linux 4.9+
 _NS_GET_NSTYPE = 0xB703  # _IO(0xb7, 0x3), Linux 4.11+
+_SPAWN_TIMEOUT = 10.0  # seconds a socket-making process may take
 _NS_TYPE_NAMES = {
     0x00020000: "mount",
     0x02000000: "cgroup",
@@ -180,6 +198,127 @@ async def _run_on_worker(func: Callable[[], None]) -> None:
     await asyncio.wrap_future(worker.executor.submit(func))
 
 
+def _thread_way_allowed() -> bool:
+    """Whether sockets are made on the helper thread (root), not by a spawned process."""
+    return os.geteuid() == 0
+
+
+#: The socket-making process where the agent has no exec helper: what the helper's
+#: ``socket`` mode does (argv: NETNS_FD USERNS_FD SOCK_FD).
+_PYTHON_SOCKET_MAKER = """
+import ctypes, os, socket, sys
+net, user, out = map(int, sys.argv[1:4])
+try:
+    libc = ctypes.CDLL(None, use_errno=True)
+    def enter(fd, kind, what):
+        if libc.setns(fd, kind) != 0:
+            e = ctypes.get_errno()
+            raise OSError(e, f"{os.strerror(e)} ({what})")
+    if os.fstat(user)[1:3] != os.stat("/proc/self/ns/user")[1:3]:
+        enter(user, 0x10000000, "entering the user namespace that owns it")
+    enter(net, 0x40000000, "entering it")
+    made = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    socket.send_fds(socket.socket(fileno=out), [b"\\0"], [made.fileno()])
+except OSError as e:
+    os.write(out, f"{type(e).__name__}: {e}".encode())
+    sys.exit(1)
+"""
+
+_ERROR_TEXT = re.compile(r"\w+: \[Errno (\d+)\] (.*)", re.DOTALL)
+
+
+class _SpawnedSocketMaker:
+    """Sockets of a network namespace made by a spawned single-threaded process (see
+    *An agent that is not root* above); owns the user namespace's fd."""
+
+    def __init__(self, ns_fd: int, exec_helper: str | None) -> None:
+        try:
+            self._userns_fd: int | None = fcntl.ioctl(ns_fd, _NS_GET_USERNS)
+        except OSError as exc:
+            raise OSError(exc.errno, f"its owning user namespace: {exc.strerror or exc}") from exc
+        os.set_inheritable(self._userns_fd, False)
+        self._ns_fd = ns_fd
+        if exec_helper is not None:
+            self._program = [exec_helper, "socket"]
+            self.way = f"exec helper {exec_helper}"
+        else:
+            self._program = [sys.executable, "-I", "-S", "-c", _PYTHON_SOCKET_MAKER]
+            self.way = f"interpreter {sys.executable}"
+        self._pending: set[asyncio.Future[socket.socket]] = set()
+
+    async def create(self) -> socket.socket:
+        """A new TCP socket of the namespace (made by a spawned process)."""
+        if self._userns_fd is None:
+            raise OSError(errno.EBADF, "the network namespace was released")
+        future = asyncio.get_running_loop().run_in_executor(
+            None, self._create_blocking, self._userns_fd
+        )
+        self._pending.add(future)
+        future.add_done_callback(self._pending.discard)
+        try:
+            return await asyncio.shield(future)
+        except asyncio.CancelledError:
+            future.add_done_callback(_close_orphan)
+            raise
+
+    def _create_blocking(self, userns_fd: int) -> socket.socket:
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        with ours, theirs:
+            sources = (self._ns_fd, userns_fd, theirs.fileno())
+            # (dup2 to numbers above every source: none is overwritten before it is
+            # copied, and the copies are inheritable; nothing else of the agent's is)
+            targets = [max(sources) + 1 + i for i in range(3)]
+            pid = os.posix_spawn(
+                self._program[0],
+                [*self._program, *(str(t) for t in targets)],
+                {"PATH": "/usr/bin:/bin"},
+                file_actions=[
+                    (os.POSIX_SPAWN_DUP2, fd, target)
+                    for fd, target in zip(sources, targets, strict=True)
+                ],
+            )
+            theirs.close()
+            try:
+                ours.settimeout(_SPAWN_TIMEOUT)
+                data, fds = b"", []
+                try:
+                    while True:
+                        chunk, got, _, _ = socket.recv_fds(ours, 4096, 1)
+                        fds += got
+                        if not chunk:
+                            break
+                        data += chunk
+                except TimeoutError:
+                    for fd in fds:
+                        os.close(fd)
+                    raise OSError(
+                        errno.ETIMEDOUT,
+                        f"the socket-making process ({self.way}) did not answer"
+                        f" within {_SPAWN_TIMEOUT:g} s",
+                    ) from None
+            finally:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+        for extra in fds[1:]:
+            os.close(extra)
+        if fds:
+            return socket.socket(fileno=fds[0])
+        text = data.decode(errors="replace").strip()
+        found = _ERROR_TEXT.fullmatch(text)
+        if found is not None:  # ("PermissionError: [Errno 1] Operation not permitted ...")
+            raise OSError(int(found.group(1)), found.group(2))
+        raise OSError(errno.EIO, f"{self.way} sent no socket: {text or 'and no error'}")
+
+    async def close(self) -> None:
+        """Release the user namespace's fd, after every socket still being made."""
+        if self._pending:
+            await asyncio.wait(set(self._pending))
+        if self._userns_fd is not None:
+            fd, self._userns_fd = self._userns_fd, None
+            os.close(fd)
+
+
 def _open_namespace(netns_path: str) -> int:
     """An fd of the network namespace at ``netns_path``; OSError naming the path if not one."""
     try:
@@ -224,6 +363,7 @@ class NetnsForwarder:
     ) -> None:
         self._netns_path = netns_path
         self._ns_fd: int | None = ns_fd
+        self._maker: _SpawnedSocketMaker | None = None  # None: the helper thread's way
         self._max_connections = max_connections
         self._connect_timeout = connect_timeout
         self._servers: list[asyncio.Server] = []
@@ -241,12 +381,15 @@ class NetnsForwarder:
         ports: Sequence[tuple[int, int]],
         max_connections: int = DEFAULT_MAX_CONNECTIONS,
         connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
+        exec_helper: str | None = None,
     ) -> NetnsForwarder:
         """Listen on every ``(container_port, host_port)`` pair's host port.
 
-        ``host_port`` 0 takes any free port (see :attr:`ports`).  Raises OSError naming
-        the namespace path when it is not a network namespace we can enter, or naming the
-        host port that cannot be bound; nothing stays open then.
+        ``host_port`` 0 takes any free port (see :attr:`ports`).  ``exec_helper``: the
+        agent's exec helper, which makes the sockets where the helper thread may not
+        (an agent that is not root); the agent's interpreter does without it.  Raises
+        OSError naming the namespace path when it is not a network namespace we can
+        enter, or naming the host port that cannot be bound; nothing stays open then.
         """
         for container_port, host_port in ports:
             if not 0 < container_port < 65536 or not 0 <= host_port < 65536:
@@ -262,8 +405,7 @@ class NetnsForwarder:
         )
         try:
             try:
-                # Whether we may enter it at all (EPERM without CAP_SYS_ADMIN over it).
-                (await _socket_in_namespace(ns_fd)).close()
+                await self._trial(exec_helper)
             except OSError as exc:
                 raise OSError(
                     exc.errno,
@@ -276,6 +418,25 @@ class NetnsForwarder:
             await self.close()
             raise
         return self
+
+    async def _trial(self, exec_helper: str | None) -> None:
+        """Whether we may enter the namespace at all (EPERM without CAP_SYS_ADMIN over
+        it), and which way: the helper thread, else a spawned process."""
+        assert self._ns_fd is not None
+        if _thread_way_allowed():
+            try:
+                (await _socket_in_namespace(self._ns_fd)).close()
+                return
+            except PermissionError:
+                pass
+        self._maker = _SpawnedSocketMaker(self._ns_fd, exec_helper)
+        (await self._maker.create()).close()
+        log.debug("netns forward %s: sockets made by %s", self._netns_path, self._maker.way)
+
+    async def _new_socket(self, ns_fd: int) -> socket.socket:
+        if self._maker is not None:
+            return await self._maker.create()
+        return await _socket_in_namespace(ns_fd)
 
     async def _listen(self, listen_host: str, container_port: int, host_port: int) -> None:
         try:
@@ -329,10 +490,15 @@ class NetnsForwarder:
         for server in self._servers:
             with contextlib.suppress(Exception):
                 await server.wait_closed()
+        if self._maker is not None:
+            await self._maker.close()  # (after the sockets it is still making)
         if self._ns_fd is not None:
             fd, self._ns_fd = self._ns_fd, None
-            # After any socket creation still queued on the helper thread with this fd.
-            await _run_on_worker(functools.partial(os.close, fd))
+            if self._maker is not None:
+                os.close(fd)
+            else:
+                # After any socket creation still queued on the helper thread with this fd.
+                await _run_on_worker(functools.partial(os.close, fd))
 
     def _accepted(
         self, container_port: int, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
@@ -394,7 +560,7 @@ class NetnsForwarder:
         self, ns_fd: int, container_port: int
     ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter] | None:
         try:
-            sock = await _socket_in_namespace(ns_fd)
+            sock = await self._new_socket(ns_fd)
         except OSError as exc:
             log.warning("netns forward %s: cannot create a socket: %s", self._netns_path, exc)
             return None

@@ -86,7 +86,11 @@ class ProcessRuntime:
             poll_interval_s=config.poll_interval_s,
         )
         self._relays = PortRelays(
-            self._states, proc_root=proc_root, publish_host=config.publish_host
+            self._states,
+            proc_root=proc_root,
+            publish_host=config.publish_host,
+            exec_helper=config.exec_helper
+            or (self._sandbox.exec_helper if self._sandbox is not None else None),
         )
         self._joins = KernelJoins(
             self._states, environments=config.environments, proc_root=proc_root

@@ -24,10 +24,19 @@ log = logging.getLogger(__name__)
 class PortRelays:
     """The running sandboxed kernels' port relays, one :class:`NetnsForwarder` each."""
 
-    def __init__(self, states: KernelStates, *, proc_root: Path, publish_host: str) -> None:
+    def __init__(
+        self,
+        states: KernelStates,
+        *,
+        proc_root: Path,
+        publish_host: str,
+        exec_helper: Path | None = None,
+    ) -> None:
         self._states = states
         self._proc_root = proc_root
         self._publish_host = publish_host
+        # (makes the relays' sockets where the agent is not root: netns_forward.py)
+        self._exec_helper = None if exec_helper is None else str(exec_helper)
         self._forwarders: dict[str, NetnsForwarder] = {}
 
     async def forward(self, kernel_id: str) -> None:
@@ -50,6 +59,7 @@ class PortRelays:
             netns_path=str(self._proc_root / str(pid) / "ns" / "net"),
             listen_host=self._publish_host,
             ports=[(int(c), int(h)) for c, h in ports],
+            exec_helper=self._exec_helper,
         )
         if kernel_id in self._forwarders:  # started meanwhile by another caller
             await forwarder.close()

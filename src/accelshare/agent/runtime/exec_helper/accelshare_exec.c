@@ -2,7 +2,7 @@
  * accelshare-exec: how a process-runtime kernel's command is started, without Python.
  *
  * Built by the agent at start (accelshare/agent/runtime/exec_helper.py), statically
- * where the C library allows.  One binary, four modes:
+ * where the C library allows.  One binary, five modes:
  *
  *   accelshare-exec enter ERR_FD ENV_FD [--procs FILE]... [--rlimit NAME SOFT HARD]...
  *                   [--cpus N,N,...] [--keep-fd N]... --log FILE --cwd DIR -- PROGRAM ARG...
@@ -62,6 +62,16 @@
  *     The same without a change of user (a sandbox of an agent that is not root, a
  *     terminal nsenter has already moved to the kernel's user): the kernel's
  *     environment from ENV_FD, then PROGRAM with it.
+ *
+ *   accelshare-exec socket NETNS_FD USERNS_FD SOCK_FD
+ *
+ *     A TCP socket of another network namespace, for an agent that is not root
+ *     (netns_forward.py: a sandboxed kernel's app ports): the helper, single-threaded,
+ *     enters USERNS_FD (the user namespace owning the network namespace, unless it is
+ *     already in it), then NETNS_FD, creates an unconnected AF_INET/SOCK_STREAM socket
+ *     there and sends it over SOCK_FD (a unix socket) with SCM_RIGHTS; exit code 0.  A
+ *     failure is written to SOCK_FD instead, as Python's "TypeName: message", and the
+ *     exit code is 1.
  */
 #define _GNU_SOURCE
 #include <dirent.h>
@@ -80,6 +90,7 @@
 #include <sys/ioctl.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -543,6 +554,62 @@ static int apply_env(int argc, char **argv) {
         usage("env ENV_FD -- PROGRAM ARG...");
     exec_search(argv + 4, read_environment(parse_fd(argv[2])));
     return 126;
+}
+
+/*
+ * socket NETNS_FD USERNS_FD SOCK_FD
+ */
+static int make_socket(int argc, char **argv) {
+    if (argc != 5)
+        usage("socket NETNS_FD USERNS_FD SOCK_FD");
+    int sock_fd = parse_fd(argv[4]);
+    if (fcntl(sock_fd, F_SETFD, FD_CLOEXEC) != 0)
+        fail_os(1, errno, NULL);
+    err_fd = sock_fd; /* (from here on, failures go to the agent) */
+    int net_fd = parse_fd(argv[2]), user_fd = parse_fd(argv[3]);
+    struct stat target, own;
+    if (fstat(user_fd, &target) != 0)
+        fail_os(1, errno, NULL);
+    /* (setns into the user namespace it is already in fails: skipped) */
+    if (stat("/proc/self/ns/user", &own) != 0 || own.st_dev != target.st_dev ||
+        own.st_ino != target.st_ino) {
+        if (setns(user_fd, CLONE_NEWUSER) != 0) {
+            int e = errno;
+            fail(1, error_type(e), "[Errno %d] %s (entering the user namespace that owns it)",
+                 e, strerror(e));
+        }
+    }
+    if (setns(net_fd, CLONE_NEWNET) != 0) {
+        int e = errno;
+        fail(1, error_type(e), "[Errno %d] %s (entering it)", e, strerror(e));
+    }
+    int made = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (made < 0)
+        fail_os(1, errno, NULL);
+    char byte = 0;
+    struct iovec data = {&byte, 1};
+    union {
+        struct cmsghdr align;
+        char space[CMSG_SPACE(sizeof(int))];
+    } control;
+    memset(&control, 0, sizeof control);
+    struct msghdr message = {0};
+    message.msg_iov = &data;
+    message.msg_iovlen = 1;
+    message.msg_control = control.space;
+    message.msg_controllen = sizeof control.space;
+    struct cmsghdr *header = CMSG_FIRSTHDR(&message);
+    header->cmsg_level = SOL_SOCKET;
+    header->cmsg_type = SCM_RIGHTS;
+    header->cmsg_len = CMSG_LEN(sizeof(int));
+    memcpy(CMSG_DATA(header), &made, sizeof made);
+    ssize_t sent;
+    do
+        sent = sendmsg(sock_fd, &message, MSG_NOSIGNAL);
+    while (sent < 0 && errno == EINTR);
+    if (sent < 0)
+        fail_os(1, errno, NULL);
+    return 0;
 }
 
 /* -- supervise mode ------------------------------------------------------------------ */
@@ -1177,6 +1244,8 @@ int main(int argc, char **argv) {
         return apply_env(argc, argv);
     if (argc >= 2 && strcmp(argv[1], "supervise") == 0)
         return supervise(argc, argv);
-    usage("the mode is 'enter', 'supervise', 'drop' or 'env'");
+    if (argc >= 2 && strcmp(argv[1], "socket") == 0)
+        return make_socket(argc, argv);
+    usage("the mode is 'enter', 'supervise', 'drop', 'env' or 'socket'");
     return 127;
 }
