@@ -59,6 +59,9 @@ class KernelStates:
         self._poll_interval_s = poll_interval_s
         self._starting: set[str] = set()
         self._collect_lock = threading.Lock()
+        # kernels whose cgroup was still busy at a removal (``cgroup_left``): the only
+        # ones ``remove_left_cgroup`` has to read the records of
+        self._cgroups_left: set[str] = set()
 
     def scratch(self, kernel_id: str) -> ScratchDir:
         """The kernel's scratch dir (``KernelNotFound`` for an id that cannot have one)."""
@@ -233,14 +236,17 @@ class KernelStates:
         """One more try at the cgroup of an exited, collected kernel that was still busy
         at its collection (``cgroup_left``: its last processes were still exiting); True
         when none is left.  The caller retries while it is False (``wait_exit``), so that
-        a kernel whose scratch dir is kept (``keep-scratch``) leaves no cgroup behind."""
+        a kernel whose scratch dir is kept (``keep-scratch``) leaves no cgroup behind.
+        Only a kernel whose removal failed in this agent has records to read: any other
+        returns at once."""
+        if kernel_id not in self._cgroups_left:
+            return True
         scratch = self.scratch(kernel_id)
         record = read_json(scratch.exit_file)
-        if not record or not record.get("collected") or not record.get("cgroup_left"):
-            return True
         launch = read_json(scratch.launch_file) or {}
         cgroup = KernelCgroup.from_json(launch["cgroup"]) if launch.get("cgroup") else None
-        if cgroup is None:
+        if not record or not record.get("cgroup_left") or cgroup is None:
+            self._cgroups_left.discard(kernel_id)
             return True
         with self._collect_lock:
             return self._remove_cgroup(scratch, cgroup, record)
@@ -252,7 +258,9 @@ class KernelStates:
         retried at the next look (``cgroup_left`` stays set) or by ``cleanup_kernel``."""
         self._cgroup_ops.kill_all(cgroup)
         if not self._cgroup_ops.remove(cgroup):
+            self._cgroups_left.add(scratch.kernel_id)
             return False
+        self._cgroups_left.discard(scratch.kernel_id)
         with contextlib.suppress(OSError):
             scratch.write_json(scratch.exit_file, {**record, "cgroup_left": False})
         return True
