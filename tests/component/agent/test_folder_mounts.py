@@ -20,6 +20,7 @@ import pytest
 from accelshare.agent.runtime import KernelSpec, KernelStartFailed, ProcessRuntime
 from accelshare.agent.runtime.folder_mounts import FolderMount
 from accelshare.agent.runtime.sandbox import SandboxConfig
+from accelshare_testkit.kernel_exec import run_in_kernel
 
 RuntimeFactory = Callable[..., ProcessRuntime]
 KERNEL_UID, KERNEL_GID = SandboxConfig().effective_ids()
@@ -112,7 +113,8 @@ async def test_rw_and_ro_folders_inside_a_sandboxed_kernel(
     assert found["abs_read"] == "shared-data"
 
     # an exec in the kernel (the execute API's `run`, terminals) joins the same mounts
-    proc = await sandboxed.exec_in_kernel(
+    result = await run_in_kernel(
+        sandboxed,
         kernel.kernel_id,
         [
             "sh",
@@ -121,16 +123,8 @@ async def test_rw_and_ro_folders_inside_a_sandboxed_kernel(
             " && echo exec_ro=ok || echo exec_ro=fail",
         ],
     )
-    out = b""
-    while True:
-        stream, chunk = await proc.read()
-        if stream is None:
-            break
-        if stream == "stdout":
-            out += chunk
-    await proc.wait()
-    assert b"made-inside" in out
-    assert b"exec_ro=fail" in out
+    assert "made-inside" in result.stdout
+    assert "exec_ro=fail" in result.stdout
 
 
 @pytest.mark.parametrize(

@@ -27,6 +27,7 @@ from accelshare.agent.runtime import ExitReason, KernelSpec, ProcessRuntime
 from accelshare.agent.runtime.exec_helper import HELPER_PREFIX, HELPER_SOURCE, VARIANTS
 from accelshare.agent.runtime.sandbox import SandboxConfig
 from accelshare.cbuild import BuildFailed, build, find_compiler
+from accelshare_testkit.kernel_exec import run_in_kernel
 
 RuntimeFactory = Callable[..., ProcessRuntime]
 
@@ -226,17 +227,9 @@ async def test_the_execute_api_runs_the_session_environment_only_as_the_kernel(
     runtime = sandboxed()
     spec, work_marks = await _started(runtime, preload)
     work_marks.unlink(missing_ok=True)  # (the kernel's own line: only the exec's now)
-    proc = await runtime.exec_in_kernel(spec.kernel_id, ["sh", "-c", 'echo "got=$LD_PRELOAD"'])
-    output = b""
-    async with asyncio.timeout(15):
-        while True:
-            stream, chunk = await proc.read()
-            if stream is None:
-                break
-            output += chunk
-        code = await proc.wait()
-    assert code == 0, output
-    assert f"got={preload.library}".encode() in output, output
+    result = await run_in_kernel(runtime, spec.kernel_id, ["sh", "-c", 'echo "got=$LD_PRELOAD"'])
+    assert result.code == 0, result
+    assert f"got={preload.library}" in result.stdout, result
     assert_only_the_kernel_loaded_it(marks(work_marks, preload.host_marks), "sh")
 
 

@@ -32,6 +32,7 @@ from accelshare.agent.runtime import (
 )
 from accelshare.agent.runtime.sandbox import SandboxConfig
 from accelshare.agent.runtime.sandbox import probe as probe_sandbox
+from accelshare_testkit.kernel_exec import run_in_kernel
 
 RESOURCE_TXT = "SLOTS={}\nCPU_SHARES=0:1\n"
 
@@ -101,16 +102,8 @@ def spec(
 
 
 async def read_all(runtime: ProcessRuntime, kernel_id: str, argv: list[str]) -> dict[str, Any]:
-    proc = await runtime.exec_in_kernel(kernel_id, argv)
-    output = b""
-    async with asyncio.timeout(15):
-        while True:
-            stream, chunk = await proc.read()
-            if stream is None:
-                break
-            output += chunk
-        code = await proc.wait()
-    return {"code": code, "output": output.decode(errors="replace")}
+    result = await run_in_kernel(runtime, kernel_id, argv)
+    return {"code": result.code, "output": result.output}
 
 
 async def terminal_output(runtime: ProcessRuntime, kernel_id: str) -> str:

@@ -11,6 +11,7 @@ import pytest
 from accelshare.agent.runtime import KernelSpec, KernelStartFailed, ResourceLimits
 from accelshare.agent.runtime.docker import DockerRuntime
 from accelshare.agent.runtime.folder_mounts import FolderMount
+from accelshare_testkit.kernel_exec import run_in_kernel
 
 pytestmark = pytest.mark.integration
 
@@ -43,14 +44,7 @@ async def test_rw_and_ro_folders_in_a_docker_kernel(
         " (echo x > /data/ro/x) 2>&1 | grep -o -i 'read-only file system';"
         " test -e /data/ro/x && echo ro=written || echo ro=refused"
     )
-    command = await docker_runtime.exec_in_kernel(kernel_id, ["/bin/sh", "-c", script])
-    out = ""
-    while True:
-        stream, chunk = await command.read()
-        if stream is None:
-            break
-        out += chunk.decode()
-    await command.wait()
+    out = (await run_in_kernel(docker_runtime, kernel_id, ["/bin/sh", "-c", script])).output
     uid = docker_runtime.config.kernel_uid
     assert "rw=ok" in out
     assert f"owner={uid}" in out  # the host's files are the kernel's user's

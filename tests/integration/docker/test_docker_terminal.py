@@ -11,6 +11,7 @@ import pytest
 from accelshare.agent.runtime import KernelNotFound, KernelSpec, ResourceLimits
 from accelshare.agent.runtime.docker import DockerRuntime
 from accelshare.agent.runtime.terminal import Terminal
+from accelshare_testkit.kernel_exec import run_in_kernel
 
 pytestmark = pytest.mark.integration
 
@@ -79,22 +80,16 @@ async def test_a_command_runs_in_a_docker_kernel_on_pipes(
             limits=ResourceLimits(cpu_count=Decimal("0.5"), mem_bytes=64 << 20, pids_max=64),
         )
     )
-    command = await docker_runtime.exec_in_kernel(
+    result = await run_in_kernel(
+        docker_runtime,
         kernel_id,
         ["/bin/sh", "-c", "read line; echo got=$line; pwd; id -u; echo oops >&2; exit 5"],
+        stdin=b"hello\n",
     )
-    await command.write(b"hello\n")
-    await command.close_stdin()
-    out: dict[str | None, str] = {"stdout": "", "stderr": ""}
-    while True:
-        stream, chunk = await command.read()
-        if stream is None:
-            break
-        out[stream] += chunk.decode()
-    assert await command.wait() == 5
+    assert result.code == 5
     config = docker_runtime.config
-    assert out["stdout"] == f"got=hello\n/home/work\n{config.kernel_uid}\n"
-    assert out["stderr"] == "oops\n"
+    assert result.stdout == f"got=hello\n/home/work\n{config.kernel_uid}\n"
+    assert result.stderr == "oops\n"
     await docker_runtime.destroy_kernel(kernel_id, grace_s=0)
     with pytest.raises(KernelNotFound):
         await docker_runtime.exec_in_kernel(kernel_id, ["true"])
