@@ -23,7 +23,7 @@ class ExecResult:
 
     @property
     def output(self) -> str:
-        """Both streams as they were read, stdout's chunks first within each read."""
+        """stdout, then stderr."""
         return self.stdout + self.stderr
 
 

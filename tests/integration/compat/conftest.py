@@ -24,13 +24,13 @@ import shutil
 import subprocess
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
 
 from accelshare.devcluster import DevClusterOptions, LocalCluster, free_port
+from accelshare_testkit.kernel_exec import ExecResult
 
 REPO = Path(__file__).resolve().parents[3]
 HELPER = Path(__file__).with_name("bai_sdk.py")
@@ -116,16 +116,11 @@ def cluster(tmp_path_factory: pytest.TempPathFactory, bai_client: Path) -> Itera
     local.stop(destroy_sessions=True)
 
 
-@dataclass(frozen=True)
-class Result:
-    code: int
-    stdout: str
-    stderr: str
+class Result(ExecResult):
+    """A client command's exit code and output (``output``: stdout and stderr together;
+    the client prints its status lines on stderr)."""
 
-    @property
-    def output(self) -> str:
-        """stdout and stderr together (the client prints its status lines on stderr)."""
-        return self.stdout + self.stderr
+    __slots__ = ()
 
     def json(self) -> Any:
         return json.loads(self.stdout)
