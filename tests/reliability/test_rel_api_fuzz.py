@@ -158,7 +158,7 @@ def _fuzzer(
             and isinstance(case.body, dict)
             and case.body.get("status") == "frozen"
         ):
-            # a freeze is honoured: every later create would get the designed 503
+            # a freeze is honoured: every later create or write would get the designed 503
             # server-frozen (tests/component/manager/test_mgr_maintenance.py covers it)
             case.body["status"] = "running"
         response = case.call(base_url=base, session=session, timeout=30)

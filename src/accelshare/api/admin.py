@@ -40,7 +40,7 @@ from accelshare.manager.services.admin import (
 )
 
 from .auth import AdminIdentity, SuperadminIdentity
-from .deps import ManagerDep
+from .deps import UNFROZEN, ManagerDep
 
 __all__ = ["router"]
 
@@ -97,14 +97,14 @@ async def list_users(
     return {"items": await manager.admin.list_users(identity, domain)}
 
 
-@router.post("/users", status_code=201)
+@router.post("/users", status_code=201, dependencies=[UNFROZEN])
 async def create_user(
     body: CreateUserBody, identity: AdminIdentity, manager: ManagerDep
 ) -> dict[str, Any]:
     return await manager.admin.create_user(identity, NewUser(**body.model_dump()))
 
 
-@router.patch("/users/{email}")
+@router.patch("/users/{email}", dependencies=[UNFROZEN])
 async def patch_user(
     email: str, body: PatchUserBody, identity: AdminIdentity, manager: ManagerDep
 ) -> dict[str, Any]:
@@ -112,7 +112,7 @@ async def patch_user(
     return {"user": await manager.admin.patch_user(identity, email, changes)}
 
 
-@router.delete("/users/{email}")
+@router.delete("/users/{email}", dependencies=[UNFROZEN])
 async def delete_user(email: str, identity: AdminIdentity, manager: ManagerDep) -> dict[str, Any]:
     return {"user": await manager.admin.delete_user(identity, email)}
 
@@ -149,14 +149,14 @@ async def list_keypairs(
     return {"items": await manager.admin.list_keypairs(identity, user_email)}
 
 
-@router.post("/keypairs", status_code=201)
+@router.post("/keypairs", status_code=201, dependencies=[UNFROZEN])
 async def create_keypair(
     body: CreateKeypairBody, identity: AdminIdentity, manager: ManagerDep
 ) -> dict[str, Any]:
     return await manager.admin.create_keypair(identity, NewKeypair(**body.model_dump()))
 
 
-@router.patch("/keypairs/{access_key}")
+@router.patch("/keypairs/{access_key}", dependencies=[UNFROZEN])
 async def patch_keypair(
     access_key: str, body: PatchKeypairBody, identity: AdminIdentity, manager: ManagerDep
 ) -> dict[str, Any]:
@@ -164,7 +164,7 @@ async def patch_keypair(
     return await manager.admin.patch_keypair(identity, access_key, changes)
 
 
-@router.delete("/keypairs/{access_key}")
+@router.delete("/keypairs/{access_key}", dependencies=[UNFROZEN])
 async def delete_keypair(
     access_key: str, identity: AdminIdentity, manager: ManagerDep
 ) -> dict[str, str]:
@@ -200,21 +200,21 @@ async def list_policies(_identity: SuperadminIdentity, manager: ManagerDep) -> d
     return {"items": await manager.admin.list_policies()}
 
 
-@router.post("/resource-policies", status_code=201)
+@router.post("/resource-policies", status_code=201, dependencies=[UNFROZEN])
 async def create_policy(
     body: PolicyBody, _identity: SuperadminIdentity, manager: ManagerDep
 ) -> dict[str, Any]:
     return await manager.admin.create_policy(PolicyChanges(**body.model_dump()))
 
 
-@router.patch("/resource-policies/{name}")
+@router.patch("/resource-policies/{name}", dependencies=[UNFROZEN])
 async def patch_policy(
     name: str, body: PolicyBody, _identity: SuperadminIdentity, manager: ManagerDep
 ) -> dict[str, Any]:
     return await manager.admin.patch_policy(name, PolicyChanges(**body.model_dump()))
 
 
-@router.delete("/resource-policies/{name}")
+@router.delete("/resource-policies/{name}", dependencies=[UNFROZEN])
 async def delete_policy(
     name: str, _identity: SuperadminIdentity, manager: ManagerDep
 ) -> dict[str, str]:
@@ -245,21 +245,21 @@ async def list_scaling_groups(_identity: SuperadminIdentity, manager: ManagerDep
     return {"items": await manager.admin.list_scaling_groups()}
 
 
-@router.post("/scaling-groups", status_code=201, name="create_sgroup")
+@router.post("/scaling-groups", status_code=201, name="create_sgroup", dependencies=[UNFROZEN])
 async def create_scaling_group(
     body: ScalingGroupBody, _identity: SuperadminIdentity, manager: ManagerDep
 ) -> dict[str, Any]:
     return await manager.admin.create_scaling_group(ScalingGroupChanges(**body.model_dump()))
 
 
-@router.patch("/scaling-groups/{name}", name="patch_sgroup")
+@router.patch("/scaling-groups/{name}", name="patch_sgroup", dependencies=[UNFROZEN])
 async def patch_scaling_group(
     name: str, body: ScalingGroupBody, _identity: SuperadminIdentity, manager: ManagerDep
 ) -> dict[str, Any]:
     return await manager.admin.patch_scaling_group(name, ScalingGroupChanges(**body.model_dump()))
 
 
-@router.delete("/scaling-groups/{name}", name="delete_sgroup")
+@router.delete("/scaling-groups/{name}", name="delete_sgroup", dependencies=[UNFROZEN])
 async def delete_scaling_group(
     name: str, _identity: SuperadminIdentity, manager: ManagerDep
 ) -> dict[str, str]:

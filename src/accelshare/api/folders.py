@@ -50,7 +50,7 @@ from accelshare.manager.services.folders.crud import NewFolder
 
 from .auth import CurrentIdentity
 from .compat import NotSupported
-from .deps import ManagerDep
+from .deps import UNFROZEN, ManagerDep
 from .problems import InvalidAPIParameters
 
 __all__ = ["router"]
@@ -155,7 +155,7 @@ def _str_list(body: dict[str, Any], key: str) -> list[str]:
 # -- folders ---------------------------------------------------------------------------------
 
 
-@router.post("", status_code=201)
+@router.post("", status_code=201, dependencies=[UNFROZEN])
 async def create_folder(
     request: Request, identity: CurrentIdentity, manager: ManagerDep
 ) -> dict[str, Any]:
@@ -186,7 +186,7 @@ async def list_folders(
     )
 
 
-@router.delete("", status_code=204)
+@router.delete("", status_code=204, dependencies=[UNFROZEN])
 async def delete_folder(request: Request, identity: CurrentIdentity, manager: ManagerDep) -> None:
     body = await _body(request)
     await manager.folders.delete(identity, _str(body, "id", default=body.get("vfolder_id")))
@@ -216,14 +216,14 @@ async def folder_id(
     return await manager.folders.get_id(identity, _str(body, "name", default=name))
 
 
-@router.post("/purge", status_code=204)
-@router.post("/delete-from-trash-bin", status_code=204)
+@router.post("/purge", status_code=204, dependencies=[UNFROZEN])
+@router.post("/delete-from-trash-bin", status_code=204, dependencies=[UNFROZEN])
 async def purge(request: Request, identity: CurrentIdentity, manager: ManagerDep) -> None:
     body = await _body(request)
     await manager.folders.purge(identity, _str(body, "id", default=body.get("vfolder_id")))
 
 
-@router.post("/restore-from-trash-bin", status_code=204)
+@router.post("/restore-from-trash-bin", status_code=204, dependencies=[UNFROZEN])
 async def restore(request: Request, identity: CurrentIdentity, manager: ManagerDep) -> None:
     body = await _body(request)
     await manager.folders.restore(identity, _str(body, "id", default=body.get("vfolder_id")))
@@ -237,7 +237,7 @@ async def invitations(identity: CurrentIdentity, manager: ManagerDep) -> dict[st
     return await manager.folders.invitations(identity)
 
 
-@router.post("/invitations/accept")
+@router.post("/invitations/accept", dependencies=[UNFROZEN])
 async def accept(
     request: Request, identity: CurrentIdentity, manager: ManagerDep
 ) -> dict[str, Any]:
@@ -245,7 +245,7 @@ async def accept(
     return await manager.folders.accept_invitation(identity, _str(body, "inv_id"))
 
 
-@router.delete("/invitations/delete")
+@router.delete("/invitations/delete", dependencies=[UNFROZEN])
 async def reject(
     request: Request, identity: CurrentIdentity, manager: ManagerDep
 ) -> dict[str, Any]:
@@ -289,7 +289,7 @@ async def info(name: str, identity: CurrentIdentity, manager: ManagerDep) -> dic
     return await manager.folders.info(identity, name)
 
 
-@router.post("/{name}/rename", status_code=204)
+@router.post("/{name}/rename", status_code=204, dependencies=[UNFROZEN])
 async def rename(
     name: str, request: Request, identity: CurrentIdentity, manager: ManagerDep
 ) -> None:
@@ -374,7 +374,7 @@ async def delete_files(
     )
 
 
-@router.post("/{name}/invite", status_code=201)
+@router.post("/{name}/invite", status_code=201, dependencies=[UNFROZEN])
 async def invite(
     name: str, request: Request, identity: CurrentIdentity, manager: ManagerDep
 ) -> dict[str, Any]:
@@ -383,7 +383,7 @@ async def invite(
     return await manager.folders.invite(identity, name, _perm(body, "perm"), emails)
 
 
-@router.post("/{name}/share", status_code=201)
+@router.post("/{name}/share", status_code=201, dependencies=[UNFROZEN])
 async def share(
     name: str, request: Request, identity: CurrentIdentity, manager: ManagerDep
 ) -> dict[str, Any]:
@@ -393,7 +393,7 @@ async def share(
     )
 
 
-@router.delete("/{name}/unshare")
+@router.delete("/{name}/unshare", dependencies=[UNFROZEN])
 async def unshare(
     name: str, request: Request, identity: CurrentIdentity, manager: ManagerDep
 ) -> dict[str, Any]:
@@ -401,7 +401,7 @@ async def unshare(
     return await manager.folders.unshare(identity, name, _str_list(body, "emails"))
 
 
-@router.post("/{name}/leave")
+@router.post("/{name}/leave", dependencies=[UNFROZEN])
 async def leave(
     name: str, request: Request, identity: CurrentIdentity, manager: ManagerDep
 ) -> dict[str, Any]:
@@ -409,7 +409,7 @@ async def leave(
     return await manager.folders.leave(identity, name, _opt_str(body, "shared_user_uuid"))
 
 
-@router.post("/{name}/clone", status_code=201)
+@router.post("/{name}/clone", status_code=201, dependencies=[UNFROZEN])
 async def clone(
     name: str, request: Request, identity: CurrentIdentity, manager: ManagerDep
 ) -> dict[str, Any]:

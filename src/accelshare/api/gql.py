@@ -34,6 +34,10 @@ Mutations (Backend.AI's):
 * ``rescan_gpu_alloc_maps(agent_id) { task_id }`` — superadmin; the maps are live, so
   nothing runs and ``task_id`` is null.
 
+While the manager is frozen for maintenance (:mod:`accelshare.manager.maintenance`), a
+request whose operation is a mutation is refused as a whole, before anything runs, with
+the 503 problem ``server-frozen`` that ``POST /session`` gets; queries go on.
+
 The official Backend.AI client's queries work unchanged: the extra fields and arguments
 it sends are described in :mod:`.compat_gql` (and docs/compatibility.md).
 
@@ -57,6 +61,8 @@ from graphql import GraphQLError
 from strawberry.fastapi import GraphQLRouter
 from strawberry.schema.config import StrawberryConfig
 from strawberry.types import ExecutionContext, Info
+from strawberry.types.graphql import OperationType
+from strawberry.utils.operation import get_operation_type
 
 from accelshare.manager.agents import AgentRecord, gpu_alloc_map_string
 from accelshare.manager.enums import AgentStatus, UserRole
@@ -83,7 +89,7 @@ from .compat_gql import (
 from .deps import manager_dependency
 from .gql_admin import AdminMutation, AdminQuery
 from .gql_admin.common import check_page
-from .gql_limits import GraphQLLimits, LimitExceeded, check_document
+from .gql_limits import GraphQLLimits, LimitExceeded, check_cost, parse_document
 from .problems import QueryTooComplex
 from .storage_gql import StorageQuery
 
@@ -778,18 +784,27 @@ class _Schema(strawberry.Schema):
 schema = _Schema(query=Query, mutation=Mutation, config=StrawberryConfig(auto_camel_case=False))
 
 
-async def _check_cost(request: Request, identity: Identity) -> None:
-    """Refuse (400) a document over the cost limits before strawberry parses it."""
+async def _operation_type(request: Request, identity: Identity) -> OperationType | None:
+    """The type of the operation the request runs, its document first checked against
+    the cost limits (a 400 ``graphql-too-complex`` before strawberry parses it).
+
+    The operation is the one strawberry picks: the one ``operationName`` names, else the
+    document's first (strawberry runs the first of several when no name is given).  None
+    where strawberry refuses the request itself: a body that is not a JSON object with a
+    string ``query``, a syntax error, no operation of that name."""
     limits = getattr(request.app.state, "graphql_limits", None) or GraphQLLimits()
     try:
         body = json.loads(await request.body())
     except ValueError:
-        return  # strawberry answers the malformed body
+        return None  # strawberry answers the malformed body
     query = body.get("query") if isinstance(body, dict) else None
     if not isinstance(query, str):
-        return
+        return None
     try:
-        check_document(query, limits)
+        document = parse_document(query, limits)
+        if document is None:
+            return None
+        check_cost(document, limits)
     except LimitExceeded as e:
         log.warning(
             "graphql: refused a request of %s: %s = %s, the request had %s",
@@ -806,6 +821,13 @@ async def _check_cost(request: Request, identity: Identity) -> None:
             limit=e.limit,
             limit_value=e.value,
         ) from None
+    name = body.get("operationName")
+    if name is not None and not isinstance(name, str):
+        return None  # strawberry finds no operation of that name
+    try:
+        return get_operation_type(document, name)
+    except RuntimeError:  # no such operation: strawberry says so
+        return None
 
 
 async def _get_context(
@@ -813,7 +835,11 @@ async def _get_context(
     identity: Annotated[Identity, Depends(current_identity)],
     manager: Annotated[Manager, Depends(manager_dependency)],
 ) -> dict[str, Any]:
-    await _check_cost(request, identity)
+    if await _operation_type(request, identity) is OperationType.MUTATION:
+        # Backend.AI's GQLMutationUnfrozenRequiredMiddleware: no mutation runs while the
+        # manager is frozen (queries do); the whole request is the 503 problem
+        # server-frozen, as POST /session is
+        await manager.maintenance.refuse_if_frozen()
     return {"identity": identity, "manager": manager}
 
 

@@ -35,7 +35,15 @@ from graphql import (
     parse,
 )
 
-__all__ = ["DocumentCost", "GraphQLLimits", "LimitExceeded", "check_document", "document_cost"]
+__all__ = [
+    "DocumentCost",
+    "GraphQLLimits",
+    "LimitExceeded",
+    "check_cost",
+    "check_document",
+    "document_cost",
+    "parse_document",
+]
 
 MAX_PAGE_SIZE = 1000  # like REST's ``limit`` (GET /sessions)
 
@@ -126,11 +134,11 @@ def document_cost(document: DocumentNode) -> DocumentCost:
     return DocumentCost(depth, aliases, fields)
 
 
-def check_document(query: str, limits: GraphQLLimits) -> DocumentCost | None:
-    """Raise :class:`LimitExceeded` when ``query`` is over a limit; its cost otherwise
-    (None when it does not parse: strawberry answers the syntax error)."""
+def parse_document(query: str, limits: GraphQLLimits) -> DocumentNode | None:
+    """``query`` parsed within ``max-tokens`` (None when it does not parse: strawberry
+    answers the syntax error); :class:`LimitExceeded` when the parse stops at a limit."""
     try:
-        document = parse(query, max_tokens=limits.max_tokens, no_location=True)
+        return parse(query, max_tokens=limits.max_tokens, no_location=True)
     except GraphQLError as e:
         if "Parsing aborted" not in e.message:
             return None
@@ -149,6 +157,10 @@ def check_document(query: str, limits: GraphQLLimits) -> DocumentCost | None:
             f"The GraphQL document has more than {limits.max_tokens} tokens; at most "
             f"{limits.max_tokens} are allowed (max-tokens = {limits.max_tokens})",
         ) from None
+
+
+def check_cost(document: DocumentNode, limits: GraphQLLimits) -> DocumentCost:
+    """Raise :class:`LimitExceeded` when ``document`` is over a limit; its cost otherwise."""
     cost = document_cost(document)
     for limit, value, received, what in (
         ("max-depth", limits.max_depth, cost.depth, "nesting levels"),
@@ -164,3 +176,10 @@ def check_document(query: str, limits: GraphQLLimits) -> DocumentCost | None:
                 f"({limit} = {value})",
             )
     return cost
+
+
+def check_document(query: str, limits: GraphQLLimits) -> DocumentCost | None:
+    """Raise :class:`LimitExceeded` when ``query`` is over a limit; its cost otherwise
+    (None when it does not parse: strawberry answers the syntax error)."""
+    document = parse_document(query, limits)
+    return None if document is None else check_cost(document, limits)

@@ -29,7 +29,7 @@ from accelshare.manager.services.admin import parse_slots
 from accelshare.sched.images import IMAGE_NAME_PATTERN
 
 from .auth import CurrentIdentity, SuperadminIdentity
-from .deps import ManagerDep
+from .deps import UNFROZEN, ManagerDep
 from .problems import InvalidAPIParameters
 
 __all__ = ["router"]
@@ -69,7 +69,7 @@ async def image_info(name: str, _identity: CurrentIdentity, manager: ManagerDep)
     return await manager.images.info(name)
 
 
-@router.post("/admin/images", status_code=201)
+@router.post("/admin/images", status_code=201, dependencies=[UNFROZEN])
 async def add_image(
     body: ImageBody, _identity: SuperadminIdentity, manager: ManagerDep
 ) -> dict[str, Any]:
@@ -97,7 +97,7 @@ async def add_image(
     )
 
 
-@router.delete("/admin/images/{name:path}")
+@router.delete("/admin/images/{name:path}", dependencies=[UNFROZEN])
 async def remove_image(
     name: str, _identity: SuperadminIdentity, manager: ManagerDep
 ) -> dict[str, str]:
@@ -105,14 +105,14 @@ async def remove_image(
     return {"result": "deleted", "ref": ref}
 
 
-@router.put("/admin/image-aliases/{alias:path}")
+@router.put("/admin/image-aliases/{alias:path}", dependencies=[UNFROZEN])
 async def set_alias(
     alias: str, body: AliasBody, _identity: SuperadminIdentity, manager: ManagerDep
 ) -> dict[str, Any]:
     return await manager.images.alias(alias, body.target)
 
 
-@router.delete("/admin/image-aliases/{alias:path}")
+@router.delete("/admin/image-aliases/{alias:path}", dependencies=[UNFROZEN])
 async def remove_alias(
     alias: str, _identity: SuperadminIdentity, manager: ManagerDep
 ) -> dict[str, str]:

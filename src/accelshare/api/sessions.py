@@ -32,7 +32,7 @@ from accelshare.manager.services.folders.names import parse_mount_specs
 
 from . import compat
 from .auth import CurrentIdentity
-from .deps import ManagerDep
+from .deps import UNFROZEN, ManagerDep
 from .stream import parse_statuses
 
 __all__ = ["router"]
@@ -173,7 +173,7 @@ async def session_status_history(
     return {"result": history}
 
 
-@router.post("/session/{ref}/rename", status_code=204)
+@router.post("/session/{ref}/rename", status_code=204, dependencies=[UNFROZEN])
 async def rename_session(
     ref: str,
     identity: CurrentIdentity,

@@ -8,6 +8,10 @@ Frozen:
   destroyed;
 * new sessions are refused with a 503 ``server-frozen`` problem, as Backend.AI refuses
   them (nothing is queued behind the maintenance);
+* so are GraphQL mutations and the REST routes that change what the manager records
+  (folders, users, keypairs, policies, scaling groups, images, a session's name): the
+  API checks :meth:`Maintenance.refuse_if_frozen` first (``accelshare.api.deps.UNFROZEN``
+  and the GraphQL route; the list is in docs/manager.md);
 * with ``force_kill``, every live session is destroyed (forced) as the freeze begins.
 
 The status lives in the config store at :data:`MANAGER_STATUS_KEY` (etcd, or the

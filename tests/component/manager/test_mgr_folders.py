@@ -656,3 +656,72 @@ async def test_graphql_vfolder_list_takes_filter_and_order(env: Env) -> None:
         "/admin/gql", json={"query": VFOLDER_LIST, "variables": {"f": "nosuch == 1"}}
     )
     assert "nosuch" in bad.json()["errors"][0]["message"]
+
+
+async def test_folder_changes_are_refused_while_frozen(env: Env) -> None:
+    """Backend.AI's vfolder routes under ``server_status_required(ALL_ALLOWED)``: 503
+    ``server-frozen`` while the manager is frozen, nothing changed; the files inside a
+    folder are still worked on; unfrozen, the same requests succeed."""
+    alice = await env.user("alice@x.test", group="default")
+    bob = await env.user("bob@x.test", group="default")
+    await env.user("carol@x.test")
+    admin = env.cluster.admin
+    fid = (await create(alice, "kept")).json()["id"]
+    trashed = (await create(alice, "trashed")).json()["id"]
+    assert (await alice.request("DELETE", "/folders", json={"id": trashed})).status_code == 204
+    team = (await create(admin, "team", group="default")).json()["id"]
+    for folder_id in (fid, *[(await create(alice, n)).json()["id"] for n in ("other", "other2")]):
+        await alice.post(
+            f"/folders/{folder_id}/invite", json={"perm": "ro", "user_ids": ["bob@x.test"]}
+        )
+    pending = (await bob.get("/folders/invitations/list")).json()["invitations"]
+    by_name = {i["vfolder_name"]: i["id"] for i in pending}
+    invitations = [by_name["kept"], by_name["other"], by_name["other2"]]  # kept: accepted now
+    accepted = await bob.post("/folders/invitations/accept", json={"inv_id": invitations[0]})
+    assert accepted.status_code == 200, accepted.text
+    # in an order that succeeds once unfrozen
+    writes: list[tuple[httpx.AsyncClient, str, str, dict[str, Any]]] = [
+        (alice, "POST", "/folders", {"name": "new"}),
+        (alice, "POST", f"/folders/{fid}/rename", {"new_name": "renamed"}),
+        (alice, "POST", f"/folders/{fid}/invite", {"perm": "ro", "user_ids": ["carol@x.test"]}),
+        (alice, "POST", f"/folders/{fid}/clone", {"target_name": "copy"}),
+        (admin, "POST", f"/folders/{team}/share", {"permission": "rw", "emails": ["alice@x.test"]}),
+        (admin, "DELETE", f"/folders/{team}/unshare", {"emails": ["alice@x.test"]}),
+        (bob, "POST", "/folders/invitations/accept", {"inv_id": invitations[1]}),
+        (bob, "DELETE", "/folders/invitations/delete", {"inv_id": invitations[2]}),
+        (bob, "POST", f"/folders/{fid}/leave", {}),
+        (alice, "POST", "/folders/restore-from-trash-bin", {"id": trashed}),
+        (alice, "DELETE", "/folders", {"id": trashed}),
+        (alice, "POST", "/folders/purge", {"id": trashed}),
+        (alice, "DELETE", "/folders", {"id": fid}),
+        (alice, "POST", "/folders/delete-from-trash-bin", {"id": fid}),
+    ]
+
+    async def records() -> list[Any]:
+        seen = [(await c.get("/folders")).json() for c in (alice, bob, admin)]
+        seen.append((await bob.get("/folders/invitations/list")).json())
+        seen.append(sorted(p.name for p in (env.proxy.root / "vol1").iterdir()))
+        return seen
+
+    before = await records()
+    frozen = await admin.put("/manager/status", json={"status": "frozen"})
+    assert frozen.status_code == 204, frozen.text
+    for client, method, path, body in writes:
+        refused = problem(await client.request(method, path, json=body), 503)
+        assert refused["type"].endswith("/server-frozen"), (method, path, refused)
+    assert await records() == before
+    # the files inside a folder, and reads, go on (Backend.AI: READ_ALLOWED)
+    made = await alice.post(f"/folders/{fid}/mkdir", json={"path": "during"})
+    assert made.status_code == 201, made.text
+    upload = await alice.post(f"/folders/{fid}/request-upload", json={"path": "a", "size": 1})
+    assert upload.status_code == 200, upload.text
+    looked_up = await alice.request("GET", "/folders/_/id", json={"name": "kept"})
+    assert looked_up.json()["id"] == fid
+
+    thawed = await admin.put("/manager/status", json={"status": "running"})
+    assert thawed.status_code == 204, thawed.text
+    for client, method, path, body in writes:
+        response = await client.request(method, path, json=body)
+        assert response.status_code < 300, (method, path, response.text)
+    names = sorted(f["name"] for f in (await alice.get("/folders")).json())
+    assert names == ["copy", "new", "other", "other2", "team"]

@@ -624,6 +624,13 @@ def test_filter_and_order_expressions(bai: Bai) -> None:
 def test_manager_status_freeze_and_unfreeze(bai: Bai) -> None:
     status = bai.ok("admin", "manager", "status")
     assert "running" in status.output
+    me = bai.ok("--output", "json", "admin", "user", "info").json()["items"][0]["email"]
+
+    def my_keys() -> list[str]:  # a GraphQL query: answered while frozen too
+        listed = bai.ok("--output", "json", "admin", "keypair", "list", "--user-id", me).json()
+        return sorted(k["access_key"] for k in listed["items"])
+
+    keys = my_keys()
     frozen = bai.ok("admin", "manager", "freeze")
     assert "Manager is successfully frozen." in frozen.output
     try:
@@ -634,6 +641,12 @@ def test_manager_status_freeze_and_unfreeze(bai: Bai) -> None:
         )  # fmt: skip
         assert refused.code != 0
         assert "frozen" in refused.output
+        # a GraphQL mutation: the client prints the 503 server-frozen problem
+        added = bai("admin", "keypair", "add", me, "default")
+        assert added.code != 0, added
+        assert "503" in added.output, added
+        assert "The server is frozen due to maintenance" in added.output, added
+        assert my_keys() == keys
     finally:
         thawed = bai.ok("admin", "manager", "unfreeze")
     assert "Manager is successfully unfrozen." in thawed.output
