@@ -892,6 +892,10 @@ async def test_the_sdk_round_trip(env: Env, tmp_path: Path) -> None:
     ) as client:
         assert (await client.folders.hosts())["default"] == "local:vol1"
         created = await client.folders.create("sdk", cloneable=True)
+        updated = await client.folders.update_options("sdk", permission="ro")
+        assert (updated["permission"], updated["cloneable"]) == ("ro", True)
+        updated = await client.folders.update_options("sdk", cloneable=False)
+        assert (updated["permission"], updated["cloneable"]) == ("ro", False)
         source = tmp_path / "blob.bin"
         payload = bytes(range(256)) * 1000  # 256000 bytes: several chunks
         source.write_bytes(payload)
