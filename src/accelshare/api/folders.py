@@ -51,7 +51,7 @@ from fastapi import APIRouter, Request
 from accelshare.manager.enums import VFolderOwnershipType, VFolderPermission, VFolderUsageMode
 from accelshare.manager.services.folders.crud import NewFolder
 
-from .auth import CurrentIdentity
+from .auth import CurrentIdentity, SuperadminIdentity
 from .compat import NotSupported
 from .deps import ManagerDep
 from .problems import InvalidAPIParameters
@@ -327,7 +327,7 @@ async def update_share(
 
 @router.post("/_/change-ownership")
 async def change_ownership(
-    request: Request, identity: CurrentIdentity, manager: ManagerDep
+    request: Request, identity: SuperadminIdentity, manager: ManagerDep
 ) -> dict[str, Any]:
     body = await _body(request)
     return await manager.folders.change_owner(

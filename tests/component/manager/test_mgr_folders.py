@@ -19,6 +19,7 @@ import sqlalchemy as sa
 
 from accelshare.client import AccelshareClient
 from accelshare.client.config import ClientConfig
+from accelshare.manager.enums import VFolderStatus
 from accelshare.manager.models import GroupMember, User, VFolder
 from accelshare.protocol.storage import StorageErrorType
 from accelshare_testkit.fake_storage import FakeStorageProxy
@@ -610,6 +611,8 @@ async def test_list_and_change_shares(env: Env) -> None:
         ("lent", "bob@x.test"),
         ("lent", "carol@x.test"),
     ]
+    domain_admin = await env.user("root@x.test", role="admin")  # of the default domain
+    assert (await domain_admin.get("/folders/_/shared")).json()["shared"] == everything
     assert (
         problem(await bob.get("/folders/_/shared", params={"vfolder_id": fid}), 403)["field"]
         == "vfolder_id"
@@ -687,8 +690,15 @@ async def test_change_ownership(env: Env) -> None:
 
     # only a superadmin
     refused = problem(await alice.post("/folders/_/change-ownership", json=body), 403)
-    assert refused["field"] == "vfolder"
+    assert refused["reason"] == "insufficient-role"
     assert "superadmin" in refused["detail"]
+    domain_admin = await env.user("root@x.test", role="admin")
+    assert (
+        problem(await domain_admin.post("/folders/_/change-ownership", json=body), 403)[
+            "required_role"
+        ]
+        == "superadmin"
+    )
     assert (await folder_row(env, fid)).user_id == uuid.UUID(await user_id(env, "alice@x.test"))
 
     moved = await env.cluster.admin.post("/folders/_/change-ownership", json=body)
@@ -767,6 +777,21 @@ async def test_change_ownership(env: Env) -> None:
         412,
     )
     assert limited["field"] == "max_vfolder_count"
+    # nor while the proxy purges it
+    async with env.cluster.manager.db.begin(write=True) as db:
+        await db.execute(
+            sa.update(VFolder)
+            .where(VFolder.id == uuid.UUID(fid))
+            .values(status=VFolderStatus.DELETE_ONGOING)
+        )
+    busy = problem(await admin.post("/folders/_/change-ownership", json=to_carol), 409)
+    assert busy["folder_status"] == "delete-ongoing"
+    async with env.cluster.manager.db.begin(write=True) as db:
+        await db.execute(
+            sa.update(VFolder)
+            .where(VFolder.id == uuid.UUID(fid))
+            .values(status=VFolderStatus.READY)
+        )
     # a user with room gets it; giving it to its owner changes nothing
     assert (
         await admin.patch("/admin/resource-policies/default", json={"max_vfolder_count": 2})

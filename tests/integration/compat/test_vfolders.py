@@ -220,6 +220,7 @@ def test_admin_shared_vfolders_and_ownership(
     pending = bob.sdk("invitations")
     bob.sdk("accept", inv_id=next(i["id"] for i in pending if i["vfolder_name"] == name))
 
+    assert "Default vfolder host: " in bai.ok("admin", "vfolder", "list-hosts").output
     listed = bai.ok("admin", "vfolder", "list-shared-vfolders").output
     assert f'Virtual folder "{name}" (ID: {vfid})' in listed
     assert f"- email: {email}" in listed
