@@ -89,6 +89,10 @@ ROUTE_ROLES: dict[tuple[str, str], str] = {
     ("POST", "/folders/{name}/request-download"): "user",
     ("POST", "/folders/{name}/request-upload"): "user",
     ("POST", "/folders/{name}/share"): "user",
+    ("POST", "/folders/{name}/update-options"): "user",
+    ("GET", "/folders/_/shared"): "user",  # the shares of the folders the caller manages
+    ("POST", "/folders/_/shared"): "user",
+    ("POST", "/folders/_/change-ownership"): "superadmin",
     ("GET", "/session/{ref}/download"): "user",
     ("POST", "/session/{ref}/download"): "user",
     ("GET", "/session/{ref}/files"): "user",

@@ -31,10 +31,13 @@ A folder in a path is its id (32 hex digits, what the client sends once it asked
 | ``DELETE /folders/{f}/unshare`` | ``{emails}`` | ``{unshared_emails}`` |
 | ``POST /folders/{f}/leave`` | ``{shared_user_uuid?}`` | ``{msg}`` |
 | ``POST /folders/{f}/clone`` | ``{target_name, target_host?, usage_mode?, permission?}`` | 201 folder |
+| ``POST /folders/{f}/update-options`` | ``{permission?, cloneable?}`` (null: unchanged) | 201 ``{id, name, permission, cloneable}`` |
+| ``GET /folders/_/shared`` | ``?vfolder_id=`` | ``{shared: [{vfolder_id, vfolder_name, status, owner, type, shared_to: {uuid, email}, perm}]}`` |
+| ``POST /folders/_/shared`` | ``{vfolder, user, perm}`` (``perm`` null: removed) | ``{msg}`` |
+| ``POST /folders/_/change-ownership`` | ``{vfolder, user_email}`` (superadmin) | ``{id, name, user, user_email}`` |
 
-Everything else under ``/folders`` (``update-options``, ``_/shared``, ``_/fstab``,
-``_/mounts``, ``_/change-ownership``, ``_/perf-metric``, quota routes) answers 501
-naming the route.  See docs/folders.md.
+Everything else under ``/folders`` (``_/sharing``, ``_/fstab``, ``_/mounts``,
+``_/perf-metric``, quota routes) answers 501 naming the route.  See docs/folders.md.
 """
 
 from __future__ import annotations
@@ -48,7 +51,7 @@ from fastapi import APIRouter, Request
 from accelshare.manager.enums import VFolderOwnershipType, VFolderPermission, VFolderUsageMode
 from accelshare.manager.services.folders.crud import NewFolder
 
-from .auth import CurrentIdentity
+from .auth import CurrentIdentity, SuperadminIdentity
 from .compat import NotSupported
 from .deps import UNFROZEN, ManagerDep
 from .problems import InvalidAPIParameters
@@ -112,15 +115,53 @@ def _bool(body: dict[str, Any], key: str, default: bool = False) -> bool:
     )
 
 
-def _perm(body: dict[str, Any], key: str, default: str = "rw") -> VFolderPermission:
-    value = body.get(key) or default
+def _opt_bool(body: dict[str, Any], key: str) -> bool | None:
+    """A boolean, or ``None`` when missing or null."""
+    value = body.get(key)
+    if value is None or isinstance(value, bool):
+        return value
+    raise InvalidAPIParameters(
+        f"{key} must be true, false or null (received {value!r})",
+        field=key,
+        expected="true, false or null",
+        received=value,
+    )
+
+
+def _parse_perm(value: Any, key: str, *, nullable: bool = False) -> VFolderPermission:
     try:
         return VFolderPermission(value)
     except ValueError:
+        expected = "ro, rw, wd or null" if nullable else "ro, rw or wd"
         raise InvalidAPIParameters(
-            f"{key} is one of ro, rw, wd (received {value!r})",
+            f"{key} is one of {expected} (received {value!r})",
             field=key,
-            expected="ro, rw or wd",
+            expected=expected,
+            received=value,
+        ) from None
+
+
+def _perm(body: dict[str, Any], key: str, default: str = "rw") -> VFolderPermission:
+    return _parse_perm(body.get(key) or default, key)
+
+
+def _opt_perm(body: dict[str, Any], key: str) -> VFolderPermission | None:
+    """A permission, or ``None`` when missing or null."""
+    value = body.get(key)
+    return None if value is None else _parse_perm(value, key, nullable=True)
+
+
+def _uuid(body: dict[str, Any], key: str, what: str) -> uuid.UUID:
+    value = body.get(key)
+    try:
+        if not isinstance(value, str):
+            raise ValueError
+        return uuid.UUID(value)
+    except ValueError:
+        raise InvalidAPIParameters(
+            f"{key} is {what}'s id (received {value!r})",
+            field=key,
+            expected="a UUID (32 hexadecimal digits, dashes optional)",
             received=value,
         ) from None
 
@@ -253,12 +294,52 @@ async def reject(
     return await manager.folders.delete_invitation(identity, _str(body, "inv_id"))
 
 
+# -- shares across folders, owners -----------------------------------------------------------
+
+
+@router.get("/_/shared")
+async def list_shares(
+    identity: CurrentIdentity, manager: ManagerDep, vfolder_id: str | None = None
+) -> dict[str, Any]:
+    return await manager.folders.list_shares(identity, vfolder_id or None)
+
+
+@router.post("/_/shared")
+async def update_share(
+    request: Request, identity: CurrentIdentity, manager: ManagerDep
+) -> dict[str, Any]:
+    body = await _body(request)
+    key = next((k for k in ("perm", "permission") if k in body), None)
+    if key is None:
+        raise InvalidAPIParameters(
+            "perm is required: the share's new permission, or null to remove the share",
+            field="perm",
+            expected="ro, rw, wd or null",
+            received=None,
+        )
+    return await manager.folders.update_share(
+        identity,
+        _uuid(body, "vfolder", "a folder"),
+        _uuid(body, "user", "a user"),
+        _opt_perm(body, key),
+    )
+
+
+@router.post("/_/change-ownership")
+async def change_ownership(
+    request: Request, identity: SuperadminIdentity, manager: ManagerDep
+) -> dict[str, Any]:
+    body = await _body(request)
+    return await manager.folders.change_owner(
+        identity, _uuid(body, "vfolder", "a folder"), _str(body, "user_email")
+    )
+
+
 # what accelshare does not build: named 501s before the ``/{name}`` routes catch them
 _NOT_BUILT = {
-    "_/shared": "listing and changing shares across folders (`vfolder list-shared`)",
+    "_/sharing": "changing several shares of a folder at once (use `/folders/_/shared`)",
     "_/fstab": "the hosts' fstab (`admin vfolder get-fstab-contents`)",
     "_/mounts": "mounting hosts' file systems (`admin vfolder mount-host`)",
-    "_/change-ownership": "changing a folder's owner",
     "_/perf-metric": "volume performance metrics",
     "_/quota": "per-folder quota changes (the keypair resource policy sets the size limit)",
     "_/usage": "admin usage queries (use `vfolder info`)",
@@ -295,6 +376,19 @@ async def rename(
 ) -> None:
     body = await _body(request)
     await manager.folders.rename(identity, name, _str(body, "new_name"))
+
+
+@router.post("/{name}/update-options", status_code=201)
+async def update_options(
+    name: str, request: Request, identity: CurrentIdentity, manager: ManagerDep
+) -> dict[str, Any]:
+    body = await _body(request)
+    return await manager.folders.update_options(
+        identity,
+        name,
+        permission=_opt_perm(body, "permission"),
+        cloneable=_opt_bool(body, "cloneable"),
+    )
 
 
 @router.post("/{name}/request-upload")

@@ -81,6 +81,18 @@ class FoldersAPI:
             "POST", f"/folders/{_key(name)}/rename", json_body={"new_name": new_name}
         )
 
+    async def update_options(
+        self, name: str, *, permission: str | None = None, cloneable: bool | None = None
+    ) -> dict[str, Any]:
+        """The folder's own permission and whether others may clone it (``None``: as it
+        is); the folder's ``{id, name, permission, cloneable}`` after."""
+        body = {"permission": permission, "cloneable": cloneable}
+        return dict(
+            await self._http.request(
+                "POST", f"/folders/{_key(name)}/update-options", json_body=body
+            )
+        )
+
     async def delete(self, name: str) -> None:
         """To the trash."""
         await self._http.request("DELETE", "/folders", json_body={"id": await self.folder_id(name)})

@@ -53,6 +53,11 @@ def test_vfolder_commands(cli: Cli, tmp_path: Path) -> None:
     assert bad.code == 1
     assert "HTTP 400" in bad.stderr
 
+    updated = cli("vfolder", "update-options", name, "--set-cloneable", "true", "--json")
+    assert updated.code == 0, updated
+    assert json.loads(updated.stdout)["cloneable"] is True
+    assert json.loads(cli("vfolder", "info", name, "--json").stdout)["cloneable"] is True
+
     assert cli("vfolder", "clone", name, f"{name}-copy").code == 0
     assert cli("vfolder", "rename", name, f"{name}-r").code == 0
     assert cli("vfolder", "delete", f"{name}-r").code == 0

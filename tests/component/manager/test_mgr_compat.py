@@ -9,6 +9,7 @@ these run everywhere, also where no Python 3.12 is installed.
 from __future__ import annotations
 
 import json
+import uuid
 from typing import Any
 
 import pytest
@@ -335,8 +336,8 @@ async def test_announcement_and_what_accelshare_does_not_have(cluster: Cluster) 
     assert announcement.json() == {"enabled": False, "message": ""}
     for method, path in (
         ("GET", "/folders/_/fstab"),
-        ("POST", "/folders/_/change-ownership"),
-        ("POST", "/folders/data/update-options"),
+        ("POST", "/folders/_/sharing"),
+        ("GET", "/folders/_/quota"),
         ("GET", "/resource/watcher"),
         ("POST", "/resource/watcher/agent/start"),
     ):
@@ -347,3 +348,21 @@ async def test_announcement_and_what_accelshare_does_not_have(cluster: Cluster) 
         assert "docs/compatibility.md" in problem["detail"]
     async with cluster.client("AKIAUNKNOWN000000000", "x" * 40) as stranger:
         assert (await stranger.get("/folders")).status_code == 401
+
+
+async def test_the_folder_option_share_and_owner_routes_are_served(cluster: Cluster) -> None:
+    """``vfolder update-options``, ``admin vfolder list-shared-vfolders`` /
+    ``update-shared-vf-permission`` / ``change-vfolder-ownership`` reach their handlers
+    (tests/component/manager/test_mgr_folders.py tests what they do)."""
+    shared = await cluster.admin.get("/folders/_/shared", headers=UA)
+    assert shared.status_code == 200, shared.text
+    assert shared.json() == {"shared": []}
+    nosuch = str(uuid.uuid4())
+    for path, body in (
+        ("/folders/_/shared", {"vfolder": nosuch, "user": nosuch, "perm": "ro"}),
+        ("/folders/_/change-ownership", {"vfolder": nosuch, "user_email": "a@x.test"}),
+        ("/folders/compat-nosuch/update-options", {"cloneable": True}),
+    ):
+        response = await cluster.admin.post(path, json=body, headers=UA)
+        assert response.status_code == 404, (path, response.text)
+        assert response.json()["type"] != "/problems/not-supported"

@@ -19,6 +19,7 @@ import sqlalchemy as sa
 
 from accelshare.client import AccelshareClient
 from accelshare.client.config import ClientConfig
+from accelshare.manager.enums import VFolderStatus
 from accelshare.manager.models import GroupMember, User, VFolder
 from accelshare.protocol.storage import StorageErrorType
 from accelshare_testkit.fake_storage import FakeStorageProxy
@@ -453,10 +454,352 @@ async def test_a_failing_proxy_leaves_no_folder(env: Env) -> None:
 async def test_unbuilt_routes_answer_501(env: Env) -> None:
     alice = await env.user("alice@x.test")
     fid = (await create(alice, "f")).json()["id"]
-    for method, path in [("GET", "/folders/_/fstab"), ("POST", f"/folders/{fid}/update-options")]:
+    for method, path in [
+        ("GET", "/folders/_/fstab"),
+        ("POST", "/folders/_/sharing"),
+        ("POST", f"/folders/{fid}/nosuch"),
+    ]:
         response = await alice.request(method, path, json={})
         assert response.status_code == 501, path
         assert "accelshare does not support" in response.json()["detail"]
+
+
+async def user_id(env: Env, email: str) -> str:
+    async with env.cluster.manager.db.begin() as db:
+        found = (await db.execute(sa.select(User.id).where(User.email == email))).scalar_one()
+    return str(found)
+
+
+async def folder_row(env: Env, folder_id: str) -> VFolder:
+    async with env.cluster.manager.db.begin() as db:
+        row = await db.get(VFolder, uuid.UUID(folder_id))
+    assert row is not None
+    return row
+
+
+async def share_ro(
+    owner: httpx.AsyncClient, guest: httpx.AsyncClient, fid: str, email: str
+) -> None:
+    """``fid`` shared with ``email`` read-only (invited and accepted)."""
+    sent = await owner.post(f"/folders/{fid}/invite", json={"perm": "ro", "user_ids": [email]})
+    assert sent.json() == {"invited_ids": [email]}, sent.text
+    pending = (await guest.get("/folders/invitations/list")).json()["invitations"]
+    inv = next(i for i in pending if i["vfolder_id"] == fid)
+    assert (await guest.post("/folders/invitations/accept", json={"inv_id": inv["id"]})).is_success
+
+
+async def test_update_options(env: Env) -> None:
+    alice = await env.user("alice@x.test")
+    bob = await env.user("bob@x.test")
+    carol = await env.user("carol@x.test")
+    fid = (await create(alice, "opts")).json()["id"]
+    await share_ro(alice, bob, fid, "bob@x.test")
+    # not cloneable: bob, with a read-only share, may not clone it
+    assert (await bob.post(f"/folders/{fid}/clone", json={"target_name": "c"})).status_code == 403
+
+    changed = await alice.post(f"/folders/{fid}/update-options", json={"cloneable": True})
+    assert changed.status_code == 201, changed.text
+    assert changed.json() == {"id": fid, "name": "opts", "permission": "rw", "cloneable": True}
+    assert (await alice.get(f"/folders/{fid}")).json()["cloneable"] is True
+    assert (await bob.post(f"/folders/{fid}/clone", json={"target_name": "c"})).status_code == 201
+
+    # by name; a missing field and null both keep it
+    changed = await alice.post("/folders/opts/update-options", json={"permission": "ro"})
+    assert changed.json()["permission"] == "ro"
+    assert changed.json()["cloneable"] is True
+    kept = await alice.post(
+        f"/folders/{fid}/update-options", json={"permission": None, "cloneable": None}
+    )
+    assert kept.status_code == 201
+    assert kept.json() == {"id": fid, "name": "opts", "permission": "ro", "cloneable": True}
+    row = await folder_row(env, fid)
+    assert (row.permission.value, row.cloneable) == ("ro", True)
+    assert (await alice.post(f"/folders/{fid}/update-options")).status_code == 201  # no body
+    row = await folder_row(env, fid)
+    assert (row.permission.value, row.cloneable) == ("ro", True)
+
+    # bad values: 400 naming the field; nothing changes
+    for body, field_name in [
+        ({"permission": "rx"}, "permission"),
+        ({"permission": 1}, "permission"),
+        ({"cloneable": "yes"}, "cloneable"),
+        ({"cloneable": 1, "permission": "rw"}, "cloneable"),
+    ]:
+        bad = problem(await alice.post(f"/folders/{fid}/update-options", json=body), 400)
+        assert bad["field"] == field_name, body
+        assert bad["received"] == body[field_name]
+    row = await folder_row(env, fid)
+    assert (row.permission.value, row.cloneable) == ("ro", True)
+
+    # a read-only share may not change it (403); a stranger does not see it (404)
+    assert (
+        problem(await bob.post(f"/folders/{fid}/update-options", json={"cloneable": False}), 403)[
+            "field"
+        ]
+        == "name"
+    )
+    assert (
+        await carol.post(f"/folders/{fid}/update-options", json={"cloneable": False})
+    ).status_code == 404
+    # the superadmin may (an admin of the folder's domain)
+    assert (
+        await env.cluster.admin.post(f"/folders/{fid}/update-options", json={"cloneable": False})
+    ).json()["cloneable"] is False
+    # a folder in the trash: restore it first
+    await alice.request("DELETE", "/folders", json={"id": fid})
+    assert (
+        await alice.post(f"/folders/{fid}/update-options", json={"cloneable": True})
+    ).status_code == 409
+
+
+async def test_update_options_of_a_project_folder(env: Env) -> None:
+    """A project folder's permission is what its members get."""
+    bob = await env.user("bob@x.test", group="default")
+    team = (await create(env.cluster.admin, "team", group="default", permission="ro")).json()
+    assert (await bob.get(f"/folders/{team['id']}")).json()["permission"] == "ro"
+    assert (
+        await bob.post(f"/folders/{team['id']}/update-options", json={"permission": "rw"})
+    ).status_code == 403
+    assert (
+        await env.cluster.admin.post(
+            f"/folders/{team['id']}/update-options", json={"permission": "rw"}
+        )
+    ).status_code == 201
+    assert (await bob.get(f"/folders/{team['id']}")).json()["permission"] == "rw"
+    assert (await bob.post(f"/folders/{team['id']}/mkdir", json={"path": "d"})).status_code == 201
+
+
+async def test_list_and_change_shares(env: Env) -> None:
+    alice = await env.user("alice@x.test")
+    bob = await env.user("bob@x.test")
+    carol = await env.user("carol@x.test")
+    dave = await env.user("dave@x.test")
+    fid = (await create(alice, "lent")).json()["id"]
+    other = (await create(carol, "carols")).json()["id"]
+    await share_ro(alice, bob, fid, "bob@x.test")
+    await share_ro(alice, carol, fid, "carol@x.test")
+    await share_ro(carol, bob, other, "bob@x.test")
+    bob_id, carol_id = await user_id(env, "bob@x.test"), await user_id(env, "carol@x.test")
+    alice_id = await user_id(env, "alice@x.test")
+
+    def item(folder: str, name: str, owner: str, to: str, email: str, perm: str) -> Any:
+        return {
+            "vfolder_id": str(uuid.UUID(folder)),
+            "vfolder_name": name,
+            "status": "ready",
+            "owner": owner,
+            "type": "user",
+            "shared_to": {"uuid": to, "email": email},
+            "perm": perm,
+        }
+
+    lent_shares = [
+        item(fid, "lent", alice_id, bob_id, "bob@x.test", "ro"),
+        item(fid, "lent", alice_id, carol_id, "carol@x.test", "ro"),
+    ]
+    # the owner sees the shares of its folders only; one folder's with ?vfolder_id=
+    listed = await alice.get("/folders/_/shared")
+    assert listed.status_code == 200, listed.text
+    assert listed.json() == {"shared": lent_shares}
+    assert (await alice.get("/folders/_/shared", params={"vfolder_id": fid})).json() == {
+        "shared": lent_shares
+    }
+    assert (await bob.get("/folders/_/shared")).json() == {"shared": []}
+    everything = (await env.cluster.admin.get("/folders/_/shared")).json()["shared"]
+    assert [(s["vfolder_name"], s["shared_to"]["email"]) for s in everything] == [
+        ("carols", "bob@x.test"),
+        ("lent", "bob@x.test"),
+        ("lent", "carol@x.test"),
+    ]
+    domain_admin = await env.user("root@x.test", role="admin")  # of the default domain
+    assert (await domain_admin.get("/folders/_/shared")).json()["shared"] == everything
+    assert (
+        problem(await bob.get("/folders/_/shared", params={"vfolder_id": fid}), 403)["field"]
+        == "vfolder_id"
+    )
+    assert (
+        problem(await dave.get("/folders/_/shared", params={"vfolder_id": fid}), 404)["field"]
+        == "vfolder_id"
+    )
+    bad = problem(await alice.get("/folders/_/shared", params={"vfolder_id": "lent"}), 400)
+    assert (bad["field"], bad["received"]) == ("vfolder_id", "lent")
+
+    # bob's share becomes rw: he may write
+    changed = await alice.post(
+        "/folders/_/shared", json={"vfolder": fid, "user": bob_id, "perm": "rw"}
+    )
+    assert changed.status_code == 200, changed.text
+    assert (await bob.get(f"/folders/{fid}")).json()["permission"] == "rw"
+    assert (await bob.post(f"/folders/{fid}/mkdir", json={"path": "d"})).status_code == 201
+    assert (await alice.get("/folders/_/shared")).json()["shared"][0]["perm"] == "rw"
+
+    # who may: not a guest (403), not a stranger (404); a superadmin may
+    body = {"vfolder": fid, "user": carol_id, "perm": "rw"}
+    assert problem(await bob.post("/folders/_/shared", json=body), 403)["field"] == "vfolder"
+    assert problem(await dave.post("/folders/_/shared", json=body), 404)["field"] == "vfolder"
+    assert (await env.cluster.admin.post("/folders/_/shared", json=body)).status_code == 200
+    assert (await carol.get(f"/folders/{fid}")).json()["permission"] == "rw"
+
+    # bad input: 400 naming the field; unknown folder, user or share: 404
+    for bad_body, field_name in [
+        ({"vfolder": "lent", "user": bob_id, "perm": "ro"}, "vfolder"),
+        ({"user": bob_id, "perm": "ro"}, "vfolder"),
+        ({"vfolder": fid, "user": "bob@x.test", "perm": "ro"}, "user"),
+        ({"vfolder": fid, "user": bob_id, "perm": "all"}, "perm"),
+        ({"vfolder": fid, "user": bob_id}, "perm"),
+    ]:
+        refused = problem(await alice.post("/folders/_/shared", json=bad_body), 400)
+        assert refused["field"] == field_name, bad_body
+        if field_name == "perm":
+            assert refused["expected"] == "ro, rw, wd or null"
+    for bad_body in [
+        {"vfolder": str(uuid.uuid4()), "user": bob_id, "perm": "ro"},
+        {"vfolder": fid, "user": str(uuid.uuid4()), "perm": "ro"},
+        {"vfolder": fid, "user": await user_id(env, "dave@x.test"), "perm": "ro"},
+    ]:
+        assert (await alice.post("/folders/_/shared", json=bad_body)).status_code == 404
+    assert (await bob.get(f"/folders/{fid}")).json()["permission"] == "rw"
+
+    # perm null removes the share ("permission" is the same key)
+    removed = await alice.post(
+        "/folders/_/shared", json={"vfolder": fid, "user": bob_id, "permission": None}
+    )
+    assert removed.status_code == 200, removed.text
+    assert (await bob.get(f"/folders/{fid}")).status_code == 404
+    assert [f["name"] for f in (await bob.get("/folders")).json()] == ["carols"]
+    assert [
+        s["shared_to"]["email"] for s in (await alice.get("/folders/_/shared")).json()["shared"]
+    ] == ["carol@x.test"]
+    again = await alice.post(
+        "/folders/_/shared", json={"vfolder": fid, "user": bob_id, "perm": None}
+    )
+    assert problem(again, 404)["field"] == "user"
+
+
+async def test_change_ownership(env: Env) -> None:
+    alice = await env.user("alice@x.test")
+    bob = await env.user("bob@x.test")
+    carol = await env.user("carol@x.test")
+    folder = (await create(alice, "moved")).json()
+    fid = folder["id"]
+    path = env.proxy.root / "vol1" / fid
+    (path / "a.txt").write_bytes(b"kept")
+    await share_ro(alice, bob, fid, "bob@x.test")
+    await share_ro(alice, carol, fid, "carol@x.test")
+    body = {"vfolder": fid, "user_email": "bob@x.test"}
+
+    # only a superadmin
+    refused = problem(await alice.post("/folders/_/change-ownership", json=body), 403)
+    assert refused["reason"] == "insufficient-role"
+    assert "superadmin" in refused["detail"]
+    domain_admin = await env.user("root@x.test", role="admin")
+    assert (
+        problem(await domain_admin.post("/folders/_/change-ownership", json=body), 403)[
+            "required_role"
+        ]
+        == "superadmin"
+    )
+    assert (await folder_row(env, fid)).user_id == uuid.UUID(await user_id(env, "alice@x.test"))
+
+    moved = await env.cluster.admin.post("/folders/_/change-ownership", json=body)
+    assert moved.status_code == 200, moved.text
+    assert moved.json() == {
+        "id": fid,
+        "name": "moved",
+        "user": await user_id(env, "bob@x.test"),
+        "user_email": "bob@x.test",
+    }
+    # bob owns it (his share is gone: he has everything), alice has nothing; carol keeps hers
+    info = (await bob.get("/folders/moved")).json()
+    assert (info["id"], info["is_owner"], info["permission"]) == (fid, True, "wd")
+    assert info["numFiles"] == 1
+    assert (await alice.get(f"/folders/{fid}")).status_code == 404
+    assert (await alice.get("/folders")).json() == []
+    assert [
+        s["shared_to"]["email"] for s in (await bob.get("/folders/_/shared")).json()["shared"]
+    ] == ["carol@x.test"]
+    assert (await carol.get(f"/folders/{fid}")).json()["permission"] == "ro"
+    # the files stay where they are: the proxy knows the folder by its id
+    assert (path / "a.txt").read_bytes() == b"kept"
+    names = [i["name"] for i in (await bob.get(f"/folders/{fid}/files")).json()["items"]]
+    assert names == ["a.txt"]
+    assert (
+        await bob.post(f"/folders/{fid}/request-upload", json={"path": "b.txt", "size": 1})
+    ).status_code == 200
+
+    # bad input: 400 naming the field; unknown folder or user: 404
+    admin = env.cluster.admin
+    for bad_body, field_name in [
+        ({"vfolder": "moved", "user_email": "bob@x.test"}, "vfolder"),
+        ({"user_email": "bob@x.test"}, "vfolder"),
+        ({"vfolder": fid}, "user_email"),
+        ({"vfolder": fid, "user_email": 3}, "user_email"),
+    ]:
+        assert (
+            problem(await admin.post("/folders/_/change-ownership", json=bad_body), 400)["field"]
+            == field_name
+        ), bad_body
+    unknown = {"vfolder": str(uuid.uuid4()), "user_email": "carol@x.test"}
+    assert (
+        problem(await admin.post("/folders/_/change-ownership", json=unknown), 404)["field"]
+        == "vfolder"
+    )
+    nobody = {"vfolder": fid, "user_email": "nobody@x.test"}
+    assert (
+        problem(await admin.post("/folders/_/change-ownership", json=nobody), 404)["field"]
+        == "user_email"
+    )
+
+    # a project folder is refused; so is a name the new owner uses (the trash included)
+    team = (await create(admin, "team", group="default")).json()
+    project = {"vfolder": team["id"], "user_email": "carol@x.test"}
+    assert (
+        problem(await admin.post("/folders/_/change-ownership", json=project), 400)["field"]
+        == "vfolder"
+    )
+    clash = (await create(carol, "moved")).json()
+    await carol.request("DELETE", "/folders", json={"id": clash["id"]})
+    to_carol = {"vfolder": fid, "user_email": "carol@x.test"}
+    conflict = problem(await admin.post("/folders/_/change-ownership", json=to_carol), 409)
+    assert "carol@x.test" in conflict["detail"]
+    assert (await folder_row(env, fid)).user_id == uuid.UUID(await user_id(env, "bob@x.test"))
+
+    # the new owner's max_vfolder_count, as when creating one
+    assert (
+        await admin.patch("/admin/resource-policies/default", json={"max_vfolder_count": 1})
+    ).status_code == 200
+    own = await create(await env.user("erin@x.test"), "erins")  # erin has one
+    assert own.status_code == 201, own.text
+    limited = problem(
+        await admin.post(
+            "/folders/_/change-ownership", json={"vfolder": fid, "user_email": "erin@x.test"}
+        ),
+        412,
+    )
+    assert limited["field"] == "max_vfolder_count"
+    # nor while the proxy purges it
+    async with env.cluster.manager.db.begin(write=True) as db:
+        await db.execute(
+            sa.update(VFolder)
+            .where(VFolder.id == uuid.UUID(fid))
+            .values(status=VFolderStatus.DELETE_ONGOING)
+        )
+    busy = problem(await admin.post("/folders/_/change-ownership", json=to_carol), 409)
+    assert busy["folder_status"] == "delete-ongoing"
+    async with env.cluster.manager.db.begin(write=True) as db:
+        await db.execute(
+            sa.update(VFolder)
+            .where(VFolder.id == uuid.UUID(fid))
+            .values(status=VFolderStatus.READY)
+        )
+    # a user with room gets it; giving it to its owner changes nothing
+    assert (
+        await admin.patch("/admin/resource-policies/default", json={"max_vfolder_count": 2})
+    ).status_code == 200
+    to_erin = {"vfolder": fid, "user_email": "erin@x.test"}
+    assert (await admin.post("/folders/_/change-ownership", json=to_erin)).status_code == 200
+    assert (await admin.post("/folders/_/change-ownership", json=to_erin)).status_code == 200
+    assert (await folder_row(env, fid)).user_id == uuid.UUID(await user_id(env, "erin@x.test"))
 
 
 async def test_session_mounts(env: Env) -> None:
@@ -574,6 +917,10 @@ async def test_the_sdk_round_trip(env: Env, tmp_path: Path) -> None:
     ) as client:
         assert (await client.folders.hosts())["default"] == "local:vol1"
         created = await client.folders.create("sdk", cloneable=True)
+        updated = await client.folders.update_options("sdk", permission="ro")
+        assert (updated["permission"], updated["cloneable"]) == ("ro", True)
+        updated = await client.folders.update_options("sdk", cloneable=False)
+        assert (updated["permission"], updated["cloneable"]) == ("ro", False)
         source = tmp_path / "blob.bin"
         payload = bytes(range(256)) * 1000  # 256000 bytes: several chunks
         source.write_bytes(payload)

@@ -25,15 +25,32 @@ def _default_host(bai: Bai) -> str:
 
 def _user(cluster: LocalCluster, email: str) -> tuple[str, str]:
     """A new user of the default project; its access and secret key."""
+    return _new_user(cluster, email)[1:]
 
-    async def create() -> tuple[str, str]:
+
+def _new_user(cluster: LocalCluster, email: str) -> tuple[str, str, str]:
+    """A new user of the default project; its id, access and secret key."""
+
+    async def create() -> tuple[str, str, str]:
         async with AccelshareClient(cluster.client_config()) as client:
             created = await client.admin.create_user(email, "long enough password")
         assert created.keypair is not None
         assert created.keypair.secret_key is not None
-        return created.keypair.access_key, created.keypair.secret_key
+        return created.user.id, created.keypair.access_key, created.keypair.secret_key
 
     return asyncio.run(create())
+
+
+def _options(cluster: LocalCluster, name: str) -> dict[str, object]:
+    """The folder's own permission and cloneable flag (accelshare's SDK: an
+    ``update-options`` that changes nothing answers them; the official client's
+    ``vfolder info`` shows the caller's permission, not the folder's)."""
+
+    async def read() -> dict[str, object]:
+        async with AccelshareClient(cluster.client_config()) as client:
+            return await client.folders.update_options(name)
+
+    return asyncio.run(read())
 
 
 @pytest.fixture
@@ -162,3 +179,86 @@ def test_session_create_mounts_a_folder(storage: Bai) -> None:
     assert refused.code != 0
     assert f"{name}-s" in refused.output
     bai.ok("session", "destroy", f"{name}-s")
+
+
+def test_update_options(storage: Bai, cluster: LocalCluster) -> None:
+    bai = storage
+    name = f"compat-{uuid.uuid4().hex[:8]}"
+    bai.ok("vfolder", "create", name, _default_host(bai))
+    assert "- Clone Allowed: False" in bai.ok("vfolder", "info", name).output
+    updated = bai.ok("vfolder", "update-options", name, "-p", "ro", "--set-cloneable", "true")
+    assert "Updated." in updated.output
+    assert "- Clone Allowed: True" in bai.ok("vfolder", "info", name).output
+    options = _options(cluster, name)
+    assert (options["name"], options["permission"], options["cloneable"]) == (name, "ro", True)
+    # what is not given stays as it is
+    bai.ok("vfolder", "update-options", name, "--set-cloneable", "false")
+    options = _options(cluster, name)
+    assert (options["permission"], options["cloneable"]) == ("ro", False)
+    bad = bai("vfolder", "update-options", name, "-p", "rx")
+    assert bad.code != 0
+    assert "permission" in bad.output
+    assert _options(cluster, name)["permission"] == "ro"
+
+
+def test_admin_shared_vfolders_and_ownership(
+    storage: Bai, cluster: LocalCluster, tmp_path: Path
+) -> None:
+    """``admin vfolder list-shared-vfolders`` / ``shared-vfolder-info`` /
+    ``update-shared-vf-permission`` / ``remove-shared-vf-permission`` /
+    ``change-vfolder-ownership``, as the superadmin."""
+    bai = storage
+    name = f"compat-{uuid.uuid4().hex[:8]}"
+    email = f"{name}@example.com"
+    bob_id, *bob_keys = _new_user(cluster, email)
+    bob = bai.as_user(*bob_keys)
+    bai.ok("vfolder", "create", name, _default_host(bai))
+    shown = bai.ok("vfolder", "info", name).output
+    folder_id = shown.split("(ID: ", 1)[1].split(")", 1)[0]
+    vfid = str(uuid.UUID(folder_id))
+    bai.ok("vfolder", "invite", name, email, "-p", "ro")
+    pending = bob.sdk("invitations")
+    bob.sdk("accept", inv_id=next(i["id"] for i in pending if i["vfolder_name"] == name))
+
+    assert "Default vfolder host: " in bai.ok("admin", "vfolder", "list-hosts").output
+    listed = bai.ok("admin", "vfolder", "list-shared-vfolders").output
+    assert f'Virtual folder "{name}" (ID: {vfid})' in listed
+    assert f"- email: {email}" in listed
+    assert f"- uuid: {bob_id}" in listed
+    shown = bai.ok("admin", "vfolder", "shared-vfolder-info", vfid).output
+    assert f'Virtual folder "{name}" (ID: {vfid})' in shown
+    assert "- Permission: ro" in shown
+    assert "- Folder Type: user" in shown
+    assert f"- email: {email}" in shown
+
+    updated = bai.ok("admin", "vfolder", "update-shared-vf-permission", vfid, bob_id, "-p", "rw")
+    assert "Updated." in updated.output
+    assert "- Permission: rw" in bob.ok("vfolder", "info", name).output
+    assert "- Permission: rw" in bai.ok("admin", "vfolder", "shared-vfolder-info", vfid).output
+    bad = bai("admin", "vfolder", "update-shared-vf-permission", vfid, bob_id, "-p", "all")
+    assert bad.code != 0
+    assert "perm" in bad.output
+
+    removed = bai.ok("admin", "vfolder", "remove-shared-vf-permission", vfid, bob_id)
+    assert "Removed." in removed.output
+    assert bob("vfolder", "info", name).code != 0
+    assert f"(ID: {vfid})" not in bai.ok("admin", "vfolder", "list-shared-vfolders").output
+
+    # the folder, with a file in it, becomes bob's; the file stays
+    (tmp_path / "kept.txt").write_text("kept\n")
+    bai.in_dir(tmp_path).ok("vfolder", "upload", name, "kept.txt")
+    moved = bai.ok("admin", "vfolder", "change-vfolder-ownership", vfid, email)
+    assert f"Now ownership of VFolder:{vfid} goes to User:{email}" in moved.output
+    info = bob.ok("vfolder", "info", name).output
+    assert "- Owner: True" in info
+    assert f"- User ID: {bob_id}" in info
+    assert "- Number of files: 1" in info
+    assert "kept.txt" in bob.ok("vfolder", "ls", name).output
+    got = tmp_path / "got"
+    got.mkdir()
+    bob.in_dir(got).ok("vfolder", "download", name, "kept.txt")
+    assert (got / "kept.txt").read_text() == "kept\n"
+    assert "- Owner: False" in bai.ok("vfolder", "info", name).output  # a superadmin sees it
+    refused = bob("admin", "vfolder", "change-vfolder-ownership", vfid, email)
+    assert refused.code != 0
+    assert "superadmin" in refused.output

@@ -113,3 +113,26 @@ def test_upload_names_files_relative_to_the_base_dir(client: FakeClient, tmp_pat
     missing = run("upload", "data", "nope.csv", "-b", str(tmp_path))
     assert missing.exit_code == 2
     assert "nope.csv: not a file" in missing.output
+
+
+def test_update_options_sends_only_what_is_given(client: FakeClient) -> None:
+    result = run("update-options", "data", "-p", "ro", "--set-cloneable", "true")
+    assert result.exit_code == 0, result.output
+    assert "Updated." in result.output
+    assert run("update-options", "data", "--set-cloneable", "no").exit_code == 0
+    assert run("update-options", "data").exit_code == 0
+    assert client.folders.calls == [
+        ("update_options", ("data",), {"permission": "ro", "cloneable": True}),
+        ("update_options", ("data",), {"permission": None, "cloneable": False}),
+        ("update_options", ("data",), {"permission": None, "cloneable": None}),
+    ]
+
+
+def test_update_options_refuses_bad_values_before_anything_is_sent(client: FakeClient) -> None:
+    bad_perm = run("update-options", "data", "-p", "rwx")
+    assert bad_perm.exit_code == 2
+    assert "ro, rw or wd (received 'rwx')" in bad_perm.output
+    bad_bool = run("update-options", "data", "--set-cloneable", "maybe")
+    assert bad_bool.exit_code == 2
+    assert "--set-cloneable is true or false (received 'maybe')" in bad_bool.output
+    assert client.folders.calls == []

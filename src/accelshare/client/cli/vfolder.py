@@ -7,6 +7,7 @@
     accelshare vfolder ls data [PATH]
     accelshare vfolder download data train.csv [--dest DIR]
     accelshare vfolder invite data bob@example.com -p ro
+    accelshare vfolder update-options data -p ro --set-cloneable true
     accelshare vfolder delete data                   # to the trash; `restore`, `purge`
 """
 
@@ -288,6 +289,44 @@ def rename(
     """Rename the folder."""
     call_api(lambda c: c.folders.rename(old_name, new_name))
     _said("Renamed.", as_json, {"renamed": old_name, "to": new_name})
+
+
+_BOOLS = {
+    **dict.fromkeys(("true", "yes", "on", "1"), True),
+    **dict.fromkeys(("false", "no", "off", "0"), False),
+}
+
+
+@vfolder_app.command("update-options")
+def update_options(
+    name: Name,
+    permission: Annotated[
+        str | None,
+        typer.Option(
+            "-p", "--permission", "--perm", help="The folder's own permission: ro, rw or wd."
+        ),
+    ] = None,
+    set_cloneable: Annotated[
+        str | None,
+        typer.Option(
+            "--set-cloneable", metavar="BOOL", help="true or false: whether others may clone it."
+        ),
+    ] = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Change the folder's own permission or whether it is cloneable (what is not given
+    stays as it is)."""
+    if permission is not None:
+        _check_perm(permission)
+    cloneable = None
+    if set_cloneable is not None:
+        cloneable = _BOOLS.get(set_cloneable.lower())
+        if cloneable is None:
+            fail(f"--set-cloneable is true or false (received {set_cloneable!r})", code=2)
+    folder = call_api(
+        lambda c: c.folders.update_options(name, permission=permission, cloneable=cloneable)
+    )
+    _said("Updated.", as_json, folder)
 
 
 @vfolder_app.command("delete")

@@ -1,4 +1,5 @@
-"""Storage hosts, and folders created, listed, described and renamed.
+"""Storage hosts, and folders created, listed, described, renamed and their options
+changed.
 
 Limits come from the caller's keypair resource policy: ``max_vfolder_count`` folders
 per user (its own user folders, the trash included; 0 = unlimited) and
@@ -9,6 +10,7 @@ quota (0 = unlimited); usage is the proxy's.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -48,7 +50,7 @@ class NewFolder:
 
 
 class FolderCrud(FolderCore):
-    """Storage hosts; creating, listing, describing and renaming folders."""
+    """Storage hosts; creating, listing, describing and renaming folders; their options."""
 
     # -- hosts ---------------------------------------------------------------------------
 
@@ -170,19 +172,31 @@ class FolderCrud(FolderCore):
     async def _check_count(self, db: AsyncSession, actor: Actor) -> None:
         policy = await self._policy(db, actor)
         limit = policy.max_vfolder_count if policy is not None else 0
+        await self._check_count_of(
+            db,
+            actor.user_id,
+            limit,
+            lambda count: (
+                f"You have {count} folders, the most your resource policy"
+                f" {actor.resource_policy!r} allows"
+            ),
+        )
+
+    async def _check_count_of(
+        self, db: AsyncSession, user_id: uuid.UUID, limit: int, says: Callable[[int], str]
+    ) -> None:
+        """``user_id`` may own one more folder under ``limit`` (0 = unlimited); ``says``
+        words the refusal from the number of folders the user owns."""
         if limit <= 0:
             return
         count = (
             await db.execute(
-                sa.select(sa.func.count())
-                .select_from(VFolder)
-                .where(VFolder.user_id == actor.user_id)
+                sa.select(sa.func.count()).select_from(VFolder).where(VFolder.user_id == user_id)
             )
         ).scalar_one()
         if count >= limit:
             raise LimitExceeded(
-                f"You have {count} folders, the most your resource policy"
-                f" {actor.resource_policy!r} allows (max_vfolder_count {limit});"
+                says(count) + f" (max_vfolder_count {limit});"
                 " purge some from the trash or ask an administrator",
                 field="max_vfolder_count",
                 expected=f"fewer than {limit} folders",
@@ -365,3 +379,34 @@ class FolderCrud(FolderCore):
             raise Conflict(
                 f"A folder named {name!r} already exists", field="new_name", received=name
             ) from None
+
+    async def update_options(
+        self,
+        actor: Actor,
+        ref: str,
+        *,
+        permission: VFolderPermission | None = None,
+        cloneable: bool | None = None,
+    ) -> dict[str, Any]:
+        """The folder's own permission (what a project folder's members get) and whether
+        others may clone it; ``None`` leaves that option as it is.  The owner's (a project
+        folder's: an admin's, or a member's with a ``wd`` share), as renaming is."""
+        access = await self._usable(actor, ref)
+        self._manage(access, "change the options of")
+        folder = access.folder
+        changes: dict[str, Any] = {}
+        if permission is not None and permission is not folder.permission:
+            changes["permission"] = permission
+        if cloneable is not None and cloneable != folder.cloneable:
+            changes["cloneable"] = cloneable
+        if changes:
+            async with self.db.begin(write=True) as db:
+                await db.execute(
+                    sa.update(VFolder).where(VFolder.id == folder.id).values(**changes)
+                )
+        return {
+            "id": folder.id.hex,
+            "name": folder.name,
+            "permission": changes.get("permission", folder.permission).value,
+            "cloneable": changes.get("cloneable", folder.cloneable),
+        }

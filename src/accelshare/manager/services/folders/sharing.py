@@ -1,5 +1,6 @@
 """Sharing: invitations to a user folder (accepted, rejected or canceled), a project
-folder shared with members of its project, and leaving a share."""
+folder shared with members of its project, leaving a share, and the shares of the
+folders one manages, listed and changed (Backend.AI's ``/folders/_/shared``)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from ...enums import InvitationState, VFolderOwnershipType, VFolderPermission
+from ...enums import InvitationState, UserRole, VFolderOwnershipType, VFolderPermission
 from ...errors import Conflict, InvalidRequest, NotFound, PermissionDenied
 from ...models import (
     GroupMember,
@@ -27,7 +28,7 @@ __all__ = ["FolderSharing"]
 
 
 class FolderSharing(FolderCore):
-    """Invitations, project shares and leaving them."""
+    """Invitations, project shares, leaving them; the shares of managed folders."""
 
     async def _users_by_email(
         self, db: AsyncSession, emails: Iterable[str], field: str
@@ -259,3 +260,104 @@ class FolderSharing(FolderCore):
                     received=ref,
                 )
         return {"msg": "left"}
+
+    # -- the shares of the folders one manages ----------------------------------------------
+
+    @staticmethod
+    def _share_json(grant: VFolderPermissionGrant, folder: VFolder, email: str) -> dict[str, Any]:
+        """Backend.AI's item of ``GET /folders/_/shared``."""
+        project = folder.ownership_type is VFolderOwnershipType.GROUP
+        return {
+            "vfolder_id": str(folder.id),
+            "vfolder_name": folder.name,
+            "status": folder.status.value,
+            "owner": str(folder.group_id if project else folder.user_id),
+            "type": "project" if project else "user",
+            "shared_to": {"uuid": str(grant.user_id), "email": email},
+            "perm": grant.permission.value,
+        }
+
+    async def list_shares(self, actor: Actor, vfolder_id: str | None = None) -> dict[str, Any]:
+        """The shares (accepted invitations, project folders' shares) of the folders the
+        caller manages (a superadmin: every folder), by folder name then e-mail;
+        ``vfolder_id``: one folder's (404 when the caller cannot see it, 403 when it may
+        not manage it)."""
+        async with self.db.begin() as db:
+            groups = await self._member_groups(db, actor.user_id)
+            grants = await self._grants(db, actor.user_id)
+            query = (
+                sa.select(VFolderPermissionGrant, VFolder, User.email)
+                .join(VFolder, VFolder.id == VFolderPermissionGrant.vfolder_id)
+                .join(User, User.id == VFolderPermissionGrant.user_id)
+                .order_by(VFolder.name, User.email)
+            )
+            if vfolder_id is not None:
+                if self._as_id(vfolder_id) is None:
+                    raise InvalidRequest(
+                        f"vfolder_id is a folder's id (received {vfolder_id!r})",
+                        field="vfolder_id",
+                        expected="a UUID (32 hexadecimal digits, dashes optional)",
+                        received=vfolder_id,
+                    )
+                access = await self._access(db, actor, vfolder_id, field="vfolder_id")
+                if not access.can_manage:
+                    raise PermissionDenied(
+                        f"Only the folder's owner may list the shares of {access.folder.name!r}",
+                        field="vfolder_id",
+                        received=vfolder_id,
+                    )
+                query = query.where(VFolder.id == access.folder.id)
+            elif actor.role is not UserRole.SUPERADMIN:
+                query = query.where(
+                    sa.or_(
+                        VFolder.user_id == actor.user_id,
+                        VFolder.group_id.in_(list(groups)),
+                        VFolder.domain_name == actor.domain_name
+                        if actor.role is UserRole.ADMIN
+                        else sa.false(),
+                    )
+                )
+            rows = (await db.execute(query)).all()
+        shared = []
+        for grant, folder, email in rows:
+            managed = self._access_to(actor, folder, groups, grants)
+            if managed is not None and managed.can_manage:
+                shared.append(self._share_json(grant, folder, email))
+        return {"shared": shared}
+
+    async def update_share(
+        self,
+        actor: Actor,
+        vfolder_id: uuid.UUID,
+        user_id: uuid.UUID,
+        permission: VFolderPermission | None,
+    ) -> dict[str, Any]:
+        """A share's permission changed, or (``None``) the share removed; the folder's
+        owner's (a project folder's: an admin's, or a member's with a ``wd`` share)."""
+        async with self.db.begin(write=True) as db:
+            access = await self._access(db, actor, vfolder_id.hex, field="vfolder")
+            folder = access.folder
+            if not access.can_manage:
+                raise PermissionDenied(
+                    f"Only the folder's owner may change the shares of {folder.name!r}",
+                    field="vfolder",
+                    received=str(vfolder_id),
+                )
+            user = await db.get(User, user_id)
+            if user is None:
+                raise NotFound(f"No user {str(user_id)!r}", field="user", received=str(user_id))
+            grant = await db.get(VFolderPermissionGrant, (folder.id, user_id))
+            if grant is None:
+                raise NotFound(
+                    f"The folder {folder.name!r} is not shared with {user.email}",
+                    field="user",
+                    received=str(user_id),
+                )
+            if permission is None:
+                await db.delete(grant)
+                return {"msg": f"The share of {folder.name!r} with {user.email} is removed"}
+            grant.permission = permission
+            return {
+                "msg": f"{user.email} has {permission.value} on {folder.name!r}",
+                "perm": permission.value,
+            }
