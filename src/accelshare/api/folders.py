@@ -304,7 +304,7 @@ async def list_shares(
     return await manager.folders.list_shares(identity, vfolder_id or None)
 
 
-@router.post("/_/shared")
+@router.post("/_/shared", dependencies=[UNFROZEN])
 async def update_share(
     request: Request, identity: CurrentIdentity, manager: ManagerDep
 ) -> dict[str, Any]:
@@ -325,7 +325,7 @@ async def update_share(
     )
 
 
-@router.post("/_/change-ownership")
+@router.post("/_/change-ownership", dependencies=[UNFROZEN])
 async def change_ownership(
     request: Request, identity: SuperadminIdentity, manager: ManagerDep
 ) -> dict[str, Any]:
@@ -378,7 +378,7 @@ async def rename(
     await manager.folders.rename(identity, name, _str(body, "new_name"))
 
 
-@router.post("/{name}/update-options", status_code=201)
+@router.post("/{name}/update-options", status_code=201, dependencies=[UNFROZEN])
 async def update_options(
     name: str, request: Request, identity: CurrentIdentity, manager: ManagerDep
 ) -> dict[str, Any]:

@@ -1017,6 +1017,8 @@ async def test_folder_changes_are_refused_while_frozen(env: Env) -> None:
     trashed = (await create(alice, "trashed")).json()["id"]
     assert (await alice.request("DELETE", "/folders", json={"id": trashed})).status_code == 204
     team = (await create(admin, "team", group="default")).json()["id"]
+    given = (await create(alice, "given")).json()["id"]
+    bob_id = await user_id(env, "bob@x.test")
     for folder_id in (fid, *[(await create(alice, n)).json()["id"] for n in ("other", "other2")]):
         await alice.post(
             f"/folders/{folder_id}/invite", json={"perm": "ro", "user_ids": ["bob@x.test"]}
@@ -1032,6 +1034,14 @@ async def test_folder_changes_are_refused_while_frozen(env: Env) -> None:
         (alice, "POST", f"/folders/{fid}/rename", {"new_name": "renamed"}),
         (alice, "POST", f"/folders/{fid}/invite", {"perm": "ro", "user_ids": ["carol@x.test"]}),
         (alice, "POST", f"/folders/{fid}/clone", {"target_name": "copy"}),
+        (alice, "POST", f"/folders/{fid}/update-options", {"cloneable": True}),
+        (alice, "POST", "/folders/_/shared", {"vfolder": fid, "user": bob_id, "perm": "rw"}),
+        (
+            admin,
+            "POST",
+            "/folders/_/change-ownership",
+            {"vfolder": given, "user_email": "carol@x.test"},
+        ),
         (admin, "POST", f"/folders/{team}/share", {"permission": "rw", "emails": ["alice@x.test"]}),
         (admin, "DELETE", f"/folders/{team}/unshare", {"emails": ["alice@x.test"]}),
         (bob, "POST", "/folders/invitations/accept", {"inv_id": invitations[1]}),
