@@ -171,7 +171,10 @@ class Bai:
 
     def sessions(self) -> dict[str, str]:
         """name -> status of every session (``backend.ai --output json ps --all``)."""
-        listed = self.ok("--output", "json", "ps", "--all", "--format", "name,status").json()
+        listed = self.ok(
+            "--output", "json", "ps", "--all", "--limit", "100", "--format", "name,status"
+        ).json()  # fmt: skip
+        assert listed["total_count"] <= 100, "more sessions than one page: page through them"
         return {item["name"]: item["status"] for item in listed["items"]}
 
     def until(
