@@ -233,3 +233,34 @@ async def test_a_docker_agent_takes_unknown_names_to_pull(cluster: Cluster) -> N
     await engine.heartbeat()
     pulled = await cluster.create({}, image="lablup/other:1.0", name="pulled", maxWaitSeconds=10)
     assert pulled.json()["status"] == "RUNNING", pulled.text
+
+
+async def test_a_session_gets_the_apps_its_image_declares_unless_it_names_its_own(
+    cluster: Cluster,
+) -> None:
+    """An image's ``ai.backend.service-ports`` label gives a session that names no app
+    services (the official client's ``session create``) those services; a request's own
+    ``service_ports`` (``[]``: none) or ``BACKENDAI_SERVICE_PORT_*`` variables win."""
+    agent = await cluster.add_agent("i-node01")
+    agent.images = ["lab:1", "plain:1"]
+    await agent.heartbeat()
+    label = "jupyter:http:8888, ssh:tcp:2200,web:http:8080,Bad:http:1,dup:http:8080"
+    await add_image(cluster, ref="lab:1", labels={"ai.backend.service-ports": label})
+    await add_image(cluster, ref="plain:1")
+
+    async def apps(name: str, **config: Any) -> list[tuple[str, int]]:
+        made = await cluster.admin.post(
+            "/session",
+            json={"image": name.split("-", maxsplit=1)[0] + ":1", "name": name,
+                  "config": {"resources": {"cpu": 1}, **config}},
+        )  # fmt: skip
+        assert made.status_code == 201, made.text
+        return [(s["name"], s["port"]) for s in (await cluster.session(name))["servicePorts"]]
+
+    assert await apps("lab-default") == [("jupyter", 8888), ("web", 8080)]
+    assert await apps("lab-none", service_ports=[]) == []
+    own = [{"name": "tb", "protocol": "http", "port": 6006}]
+    assert await apps("lab-own", service_ports=own) == [("tb", 6006)]
+    env = {"BACKENDAI_SERVICE_PORT_NOTE": "9000"}
+    assert await apps("lab-env", environ=env) == [("note", 9000)]
+    assert await apps("plain-default") == []

@@ -41,8 +41,8 @@ def _aliases(*names: str) -> AliasChoices:
 class ServicePortBody(BaseModel):
     """One app service a session offers (``config.service_ports``).
 
-    Until images declare their services (the image catalogue), the session's creator
-    declares them.  They are kept in the session's environment, as
+    The request's own; without any (the field absent) the session gets its image's
+    declared services (``ai.backend.service-ports``).  They are kept in the session's environment, as
     ``BACKENDAI_SERVICE_PORT_<NAME>=<port>`` (the name upper-cased; this is also how a
     kernel learns its ports).  The agent gives each one a host port of its own from
     ``[container] port-range`` (:mod:`accelshare.agent.ports`: the process runtime's
@@ -91,8 +91,9 @@ class SessionConfigBody(BaseModel):
     agent_list: list[str] | None = Field(
         default=None, validation_alias=_aliases("agentList", "agent_list")
     )
-    service_ports: list[ServicePortBody] = Field(
-        default_factory=list,
+    # absent (None): the image's declared services; [] for none
+    service_ports: list[ServicePortBody] | None = Field(
+        default=None,
         max_length=16,
         validation_alias=_aliases("service_ports", "servicePorts"),
     )
@@ -118,7 +119,9 @@ class SessionConfigBody(BaseModel):
 
     @field_validator("service_ports")
     @classmethod
-    def _unique_services(cls, value: list[ServicePortBody]) -> list[ServicePortBody]:
+    def _unique_services(cls, value: list[ServicePortBody] | None) -> list[ServicePortBody] | None:
+        if value is None:
+            return None
         names: list[object] = [s.name for s in value]
         ports: list[object] = [s.port for s in value]
         for label, seen in (("name", names), ("port", ports)):
@@ -226,7 +229,11 @@ class CreateSessionBody(BaseModel):
                 scaling_group=config.scaling_group,
                 environ=dict(config.environ),
                 agent_list=None if config.agent_list is None else tuple(config.agent_list),
-                service_ports=tuple(sp.to_port() for sp in config.service_ports),
+                service_ports=(
+                    None
+                    if config.service_ports is None
+                    else tuple(sp.to_port() for sp in config.service_ports)
+                ),
             ),
             priority=self.priority,
             starts_at=starts_at,

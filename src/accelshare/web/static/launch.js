@@ -471,8 +471,8 @@ export async function openLaunchDialog(ctx) {
     const name = form.elements.name.value.trim();
     const fragmentation = form.elements.fragmentation.value;
     const config = { resources: resourcesOf(specs), ...mounts.fields };
-    const apps = pickedApps();
-    if (apps.length) config.service_ports = apps;
+    // the ticked apps; with the Apps group shown, none ticked is none (absent: the image's)
+    if (!$("launch-apps").hidden) config.service_ports = pickedApps();
     if (fragmentation) {
       config.resource_opts = { allow_fractional_resource_fragmentation: fragmentation === "allow" };
     }

@@ -68,7 +68,13 @@ from .group_agents import (
     group_agents,
 )
 from .reads import SessionReads, live_by_name
-from .spec import SessionRequest, resolve_resources
+from .spec import (
+    SERVICE_PORT_ENV_PREFIX,
+    ServicePort,
+    SessionRequest,
+    declared_services,
+    resolve_resources,
+)
 from .views import create_answer
 
 __all__ = ["CreateResult", "SessionAdmission", "enqueue_lock_key", "lock_owner"]
@@ -276,7 +282,7 @@ class SessionAdmission:
             group_id = await self._group(db, owner, body.group)
             agents = await group_agents(db, scaling_group.name)
             resources = self._resources(agents, scaling_group, body, known)
-            image_ref, resources = await self._image(
+            image_ref, resources, services = await self._image(
                 db, body, resources, scaling_group.name, agents
             )
             opts = dict(body.config.resource_opts)
@@ -315,7 +321,7 @@ class SessionAdmission:
                 "resource_opts": opts,
                 "environ": {
                     **body.config.environ,
-                    **{sp.env_name: str(sp.port) for sp in body.config.service_ports},
+                    **{sp.env_name: str(sp.port) for sp in services},
                 },
                 "startup_command": body.startup_command,
                 "priority": body.priority,
@@ -526,11 +532,19 @@ class SessionAdmission:
         resources: ResourceSlot,
         scaling_group_name: str,
         agents: Sequence[GroupAgent],
-    ) -> tuple[str, ResourceSlot]:
-        """The catalogue reference the body's image stands for (an alias resolved) and
-        the resources after the image's rules (accelerator labels, minimum resources;
-        :mod:`accelshare.sched.images`).  A name outside the catalogue is kept as is when
-        an agent of the group reports it (or nothing can judge it); otherwise refused."""
+    ) -> tuple[str, ResourceSlot, tuple[ServicePort, ...]]:
+        """The catalogue reference the body's image stands for (an alias resolved), the
+        resources after the image's rules (accelerator labels, minimum resources;
+        :mod:`accelshare.sched.images`) and the session's app services: the request's, or
+        where it names none (no ``service_ports``, no ``BACKENDAI_SERVICE_PORT_*`` in its
+        environment) the image's declared ones.  A name outside the catalogue is kept as
+        is when an agent of the group reports it (or nothing can judge it); otherwise
+        refused."""
+        services = body.config.service_ports
+        if services is None and any(
+            k.startswith(SERVICE_PORT_ENV_PREFIX) for k in body.config.environ
+        ):
+            services = ()
         image = await lookup(db, body.image)
         if image is None:
             await check_known_name(
@@ -540,7 +554,7 @@ class SessionAdmission:
                 reported={name for agent in agents for name in agent.images or ()},
                 pulls=any(agent.runtime == "docker" for agent in agents),
             )
-            return body.image, resources
+            return body.image, resources, services or ()
         rules = requirement_of(image)
         try:
             check_accelerators(rules, resources)
@@ -550,7 +564,9 @@ class SessionAdmission:
                 str(e), field=f"config.{e.field}", expected=e.expected, received=e.received
             ) from None
         check_some_agent_has(agents, rules, scaling_group_name)
-        return image.ref, resources
+        if services is None:
+            services = declared_services(image.labels)
+        return image.ref, resources, services
 
     async def _check_limits(self, db: AsyncSession, owner: _Owner, requested: ResourceSlot) -> None:
         limits, access_key, policy_name = owner.limits, owner.access_key, owner.resource_policy

@@ -50,6 +50,7 @@ __all__ = [
     "DEFAULT_PRIORITY",
     "MAX_PRIORITY",
     "SERVICE_NAME_RE",
+    "SERVICE_PORTS_LABEL",
     "SERVICE_PORT_ENV_PREFIX",
     "SESSION_NAME_RULE",
     "STARTS_AT_FORMS",
@@ -59,6 +60,7 @@ __all__ = [
     "SessionConfig",
     "SessionRequest",
     "app_services",
+    "declared_services",
     "parse_starts_at",
     "resolve_resources",
     "service_ports_from_environ",
@@ -170,6 +172,35 @@ class ServicePort:
         return SERVICE_PORT_ENV_PREFIX + self.name.upper()
 
 
+#: Backend.AI's image label for the app services an image declares: ``jupyter:http:8888,...``
+SERVICE_PORTS_LABEL = "ai.backend.service-ports"
+
+
+def declared_services(labels: Mapping[str, Any] | None) -> tuple[ServicePort, ...]:
+    """The HTTP app services an image declares in its ``ai.backend.service-ports`` label;
+    entries that are not ``NAME:http:PORT`` (a valid service name, a port of 1024-65535)
+    and repeated names or ports are left out.
+
+    >>> declared_services({"ai.backend.service-ports": "jupyter:http:8888, x:tcp:22,bad"})
+    (ServicePort(name='jupyter', protocol='http', port=8888),)
+    """
+    text = (labels or {}).get(SERVICE_PORTS_LABEL)
+    found: list[ServicePort] = []
+    for part in text.split(",") if isinstance(text, str) else ():
+        name, _, rest = part.strip().partition(":")
+        protocol, _, port = rest.partition(":")
+        if (
+            protocol == "http"
+            and SERVICE_NAME_RE.fullmatch(name)
+            and port.isascii()
+            and port.isdigit()
+            and 1024 <= int(port) <= 65535
+            and all(s.name != name and s.port != int(port) for s in found)
+        ):
+            found.append(ServicePort(name=name, protocol=protocol, port=int(port)))
+    return tuple(found)
+
+
 def service_ports_from_environ(environ: Mapping[str, str] | None) -> list[dict[str, Any]]:
     """``[{"name", "protocol", "port"}]`` declared in a session's environment, by name.
 
@@ -215,7 +246,8 @@ class SessionConfig:
     scaling_group: str | None = None
     environ: Mapping[str, str] = field(default_factory=dict)
     agent_list: tuple[str, ...] | None = None
-    service_ports: tuple[ServicePort, ...] = ()
+    # None: the request names none, so the session gets its image's (declared_services)
+    service_ports: tuple[ServicePort, ...] | None = None
 
 
 @dataclass(frozen=True)
