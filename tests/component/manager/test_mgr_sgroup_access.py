@@ -311,3 +311,29 @@ async def test_deleting_a_scaling_group_or_a_domain_drops_its_associations(
     assert again.status_code == 201, again.text
     listed = await cluster.admin.get("/admin/scaling-groups/gpu/associations")
     assert listed.json() == {"domains": [], "groups": [], "keypairs": []}
+
+
+async def test_the_check_adds_no_statement_to_a_create(cluster: Cluster) -> None:
+    """The association check rides on admission's one owner query (EXISTS columns): a
+    create that uses an open scaling group, named or the default, runs no other statement
+    over the association tables (no extra round trip)."""
+    await cluster.add_agent("i-cpu")
+    statements: list[str] = []
+
+    def record(_conn: Any, _cursor: Any, statement: str, *_args: Any) -> None:
+        statements.append(statement)
+
+    engine = cluster.manager.db.engine.sync_engine
+    sa.event.listen(engine, "before_cursor_execute", record)
+    try:
+        created = await _create(cluster, cluster.admin, "default")
+        assert created.status_code == 201, created.text
+        named = [s for s in statements if "sgroups_for" in s]
+        statements.clear()
+        unnamed = await _create(cluster, cluster.admin)
+        assert unnamed.status_code == 201, unnamed.text
+    finally:
+        sa.event.remove(engine, "before_cursor_execute", record)
+    assert len(named) == 1
+    assert "FROM keypairs JOIN users" in named[0]
+    assert len([s for s in statements if "sgroups_for" in s]) == 1
