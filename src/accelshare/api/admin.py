@@ -13,6 +13,9 @@ and scaling groups (superadmin).
 | ``DELETE /admin/keypairs/{access_key}`` | | 409 if sessions reference it (deactivate instead) |
 | ``GET/POST /admin/resource-policies``, ``PATCH/DELETE /admin/resource-policies/{name}`` | ``{name, default_for_unspecified, total_resource_slots, max_concurrent_sessions, max_pending_session_count, max_pending_session_resource_slots, idle_timeout, max_vfolder_count, max_vfolder_size}`` | policy |
 | ``GET/POST /admin/scaling-groups``, ``PATCH/DELETE /admin/scaling-groups/{name}`` | ``{name, description, is_active, is_public, scheduler, scheduler_opts, default_session_slots}`` | scaling group |
+| ``GET /admin/scaling-groups/{name}/associations`` | | ``{"domains": [name], "groups": [id], "keypairs": [access_key]}`` |
+| ``POST /admin/scaling-groups/{name}/associations`` | exactly one of ``{domain, group, access_key}`` (``group``: a project's id) | the associations after it (idempotent) |
+| ``DELETE /admin/scaling-groups/{name}/associations?domain=`` (or ``group=``, ``access_key=``) | | the associations after it (idempotent) |
 
 Slot amounts are user input (``{"cpu": "4", "mem": "8g", "cuda.shares": "inf"}``),
 parsed against the known slot types; ``Infinity``/``inf`` means unlimited.  The routes
@@ -30,6 +33,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validat
 from accelshare.common import DefaultForUnspecified
 from accelshare.common.text_input import check_text
 from accelshare.manager.enums import UserRole, UserStatus
+from accelshare.manager.errors import InvalidRequest
 from accelshare.manager.services.admin import (
     KeypairChanges,
     NewKeypair,
@@ -38,6 +42,7 @@ from accelshare.manager.services.admin import (
     ScalingGroupChanges,
     UserChanges,
 )
+from accelshare.manager.services.scaling_group_access import AssociationKind
 
 from .auth import AdminIdentity, SuperadminIdentity
 from .deps import UNFROZEN, ManagerDep
@@ -265,3 +270,64 @@ async def delete_scaling_group(
 ) -> dict[str, str]:
     await manager.admin.delete_scaling_group(name)
     return {"result": "deleted"}
+
+
+class AssociationBody(BaseModel):
+    """What to open a scaling group to: exactly one of a domain, a project (group) id or
+    an access key."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    domain: str | None = Field(default=None, min_length=1, max_length=64)
+    group: str | None = Field(default=None, min_length=1, max_length=64)
+    access_key: str | None = Field(default=None, min_length=1, max_length=64)
+
+
+def _association(body: AssociationBody) -> tuple[AssociationKind, str]:
+    given = [
+        (kind, value)
+        for kind, value in (
+            (AssociationKind.DOMAIN, body.domain),
+            (AssociationKind.GROUP, body.group),
+            (AssociationKind.KEYPAIR, body.access_key),
+        )
+        if value is not None
+    ]
+    if len(given) != 1:
+        raise InvalidRequest(
+            "Name exactly one of domain, group or access_key",
+            field="domain|group|access_key",
+            expected="exactly one of them",
+            received=body.model_dump(exclude_none=True),
+        )
+    return given[0]
+
+
+@router.get("/scaling-groups/{name}/associations", name="list_sgroup_associations")
+async def list_scaling_group_associations(
+    name: str, _identity: SuperadminIdentity, manager: ManagerDep
+) -> dict[str, list[str]]:
+    return await manager.scaling_group_access.associations(name)
+
+
+@router.post("/scaling-groups/{name}/associations", name="associate_sgroup")
+async def associate_scaling_group(
+    name: str, body: AssociationBody, _identity: SuperadminIdentity, manager: ManagerDep
+) -> dict[str, list[str]]:
+    kind, target = _association(body)
+    await manager.scaling_group_access.associate(kind, name, target)
+    return await manager.scaling_group_access.associations(name)
+
+
+@router.delete("/scaling-groups/{name}/associations", name="dissociate_sgroup")
+async def dissociate_scaling_group(
+    name: str,
+    _identity: SuperadminIdentity,
+    manager: ManagerDep,
+    domain: str | None = None,
+    group: str | None = None,
+    access_key: str | None = None,
+) -> dict[str, list[str]]:
+    kind, target = _association(AssociationBody(domain=domain, group=group, access_key=access_key))
+    await manager.scaling_group_access.dissociate(kind, name, target)
+    return await manager.scaling_group_access.associations(name)

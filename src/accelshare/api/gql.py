@@ -19,10 +19,10 @@ Backend.AI's field names and shapes; slot maps are JSON *strings* (its ``JSONStr
   any one for a superadmin);
 * ``images(runtime, is_operation)``, ``image(reference)`` — the image catalogue (any
   user; docs/images.md);
-* Backend.AI's admin surface (users, keypairs, domains, groups, scaling groups, keypair
-  resource policies, image aliases, their mutations, and the admin mutations accelshare
-  refuses with a readable error: registry rescans, scaling-group associations, quota
-  scopes): :mod:`.gql_admin`;
+* Backend.AI's admin surface (users, keypairs, domains, groups, scaling groups and their
+  associations, keypair resource policies, image aliases, their mutations, and the admin
+  mutations accelshare refuses with a readable error: registry rescans, quota scopes):
+  :mod:`.gql_admin`;
 * ``storage_volume(id)``, ``storage_volume_list(limit, offset)`` — superadmin; the
   volumes of the storage proxies: :mod:`.storage_gql`.
 

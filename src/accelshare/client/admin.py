@@ -21,7 +21,14 @@ from urllib.parse import quote
 from pydantic import BaseModel
 
 from .http import HttpCaller
-from .models import CreatedUser, KeypairInfo, ResourcePolicyInfo, ScalingGroupInfo, UserInfo
+from .models import (
+    CreatedUser,
+    KeypairInfo,
+    ResourcePolicyInfo,
+    ScalingGroupAssociations,
+    ScalingGroupInfo,
+    UserInfo,
+)
 
 __all__ = ["AdminAPI"]
 
@@ -180,6 +187,39 @@ class AdminAPI:
     async def delete_scaling_group(self, name: str) -> None:
         """Refused (409) while agents or sessions reference the group."""
         await self._http.request("DELETE", f"/admin/scaling-groups/{quote(name)}")
+
+    async def scaling_group_associations(self, name: str) -> ScalingGroupAssociations:
+        """The domains, projects (group ids) and access keys that may use ``name``."""
+        path = f"/admin/scaling-groups/{quote(name)}/associations"
+        return ScalingGroupAssociations.model_validate(await self._http.request("GET", path))
+
+    async def associate_scaling_group(
+        self,
+        name: str,
+        *,
+        domain: str | None = None,
+        group: str | None = None,
+        access_key: str | None = None,
+    ) -> ScalingGroupAssociations:
+        """Open ``name`` to one domain, project (group id) or access key (idempotent)."""
+        path = f"/admin/scaling-groups/{quote(name)}/associations"
+        body = _given(domain=domain, group=group, access_key=access_key)
+        answer = await self._http.request("POST", path, json_body=body)
+        return ScalingGroupAssociations.model_validate(answer)
+
+    async def dissociate_scaling_group(
+        self,
+        name: str,
+        *,
+        domain: str | None = None,
+        group: str | None = None,
+        access_key: str | None = None,
+    ) -> ScalingGroupAssociations:
+        """Close ``name`` to one domain, project (group id) or access key (idempotent)."""
+        path = f"/admin/scaling-groups/{quote(name)}/associations"
+        params = {"domain": domain, "group": group, "access_key": access_key}
+        answer = await self._http.request("DELETE", path, params=params)
+        return ScalingGroupAssociations.model_validate(answer)
 
     # -- configuration tree (superadmin); scaling_group goes as ``sgroup`` on the wire ---
     async def etcd_get(

@@ -27,6 +27,7 @@ __all__ = [
     "KernelInfo",
     "KeypairInfo",
     "ResourcePolicyInfo",
+    "ScalingGroupAssociations",
     "ScalingGroupInfo",
     "SessionEvent",
     "SessionInfo",
@@ -244,6 +245,15 @@ class ScalingGroupInfo(_AdminModel):
     scheduler_opts: dict[str, Any] = Field(default_factory=dict)
     default_session_slots: Limits = Field(default_factory=dict)
     created_at: str | None = None
+
+
+class ScalingGroupAssociations(_AdminModel):
+    """Who may use a scaling group: the domains, projects (group ids) and access keys it
+    is associated with."""
+
+    domains: list[str] = Field(default_factory=list)
+    groups: list[str] = Field(default_factory=list)
+    keypairs: list[str] = Field(default_factory=list)
 
 
 class ImageInfo(_AdminModel):

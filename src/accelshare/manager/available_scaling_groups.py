@@ -1,10 +1,11 @@
 """``GET /scaling-groups?group=...`` (Backend.AI's ``admin scaling-group get-available``):
 the scaling groups a project's sessions may use.
 
-accelshare has no per-domain / per-project scaling-group associations: a session may
-go to any active scaling group (``POST /session`` checks only that), so the answer is
-every active scaling group, by name.  The project must exist in the caller's domain
-(any domain for a superadmin), and a plain user must be one of its members.
+The answer is what ``POST /session`` lets the caller's sessions charged to that project
+use: the active scaling groups associated with the caller's domain, with the project or
+with the caller's keypair (:mod:`.services.scaling_group_access`), by name.  The project
+must exist in the caller's domain (any domain for a superadmin), and a plain user must
+be one of its members.
 """
 
 from __future__ import annotations
@@ -16,8 +17,9 @@ import sqlalchemy as sa
 from .db import Database
 from .enums import UserRole
 from .errors import NotFound
-from .models import Group, GroupMember, ScalingGroup
+from .models import Group, GroupMember
 from .services.actor import Actor
+from .services.scaling_group_access import allowed_scaling_groups
 
 __all__ = ["available_scaling_groups"]
 
@@ -44,9 +46,7 @@ async def available_scaling_groups(db: Database, caller: Actor, group: str) -> l
                 expected="the id or name of one of your projects",
                 received=group,
             )
-        names = await session.scalars(
-            sa.select(ScalingGroup.name)
-            .where(ScalingGroup.is_active.is_(True))
-            .order_by(ScalingGroup.name)
+        allowed = await allowed_scaling_groups(
+            session, domain=caller.domain_name, group_id=found, access_key=caller.access_key
         )
-        return list(names)
+        return [a.name for a in allowed]

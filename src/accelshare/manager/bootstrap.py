@@ -3,6 +3,9 @@
 Contract (idempotent; safe to call on every manager start, even from two replicas):
 
 * missing defaults are created, existing rows are never modified;
+* the default scaling group is associated with the default domain when either of them
+  is created (so every user of a fresh cluster may use it); an association an operator
+  removed later stays removed;
 * when no superadmin exists, one is created with a fresh keypair and password and its
   credentials are written **once** to ``<data-dir>/admin-credentials.env`` (mode 0600,
   created atomically: a temporary file hard-linked into place, so a reader never sees
@@ -45,6 +48,7 @@ from .models import (
     Keypair,
     KeypairResourcePolicy,
     ScalingGroup,
+    ScalingGroupForDomain,
     User,
     UserRole,
     UserStatus,
@@ -180,6 +184,9 @@ async def _ensure_defaults(session: AsyncSession, config: ManagerConfig, clock: 
         session.add(ScalingGroup(name=boot.scaling_group, created_at=now))
         created.append(f"scaling-group:{boot.scaling_group}")
     await session.flush()
+    if f"domain:{boot.domain}" in created or f"scaling-group:{boot.scaling_group}" in created:
+        session.add(ScalingGroupForDomain(scaling_group=boot.scaling_group, domain=boot.domain))
+        await session.flush()
     group_query = sa.select(Group).where(Group.domain_name == boot.domain, Group.name == boot.group)
     if (await session.execute(group_query)).scalar() is None:
         session.add(Group(name=boot.group, domain_name=boot.domain, created_at=now))

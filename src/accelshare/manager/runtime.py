@@ -53,6 +53,7 @@ from .services.admin_views import AdminViews
 from .services.directory import Directory
 from .services.folders import FolderService
 from .services.holders import KernelHolders
+from .services.scaling_group_access import ScalingGroupAccess
 from .services.sessions import SessionService
 from .session_files import SessionFiles
 from .slots import KnownSlots
@@ -152,6 +153,7 @@ class Manager:
         self.admin = AdminService(db=db, known_slots=self.known_slots, trigger=self.trigger)
         self.directory = Directory(db)
         self.admin_views = AdminViews(db=db, known_slots=self.known_slots)
+        self.scaling_group_access = ScalingGroupAccess(db)
         self.holders = KernelHolders(db)
         self.storage = StorageProxies(store, transport=storage_transport)
         self.folders = FolderService(

@@ -236,6 +236,16 @@ def test_admin_commands(cli: Cli) -> None:
     assert made_sg.code == 0, made_sg
     groups = json.loads(cli("admin", "sgroup", "list", "--json").stdout)
     assert {g["name"]: g["scheduler_opts"].get("pending_timeout") for g in groups}[sg] == 30
+    opened = cli("admin", "sgroup", "associate", sg, "--domain", "default")
+    assert opened.code == 0, opened
+    assert "domains: default" in opened.stdout
+    shown = json.loads(cli("admin", "sgroup", "associations", sg, "--json").stdout)
+    assert shown == {"domains": ["default"], "groups": [], "keypairs": []}
+    closed = cli("admin", "sgroup", "dissociate", sg, "--domain", "default", "--json")
+    assert json.loads(closed.stdout)["domains"] == []
+    neither = cli("admin", "sgroup", "associate", sg)
+    assert neither.code == 2
+    assert "exactly one of --domain, --group or --access-key" in neither.stderr
     assert cli("admin", "sgroup", "update", sg, "--inactive").code == 0
     assert cli("admin", "sgroup", "delete", sg).code == 0
     denied = cli(

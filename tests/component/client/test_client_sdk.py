@@ -21,6 +21,7 @@ from accelshare.client.models import (
     CreatedUser,
     KeypairInfo,
     ResourcePolicyInfo,
+    ScalingGroupAssociations,
     ScalingGroupInfo,
     UserInfo,
 )
@@ -290,6 +291,15 @@ async def test_admin_scaling_groups_and_config_tree(sdk: AccelshareClient) -> No
     assert changed.scheduler_opts["pending_timeout"] == 60
     groups = {g.name: g for g in await sdk.admin.list_scaling_groups()}
     assert groups[name].is_active is True
+    assert (await sdk.admin.scaling_group_associations(name)).domains == []  # open to nobody
+    opened = await sdk.admin.associate_scaling_group(name, domain="default")
+    assert isinstance(opened, ScalingGroupAssociations)
+    assert (opened.domains, opened.groups, opened.keypairs) == (["default"], [], [])
+    closed = await sdk.admin.dissociate_scaling_group(name, domain="default")
+    assert closed.domains == []
+    with pytest.raises(APIError) as unknown:
+        await sdk.admin.associate_scaling_group(name, domain="no-such-domain")
+    assert unknown.value.status == 404
     assert await sdk.admin.delete_scaling_group(name) is None
     assert name not in {g.name for g in await sdk.admin.list_scaling_groups()}
 

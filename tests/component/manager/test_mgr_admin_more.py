@@ -143,24 +143,6 @@ async def test_image_alias_and_dealias(cluster: Cluster) -> None:
             "accelshare admin image add",
         ),
         (
-            'mutation { associate_scaling_group_with_domain(scaling_group: "default",'
-            ' domain: "default") { ok msg } }',
-            {},
-            "scaling-group association",
-        ),
-        (
-            "mutation ($g: UUID!) { associate_scaling_group_with_user_group("
-            'scaling_group: "default", user_group: $g) { ok msg } }',
-            {"g": "00000000-0000-0000-0000-000000000001"},
-            "scaling-group association",
-        ),
-        (
-            'mutation { disassociate_scaling_group_with_keypair(scaling_group: "default",'
-            ' access_key: "AKIA") { ok msg } }',
-            {},
-            "scaling-group association",
-        ),
-        (
             'query { quota_scope(storage_host_name: "local:volume1", quota_scope_id: "user:x")'
             " { quota_scope_id details { hard_limit_bytes } } }",
             {},

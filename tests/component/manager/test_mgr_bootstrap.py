@@ -19,6 +19,7 @@ from accelshare.manager.models import (
     Keypair,
     KeypairResourcePolicy,
     ScalingGroup,
+    ScalingGroupForDomain,
     User,
     UserRole,
 )
@@ -40,6 +41,7 @@ async def counts(db: Database) -> dict[str, int]:
         Keypair,
         KeypairResourcePolicy,
         ScalingGroup,
+        ScalingGroupForDomain,
     ]
     return {m.__name__: await count(db, m) for m in models}
 
@@ -112,6 +114,27 @@ async def test_second_start_changes_nothing(
     assert await counts(schema) == snapshot
     assert path.read_bytes() == before
     assert path.stat().st_mtime_ns == stat.st_mtime_ns
+
+
+async def _domain_associations(db: Database) -> list[tuple[str, str]]:
+    async with db.begin() as session:
+        rows = await session.execute(
+            sa.select(ScalingGroupForDomain.scaling_group, ScalingGroupForDomain.domain)
+        )
+        return [tuple(r) for r in rows]
+
+
+async def test_the_default_scaling_group_opens_to_the_default_domain_once(
+    schema: Database, manager_config: ManagerConfig
+) -> None:
+    """A fresh cluster's users may use its scaling group; an operator who closes it
+    later (``dissociate-scaling-group``) is not overruled by the next start."""
+    await bootstrap(schema, manager_config)
+    assert await _domain_associations(schema) == [("default", "default")]
+    async with schema.begin(write=True) as session:
+        await session.execute(sa.delete(ScalingGroupForDomain))
+    assert (await bootstrap(schema, manager_config)).created == ()
+    assert await _domain_associations(schema) == []
 
 
 async def test_a_deleted_file_is_not_rewritten(

@@ -106,6 +106,13 @@ async def test_available_scaling_groups_of_a_project(cluster: Cluster, who: str)
         client, _ = await make_user(cluster, "m@example.com")
     response = await client.get("/scaling-groups", params={"group": "default"})
     assert response.status_code == 200, response.text
+    assert response.json() == {"scaling_groups": [{"name": "default"}]}  # spare: not associated
+    for name in ("spare", "retired"):
+        opened = await cluster.admin.post(
+            f"/admin/scaling-groups/{name}/associations", json={"domain": "default"}
+        )
+        assert opened.status_code == 200, opened.text
+    response = await client.get("/scaling-groups", params={"group": "default"})
     assert response.json() == {"scaling_groups": [{"name": "default"}, {"name": "spare"}]}
     missing = await client.get("/scaling-groups", params={"group": "no-such-project"})
     assert missing.status_code == 404

@@ -15,8 +15,6 @@ from alembic.runtime.migration import MigrationContext
 from sqlalchemy.engine import Connection
 
 from accelshare.common import ResourceSlot
-from accelshare.manager.bootstrap import bootstrap
-from accelshare.manager.config import ManagerConfig
 from accelshare.manager.db import Database
 from accelshare.manager.models import (
     Agent,
@@ -27,6 +25,11 @@ from accelshare.manager.models import (
     Group,
     Kernel,
     Keypair,
+    KeypairResourcePolicy,
+    ScalingGroup,
+    ScalingGroupForDomain,
+    ScalingGroupForGroup,
+    ScalingGroupForKeypair,
     Session,
     User,
     email_matches,
@@ -292,6 +295,33 @@ VIEWS = {"cuda": {"devices": [{"device_id": "gpu0", "capacity": "1", "allocated"
 ALLOCATION = {"cuda.shares": {"gpu0": "0.2"}}
 
 
+async def _seed(database: Database, *, domains: list[str], scaling_groups: list[str]) -> None:
+    """What an older revision's bootstrap made (the tables it had): a domain each, a
+    scaling group each, a policy, and in the first domain a project with a user and its
+    keypair."""
+    async with database.connect(write=True) as conn:
+        for name in domains:
+            await conn.execute(sa.insert(Domain).values(name=name))
+        for name in scaling_groups:
+            await conn.execute(sa.insert(ScalingGroup).values(name=name))
+        await conn.execute(sa.insert(KeypairResourcePolicy).values(name="default"))
+        user_id = uuid.uuid4()
+        await conn.execute(
+            sa.insert(User).values(
+                id=user_id, email="u@x.org", password_hash="x", domain_name=domains[0]
+            )
+        )
+        await conn.execute(sa.insert(Group).values(name="default", domain_name=domains[0]))
+        await conn.execute(
+            sa.insert(Keypair).values(
+                access_key="AKIA0000000000000001",
+                secret_key="s" * 40,
+                user_id=user_id,
+                resource_policy="default",
+            )
+        )
+
+
 async def _revisions(database: Database, agent_id: str) -> tuple[int, int]:
     """The agent's views revision and (SQLite; 0 on PostgreSQL) held revision."""
     async with database.connect() as conn:
@@ -311,14 +341,12 @@ async def _write(database: Database, statement: sa.Executable) -> None:
         await conn.execute(statement)
 
 
-async def test_0012_renames_the_columns_keeping_values_and_triggers(
-    database: Database, manager_config: ManagerConfig
-) -> None:
+async def test_0012_renames_the_columns_keeping_values_and_triggers(database: Database) -> None:
     """An agent's heartbeat views and a kernel's allocation written at 0011 come through
     the rename (and back, on a downgrade) unchanged, and the revision triggers over
     those columns keep counting under either name."""
     await upgrade_schema(database, "0011")
-    await bootstrap(database, manager_config)
+    await _seed(database, domains=["default"], scaling_groups=["default"])
     sqlite = database.dialect == "sqlite"
     async with database.connect(write=True) as conn:
         user_id = (await conn.execute(sa.select(User.id))).scalar_one()
@@ -388,3 +416,75 @@ async def test_0012_renames_the_columns_keeping_values_and_triggers(
     await _write(database, sa.update(KERNELS_0011).values(device_allocs=ALLOCATION))
     assert await _revisions(database, "i-old") == (views_0 + 2, held_0 + (2 if sqlite else 0))
     assert (await upgrade_schema(database)).is_current
+
+
+async def test_0013_opens_every_scaling_group_to_every_domain(database: Database) -> None:
+    """A cluster upgraded to the association tables keeps letting every user use every
+    scaling group: each one is associated with each domain; nothing with a group or a
+    keypair.  The downgrade drops the tables."""
+    await upgrade_schema(database, "0012")
+    await _seed(database, domains=["default", "lab"], scaling_groups=["default", "gpu"])
+    assert (await upgrade_schema(database)).is_current
+    async with database.connect() as conn:
+        pairs = await conn.execute(
+            sa.select(ScalingGroupForDomain.scaling_group, ScalingGroupForDomain.domain)
+        )
+        assert sorted(tuple(p) for p in pairs) == [
+            ("default", "default"),
+            ("default", "lab"),
+            ("gpu", "default"),
+            ("gpu", "lab"),
+        ]
+        for table in (ScalingGroupForGroup, ScalingGroupForKeypair):
+            count = await conn.execute(sa.select(sa.func.count()).select_from(table))
+            assert count.scalar_one() == 0
+    assert await schema_diff(database) == []
+
+    def down(connection: Connection) -> None:
+        cfg = alembic_config()
+        cfg.attributes["connection"] = connection
+        command.downgrade(cfg, "0012")
+
+    async with database.connect(write=True) as conn:
+        await conn.run_sync(down)
+    state = await get_schema_state(database)
+    assert state.current == "0012"
+    assert not state.tables & {"sgroups_for_domains", "sgroups_for_groups", "sgroups_for_keypairs"}
+    assert (await upgrade_schema(database)).is_current
+
+
+async def test_associations_go_with_their_scaling_group_domain_group_or_keypair(
+    database: Database,
+) -> None:
+    """ON DELETE CASCADE on every foreign key of the association tables."""
+    await upgrade_schema(database)
+    await _seed(database, domains=["default"], scaling_groups=["default", "gpu"])
+    async with database.connect(write=True) as conn:
+        group_id = (await conn.execute(sa.select(Group.id))).scalar_one()
+        for sg in ("default", "gpu"):
+            await conn.execute(
+                sa.insert(ScalingGroupForGroup).values(scaling_group=sg, group=group_id)
+            )
+            await conn.execute(
+                sa.insert(ScalingGroupForKeypair).values(
+                    scaling_group=sg, access_key="AKIA0000000000000001"
+                )
+            )
+        await conn.execute(sa.delete(ScalingGroup).where(ScalingGroup.name == "gpu"))
+
+    async def left(table: type[object]) -> int:
+        async with database.connect() as conn:
+            return (await conn.execute(sa.select(sa.func.count()).select_from(table))).scalar_one()
+
+    assert (await left(ScalingGroupForDomain), await left(ScalingGroupForGroup)) == (0, 1)
+    assert await left(ScalingGroupForKeypair) == 1
+    async with database.connect(write=True) as conn:
+        await conn.execute(sa.delete(Keypair))
+        await conn.execute(sa.delete(Group))
+        await conn.execute(
+            sa.insert(ScalingGroupForDomain).values(scaling_group="default", domain="default")
+        )
+        await conn.execute(sa.delete(User))
+        await conn.execute(sa.delete(Domain))
+    for table in (ScalingGroupForDomain, ScalingGroupForGroup, ScalingGroupForKeypair):
+        assert await left(table) == 0

@@ -412,6 +412,16 @@ async def test_a_create_charges_the_group_asked_for_and_reads_the_owner_each_tim
         await db.execute(
             sa.update(ScalingGroup).where(ScalingGroup.name == "default").values(is_active=False)
         )
-    off = await cluster.create({"cpu": "1"}, startsAt="1h")
+    off = await cluster.create({"cpu": "1"}, startsAt="1h")  # the default, now inactive
     assert off.status_code == 400, off.text
-    assert off.json()["detail"].startswith("Unknown scaling group 'default' (available:")
+    assert off.json()["detail"].startswith("No scaling group is open to your sessions")
+    named = await cluster.admin.post(
+        "/session",
+        json={
+            "image": "python:3.11",
+            "config": {"resources": {"cpu": "1"}, "scalingGroup": "default"},
+            "startsAt": "1h",
+        },
+    )
+    assert named.status_code == 400, named.text
+    assert named.json()["detail"] == "Unknown scaling group 'default' (available: none)"

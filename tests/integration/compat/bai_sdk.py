@@ -132,6 +132,14 @@ async def accept(params: dict[str, Any]) -> Any:
         return await session.VFolder.accept_invitation(params["inv_id"])
 
 
+async def sgroup(params: dict[str, Any]) -> Any:
+    """``ScalingGroup.<call>(*args)``: the SDK's associations (``associate_domain``,
+    ``dissociate_domain``, ``dissociate_all_domain``, ``associate_group``,
+    ``dissociate_group``, ``dissociate_all_group``); their ``{ok, msg}``."""
+    async with AsyncSession() as session:
+        return await getattr(session.ScalingGroup, params["call"])(*params["args"])
+
+
 ACTIONS = {
     f.__name__: f
     for f in (
@@ -148,6 +156,7 @@ ACTIONS = {
         execute,
         invitations,
         accept,
+        sgroup,
     )
 }
 

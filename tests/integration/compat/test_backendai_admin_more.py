@@ -1,6 +1,7 @@
 """The rest of the official client's admin commands (backend.ai-client 25.5.2) against
 accelshare: storage volumes, ``last_used``, the announcement, ``admin etcd``, image
-aliases, and one of each kind of refusal (a 501 problem, a GraphQL error).
+aliases, scaling-group associations, and one of each kind of refusal (a 501 problem, a
+GraphQL error).
 
 The cluster is shared with the other compat tests: names made here start with
 ``adm2-`` and everything set is removed again.
@@ -90,9 +91,66 @@ def test_refusals_name_what_to_use(bai: Bai) -> None:
     assert "501" in license_.output
     assert "accelshare has no license" in license_.output
     # a GraphQL error
-    associate = bai("admin", "scaling-group", "associate-scaling-group", "default", "default")
-    assert associate.code != 0
-    assert "Not supported by accelshare: scaling-group association" in associate.output
     rescan = bai("admin", "image", "rescan")
     assert rescan.code != 0
     assert "accelshare admin image add" in rescan.output
+
+
+def test_scaling_group_associations_change_what_a_user_may_use(bai: Bai) -> None:
+    """``associate-scaling-group`` / ``dissociate-scaling-group``: a new scaling group is
+    open to nobody until associated with a domain; closing the default one to the domain
+    refuses the sessions that would have used it."""
+
+    def available() -> str:
+        return bai.ok("admin", "scaling-group", "get-available", "default").output
+
+    bai.ok("admin", "scaling-group", "add", "adm2-gpu", "--description", "a team's GPUs")
+    try:
+        assert "'adm2-gpu'" not in available()
+        for _ in range(2):  # associating again changes nothing and succeeds
+            associated = bai.ok(
+                "admin", "scaling-group", "associate-scaling-group", "adm2-gpu", "default"
+            )
+            assert "Scaling group adm2-gpu is associated with domain default." in associated.output
+        assert "{'name': 'adm2-gpu'}" in available()
+        # The client 25.5.2 dissociates, then fails printing the answer: it looks for a
+        # `scaling_group` item the mutation's `{ok msg}` never has (so with Backend.AI too)
+        dissociated = bai(
+            "admin", "scaling-group", "dissociate-scaling-group", "adm2-gpu", "default"
+        )
+        assert dissociated.code != 0
+        assert "KeyError: 'scaling_group'" in dissociated.output
+        assert "print_mutation_result" in dissociated.output
+        assert "'adm2-gpu'" not in available()
+
+        # the SDK's calls: a project, then every association of the project
+        project = out(bai, "admin", "group", "info", "default")["items"][0]["id"]
+        answer = bai.sdk("sgroup", call="associate_group", args=["adm2-gpu", project])
+        assert answer["ok"] is True, answer
+        assert "{'name': 'adm2-gpu'}" in available()
+        answer = bai.sdk("sgroup", call="dissociate_group", args=["adm2-gpu", project])
+        assert answer["ok"] is True, answer
+        assert "'adm2-gpu'" not in available()
+        bai.sdk("sgroup", call="associate_group", args=["adm2-gpu", project])
+        answer = bai.sdk("sgroup", call="dissociate_all_group", args=[project])
+        assert answer["ok"] is True, answer
+        assert "'adm2-gpu'" not in available()
+
+        answer = bai.sdk("sgroup", call="dissociate_domain", args=["default", "default"])
+        assert answer["ok"] is True, answer
+        try:
+            assert "'default'" not in available()
+            refused = bai("session", "create", "-r", "cpu=1", "--name", "compat-sg-shut", "python")
+            assert refused.code != 0, refused
+            assert "400" in refused.output
+            assert "No scaling group is open to your sessions" in refused.output
+        finally:
+            bai.ok("admin", "scaling-group", "associate-scaling-group", "default", "default")
+        # open again (no session made here: `ps` of the shared cluster shows one page)
+        assert "{'name': 'default'}" in available()
+
+        unknown = bai("admin", "scaling-group", "associate-scaling-group", "adm2-none", "default")
+        assert unknown.code != 0
+        assert "No scaling group 'adm2-none'" in unknown.output
+    finally:
+        bai.ok("admin", "scaling-group", "delete", "adm2-gpu")

@@ -6,7 +6,7 @@ order; :mod:`accelshare.api.gql` adds them to the schema:
 
 * :mod:`.users` — users and keypairs;
 * :mod:`.domains` — domains and groups;
-* :mod:`.scaling_groups` — scaling groups (their associations refused);
+* :mod:`.scaling_groups` — scaling groups and their associations;
 * :mod:`.resource_policies` — keypair resource policies;
 * :mod:`.images` — image aliases (registry rescans refused);
 * :mod:`.quota_scopes` — quota scopes and folder host permissions (refused);

@@ -4,10 +4,10 @@
 ``create_scaling_group`` / ``modify_scaling_group`` / ``delete_scaling_group``
 (superadmin).
 
-Refused, with an error that says what to use instead (docs/compatibility.md):
-``associate_scaling_group_with_{domain,user_group,keypair}`` and their
-``disassociate_*`` / ``disassociate_all_*``: accelshare's scaling groups are not tied to
-domains, groups or keypairs (a session names its scaling group).
+``associate_scaling_group_with_{domain,user_group,keypair}``, their
+``disassociate_*`` and ``disassociate_all_scaling_groups_with_{domain,group}``
+(superadmin): who may use a scaling group
+(:mod:`accelshare.manager.services.scaling_group_access`).
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ import strawberry
 from strawberry.types import Info
 
 from accelshare.manager.services.admin import ScalingGroupChanges
+from accelshare.manager.services.scaling_group_access import AssociationKind
 
 from .common import (
     Done,
@@ -27,20 +28,12 @@ from .common import (
     json_input,
     json_text,
     not_kept,
-    refuse,
     require_admin,
     require_superadmin,
     superadmin_manager,
 )
 
 __all__ = ["ScalingGroupAssociationMutation", "ScalingGroupMutation", "ScalingGroupQuery"]
-
-_SCALING_GROUP_ASSOCIATION = (
-    "scaling-group association",
-    "accelshare's scaling groups are not tied to domains, groups or keypairs: every"
-    " active scaling group is open to every user, and a session names its own"
-    " (`--scaling-group`); restrict who may use what with keypair resource policies",
-)
 
 
 @strawberry.type(name="ScalingGroup")
@@ -112,6 +105,10 @@ class ModifyScalingGroupInput:
 class ScalingGroupAssociation:
     ok: bool
     msg: str
+
+
+def _done(what: str) -> ScalingGroupAssociation:
+    return ScalingGroupAssociation(ok=True, msg=f"{what}: done")
 
 
 def _scaling_group_changes(
@@ -189,58 +186,71 @@ class ScalingGroupMutation:
 
 @strawberry.type
 class ScalingGroupAssociationMutation:
+    """Superadmin only; ``{ ok msg }``.  Idempotent: associating what is associated, or
+    dissociating what is not, succeeds.  An unknown scaling group, domain, group or
+    keypair is an error naming it."""
+
     @strawberry.mutation
     async def associate_scaling_group_with_domain(
         self, info: Info, scaling_group: str, domain: str
     ) -> ScalingGroupAssociation:
-        superadmin_manager(info)
-        raise refuse(*_SCALING_GROUP_ASSOCIATION)
+        access = superadmin_manager(info).scaling_group_access
+        await access.associate(AssociationKind.DOMAIN, scaling_group, domain)
+        return _done(f"associate_scaling_group_with_domain {scaling_group} {domain}")
 
     @strawberry.mutation
     async def disassociate_scaling_group_with_domain(
         self, info: Info, scaling_group: str, domain: str
     ) -> ScalingGroupAssociation:
-        superadmin_manager(info)
-        raise refuse(*_SCALING_GROUP_ASSOCIATION)
+        access = superadmin_manager(info).scaling_group_access
+        await access.dissociate(AssociationKind.DOMAIN, scaling_group, domain)
+        return _done(f"disassociate_scaling_group_with_domain {scaling_group} {domain}")
 
     @strawberry.mutation
     async def disassociate_all_scaling_groups_with_domain(
         self, info: Info, domain: str
     ) -> ScalingGroupAssociation:
-        superadmin_manager(info)
-        raise refuse(*_SCALING_GROUP_ASSOCIATION)
+        access = superadmin_manager(info).scaling_group_access
+        await access.dissociate_all(AssociationKind.DOMAIN, domain)
+        return _done(f"disassociate_all_scaling_groups_with_domain {domain}")
 
     @strawberry.mutation
     async def associate_scaling_group_with_user_group(
         self, info: Info, scaling_group: str, user_group: uuid.UUID
     ) -> ScalingGroupAssociation:
-        superadmin_manager(info)
-        raise refuse(*_SCALING_GROUP_ASSOCIATION)
+        access = superadmin_manager(info).scaling_group_access
+        await access.associate(AssociationKind.GROUP, scaling_group, user_group)
+        return _done(f"associate_scaling_group_with_user_group {scaling_group} {user_group}")
 
     @strawberry.mutation
     async def disassociate_scaling_group_with_user_group(
         self, info: Info, scaling_group: str, user_group: str
     ) -> ScalingGroupAssociation:
-        superadmin_manager(info)
-        raise refuse(*_SCALING_GROUP_ASSOCIATION)
+        # a String (the client 25.5.2 declares its variable so); a group id all the same
+        access = superadmin_manager(info).scaling_group_access
+        await access.dissociate(AssociationKind.GROUP, scaling_group, user_group)
+        return _done(f"disassociate_scaling_group_with_user_group {scaling_group} {user_group}")
 
     @strawberry.mutation
     async def disassociate_all_scaling_groups_with_group(
         self, info: Info, user_group: uuid.UUID
     ) -> ScalingGroupAssociation:
-        superadmin_manager(info)
-        raise refuse(*_SCALING_GROUP_ASSOCIATION)
+        access = superadmin_manager(info).scaling_group_access
+        await access.dissociate_all(AssociationKind.GROUP, user_group)
+        return _done(f"disassociate_all_scaling_groups_with_group {user_group}")
 
     @strawberry.mutation
     async def associate_scaling_group_with_keypair(
         self, info: Info, scaling_group: str, access_key: str
     ) -> ScalingGroupAssociation:
-        superadmin_manager(info)
-        raise refuse(*_SCALING_GROUP_ASSOCIATION)
+        access = superadmin_manager(info).scaling_group_access
+        await access.associate(AssociationKind.KEYPAIR, scaling_group, access_key)
+        return _done(f"associate_scaling_group_with_keypair {scaling_group} {access_key}")
 
     @strawberry.mutation
     async def disassociate_scaling_group_with_keypair(
         self, info: Info, scaling_group: str, access_key: str
     ) -> ScalingGroupAssociation:
-        superadmin_manager(info)
-        raise refuse(*_SCALING_GROUP_ASSOCIATION)
+        access = superadmin_manager(info).scaling_group_access
+        await access.dissociate(AssociationKind.KEYPAIR, scaling_group, access_key)
+        return _done(f"disassociate_scaling_group_with_keypair {scaling_group} {access_key}")

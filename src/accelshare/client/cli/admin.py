@@ -16,7 +16,7 @@ import typer
 from rich.table import Table
 
 from accelshare.client.client import AccelshareClient
-from accelshare.client.models import UserInfo
+from accelshare.client.models import ScalingGroupAssociations, UserInfo
 
 from .args import ArgumentError, parse_json_pairs, parse_pairs
 from .common import EXIT_USAGE, JsonOption, call_api, console, fail, print_json
@@ -500,6 +500,80 @@ def scaling_group_delete(
         f"Scaling group {name} deleted.",
         _deleted,
     )
+
+
+DomainTarget = Annotated[str | None, typer.Option("--domain", help="A domain's name.")]
+GroupTarget = Annotated[str | None, typer.Option("--group", help="A project's (group's) id.")]
+KeypairTarget = Annotated[str | None, typer.Option("--access-key", help="An access key.")]
+
+
+def _one_target(domain: str | None, group: str | None, access_key: str | None) -> None:
+    given = [
+        o for o, v in (("--domain", domain), ("--group", group), ("--access-key", access_key)) if v
+    ]
+    if len(given) != 1:
+        fail(
+            "give exactly one of --domain, --group or --access-key"
+            f" (received: {', '.join(given) or 'none'})",
+            code=EXIT_USAGE,
+        )
+
+
+def _show_associations(result: ScalingGroupAssociations, as_json: bool, name: str) -> None:
+    if as_json:
+        print_json(result.to_json())
+        return
+    typer.echo(f"Scaling group {name} is open to:")
+    for label, values in (
+        ("domains", result.domains),
+        ("projects", result.groups),
+        ("keypairs", result.keypairs),
+    ):
+        typer.echo(f"  {label}: {', '.join(values) or '-'}")
+
+
+@scaling_group_app.command("associations")
+def scaling_group_associations(
+    name: Annotated[str, typer.Argument(help="Scaling group name.")], as_json: JsonOption = False
+) -> None:
+    """Show the domains, projects and keypairs whose sessions may use a scaling group."""
+    _show_associations(call_api(lambda c: c.admin.scaling_group_associations(name)), as_json, name)
+
+
+@scaling_group_app.command("associate")
+def scaling_group_associate(
+    name: Annotated[str, typer.Argument(help="Scaling group name.")],
+    domain: DomainTarget = None,
+    group: GroupTarget = None,
+    access_key: KeypairTarget = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Open a scaling group to a domain's users, a project or a keypair (one of them)."""
+    _one_target(domain, group, access_key)
+    result = call_api(
+        lambda c: c.admin.associate_scaling_group(
+            name, domain=domain, group=group, access_key=access_key
+        )
+    )
+    _show_associations(result, as_json, name)
+
+
+@scaling_group_app.command("dissociate")
+def scaling_group_dissociate(
+    name: Annotated[str, typer.Argument(help="Scaling group name.")],
+    domain: DomainTarget = None,
+    group: GroupTarget = None,
+    access_key: KeypairTarget = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Close a scaling group to a domain, a project or a keypair (one of them)."""
+    _one_target(domain, group, access_key)
+    result = call_api(
+        lambda c: c.admin.dissociate_scaling_group(
+            name, domain=domain, group=group, access_key=access_key
+        )
+    )
+    _show_associations(result, as_json, name)
 
 
 # -- GraphQL ------------------------------------------------------------------------------------

@@ -42,6 +42,11 @@ from .identity import (
     email_matches,
 )
 from .images import Image, ImageAlias
+from .scaling_group_access import (
+    ScalingGroupForDomain,
+    ScalingGroupForGroup,
+    ScalingGroupForKeypair,
+)
 from .sessions import (
     DEFAULT_PRIORITY,
     Kernel,
@@ -77,6 +82,9 @@ __all__ = [
     "KeypairResourcePolicy",
     "ResourceSlotJSON",
     "ScalingGroup",
+    "ScalingGroupForDomain",
+    "ScalingGroupForGroup",
+    "ScalingGroupForKeypair",
     "Session",
     "SessionDependency",
     "SessionStatusHistory",

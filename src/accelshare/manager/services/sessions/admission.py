@@ -1,8 +1,10 @@
 """Admission: a new session enqueued (PENDING), after every check of the request.
 
 The checks, in order: the owner (the caller's keypair, or ``owner_access_key``'s for
-admins), a live session of the same name (``reuseIfExists``), the scaling group and the
-session type it takes, the group charged, the resources (:func:`.spec.resolve_resources`
+admins), a live session of the same name (``reuseIfExists``), the group charged, the
+scaling group (active and open to the session: associated with the owner's domain, the
+group or the owner's keypair, :mod:`..scaling_group_access`) and the session type it
+takes, the resources (:func:`.spec.resolve_resources`
 with the group's agents' quanta), the image and its rules, whether some agent of the
 group could ever hold it (:mod:`.group_agents`), the keypair's pending-queue limits,
 the dependencies and a designated agent.
@@ -50,6 +52,9 @@ from ...models import (
     Keypair,
     KeypairResourcePolicy,
     ScalingGroup,
+    ScalingGroupForDomain,
+    ScalingGroupForGroup,
+    ScalingGroupForKeypair,
     Session,
     SessionDependency,
     SessionStatusHistory,
@@ -60,6 +65,7 @@ from ...models import (
 from ...slots import KnownSlots
 from ...status_watch import StatusWatch
 from ..actor import Actor
+from ..scaling_group_access import AllowedScalingGroup, allowed_scaling_groups
 from .group_agents import (
     EmptyTrialMaps,
     GroupAgent,
@@ -118,6 +124,10 @@ class _Owner:
     """The user's groups in its domain (id, name), the oldest first."""
     scaling_group: _ScalingGroup | None
     """The scaling group asked for (read with the owner), ``None`` when there is none."""
+    scaling_group_open: bool
+    """It is associated with the owner's domain or keypair."""
+    scaling_group_groups: frozenset[uuid.UUID]
+    """The user's groups (of :attr:`groups`) it is associated with."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,9 +154,23 @@ class _Enqueued:
 # In one query (columns only: the ORM entities decoded every column, the users' quotas
 # too): the keypair, its user, its resource policy's enqueue limits, the user's groups in
 # its domain (a row each, the oldest first; one row of NULLs without any) and the scaling
-# group asked for (NULLs when there is none).  Read per request: a keypair or user
-# deactivated is refused at once.
+# group asked for (NULLs when there is none), with whether it is associated with the
+# user's domain, the keypair and each group (EXISTS on the association tables' primary
+# keys, no extra round trip).  Read per request: a keypair or user deactivated is
+# refused at once.
 _MEMBERSHIPS = sa.join(GroupMember, Group, Group.id == GroupMember.group_id)
+_SG_FOR_DOMAIN = sa.exists().where(
+    ScalingGroupForDomain.scaling_group == ScalingGroup.name,
+    ScalingGroupForDomain.domain == User.domain_name,
+)
+_SG_FOR_KEYPAIR = sa.exists().where(
+    ScalingGroupForKeypair.scaling_group == ScalingGroup.name,
+    ScalingGroupForKeypair.access_key == Keypair.access_key,
+)
+_SG_FOR_GROUP = sa.exists().where(
+    ScalingGroupForGroup.scaling_group == ScalingGroup.name,
+    ScalingGroupForGroup.group == Group.id,
+)
 _OWNER = (
     sa.select(
         Keypair.is_active,
@@ -163,6 +187,8 @@ _OWNER = (
         ScalingGroup.is_active,
         ScalingGroup.scheduler_opts,
         ScalingGroup.default_session_slots,
+        sa.or_(_SG_FOR_DOMAIN, _SG_FOR_KEYPAIR),
+        _SG_FOR_GROUP,
     )
     .join(User, User.id == Keypair.user_id)
     .outerjoin(KeypairResourcePolicy, KeypairResourcePolicy.name == Keypair.resource_policy)
@@ -178,6 +204,19 @@ _INSERT_SESSION = sa.insert(cast(sa.Table, Session.__table__))
 _INSERT_HISTORY = sa.insert(cast(sa.Table, SessionStatusHistory.__table__))
 _INSERT_DEPENDENCY = sa.insert(cast(sa.Table, SessionDependency.__table__))
 _INSERT_MOUNT = sa.insert(cast(sa.Table, SessionVFolderMount.__table__))
+
+
+def _session_types(scheduler_opts: Mapping[str, Any] | None) -> list[str]:
+    """The session types a scaling group takes."""
+    types: list[str] = (scheduler_opts or {}).get("allowed_session_types") or [
+        "interactive",
+        "batch",
+    ]
+    return types
+
+
+def _as_scaling_group(found: AllowedScalingGroup) -> _ScalingGroup:
+    return _ScalingGroup(found.name, True, found.scheduler_opts, found.default_session_slots)
 
 
 def _is_up_or_ended(status: SessionStatus) -> bool:
@@ -276,10 +315,8 @@ class SessionAdmission:
                     received=name,
                     sessionId=str(existing.id),
                 )
-            scaling_group = await self._scaling_group(
-                db, body, scaling_group_name, owner.scaling_group
-            )
             group_id = await self._group(db, owner, body.group)
+            scaling_group = await self._scaling_group(db, body, owner, group_id)
             agents = await group_agents(db, scaling_group.name)
             resources = self._resources(agents, scaling_group, body, known)
             image_ref, resources, services = await self._image(
@@ -427,33 +464,36 @@ class SessionAdmission:
         )
         groups = [(r[8], r[9]) for r in rows if r[8] is not None]
         found_group = None if row[10] is None else _ScalingGroup(row[10], row[11], row[12], row[13])
-        return _Owner(key, user_id, domain_name, policy_name, limits, groups, found_group)
+        return _Owner(
+            key,
+            user_id,
+            domain_name,
+            policy_name,
+            limits,
+            groups,
+            found_group,
+            scaling_group_open=bool(row[14]),
+            scaling_group_groups=frozenset(r[8] for r in rows if r[8] is not None and r[15]),
+        )
 
     async def _scaling_group(
-        self,
-        db: AsyncSession,
-        body: SessionRequest,
-        name: str,
-        scaling_group: _ScalingGroup | None,
+        self, db: AsyncSession, body: SessionRequest, owner: _Owner, group_id: uuid.UUID
     ) -> _ScalingGroup:
-        if scaling_group is None or not scaling_group.is_active:
-            names = list(
-                (
-                    await db.execute(
-                        sa.select(ScalingGroup.name).where(ScalingGroup.is_active.is_(True))
-                    )
-                ).scalars()
-            )
-            raise InvalidRequest(
-                f"Unknown scaling group {name!r} (available: {', '.join(names) or 'none'})",
-                field="config.scalingGroup",
-                expected="one of " + ", ".join(names),
-                received=name,
-            )
-        allowed = (scaling_group.scheduler_opts or {}).get("allowed_session_types") or [
-            "interactive",
-            "batch",
-        ]
+        """The session's scaling group: the one asked for, or without one the manager's
+        default (``default``) when it is open to the session, else the first open one (by
+        name) that takes the session's type.  Open: active, and associated with the
+        owner's domain, the group charged or the owner's keypair."""
+        found = owner.scaling_group
+        if (
+            found is not None
+            and found.is_active
+            and (owner.scaling_group_open or group_id in owner.scaling_group_groups)
+        ):
+            scaling_group = found  # read with the owner: no other query
+        else:
+            scaling_group = await self._open_scaling_group(db, body, owner, group_id)
+        name = scaling_group.name
+        allowed = _session_types(scaling_group.scheduler_opts)
         if body.type not in allowed:
             raise InvalidRequest(
                 f"Scaling group {name} does not take {body.type} sessions"
@@ -470,6 +510,56 @@ class SessionAdmission:
                 received=body.startup_command,
             )
         return scaling_group
+
+    async def _open_scaling_group(
+        self, db: AsyncSession, body: SessionRequest, owner: _Owner, group_id: uuid.UUID
+    ) -> _ScalingGroup:
+        """The scaling group when the one read with the owner is not open to the session
+        (or the group charged is not one of the owner's memberships): the open ones read,
+        then the one asked for among them, or the first open one that takes the session's
+        type when none was asked for."""
+        allowed = await allowed_scaling_groups(
+            db, domain=owner.domain_name, group_id=group_id, access_key=owner.access_key
+        )
+        names = [a.name for a in allowed]
+        requested = body.config.scaling_group or None
+        wanted = requested or self.default_scaling_group
+        for candidate in allowed:
+            if candidate.name == wanted:
+                return _as_scaling_group(candidate)
+        if requested is None and allowed:
+            for candidate in allowed:
+                if body.type in _session_types(candidate.scheduler_opts):
+                    return _as_scaling_group(candidate)
+            return _as_scaling_group(allowed[0])  # refused for its session types next
+        expected = (
+            "one of " + ", ".join(names)
+            if names
+            else "a scaling group associated with your domain, project or keypair"
+            " (none is: ask a superadmin to associate one)"
+        )
+        if requested is None:
+            raise InvalidRequest(
+                "No scaling group is open to your sessions (available: none): a superadmin"
+                " associates scaling groups with domains, projects or keypairs",
+                field="config.scalingGroup",
+                expected=expected,
+                received=None,
+            )
+        found = owner.scaling_group
+        if found is None or not found.is_active:
+            reason = f"Unknown scaling group {requested!r}"
+        else:
+            reason = (
+                f"The scaling group {requested!r} is not open to your sessions (not"
+                " associated with your domain, this project or your keypair)"
+            )
+        raise InvalidRequest(
+            f"{reason} (available: {', '.join(names) or 'none'})",
+            field="config.scalingGroup",
+            expected=expected,
+            received=requested,
+        )
 
     async def _group(self, db: AsyncSession, owner: _Owner, name: str | None) -> uuid.UUID:
         rows, domain = owner.groups, owner.domain_name
