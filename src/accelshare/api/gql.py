@@ -91,6 +91,7 @@ from .deps import manager_dependency
 from .gql_admin import AdminMutation, AdminQuery
 from .gql_admin.common import check_page
 from .gql_limits import GraphQLLimits, LimitExceeded, check_cost, parse_document
+from .gql_refused import RefusedRootFields
 from .problems import QueryTooComplex
 from .storage_gql import StorageQuery
 
@@ -891,7 +892,12 @@ class _Schema(strawberry.Schema):
             )
 
 
-schema = _Schema(query=Query, mutation=Mutation, config=StrawberryConfig(auto_camel_case=False))
+schema = _Schema(
+    query=Query,
+    mutation=Mutation,
+    config=StrawberryConfig(auto_camel_case=False),
+    extensions=[RefusedRootFields],
+)
 
 
 async def _operation_type(request: Request, identity: Identity) -> OperationType | None:
