@@ -23,8 +23,15 @@ Backend.AI's field names and shapes; slot maps are JSON *strings* (its ``JSONStr
   resource policies, image aliases, their mutations, and the admin mutations accelshare
   refuses with a readable error: registry rescans, scaling-group associations, quota
   scopes): :mod:`.gql_admin`;
+* ``vfolder_list(limit, offset, group_id, filter, order)`` — the caller's folders (a
+  superadmin: all); ``vfolder_own_list``, ``vfolder_invited_list``,
+  ``vfolder_project_list`` (``limit, offset, filter, order``) — one kind of them each
+  (:class:`~accelshare.manager.services.folders.crud.FolderScope`);
 * ``storage_volume(id)``, ``storage_volume_list(limit, offset)`` — superadmin; the
-  volumes of the storage proxies: :mod:`.storage_gql`.
+  volumes of the storage proxies: :mod:`.storage_gql`;
+* the root fields of Backend.AI features accelshare does not have (model serving,
+  networks, customized images...) are refused at validation with what to use instead:
+  :mod:`.gql_refused`.
 
 Mutations (Backend.AI's):
 
@@ -32,7 +39,10 @@ Mutations (Backend.AI's):
   priority } clientMutationId }`` — the caller's visibility; ``priority`` (0..100) only
   while the session is PENDING, ``name`` as ``POST /session/{ref}/rename``;
 * ``rescan_gpu_alloc_maps(agent_id) { task_id }`` — superadmin; the maps are live, so
-  nothing runs and ``task_id`` is null.
+  nothing runs and ``task_id`` is null;
+* ``forget_image(reference, architecture)``, ``forget_image_by_id(image_id) { ok msg
+  image }`` — superadmin; the image leaves the catalogue with its aliases (as ``DELETE
+  /admin/images/{name}``).
 
 While the manager is frozen for maintenance (:mod:`accelshare.manager.maintenance`), a
 request whose operation is a mutation is refused as a whole, before anything runs, with
