@@ -1112,7 +1112,17 @@ async def test_graphql_errors_within_the_limits_log_one_line(
 
 
 @pytest.mark.parametrize(
-    "query", ["compute_session_list", "agent_list", "vfolder_list", "user_list", "keypair_list"]
+    "query",
+    [
+        "compute_session_list",
+        "agent_list",
+        "vfolder_list",
+        "vfolder_own_list",
+        "vfolder_invited_list",
+        "vfolder_project_list",
+        "user_list",
+        "keypair_list",
+    ],
 )
 @pytest.mark.parametrize(
     ("page", "argument", "bad"),

@@ -23,8 +23,15 @@ Backend.AI's field names and shapes; slot maps are JSON *strings* (its ``JSONStr
   associations, keypair resource policies, image aliases, their mutations, and the admin
   mutations accelshare refuses with a readable error: registry rescans, quota scopes):
   :mod:`.gql_admin`;
+* ``vfolder_list(limit, offset, group_id, filter, order)`` — the caller's folders (a
+  superadmin: all); ``vfolder_own_list``, ``vfolder_invited_list``,
+  ``vfolder_project_list`` (``limit, offset, filter, order``) — one kind of them each
+  (:class:`~accelshare.manager.services.folders.crud.FolderScope`);
 * ``storage_volume(id)``, ``storage_volume_list(limit, offset)`` — superadmin; the
-  volumes of the storage proxies: :mod:`.storage_gql`.
+  volumes of the storage proxies: :mod:`.storage_gql`;
+* the root fields of Backend.AI features accelshare does not have (model serving,
+  networks, customized images...) are refused at validation with what to use instead:
+  :mod:`.gql_refused`.
 
 Mutations (Backend.AI's):
 
@@ -32,7 +39,10 @@ Mutations (Backend.AI's):
   priority } clientMutationId }`` — the caller's visibility; ``priority`` (0..100) only
   while the session is PENDING, ``name`` as ``POST /session/{ref}/rename``;
 * ``rescan_gpu_alloc_maps(agent_id) { task_id }`` — superadmin; the maps are live, so
-  nothing runs and ``task_id`` is null.
+  nothing runs and ``task_id`` is null;
+* ``forget_image(reference, architecture)``, ``forget_image_by_id(image_id) { ok msg
+  image }`` — superadmin; the image leaves the catalogue with its aliases (as ``DELETE
+  /admin/images/{name}``).
 
 While the manager is frozen for maintenance (:mod:`accelshare.manager.maintenance`), a
 request whose operation is a mutation is refused as a whole, before anything runs, with
@@ -70,6 +80,7 @@ from accelshare.manager.errors import ManagerError
 from accelshare.manager.list_specs import IMAGES
 from accelshare.manager.querylang.compile_py import predicate, sort_items
 from accelshare.manager.runtime import Manager, StatsUnavailable
+from accelshare.manager.services.folders.crud import FolderScope
 from accelshare.sched.lifecycle import SessionStatus
 
 from .auth import Identity, current_identity
@@ -90,6 +101,7 @@ from .deps import manager_dependency
 from .gql_admin import AdminMutation, AdminQuery
 from .gql_admin.common import check_page
 from .gql_limits import GraphQLLimits, LimitExceeded, check_cost, parse_document
+from .gql_refused import RefusedRootFields
 from .problems import QueryTooComplex
 from .storage_gql import StorageQuery
 
@@ -652,15 +664,53 @@ class Query(AdminQuery, StorageQuery):
         order: str | None = None,
     ) -> VirtualFolderList:
         """The caller's storage folders (own, project, shared; a superadmin: every one)."""
-        manager, identity = _context(info)
-        _page("vfolder_list", limit, offset)
-        items = await manager.folders.list_folders(
-            identity, all_=identity.is_superadmin, group_id=group_id, filter=filter, order=order
+        return await _folder_page(
+            info, "vfolder_list", limit, offset, filter, order, group_id=group_id
         )
-        page = items[offset : offset + limit]
-        return VirtualFolderList(
-            items=[VirtualFolderNode.from_item(i, identity.domain_name) for i in page],
-            total_count=len(items),
+
+    @strawberry.field
+    async def vfolder_own_list(
+        self,
+        info: Info,
+        limit: int = 20,
+        offset: int = 0,
+        filter: str | None = None,
+        order: str | None = None,
+    ) -> VirtualFolderList:
+        """The user folders the caller owns (``backend.ai vfolder list-own``; every role:
+        a superadmin's own too)."""
+        return await _folder_page(
+            info, "vfolder_own_list", limit, offset, filter, order, scope=FolderScope.OWN
+        )
+
+    @strawberry.field
+    async def vfolder_invited_list(
+        self,
+        info: Info,
+        limit: int = 20,
+        offset: int = 0,
+        filter: str | None = None,
+        order: str | None = None,
+    ) -> VirtualFolderList:
+        """Other users' folders shared with the caller by an accepted invitation
+        (``backend.ai vfolder list-invited``), with the permission it was given."""
+        return await _folder_page(
+            info, "vfolder_invited_list", limit, offset, filter, order, scope=FolderScope.INVITED
+        )
+
+    @strawberry.field
+    async def vfolder_project_list(
+        self,
+        info: Info,
+        limit: int = 20,
+        offset: int = 0,
+        filter: str | None = None,
+        order: str | None = None,
+    ) -> VirtualFolderList:
+        """The project folders of the caller's projects (``backend.ai vfolder
+        list-project``)."""
+        return await _folder_page(
+            info, "vfolder_project_list", limit, offset, filter, order, scope=FolderScope.PROJECT
         )
 
     @strawberry.field
@@ -673,6 +723,36 @@ class Query(AdminQuery, StorageQuery):
         if row is None or (domain_name and row["domain_name"] != domain_name):
             return None
         return keypair_from_row(row)
+
+
+async def _folder_page(
+    info: Info,
+    query: str,
+    limit: int,
+    offset: int,
+    filter: str | None,
+    order: str | None,
+    *,
+    group_id: uuid.UUID | None = None,
+    scope: FolderScope = FolderScope.VISIBLE,
+) -> VirtualFolderList:
+    """One page of the caller's folders of ``scope`` (``vfolder_list``: a superadmin's
+    holds every folder), ``total_count`` all of them."""
+    manager, identity = _context(info)
+    _page(query, limit, offset)
+    items = await manager.folders.list_folders(
+        identity,
+        all_=identity.is_superadmin,
+        group_id=group_id,
+        filter=filter,
+        order=order,
+        scope=scope,
+    )
+    page = items[offset : offset + limit]
+    return VirtualFolderList(
+        items=[VirtualFolderNode.from_item(i, identity.domain_name) for i in page],
+        total_count=len(items),
+    )
 
 
 @strawberry.input(name="ModifyComputeSessionInput")
@@ -700,6 +780,34 @@ class RescanGPUAllocMaps:
     ``null`` (Backend.AI's field is nullable)."""
 
     task_id: uuid.UUID | None
+
+
+@strawberry.type(name="ForgetImage")
+class ForgetImageResult:
+    """Backend.AI's answer to ``forget_image`` and ``forget_image_by_id``: ``image`` is
+    the image as it was in the catalogue (with the aliases that went with it)."""
+
+    ok: bool
+    msg: str
+    image: ImageNode | None
+
+
+async def _forget_image(info: Info, name: str, architecture: str | None) -> ForgetImageResult:
+    """Remove an image from the catalogue (superadmin), as ``DELETE
+    /admin/images/{name}``: its aliases go with it; sessions that use it keep running
+    and keep its name.  An unknown image (or one of another ``architecture``) is an
+    error naming it."""
+    manager, identity = _context(info)
+    _require_superadmin(identity)
+    image = await manager.images.info(name)
+    if architecture is not None and image["architecture"] != architecture:
+        raise LookupError(
+            f"forget_image(architecture): {image['ref']} is an image for"
+            f" {image['architecture']}; expected {image['architecture']!r}, received"
+            f" {architecture!r}"
+        )
+    ref = await manager.images.remove(image["ref"])
+    return ForgetImageResult(ok=True, msg=f"{ref} is forgotten", image=ImageNode.from_json(image))
 
 
 def session_ref_of(global_id: str) -> str:
@@ -739,6 +847,19 @@ class Mutation(AdminMutation):
         return ModifyComputeSessionPayload(
             item=ComputeSessionNode.from_json(session), client_mutation_id=input.client_mutation_id
         )
+
+    @strawberry.mutation
+    async def forget_image(
+        self, info: Info, reference: str, architecture: str | None = None
+    ) -> ForgetImageResult:
+        """``backend.ai image forget REF --arch ARCH``: see :func:`_forget_image`."""
+        return await _forget_image(info, reference, architecture)
+
+    @strawberry.mutation
+    async def forget_image_by_id(self, info: Info, image_id: str) -> ForgetImageResult:
+        """``backend.ai image forget REF``: ``image_id`` is an ``Image``'s ``id`` (its
+        reference; an alias names its image too); see :func:`_forget_image`."""
+        return await _forget_image(info, image_id, None)
 
     @strawberry.mutation
     async def rescan_gpu_alloc_maps(self, info: Info, agent_id: str) -> RescanGPUAllocMaps:
@@ -781,7 +902,12 @@ class _Schema(strawberry.Schema):
             )
 
 
-schema = _Schema(query=Query, mutation=Mutation, config=StrawberryConfig(auto_camel_case=False))
+schema = _Schema(
+    query=Query,
+    mutation=Mutation,
+    config=StrawberryConfig(auto_camel_case=False),
+    extensions=[RefusedRootFields],
+)
 
 
 async def _operation_type(request: Request, identity: Identity) -> OperationType | None:

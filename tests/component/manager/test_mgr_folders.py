@@ -1005,6 +1005,109 @@ async def test_graphql_vfolder_list_takes_filter_and_order(env: Env) -> None:
     assert "nosuch" in bad.json()["errors"][0]["message"]
 
 
+def scoped_list(field: str) -> str:
+    return (
+        "query($l: Int!, $o: Int!, $f: String, $ord: String) {"
+        f" {field}(limit: $l, offset: $o, filter: $f, order: $ord)"
+        " { items { name permission ownership_type } total_count } }"
+    )
+
+
+async def scoped(
+    client: httpx.AsyncClient, field: str, limit: int = 10, offset: int = 0, **more: str
+) -> tuple[list[tuple[str, str]], int]:
+    """``(name, permission)`` of one page of ``field`` and its ``total_count``."""
+    answer = await client.post(
+        "/admin/gql",
+        json={"query": scoped_list(field), "variables": {"l": limit, "o": offset, **more}},
+    )
+    body = answer.json()
+    assert not body.get("errors"), body
+    page = body["data"][field]
+    return [(i["name"], i["permission"]) for i in page["items"]], page["total_count"]
+
+
+async def test_graphql_own_invited_and_project_lists(env: Env) -> None:
+    """Backend.AI's ``vfolder_own_list`` (the caller's user folders),
+    ``vfolder_invited_list`` (others' user folders shared with it) and
+    ``vfolder_project_list`` (its projects' folders): each only the caller's, paged."""
+    admin = env.cluster.admin
+    alice = await env.user("alice@x.test", group="default")
+    bob = await env.user("bob@x.test", group="default")
+    made = await admin.post(
+        "/admin/gql",
+        json={
+            "query": "mutation ($n: String!, $p: GroupInput!) {"
+            " create_group(name: $n, props: $p) { ok group { id } } }",
+            "variables": {"n": "lab", "p": {"domain_name": "default"}},
+        },
+    )
+    lab = made.json()["data"]["create_group"]["group"]["id"]
+    async with env.cluster.manager.db.begin(write=True) as db:  # bob joins lab, alice not
+        db.add(
+            GroupMember(
+                group_id=uuid.UUID(lab), user_id=uuid.UUID(await user_id(env, "bob@x.test"))
+            )
+        )
+    for client, name, extra in [
+        (alice, "a-one", {}),
+        (alice, "a-two", {}),
+        (bob, "b-shared", {}),
+        (bob, "b-private", {}),
+        (admin, "team", {"group": "default", "permission": "ro"}),
+        (admin, "lab-data", {"group": "lab"}),
+        (admin, "admin-own", {}),
+    ]:
+        assert (await create(client, name, **extra)).status_code == 201, name
+    shared = (await bob.request("GET", "/folders/_/id", json={"name": "b-shared"})).json()["id"]
+    invited = await bob.post(
+        f"/folders/{shared}/invite", json={"perm": "ro", "user_ids": ["alice@x.test"]}
+    )
+    assert invited.status_code == 201, invited.text
+    pending = (await alice.get("/folders/invitations/list")).json()["invitations"]
+    accepted = await alice.post("/folders/invitations/accept", json={"inv_id": pending[0]["id"]})
+    assert accepted.status_code == 200, accepted.text
+    team = (await admin.request("GET", "/folders/_/id", json={"name": "team"})).json()["id"]
+    # a project folder shared with alice is hers through the project, not an invitation
+    share = await admin.post(
+        f"/folders/{team}/share", json={"permission": "rw", "emails": ["alice@x.test"]}
+    )
+    assert share.status_code == 201, share.text
+
+    assert await scoped(alice, "vfolder_own_list") == ([("a-one", "wd"), ("a-two", "wd")], 2)
+    assert await scoped(alice, "vfolder_invited_list") == ([("b-shared", "ro")], 1)
+    assert await scoped(alice, "vfolder_project_list") == ([("team", "rw")], 1)
+    assert await scoped(bob, "vfolder_own_list") == ([("b-shared", "wd"), ("b-private", "wd")], 2)
+    assert await scoped(bob, "vfolder_invited_list") == ([], 0)
+    assert await scoped(bob, "vfolder_project_list") == ([("team", "ro"), ("lab-data", "rw")], 2)
+    # a superadmin's own list is its own folders, not every folder (vfolder_list: all)
+    assert await scoped(admin, "vfolder_own_list") == ([("admin-own", "wd")], 1)
+    assert (await scoped(admin, "vfolder_list"))[1] == 7
+    # pages, filter and order as vfolder_list's
+    assert await scoped(alice, "vfolder_own_list", limit=1, offset=1) == ([("a-two", "wd")], 2)
+    assert await scoped(alice, "vfolder_own_list", ord="-name") == (
+        [("a-two", "wd"), ("a-one", "wd")],
+        2,
+    )
+    assert await scoped(bob, "vfolder_project_list", f='name ilike "lab%"') == (
+        [("lab-data", "rw")],
+        1,
+    )
+    for query_field in ("vfolder_own_list", "vfolder_invited_list", "vfolder_project_list"):
+        bad = await alice.post(
+            "/admin/gql", json={"query": scoped_list(query_field), "variables": {"l": 0, "o": 0}}
+        )
+        assert bad.json()["errors"][0]["message"].startswith(f"{query_field}(limit): expected")
+        wrong = await alice.post(
+            "/admin/gql",
+            json={
+                "query": scoped_list(query_field),
+                "variables": {"l": 5, "o": 0, "f": "nosuch == 1"},
+            },
+        )
+        assert "nosuch" in wrong.json()["errors"][0]["message"]
+
+
 async def test_folder_changes_are_refused_while_frozen(env: Env) -> None:
     """Backend.AI's vfolder routes under ``server_status_required(ALL_ALLOWED)``: 503
     ``server-frozen`` while the manager is frozen, nothing changed; the files inside a

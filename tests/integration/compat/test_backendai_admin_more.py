@@ -9,9 +9,13 @@ The cluster is shared with the other compat tests: names made here start with
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
+
+from accelshare.client import AccelshareClient
+from accelshare.devcluster import LocalCluster
 
 from .conftest import Bai
 
@@ -154,3 +158,59 @@ def test_scaling_group_associations_change_what_a_user_may_use(bai: Bai) -> None
         assert "No scaling group 'adm2-none'" in unknown.output
     finally:
         bai.ok("admin", "scaling-group", "delete", "adm2-gpu")
+
+
+def test_image_forget(bai: Bai, cluster: LocalCluster) -> None:
+    """``image forget REF`` (GraphQL ``forget_image_by_id``) removes a throwaway image and
+    its alias from the catalogue; a plain user is refused; an unknown image is an error."""
+
+    async def add() -> None:
+        async with AccelshareClient(cluster.client_config()) as client:
+            await client.images.add("adm2-forget:1.0", aliases=["adm2-forget"])
+
+    asyncio.run(add())
+    listed = out(bai, "admin", "image", "list")["items"]
+    assert [i["name"] for i in listed if "adm2-forget" in (i.get("aliases") or [])] == [
+        "adm2-forget"
+    ]
+
+    async def user() -> tuple[str, str]:
+        async with AccelshareClient(cluster.client_config()) as client:
+            made = await client.admin.create_user("adm2-forget@example.com", "long enough password")
+        assert made.keypair is not None
+        assert made.keypair.secret_key is not None
+        return made.keypair.access_key, made.keypair.secret_key
+
+    denied = bai.as_user(*asyncio.run(user()))("image", "forget", "adm2-forget:1.0")
+    assert denied.code != 0
+    assert "This needs the superadmin role" in denied.output, denied
+    assert "Image forgotten" not in denied.output
+
+    forgotten = bai.ok("image", "forget", "adm2-forget:1.0")
+    assert "Image forgotten: adm2-forget:1.0" in forgotten.output
+    listed = out(bai, "admin", "image", "list")["items"]
+    assert not [i for i in listed if i["name"] == "adm2-forget"], listed
+    again = bai("image", "forget", "adm2-forget:1.0")
+    assert again.code != 0
+    assert "No image or alias 'adm2-forget:1.0'" in again.output
+
+
+@pytest.mark.parametrize(
+    ("command", "says"),
+    [
+        (("service", "list"), "Not supported by accelshare: model serving."),
+        (("network", "list"), "Not supported by accelshare: inter-session networks."),
+        (
+            ("image", "list", "--customized"),
+            "Not supported by accelshare: customized images (sessions committed as images).",
+        ),
+    ],
+)
+def test_missing_features_are_refused_clearly(
+    bai: Bai, command: tuple[str, ...], says: str
+) -> None:
+    refused = bai(*command)
+    assert refused.code != 0
+    assert says in refused.output, refused
+    assert "docs/compatibility.md" in refused.output
+    assert "Cannot query field" not in refused.output

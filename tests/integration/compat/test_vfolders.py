@@ -262,3 +262,37 @@ def test_admin_shared_vfolders_and_ownership(
     refused = bob("admin", "vfolder", "change-vfolder-ownership", vfid, email)
     assert refused.code != 0
     assert "superadmin" in refused.output
+
+
+def test_list_own_invited_and_project(storage: Bai, cluster: LocalCluster) -> None:
+    """``vfolder list-own``, ``list-invited``, ``list-project`` (GraphQL
+    ``vfolder_own_list``, ``vfolder_invited_list``, ``vfolder_project_list``): a new
+    user's own folders, the folders shared with it by invitation, its project's."""
+    bai = storage
+    name = f"compat-{uuid.uuid4().hex[:8]}"
+    email = f"{name}@example.com"
+    bob = bai.as_user(*_user(cluster, email))
+    host = _default_host(bai)
+    bai.ok("vfolder", "create", f"{name}-given", host)
+    bai.ok("vfolder", "create", f"{name}-p", host, "-g", "default")
+    bob.ok("vfolder", "create", f"{name}-bob", host)
+    bai.ok("vfolder", "invite", f"{name}-given", email, "-p", "ro")
+    pending = bob.sdk("invitations")
+    bob.sdk("accept", inv_id=next(i["id"] for i in pending if i["vfolder_name"] == f"{name}-given"))
+
+    def names(client: Bai, command: str) -> list[str]:
+        listed = client.ok("--output", "json", "vfolder", command).json()
+        return [item["name"] for item in listed["items"]]
+
+    assert names(bob, "list-own") == [f"{name}-bob"]
+    assert names(bob, "list-invited") == [f"{name}-given"]
+    project = names(bob, "list-project")
+    assert f"{name}-p" in project
+    assert not {f"{name}-bob", f"{name}-given"} & set(project)
+    mine = names(bai, "list-own")
+    assert f"{name}-given" in mine
+    assert not {f"{name}-bob", f"{name}-p"} & set(mine)
+    # the table the client prints
+    table = bob.ok("vfolder", "list-invited").output
+    assert f"{name}-given" in table
+    assert "ro" in table

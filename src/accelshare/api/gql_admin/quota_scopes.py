@@ -13,11 +13,18 @@ from strawberry.types import Info
 
 from .common import refuse, superadmin_manager
 
-__all__ = ["QuotaScopeMutation", "QuotaScopeQuery"]
+__all__ = ["HOST_PERMISSIONS", "QuotaScopeMutation", "QuotaScopeQuery"]
 
 _QUOTA_SCOPE = (
     "quota scopes",
     "accelshare has no per-user or per-project storage quota scopes",
+)
+
+# the feature and what to use instead (also the root field ``vfolder_host_permission_list``
+# of :mod:`accelshare.api.gql_refused`)
+HOST_PERMISSIONS = (
+    "folder host permissions",
+    "accelshare keeps no per-host folder permissions",
 )
 
 
@@ -61,10 +68,7 @@ class QuotaScopeQuery:
 
     @strawberry.field
     async def vfolder_host_permissions(self, info: Info) -> VFolderHostPermissions | None:
-        raise refuse(
-            "folder host permissions",
-            "accelshare keeps no per-host folder permissions",
-        )
+        raise refuse(*HOST_PERMISSIONS)
 
 
 @strawberry.type

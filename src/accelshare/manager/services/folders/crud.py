@@ -9,6 +9,7 @@ quota (0 = unlimited); usage is the proxy's.
 
 from __future__ import annotations
 
+import enum
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -35,7 +36,17 @@ from ..actor import Actor
 from .access import LIVE, Access, FolderCore, iso
 from .names import check_folder_name
 
-__all__ = ["FolderCrud", "NewFolder"]
+__all__ = ["FolderCrud", "FolderScope", "NewFolder"]
+
+
+class FolderScope(enum.Enum):
+    """Which of the folders a caller may use a list holds (Backend.AI's ``vfolder_list``,
+    ``vfolder_own_list``, ``vfolder_invited_list``, ``vfolder_project_list``)."""
+
+    VISIBLE = "visible"  # own, its projects', shared with it
+    OWN = "own"  # the user folders it owns
+    INVITED = "invited"  # others' user folders shared with it (an accepted invitation)
+    PROJECT = "project"  # the project folders of the projects it is a member of
 
 
 @dataclass(frozen=True)
@@ -289,20 +300,45 @@ class FolderCrud(FolderCore):
         group_id: uuid.UUID | None = None,
         filter: str | None = None,
         order: str | None = None,
+        scope: FolderScope = FolderScope.VISIBLE,
     ) -> list[dict[str, Any]]:
         """Own, project and shared folders (``all_`` for a superadmin: every folder),
         oldest first; ``filter`` / ``order``: Backend.AI's expressions over
         :data:`~accelshare.manager.list_specs.VFOLDERS` (a
-        :class:`~accelshare.manager.querylang.QueryError` when bad)."""
+        :class:`~accelshare.manager.querylang.QueryError` when bad).
+
+        ``scope`` narrows the list to one kind of the caller's folders (``all_`` then
+        does not apply): its own user folders, others' user folders shared with it, or
+        the folders of its projects (:class:`FolderScope`); each item carries the
+        caller's permission as in the whole list."""
         async with self.db.begin() as db:
             groups = await self._member_groups(db, actor.user_id)
             grants = await self._grants(db, actor.user_id)
-            visible = [
-                VFolder.user_id == actor.user_id,
-                VFolder.group_id.in_(list(groups)),
-                VFolder.id.in_(list(grants)),
-            ]
-            if all_ and actor.role is UserRole.SUPERADMIN:
+            if scope is FolderScope.OWN:
+                visible = [VFolder.user_id == actor.user_id]
+            elif scope is FolderScope.INVITED:
+                visible = [
+                    sa.and_(
+                        VFolder.id.in_(list(grants)),
+                        VFolder.ownership_type == VFolderOwnershipType.USER,
+                        VFolder.user_id != actor.user_id,
+                    )
+                ]
+            elif scope is FolderScope.PROJECT:
+                visible = [
+                    sa.and_(
+                        VFolder.group_id.in_(list(groups)),
+                        VFolder.ownership_type == VFolderOwnershipType.GROUP,
+                    )
+                ]
+            else:
+                visible = [
+                    VFolder.user_id == actor.user_id,
+                    VFolder.group_id.in_(list(groups)),
+                    VFolder.id.in_(list(grants)),
+                ]
+            everything = scope is FolderScope.VISIBLE and all_
+            if everything and actor.role is UserRole.SUPERADMIN:
                 visible.append(sa.true())
             query = (
                 sa.select(VFolder, User.email, Group.name)
@@ -321,7 +357,7 @@ class FolderCrud(FolderCore):
         for folder, email, group_name in rows:
             access = self._access_to(actor, folder, groups, grants)
             if access is None:
-                if not (all_ and actor.role is UserRole.SUPERADMIN):
+                if not (everything and actor.role is UserRole.SUPERADMIN):
                     continue
                 access = Access(folder, VFolderPermission.RW_DELETE, False, True)
             items.append(self._item(access, owner_email=email, group_name=group_name))
