@@ -218,6 +218,7 @@ class LocalCluster:
                 build_pip_environment(
                     Path(image.prefix or ""), env, log=self._progress, cancel=self._stop_builds
                 )
+                self._wait_reported(image.ref)
                 self._register(image)
             except (EnvBuildError, httpx.HTTPError, ClusterStartError) as e:
                 self.env_build_errors.append(str(e))
@@ -450,6 +451,25 @@ class LocalCluster:
                         f" {self.layout.logs}:\n{self.agents[0].tail()}"
                     )
                 time.sleep(0.1)
+
+    def _wait_reported(self, ref: str, timeout_s: float = 60.0) -> None:
+        """Until every agent reports the environment just built (its next look at its
+        environments, then a heartbeat): a session asked for once the catalogue has the
+        image finds an agent that has it."""
+        config = self.client_config()
+        auth = KeypairAuth(config.access_key, config.secret_key)
+        deadline = time.monotonic() + timeout_s
+        with httpx.Client(base_url=self.endpoint, auth=auth, timeout=10.0) as http:
+            while True:
+                agents = http.get("/agents").raise_for_status().json()["items"]
+                if agents and all(ref in (a.get("images") or ()) for a in agents):
+                    return
+                if time.monotonic() > deadline:
+                    raise ClusterStartError(
+                        f"no agent reported {ref} {timeout_s:.0f} s after it was built"
+                    )
+                if self._stop_builds.wait(0.2):
+                    raise ClusterStartError("the cluster is stopping")
 
     def _register(self, *images: DemoImage) -> None:
         config = self.client_config()

@@ -64,6 +64,7 @@ def agent_json(agent: Agent) -> dict[str, Any]:
         "lastHeartbeat": _iso(agent.last_heartbeat_at),
         "lostAt": _iso(agent.lost_at),
         "statusData": agent.status_data or {},
+        "images": list(agent.images or ()),
     }
 
 
