@@ -591,8 +591,9 @@ def test_history_pages_through_a_long_history(page: Any, console: Console) -> No
 
 
 def add_domain(console: Console, name: str) -> None:
-    """accelshare has no API that creates a domain (the bootstrap makes one); the second
-    one these checks need is written into the dev cluster's SQLite database."""
+    """A second domain with a `default` project, written into the dev cluster's SQLite
+    database, and the `default` scaling group opened to it (as an operator would: a
+    scaling group serves only the domains, projects and keypairs it is associated with)."""
     engine = sa.create_engine(
         f"sqlite:///{console.data_dir / 'manager.db'}", connect_args={"timeout": 30}
     )
@@ -603,6 +604,8 @@ def add_domain(console: Console, name: str) -> None:
             db.add(Group(name="default", domain_name=name))
     finally:
         engine.dispose()
+    opened = console.api.post("/admin/scaling-groups/default/associations", json={"domain": name})
+    assert opened.status_code in (200, 201), opened.text
 
 
 def kernel_ids(alloc_map: dict[str, Any]) -> set[str]:
